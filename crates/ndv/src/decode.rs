@@ -27,8 +27,6 @@ pub struct Decoded<'a> {
     pub packet: Result<Packet<'a>, WireError>,
     /// ICRC check over the whole IP packet.
     pub icrc_ok: bool,
-    /// The IP packet bytes (for re-encoding checks).
-    pub ip_bytes: &'a [u8],
 }
 
 /// Decodes one capture frame; `None` if it is not RoCEv2 (or not IP/UDP at all).
@@ -39,14 +37,12 @@ pub fn decode_frame<'a>(frame: &Frame<'a>) -> Option<Decoded<'a>> {
         return None;
     }
     let ip_len = envelope.len() + udp_payload.len();
-    let ip_bytes = &ip[..ip_len];
-    let icrc_ok = icrc::verify(ip_bytes).unwrap_or(false);
+    let icrc_ok = icrc::verify(&ip[..ip_len]).unwrap_or(false);
     Some(Decoded {
         frame: frame.number,
         envelope,
         packet: Packet::parse(udp_payload),
         icrc_ok,
-        ip_bytes,
     })
 }
 
@@ -88,13 +84,19 @@ pub fn to_json(d: &Decoded<'_>) -> Value {
     );
     let e = &p.ext;
     if let Some(r) = e.reth {
-        o.insert("reth".into(), json!({"va": r.va, "rkey": r.rkey, "len": r.len}));
+        o.insert(
+            "reth".into(),
+            json!({"va": r.va, "rkey": r.rkey, "len": r.len}),
+        );
     }
     if let Some(a) = e.aeth {
         o.insert("aeth".into(), json!({"syndrome": a.syndrome, "msn": a.msn}));
     }
     if let Some(dt) = e.deth {
-        o.insert("deth".into(), json!({"qkey": dt.qkey, "src_qpn": dt.src_qpn}));
+        o.insert(
+            "deth".into(),
+            json!({"qkey": dt.qkey, "src_qpn": dt.src_qpn}),
+        );
     }
     if let Some(i) = e.immdt {
         o.insert("immdt".into(), json!(i));
@@ -149,7 +151,10 @@ fn cm_json(cm: &CmMessage) -> Value {
                 ("rnr_retry_count", json!(r.rnr_retry_count)),
                 ("max_cm_retries", json!(r.max_cm_retries)),
                 ("primary_local_gid", json!(r.primary.local_gid.to_string())),
-                ("primary_remote_gid", json!(r.primary.remote_gid.to_string())),
+                (
+                    "primary_remote_gid",
+                    json!(r.primary.remote_gid.to_string()),
+                ),
                 ("private_data_len", json!(r.private_data.len())),
             ] {
                 o.insert(k.into(), v);
@@ -213,10 +218,18 @@ pub fn write_text(out: &mut impl Write, d: &Decoded<'_>) -> std::io::Result<()> 
     )?;
     let e = &p.ext;
     if let Some(x) = e.deth {
-        writeln!(out, "  deth   qkey 0x{:08x} src_qpn 0x{:06x}", x.qkey, x.src_qpn)?;
+        writeln!(
+            out,
+            "  deth   qkey 0x{:08x} src_qpn 0x{:06x}",
+            x.qkey, x.src_qpn
+        )?;
     }
     if let Some(x) = e.reth {
-        writeln!(out, "  reth   va 0x{:016x} rkey 0x{:08x} len {}", x.va, x.rkey, x.len)?;
+        writeln!(
+            out,
+            "  reth   va 0x{:016x} rkey 0x{:08x} len {}",
+            x.va, x.rkey, x.len
+        )?;
     }
     if let Some(x) = e.atomic_eth {
         writeln!(
@@ -226,7 +239,13 @@ pub fn write_text(out: &mut impl Write, d: &Decoded<'_>) -> std::io::Result<()> 
         )?;
     }
     if let Some(x) = e.aeth {
-        writeln!(out, "  aeth   syndrome 0x{:02x} ({:?}) msn {}", x.syndrome, x.kind(), x.msn)?;
+        writeln!(
+            out,
+            "  aeth   syndrome 0x{:02x} ({:?}) msn {}",
+            x.syndrome,
+            x.kind(),
+            x.msn
+        )?;
     }
     if let Some(x) = e.atomic_ack_eth {
         writeln!(out, "  atomicack orig 0x{x:016x}")?;
@@ -237,7 +256,12 @@ pub fn write_text(out: &mut impl Write, d: &Decoded<'_>) -> std::io::Result<()> 
     if let Some(x) = e.ieth {
         writeln!(out, "  ieth   rkey 0x{x:08x}")?;
     }
-    writeln!(out, "  data   {} bytes, icrc 0x{:08x}", p.payload.len(), p.icrc)?;
+    writeln!(
+        out,
+        "  data   {} bytes, icrc 0x{:08x}",
+        p.payload.len(),
+        p.icrc
+    )?;
     if let Some(mad) = mad_of(p) {
         let h = &mad.header;
         writeln!(
@@ -256,7 +280,12 @@ pub fn write_text(out: &mut impl Write, d: &Decoded<'_>) -> std::io::Result<()> 
 }
 
 fn write_cm_text(out: &mut impl Write, cm: &CmMessage) -> std::io::Result<()> {
-    write!(out, "  cm     {} local_comm_id 0x{:08x}", cm.name(), cm.local_comm_id())?;
+    write!(
+        out,
+        "  cm     {} local_comm_id 0x{:08x}",
+        cm.name(),
+        cm.local_comm_id()
+    )?;
     if let Some(r) = cm.remote_comm_id() {
         write!(out, " remote_comm_id 0x{r:08x}")?;
     }

@@ -7,7 +7,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "ndv", version, about = "ndverbs: a userspace RoCEv2 RDMA stack")]
+#[command(
+    name = "ndv",
+    version,
+    about = "ndverbs: a userspace RoCEv2 RDMA stack"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

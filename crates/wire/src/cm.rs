@@ -239,7 +239,9 @@ impl CmPath {
         put_u32(b, o + 36, w);
         b[o + 40] = self.traffic_class;
         b[o + 41] = self.hop_limit;
-        b[o + 42] = field(self.sl, 4, 4) | field(u8::from(self.subnet_local), 3, 1) | field(self.resv_sl, 0, 3);
+        b[o + 42] = field(self.sl, 4, 4)
+            | field(u8::from(self.subnet_local), 3, 1)
+            | field(self.resv_sl, 0, 3);
         b[o + 43] = field(self.local_ack_timeout, 3, 5) | field(self.resv_ack, 0, 3);
     }
 }
@@ -350,8 +352,12 @@ impl Req {
         put_u24(b, 44, self.starting_psn);
         b[47] = field(self.local_cm_response_timeout, 3, 5) | field(self.retry_count, 0, 3);
         put_u16(b, 48, self.pkey);
-        b[50] = field(self.path_mtu, 4, 4) | field(u8::from(self.rdc_exists), 3, 1) | field(self.rnr_retry_count, 0, 3);
-        b[51] = field(self.max_cm_retries, 4, 4) | field(u8::from(self.srq), 3, 1) | field(self.extended_transport_type, 0, 3);
+        b[50] = field(self.path_mtu, 4, 4)
+            | field(u8::from(self.rdc_exists), 3, 1)
+            | field(self.rnr_retry_count, 0, 3);
+        b[51] = field(self.max_cm_retries, 4, 4)
+            | field(u8::from(self.srq), 3, 1)
+            | field(self.extended_transport_type, 0, 3);
         self.primary.write(b, 52);
         self.alternate.write(b, 96);
         b[140..].copy_from_slice(&self.private_data);
@@ -784,4 +790,76 @@ impl CmMessage {
 /// `1 << max(t - 8, 0)` (4.096 µs × 2^t, rounded to a power of two in ms).
 pub fn cm_timeout_ms(t: u8) -> u64 {
     1u64 << t.saturating_sub(8).min(31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cma::CmaHeader;
+    use crate::packet::Datagram;
+
+    /// Vector V6 of the wire reference: a synthetic REQ with the values tshark reports.
+    #[test]
+    fn v6_req_fields_match_tshark() {
+        let s: String = crate::icrc::tests::V6.split_whitespace().collect();
+        let p: Vec<u8> = (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect();
+        let d = Datagram::parse(&p).unwrap();
+        let mad = Mad::parse(d.packet.payload).unwrap();
+        assert_eq!(mad.header.tid, 0x0000_000a_1234_5678);
+        let CmMessage::Req(r) = CmMessage::parse(&mad).unwrap() else {
+            panic!("not a REQ")
+        };
+        assert_eq!(r.local_comm_id, 0x1234_5678);
+        assert_eq!(r.service_id, 0x0000_0000_0106_1C06);
+        assert_eq!(r.local_ca_guid, 0x0211_2233_4455_6677);
+        assert_eq!(r.local_qpn, 0x11);
+        assert_eq!(r.starting_psn, 0x12_3456);
+        assert_eq!((r.responder_resources, r.initiator_depth), (1, 1));
+        assert_eq!(
+            (r.remote_cm_response_timeout, r.local_cm_response_timeout),
+            (20, 20)
+        );
+        assert_eq!(
+            (r.retry_count, r.rnr_retry_count, r.max_cm_retries),
+            (7, 7, 15)
+        );
+        assert_eq!(r.path_mtu, 3);
+        assert_eq!(
+            (r.primary.local_lid, r.primary.remote_lid),
+            (0xffff, 0xffff)
+        );
+        assert_eq!(r.primary.hop_limit, 64);
+        assert_eq!(r.primary.local_ack_timeout, 18);
+        assert_eq!(r.primary.local_gid.to_string(), "::ffff:10.0.0.1");
+        assert_eq!(r.primary.remote_gid.to_string(), "::ffff:10.0.0.2");
+        assert!(!r.has_alternate_path());
+        let h = CmaHeader::parse(&r.private_data).unwrap();
+        assert_eq!(h.src_port, 40000);
+        assert_eq!(
+            (h.src.to_string(), h.dst.to_string()),
+            ("10.0.0.1".into(), "10.0.0.2".into())
+        );
+        assert_eq!(
+            &CmMessage::Req(r).to_mad(mad.header.tid)[..],
+            d.packet.payload
+        );
+    }
+
+    #[test]
+    fn private_data_limits() {
+        assert!(private_data::<{ pdata::REQ }>("REQ", &[1; 92]).is_ok());
+        assert_eq!(
+            private_data::<{ pdata::REQ }>("REQ", &[1; 93]),
+            Err(WireError::PrivateDataTooLong {
+                msg: "REQ",
+                len: 93,
+                max: 92
+            })
+        );
+        assert_eq!(cm_timeout_ms(20), 4096);
+        assert_eq!(cm_timeout_ms(3), 1);
+    }
 }

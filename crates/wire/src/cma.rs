@@ -156,7 +156,11 @@ mod tests {
     #[test]
     fn header_round_trip_v4_and_v6() {
         for h in [
-            CmaHeader::new("10.0.0.1".parse().unwrap(), 40000, "10.0.0.2".parse().unwrap()),
+            CmaHeader::new(
+                "10.0.0.1".parse().unwrap(),
+                40000,
+                "10.0.0.2".parse().unwrap(),
+            ),
             CmaHeader::new("fd00::1".parse().unwrap(), 1, "fd00::2".parse().unwrap()),
         ] {
             let mut b = [0u8; 36];

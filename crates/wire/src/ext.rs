@@ -197,9 +197,9 @@ impl Aeth {
 
 /// Minimum RNR NAK delay for each timer code, in microseconds (IBTA table 45).
 pub const RNR_TIMER_MICROS: [u32; 32] = [
-    655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1_280, 1_920, 2_560,
-    3_840, 5_120, 7_680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880,
-    163_840, 245_760, 327_680, 491_520,
+    655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1_280, 1_920, 2_560, 3_840,
+    5_120, 7_680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840,
+    245_760, 327_680, 491_520,
 ];
 
 /// The minimum delay an RNR NAK with timer code `code` asks for, in microseconds.
@@ -306,7 +306,10 @@ mod tests {
         }
         assert_eq!(Syndrome::from_byte(0x1f), Syndrome::ACK);
         assert_eq!(Syndrome::from_byte(0x2c), Syndrome::RnrNak { timer: 12 });
-        assert_eq!(Syndrome::from_byte(0x62), Syndrome::Nak(NakCode::RemoteAccess));
+        assert_eq!(
+            Syndrome::from_byte(0x62),
+            Syndrome::Nak(NakCode::RemoteAccess)
+        );
         assert_eq!(rnr_timer_micros(12), 640);
         assert_eq!(rnr_timer_micros(0), 655_360);
         assert_eq!(ack_timeout_nanos(14), Some(67_108_864));

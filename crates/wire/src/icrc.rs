@@ -22,7 +22,7 @@
 //!   CRC is affine in the 16 ID bits over GF(2): `icrc(id) = icrc(0) ⊕ L(id)` with
 //!   `L` linear. [`recover_ipv4_id`] computes `icrc(0)`, then solves
 //!   `L(id) = received ⊕ icrc(0)` by Gaussian elimination. A solution means the
-//!   packet is intact (and yields the ID); none means it is corrupt. This spends 16
+//!   packet is accepted (and yields the ID); none means it is corrupt. This spends 16
 //!   of the CRC's 32 bits on the unknown ID — an accepted trade-off, since the
 //!   Ethernet FCS still protects each frame.
 
@@ -109,7 +109,11 @@ pub fn verify(packet: &[u8]) -> Result<bool, WireError> {
 ///
 /// The ID bytes in `packet` are ignored.
 pub fn recover_ipv4_id(packet: &[u8]) -> Result<Option<u16>, WireError> {
-    need("RoCEv2 packet", packet, IPV4_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN + ICRC_LEN)?;
+    need(
+        "RoCEv2 packet",
+        packet,
+        IPV4_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN + ICRC_LEN,
+    )?;
     let body = &packet[..packet.len() - ICRC_LEN];
     let delta = compute_with_ipv4_id(body, 0)? ^ carried(packet)?;
     // Bytes that follow the ID field inside the CRC input (the LRH stand-in
@@ -213,7 +217,7 @@ fn xpow8n(n: u64) -> u32 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn hex(s: &str) -> Vec<u8> {
@@ -240,7 +244,8 @@ mod tests {
     const V3: &str = "4500003000004000401126bb0a0000020a000001c13212b7001c00001100ffff00000011001234561f000001851f6617";
     const V4: &str = "4500004400004000401126a70a0000010a000002c13212b7003000000a30ffff000000128012345700000000000010000000abcd0000000568656c6c6f00000026b855ff";
     const V5: &str = "4500003cbeef4000401167bf0a0000010a000002c13212b7002800000400ffff000000128012345600007f000000100000001234000000409986ae61";
-    pub(crate) const V6: &str = "4500013400004000401125b70a0000010a000002d87212b7012000006400ffff000000010000000080010000
+    pub(crate) const V6: &str =
+        "4500013400004000401125b70a0000010a000002d87212b7012000006400ffff000000010000000080010000
         0000000101070203000000000000000a12345678001000000000000012345678000000000000000001061c06
         021122334455667700000000000000000000110100000001000000a0123456a7ffff37f0ffffffff00000000
         000000000000ffff0a00000100000000000000000000ffff0a00000200000000004000900000000000000000

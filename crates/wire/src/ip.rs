@@ -369,12 +369,7 @@ impl Envelope {
         let udp_len = UDP_HEADER_LEN + transport_len;
         let ip = match (src, dst) {
             (IpAddr::V4(s), IpAddr::V4(d)) => IpHeader::V4(Ipv4Header::new_udp(s, d, udp_len, 64)),
-            (s, d) => IpHeader::V6(Ipv6Header::new_udp(
-                to_v6(s),
-                to_v6(d),
-                udp_len,
-                64,
-            )),
+            (s, d) => IpHeader::V6(Ipv6Header::new_udp(to_v6(s), to_v6(d), udp_len, 64)),
         };
         Envelope {
             ip,
@@ -416,19 +411,30 @@ mod tests {
         let h = Ipv4Header::new_udp(Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, 8, 64);
         let mut b = [0u8; 28];
         h.write(&mut b).unwrap();
-        UdpHeader { src_port: 1, dst_port: ROCEV2_PORT, length: 8, checksum: 0 }
-            .write(&mut b[20..])
-            .unwrap();
+        UdpHeader {
+            src_port: 1,
+            dst_port: ROCEV2_PORT,
+            length: 8,
+            checksum: 0,
+        }
+        .write(&mut b[20..])
+        .unwrap();
         assert!(Envelope::parse(&b).is_ok());
         let mut o = b;
         o[0] = 0x46;
         assert_eq!(Envelope::parse(&o), Err(WireError::Ipv4Options(6)));
         let mut f = b;
         f[6] = 0x20; // MF
-        assert!(matches!(Envelope::parse(&f), Err(WireError::Ipv4Fragment(_))));
+        assert!(matches!(
+            Envelope::parse(&f),
+            Err(WireError::Ipv4Fragment(_))
+        ));
         let mut l = b;
         l[25] = 9;
         assert!(matches!(Envelope::parse(&l), Err(WireError::Length { .. })));
-        assert!(matches!(Envelope::parse(&b[..27]), Err(WireError::Truncated { .. })));
+        assert!(matches!(
+            Envelope::parse(&b[..27]),
+            Err(WireError::Truncated { .. })
+        ));
     }
 }

@@ -334,6 +334,10 @@ mod tests {
         assert!(first.check_payload_len(1000, 1024).is_err());
         let last = Opcode::RC_SEND_LAST.info().unwrap();
         assert!(last.check_payload_len(0, 1024).is_err());
-        assert!(Opcode::RC_SEND_ONLY.info().unwrap().check_payload_len(0, 256).is_ok());
+        assert!(Opcode::RC_SEND_ONLY
+            .info()
+            .unwrap()
+            .check_payload_len(0, 256)
+            .is_ok());
     }
 }

@@ -169,7 +169,11 @@ impl<'a> Packet<'a> {
             (Headers::RETH, e.reth.is_some(), "RETH"),
             (Headers::ATOMIC_ETH, e.atomic_eth.is_some(), "AtomicETH"),
             (Headers::AETH, e.aeth.is_some(), "AETH"),
-            (Headers::ATOMIC_ACK_ETH, e.atomic_ack_eth.is_some(), "AtomicAckETH"),
+            (
+                Headers::ATOMIC_ACK_ETH,
+                e.atomic_ack_eth.is_some(),
+                "AtomicAckETH",
+            ),
             (Headers::IMMDT, e.immdt.is_some(), "ImmDt"),
             (Headers::IETH, e.ieth.is_some(), "IETH"),
             (Headers::CNP, e.cnp.is_some(), "CNP reserved bytes"),
@@ -266,7 +270,11 @@ impl<'a> Datagram<'a> {
 ///
 /// Length fields in the envelope must already match the packet (see
 /// [`Envelope::new_rocev2`]); this is checked.
-pub fn write_datagram(env: &Envelope, pkt: &Packet<'_>, buf: &mut [u8]) -> Result<usize, WireError> {
+pub fn write_datagram(
+    env: &Envelope,
+    pkt: &Packet<'_>,
+    buf: &mut [u8],
+) -> Result<usize, WireError> {
     let plen = pkt.encoded_len()?;
     if usize::from(env.udp.length) != crate::ip::UDP_HEADER_LEN + plen {
         return Err(WireError::Length {
@@ -338,12 +346,21 @@ mod tests {
         // An ACK with stray payload.
         let mut q = t[..t.len() - 4].to_vec();
         q.extend_from_slice(&[1, 2, 3, 4, 0, 0, 0, 0]);
-        assert!(matches!(Packet::parse(&q), Err(WireError::UnexpectedPayload { .. })));
+        assert!(matches!(
+            Packet::parse(&q),
+            Err(WireError::UnexpectedPayload { .. })
+        ));
         // Unknown opcode, truncated.
         let mut r = t.to_vec();
         r[0] = 0x15;
         assert_eq!(Packet::parse(&r), Err(WireError::UnknownOpcode(0x15)));
-        assert!(matches!(Packet::parse(&t[..10]), Err(WireError::Truncated { .. })));
-        assert!(matches!(Packet::parse(&t[..15]), Err(WireError::Truncated { .. })));
+        assert!(matches!(
+            Packet::parse(&t[..10]),
+            Err(WireError::Truncated { .. })
+        ));
+        assert!(matches!(
+            Packet::parse(&t[..15]),
+            Err(WireError::Truncated { .. })
+        ));
     }
 }

@@ -1,0 +1,199 @@
+//! `ndv decode` end to end: JSON keys, ICRC verdicts, and agreement with tshark.
+
+use ndverbs_wire::capture;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn ndv() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ndv"))
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+fn captures() -> Vec<PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(repo().join("testdata/captures"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "pcap"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn decode_json(path: &Path) -> Vec<Value> {
+    let out = ndv().args(["decode", "--json"]).arg(path).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn int(v: &Value, path: &str) -> u64 {
+    let mut x = v;
+    for k in path.split('.') {
+        x = &x[k];
+    }
+    x.as_u64()
+        .unwrap_or_else(|| panic!("{path} is not an integer in {v}"))
+}
+
+#[test]
+fn json_has_the_documented_keys() {
+    let mut seen_cm = std::collections::BTreeSet::new();
+    for c in captures() {
+        for o in decode_json(&c) {
+            for k in ["frame", "sport", "dport", "payload_len"] {
+                int(&o, k);
+            }
+            assert!(o["src"].is_string() && o["dst"].is_string() && o["icrc_ok"].is_boolean());
+            assert_eq!(o["icrc_ok"], Value::Bool(true), "{}: {o}", c.display());
+            for k in [
+                "opcode", "se", "m", "pad", "tver", "pkey", "fecn", "becn", "dqpn", "ackreq", "psn",
+            ] {
+                int(&o, &format!("bth.{k}"));
+            }
+            if let Some(cm) = o.get("cm") {
+                let msg = cm["msg"].as_str().unwrap().to_string();
+                int(&o, "cm.local_comm_id");
+                for k in [
+                    "base_version",
+                    "mgmt_class",
+                    "class_version",
+                    "method",
+                    "status",
+                    "tid",
+                    "attr_id",
+                    "attr_mod",
+                ] {
+                    int(&o, &format!("mad.{k}"));
+                }
+                let extra: &[&str] = match msg.as_str() {
+                    "REQ" => &[
+                        "service_id",
+                        "local_ca_guid",
+                        "local_qpn",
+                        "starting_psn",
+                        "path_mtu",
+                        "retry_count",
+                        "rnr_retry_count",
+                        "max_cm_retries",
+                        "private_data_len",
+                    ],
+                    "REP" => &["remote_comm_id", "local_qpn", "starting_psn"],
+                    "REJ" => &["remote_comm_id", "reason"],
+                    "DREQ" => &["remote_comm_id", "remote_qpn"],
+                    _ => &["remote_comm_id"],
+                };
+                for k in extra {
+                    int(&o, &format!("cm.{k}"));
+                }
+                if msg == "REQ" {
+                    assert!(cm["primary_local_gid"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with("::ffff:10.77.0."));
+                    assert_eq!(int(&o, "cm.private_data_len"), 92);
+                }
+                seen_cm.insert(msg);
+            }
+        }
+    }
+    for m in ["REQ", "REP", "RTU", "DREQ", "DREP"] {
+        assert!(seen_cm.contains(m), "no {m} in the reference captures");
+    }
+}
+
+#[test]
+fn one_flipped_payload_byte_fails_exactly_that_frame() {
+    let src = repo().join("testdata/captures/rping.pcap");
+    let bytes = std::fs::read(&src).unwrap();
+    let frames = capture::read_frames(&bytes).unwrap();
+    // Frame 14 is an RDMA WRITE with 64 payload bytes; its payload starts after
+    // Ethernet 14 + IP 20 + UDP 8 + BTH 12 + RETH 16.
+    let f = frames.iter().find(|f| f.number == 14).unwrap();
+    let off = f.data.as_ptr() as usize - bytes.as_ptr() as usize + 14 + 20 + 8 + 12 + 16 + 5;
+    let mut bad = bytes.clone();
+    bad[off] ^= 0x80;
+    let dir = std::env::temp_dir().join(format!("ndv-decode-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("flipped.pcap");
+    std::fs::write(&path, &bad).unwrap();
+    let out = decode_json(&path);
+    let bad_frames: Vec<u64> = out
+        .iter()
+        .filter(|o| o["icrc_ok"] == Value::Bool(false))
+        .map(|o| int(o, "frame"))
+        .collect();
+    assert_eq!(bad_frames, vec![14]);
+    assert_eq!(out.len(), decode_json(&src).len());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn text_mode_and_errors() {
+    for c in captures() {
+        let out = ndv().arg("decode").arg(&c).output().unwrap();
+        assert!(out.status.success());
+        assert!(String::from_utf8_lossy(&out.stdout).contains("icrc ok"));
+    }
+    let out = ndv()
+        .args(["decode", "/nonexistent/x.pcap"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/x.pcap"));
+    let dir = std::env::temp_dir().join(format!("ndv-garbage-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("g.pcap"), b"this is not a capture file").unwrap();
+    let out = ndv()
+        .arg("decode")
+        .arg(dir.join("g.pcap"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stderr).is_empty());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The same values as tshark for every field it decodes, and ICRC verdicts that
+/// agree with an independent zlib-based implementation.
+#[test]
+fn agrees_with_tshark() {
+    let have = Command::new("tshark")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "tshark is required under CI=true (scripts/setup.sh installs it)"
+        );
+        eprintln!("SKIPPED: agrees_with_tshark — tshark is not installed (run scripts/setup.sh)");
+        return;
+    }
+    let out = Command::new("python3")
+        .arg(repo().join("scripts/decode-vs-tshark.py"))
+        .arg(env!("CARGO_BIN_EXE_ndv"))
+        .args(captures())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(&format!("{} passed, 0 failed", captures().len())),
+        "{text}"
+    );
+}

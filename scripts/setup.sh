@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs beyond the Rust toolchain. Idempotent;
+# installs only what is missing. Run as root on Debian 12 (CI runs it from
+# scripts/test.sh).
+#   tshark   decode cross-checks and capture tests
+#   python3  helper scripts (tshark comparison)
+set -euo pipefail
+need=()
+command -v tshark >/dev/null 2>&1 || need+=(tshark)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+command -v editcap >/dev/null 2>&1 || need+=(wireshark-common)
+if ((${#need[@]})); then
+    if [ "$(id -u)" != 0 ]; then
+        echo "setup: missing ${need[*]}; run as root (apt-get) to install" >&2
+        exit 1
+    fi
+    echo "setup: installing ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    # Non-root packet capture is not needed; answer the wireshark-common question.
+    echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+echo "setup: ok"

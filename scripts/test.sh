@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The whole test suite: what a newcomer runs and what CI runs (.ci/run).
+#   scripts/test.sh
+# Installs missing test dependencies (scripts/setup.sh), checks formatting and
+# lints, then runs every test of the workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+cargo test --workspace

@@ -44,36 +44,46 @@ const POLY: u32 = 0xEDB8_8320;
 /// BTH, extension headers, payload and pad. Returns the CRC value; store it with
 /// `to_le_bytes()`.
 pub fn compute(packet: &[u8]) -> Result<u32, WireError> {
-    need("ICRC input", packet, 1)?;
-    match packet[0] >> 4 {
-        4 => compute_with(packet, IPV4_HEADER_LEN, None),
-        6 => compute_with(packet, IPV6_HEADER_LEN, None),
-        v => Err(WireError::IpVersion(v)),
-    }
+    let h = ip_udp_len(packet)?;
+    compute_split(&packet[..h], &packet[h..])
 }
 
 /// Like [`compute`] for IPv4, but as if the IP ID were `id`, whatever `packet` holds.
 pub fn compute_with_ipv4_id(packet: &[u8], id: u16) -> Result<u32, WireError> {
-    compute_with(packet, IPV4_HEADER_LEN, Some(id))
+    need("ICRC input", packet, IPV4_HEADER_LEN + UDP_HEADER_LEN)?;
+    let mut hdr = [0u8; IPV4_HEADER_LEN + UDP_HEADER_LEN];
+    hdr.copy_from_slice(&packet[..IPV4_HEADER_LEN + UDP_HEADER_LEN]);
+    hdr[4..6].copy_from_slice(&id.to_be_bytes());
+    compute_split(&hdr, &packet[hdr.len()..])
 }
 
-fn compute_with(packet: &[u8], ip_len: usize, id: Option<u16>) -> Result<u32, WireError> {
-    let hdr_len = ip_len + UDP_HEADER_LEN + BTH_LEN;
-    need("ICRC input", packet, hdr_len)?;
-    let mut hdr = [0u8; IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN];
-    let hdr = &mut hdr[..hdr_len];
-    hdr.copy_from_slice(&packet[..hdr_len]);
+/// Computes the ICRC from the IP+UDP headers and the transport bytes (BTH onwards,
+/// without the ICRC) held in separate buffers — how a UDP socket user has them:
+/// the kernel writes the headers, the application only the UDP payload.
+pub fn compute_split(ip_udp: &[u8], transport: &[u8]) -> Result<u32, WireError> {
+    need("ICRC IP header", ip_udp, 1)?;
+    let ip_len = match ip_udp[0] >> 4 {
+        4 => IPV4_HEADER_LEN,
+        6 => IPV6_HEADER_LEN,
+        v => return Err(WireError::IpVersion(v)),
+    };
+    if ip_udp.len() != ip_len + UDP_HEADER_LEN {
+        return Err(WireError::Length {
+            what: "ICRC IP+UDP headers",
+            claimed: ip_len + UDP_HEADER_LEN,
+            actual: ip_udp.len(),
+        });
+    }
+    need("ICRC BTH", transport, BTH_LEN)?;
+    let mut buf = [0u8; IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN];
+    let hdr = &mut buf[..ip_len + UDP_HEADER_LEN + BTH_LEN];
+    hdr[..ip_udp.len()].copy_from_slice(ip_udp);
+    hdr[ip_len + UDP_HEADER_LEN..].copy_from_slice(&transport[..BTH_LEN]);
     if ip_len == IPV4_HEADER_LEN {
-        if hdr[0] >> 4 != 4 {
-            return Err(WireError::IpVersion(hdr[0] >> 4));
-        }
         hdr[1] = 0xff; // TOS
         hdr[8] = 0xff; // TTL
         hdr[10] = 0xff; // header checksum
         hdr[11] = 0xff;
-        if let Some(id) = id {
-            hdr[4..6].copy_from_slice(&id.to_be_bytes());
-        }
     } else {
         hdr[0] |= 0x0f; // traffic class (low nibble) ...
         hdr[1] = 0xff; // ... and flow label
@@ -86,8 +96,19 @@ fn compute_with(packet: &[u8], ip_len: usize, id: Option<u16>) -> Result<u32, Wi
     hdr[ip_len + UDP_HEADER_LEN + 4] = 0xff; // FECN, BECN, reserved
     let mut h = crc32fast::Hasher::new_with_initial(LRH_PREFIX_CRC);
     h.update(hdr);
-    h.update(&packet[hdr_len..]);
+    h.update(&transport[BTH_LEN..]);
     Ok(h.finalize())
+}
+
+fn ip_udp_len(packet: &[u8]) -> Result<usize, WireError> {
+    need("ICRC input", packet, 1)?;
+    let n = match packet[0] >> 4 {
+        4 => IPV4_HEADER_LEN + UDP_HEADER_LEN,
+        6 => IPV6_HEADER_LEN + UDP_HEADER_LEN,
+        v => return Err(WireError::IpVersion(v)),
+    };
+    need("ICRC input", packet, n)?;
+    Ok(n)
 }
 
 /// The ICRC carried in the last four bytes of `packet`.
@@ -109,16 +130,29 @@ pub fn verify(packet: &[u8]) -> Result<bool, WireError> {
 ///
 /// The ID bytes in `packet` are ignored.
 pub fn recover_ipv4_id(packet: &[u8]) -> Result<Option<u16>, WireError> {
-    need(
-        "RoCEv2 packet",
-        packet,
-        IPV4_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN + ICRC_LEN,
-    )?;
-    let body = &packet[..packet.len() - ICRC_LEN];
-    let delta = compute_with_ipv4_id(body, 0)? ^ carried(packet)?;
+    need("RoCEv2 packet", packet, IPV4_HEADER_LEN + UDP_HEADER_LEN)?;
+    let (h, t) = packet.split_at(IPV4_HEADER_LEN + UDP_HEADER_LEN);
+    recover_ipv4_id_split(h, t)
+}
+
+/// [`recover_ipv4_id`] with the IPv4+UDP headers (ID ignored) and the transport
+/// bytes (BTH through ICRC) in separate buffers, as a UDP socket receiver has them.
+pub fn recover_ipv4_id_split(ip_udp: &[u8], transport: &[u8]) -> Result<Option<u16>, WireError> {
+    need("RoCEv2 transport", transport, BTH_LEN + ICRC_LEN)?;
+    if ip_udp.first().map(|b| b >> 4) != Some(4) {
+        return Err(WireError::IpVersion(ip_udp.first().map_or(0, |b| b >> 4)));
+    }
+    let body = &transport[..transport.len() - ICRC_LEN];
+    let mut hdr = [0u8; IPV4_HEADER_LEN + UDP_HEADER_LEN];
+    let n = hdr.len();
+    need("IPv4+UDP headers", ip_udp, n)?;
+    hdr.copy_from_slice(&ip_udp[..n]);
+    hdr[4] = 0;
+    hdr[5] = 0;
+    let delta = compute_split(&hdr, body)? ^ carried(transport)?;
     // Bytes that follow the ID field inside the CRC input (the LRH stand-in
     // precedes it, so it does not count).
-    let after_id = body.len() - 6;
+    let after_id = hdr.len() - 6 + body.len();
     Ok(IdSolver::new(after_id).solve(delta))
 }
 

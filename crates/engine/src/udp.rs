@@ -1,0 +1,368 @@
+//! RoCEv2 datagram I/O over a plain UDP socket.
+//!
+//! RoCEv2 is UDP to port 4791, so an unprivileged process can speak it with an
+//! ordinary socket — with two catches, both about the ICRC, which covers the
+//! IP and UDP headers that the kernel, not the application, writes:
+//!
+//! * **Sending.** The socket is bound to `<ip>:4791` (rxe replies only to 4791, so
+//!   the source port is 4791 too), never `connect()`ed, and has
+//!   `IP_MTU_DISCOVER = IP_PMTUDISC_DO`: Linux then sends IPv4 with DF set and
+//!   **ID 0**, so every header field the ICRC covers is known before sending.
+//!   [`RoceSocket::send_to`] computes the ICRC over those headers.
+//! * **Receiving.** `recvmsg` shows the UDP payload, the source address and port,
+//!   and (with `IP_PKTINFO`) the destination address — everything but the IPv4
+//!   ID, which Linux rxe chooses at random. [`RoceSocket::recv`] rebuilds the
+//!   headers and recovers the ID from the ICRC itself
+//!   ([`ndverbs_wire::icrc::recover_ipv4_id_split`]); a packet no ID explains is
+//!   corrupt and dropped. IPv6 has no ID and is verified directly.
+//!
+//! Both assume the sender sets DF, as rxe and ndverbs always do.
+
+use ndverbs_wire::icrc::{self, ICRC_LEN};
+use ndverbs_wire::ip::{Envelope, IpHeader, ROCEV2_PORT, UDP_HEADER_LEN};
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io;
+use std::mem::MaybeUninit;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
+
+/// Socket buffer size asked for; the kernel caps it at `net.core.{r,w}mem_max`.
+pub const SOCKET_BUFFER: usize = 8 << 20;
+/// Largest RoCEv2 transport packet: 4096-byte MTU plus the largest header set.
+pub const MAX_TRANSPORT: usize = 4096 + 64;
+
+/// Why a received datagram was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drop {
+    /// Shorter than a BTH plus ICRC.
+    Runt,
+    /// No IP ID (IPv4) makes the ICRC valid, or the IPv6 ICRC is wrong.
+    BadIcrc,
+    /// No destination address was reported (should not happen with `IP_PKTINFO`).
+    NoDestination,
+}
+
+/// One received RoCEv2 datagram with a verified ICRC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Received {
+    /// Sender's address and UDP port.
+    pub src: SocketAddr,
+    /// The local address it was sent to.
+    pub dst: IpAddr,
+    /// Bytes of transport packet (BTH through ICRC) at the start of the buffer.
+    pub len: usize,
+    /// The IPv4 ID the sender used, recovered from the ICRC (`None` for IPv6).
+    pub ipv4_id: Option<u16>,
+}
+
+/// A UDP socket bound to `<ip>:4791` that sends and receives RoCEv2.
+#[derive(Debug)]
+pub struct RoceSocket {
+    sock: Socket,
+    local: IpAddr,
+    port: u16,
+}
+
+impl RoceSocket {
+    /// Binds `<local>:4791`, non-blocking, with DF / ID-0 sending and
+    /// destination-address reporting.
+    pub fn bind(local: IpAddr) -> io::Result<Self> {
+        Self::bind_port(local, ROCEV2_PORT)
+    }
+
+    /// Like [`RoceSocket::bind`] on another port (tests only: real peers always
+    /// send to 4791).
+    pub fn bind_port(local: IpAddr, port: u16) -> io::Result<Self> {
+        let domain = if local.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+        let sock = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+        sock.set_reuse_address(true)?;
+        if local.is_ipv6() {
+            sock.set_only_v6(true)?;
+        }
+        // Ask for big buffers; the kernel silently caps them, which only costs
+        // drops under bursts (counted by the kernel as UDP receive errors).
+        let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+        let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
+        let fd = sock.as_raw_fd();
+        if local.is_ipv4() {
+            setsockopt(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
+            setsockopt(fd, libc::IPPROTO_IP, libc::IP_PKTINFO, 1)?;
+        } else {
+            setsockopt(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
+            setsockopt(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1)?;
+        }
+        sock.bind(&SocketAddr::new(local, port).into())?;
+        sock.set_nonblocking(true)?;
+        let port = sock.local_addr()?.as_socket().map_or(port, |a| a.port());
+        Ok(RoceSocket { sock, local, port })
+    }
+
+    /// The bound local address.
+    pub fn local(&self) -> IpAddr {
+        self.local
+    }
+
+    /// The UDP port bound (4791 except in tests).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The file descriptor, for polling.
+    pub fn fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
+    /// The IP and UDP headers the kernel will write around `transport_len`
+    /// bytes sent from this socket to `dst`.
+    fn envelope(&self, dst: IpAddr, dst_port: u16, transport_len: usize) -> Envelope {
+        let mut env = Envelope::new_rocev2(self.local, dst, self.port, transport_len);
+        env.udp.dst_port = dst_port;
+        env
+    }
+
+    /// Fills in the ICRC (last 4 bytes of `transport`) and sends the datagram to
+    /// `dst:4791` (or `dst_port` in tests). Returns `WouldBlock` when the socket
+    /// buffer is full.
+    pub fn send_to(&self, transport: &mut [u8], dst: IpAddr, dst_port: u16) -> io::Result<()> {
+        if transport.len() < 12 + ICRC_LEN {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "RoCEv2 packet shorter than BTH + ICRC"));
+        }
+        let env = self.envelope(dst, dst_port, transport.len());
+        let mut hdr = [0u8; 48];
+        let n = env.write(&mut hdr).map_err(invalid)?;
+        let body = transport.len() - ICRC_LEN;
+        let c = icrc::compute_split(&hdr[..n], &transport[..body]).map_err(invalid)?;
+        transport[body..].copy_from_slice(&c.to_le_bytes());
+        let n = self.sock.send_to(transport, &SocketAddr::new(dst, dst_port).into())?;
+        if n != transport.len() {
+            return Err(io::Error::other("short UDP send"));
+        }
+        Ok(())
+    }
+
+    /// Receives one datagram into `buf` and verifies its ICRC.
+    ///
+    /// `Ok(None)` when nothing is waiting; `Ok(Some(Err(drop)))` for a datagram
+    /// that arrived but must be dropped (the caller counts it).
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<Result<Received, Drop>>> {
+        let (len, src, dst) = match recvmsg_pktinfo(self.sock.as_raw_fd(), buf) {
+            Ok(x) => x,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        Ok(Some(verify(&buf[..len], src, dst, self.local, self.port)))
+    }
+}
+
+/// Checks the ICRC of a received transport packet given what the socket told us.
+fn verify(
+    transport: &[u8],
+    src: SocketAddr,
+    dst: Option<IpAddr>,
+    local: IpAddr,
+    local_port: u16,
+) -> Result<Received, Drop> {
+    if transport.len() < 12 + ICRC_LEN {
+        return Err(Drop::Runt);
+    }
+    let dst = match dst {
+        Some(d) => d,
+        None if !local.is_unspecified() => local,
+        None => return Err(Drop::NoDestination),
+    };
+    let mut env = Envelope::new_rocev2(src.ip(), dst, src.port(), transport.len());
+    env.udp.dst_port = local_port;
+    let mut hdr = [0u8; 48];
+    let n = env.write(&mut hdr).map_err(|_| Drop::Runt)?;
+    match env.ip {
+        IpHeader::V4(_) => match icrc::recover_ipv4_id_split(&hdr[..n], transport) {
+            Ok(Some(id)) => Ok(Received { src, dst, len: transport.len(), ipv4_id: Some(id) }),
+            _ => Err(Drop::BadIcrc),
+        },
+        IpHeader::V6(_) => {
+            let body = transport.len() - ICRC_LEN;
+            let ok = icrc::compute_split(&hdr[..n], &transport[..body])
+                .is_ok_and(|c| c.to_le_bytes() == transport[body..]);
+            if ok {
+                Ok(Received { src, dst, len: transport.len(), ipv4_id: None })
+            } else {
+                Err(Drop::BadIcrc)
+            }
+        }
+    }
+}
+
+fn invalid(e: ndverbs_wire::WireError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, e.to_string())
+}
+
+fn setsockopt(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    // SAFETY: `value` outlives the call and its size is passed with it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `recvmsg` that also returns the destination address from `IP_PKTINFO` /
+/// `IPV6_PKTINFO`.
+fn recvmsg_pktinfo(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, SocketAddr, Option<IpAddr>)> {
+    let mut addr: MaybeUninit<libc::sockaddr_storage> = MaybeUninit::zeroed();
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // Room for one in_pktinfo or in6_pktinfo control message, 8-byte aligned.
+    let mut control = [0u64; 8];
+    // SAFETY: msghdr is plain data; zeroed is a valid initial value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = addr.as_mut_ptr().cast();
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: every pointer in `msg` refers to a live buffer of the stated size.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if msg.msg_flags & libc::MSG_TRUNC != 0 {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "datagram larger than the receive buffer"));
+    }
+    // SAFETY: the kernel filled `addr` with `msg_namelen` valid bytes.
+    let src = unsafe { sockaddr_to_std(addr.as_ptr(), msg.msg_namelen) }
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unknown source address family"))?;
+    let mut dst = None;
+    // SAFETY: CMSG_* walk the control buffer the kernel filled, within msg_controllen.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            let h = &*c;
+            if h.cmsg_level == libc::IPPROTO_IP && h.cmsg_type == libc::IP_PKTINFO {
+                let info = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::in_pktinfo>());
+                dst = Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(info.ipi_addr.s_addr))));
+            } else if h.cmsg_level == libc::IPPROTO_IPV6 && h.cmsg_type == libc::IPV6_PKTINFO {
+                let info = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::in6_pktinfo>());
+                dst = Some(IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr)));
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok((n as usize, src, dst))
+}
+
+/// # Safety
+/// `sa` must point to `len` initialised bytes of a socket address.
+unsafe fn sockaddr_to_std(sa: *const libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    match i32::from((*sa).ss_family) {
+        libc::AF_INET if len as usize >= std::mem::size_of::<libc::sockaddr_in>() => {
+            let a = &*sa.cast::<libc::sockaddr_in>();
+            Some(SocketAddr::new(
+                IpAddr::V4(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr))),
+                u16::from_be(a.sin_port),
+            ))
+        }
+        libc::AF_INET6 if len as usize >= std::mem::size_of::<libc::sockaddr_in6>() => {
+            let a = &*sa.cast::<libc::sockaddr_in6>();
+            Some(SocketAddr::new(IpAddr::V6(Ipv6Addr::from(a.sin6_addr.s6_addr)), u16::from_be(a.sin6_port)))
+        }
+        _ => None,
+    }
+}
+
+/// Bytes of UDP header, re-exported for callers sizing datagrams.
+pub const UDP_HEADER: usize = UDP_HEADER_LEN;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndverbs_wire::bth::Bth;
+    use ndverbs_wire::opcode::Opcode;
+    use ndverbs_wire::packet::Packet;
+    use std::time::{Duration, Instant};
+
+    fn recv_wait(s: &RoceSocket, buf: &mut [u8]) -> Result<Received, Drop> {
+        let t0 = Instant::now();
+        loop {
+            if let Some(r) = s.recv(buf).unwrap() {
+                return r;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(5), "nothing received");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn send_only(payload: &[u8]) -> Vec<u8> {
+        let mut bth = Bth::new(Opcode::RC_SEND_ONLY, 0x11, 0x42);
+        bth.ack_req = true;
+        bth.pad = Packet::pad_for(payload.len());
+        let mut p = Packet::new(bth);
+        p.payload = payload;
+        let mut v = vec![0u8; p.encoded_len().unwrap()];
+        p.write(&mut v).unwrap();
+        v
+    }
+
+    /// Two adapters on 127.0.0.1 and 127.0.0.2 (same port, as RoCEv2 demands):
+    /// the receiver sees a valid ICRC and recovers ID 0, which proves the sender
+    /// side's assumption about the kernel's IP ID.
+    #[test]
+    fn loopback_send_receive_verifies_icrc_and_id_zero() {
+        let port = 47910 + (std::process::id() % 50) as u16;
+        let a = RoceSocket::bind_port("127.0.0.1".parse().unwrap(), port).unwrap();
+        let b = RoceSocket::bind_port("127.0.0.2".parse().unwrap(), port).unwrap();
+        let mut pkt = send_only(b"hello, rxe");
+        a.send_to(&mut pkt, b.local(), port).unwrap();
+        let mut buf = [0u8; MAX_TRANSPORT];
+        let r = recv_wait(&b, &mut buf).unwrap();
+        assert_eq!(r.src, SocketAddr::new(a.local(), port));
+        assert_eq!(r.dst, b.local());
+        assert_eq!(r.ipv4_id, Some(0));
+        assert_eq!(&buf[..r.len], &pkt[..]);
+        let p = Packet::parse(&buf[..r.len]).unwrap();
+        assert_eq!(p.payload, b"hello, rxe");
+    }
+
+    #[test]
+    fn corrupted_datagram_is_dropped() {
+        let port = 47960 + (std::process::id() % 30) as u16;
+        let a = RoceSocket::bind_port("127.0.0.3".parse().unwrap(), port).unwrap();
+        let b = RoceSocket::bind_port("127.0.0.4".parse().unwrap(), port).unwrap();
+        let mut pkt = send_only(&[7u8; 64]);
+        // Compute a valid ICRC, then corrupt the payload and send it raw.
+        a.send_to(&mut pkt, b.local(), port).unwrap();
+        let mut buf = [0u8; MAX_TRANSPORT];
+        recv_wait(&b, &mut buf).unwrap();
+        pkt[20] ^= 1;
+        a.sock.send_to(&pkt, &SocketAddr::new(b.local(), port).into()).unwrap();
+        assert_eq!(recv_wait(&b, &mut buf), Err(Drop::BadIcrc));
+        assert_eq!(verify(&[0u8; 8], SocketAddr::new(a.local(), 1), None, a.local(), port), Err(Drop::Runt));
+    }
+
+    #[test]
+    fn ipv6_loopback() {
+        let port = 47990 + (std::process::id() % 9) as u16;
+        let Ok(a) = RoceSocket::bind_port("::1".parse().unwrap(), port) else {
+            eprintln!("SKIPPED: ipv6_loopback — no ::1 on this machine");
+            return;
+        };
+        let Ok(b) = RoceSocket::bind_port("::1".parse().unwrap(), port + 1) else { return };
+        let mut pkt = send_only(b"v6");
+        a.send_to(&mut pkt, b.local(), port + 1).unwrap();
+        let mut buf = [0u8; MAX_TRANSPORT];
+        let r = recv_wait(&b, &mut buf).unwrap();
+        assert_eq!((r.dst, r.ipv4_id), (b.local(), None));
+        assert_eq!(&buf[..r.len], &pkt[..]);
+    }
+}

@@ -8,4 +8,8 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+# One Linux Soft-RoCE guest for the whole run (interop tests skip loudly
+# without it, and fail under CI=true).
+scripts/interop.sh up
+trap 'scripts/interop.sh down' EXIT
 cargo test --workspace

@@ -18,12 +18,22 @@ use std::time::{Duration, Instant};
 
 fn main() -> std::io::Result<()> {
     let a: Vec<String> = std::env::args().skip(1).collect();
-    let local: IpAddr = a.first().map_or("10.77.0.1", |s| s).parse().expect("local ip");
-    let peer: IpAddr = a.get(1).map_or("10.77.0.2", |s| s).parse().expect("peer ip");
+    let local: IpAddr = a
+        .first()
+        .map_or("10.77.0.1", |s| s)
+        .parse()
+        .expect("local ip");
+    let peer: IpAddr = a
+        .get(1)
+        .map_or("10.77.0.2", |s| s)
+        .parse()
+        .expect("peer ip");
     let port: u16 = a.get(2).map_or(7174, |s| s.parse().expect("port"));
     let sock = RoceSocket::bind(local)?;
     let mut pd = [0u8; 92];
-    CmaHeader::new(local, 40000, peer).write(&mut pd).expect("cma header");
+    CmaHeader::new(local, 40000, peer)
+        .write(&mut pd)
+        .expect("cma header");
     let req = Req {
         local_comm_id: 0x1234_5678,
         vendor_id: 0,
@@ -62,7 +72,11 @@ fn main() -> std::io::Result<()> {
     };
     let mad = CmMessage::Req(req).to_mad(0x0000_0001_1234_5678);
     let mut p = Packet::new(Bth::new(Opcode::UD_SEND_ONLY, GSI_QPN, 0));
-    p.ext.deth = Some(Deth { qkey: GSI_QKEY, resv: 0, src_qpn: GSI_QPN });
+    p.ext.deth = Some(Deth {
+        qkey: GSI_QKEY,
+        resv: 0,
+        src_qpn: GSI_QPN,
+    });
     p.payload = &mad;
     let mut out = vec![0u8; p.encoded_len().expect("len")];
     p.write(&mut out).expect("write");
@@ -79,11 +93,18 @@ fn main() -> std::io::Result<()> {
                 if let Ok(m) = Mad::parse(pkt.payload) {
                     match CmMessage::parse(&m) {
                         Ok(cm) => {
-                            println!("got {} from {} (ip id {:?}): {:?}", cm.name(), r.src, r.ipv4_id, match cm {
-                                CmMessage::Rej(j) => format!("reason {}", j.reason),
-                                CmMessage::Rep(p) => format!("qpn {:#x} psn {:#x}", p.local_qpn, p.starting_psn),
-                                other => other.name().to_string(),
-                            });
+                            println!(
+                                "got {} from {} (ip id {:?}): {:?}",
+                                cm.name(),
+                                r.src,
+                                r.ipv4_id,
+                                match cm {
+                                    CmMessage::Rej(j) => format!("reason {}", j.reason),
+                                    CmMessage::Rep(p) =>
+                                        format!("qpn {:#x} psn {:#x}", p.local_qpn, p.starting_psn),
+                                    other => other.name().to_string(),
+                                }
+                            );
                             return Ok(());
                         }
                         Err(e) => println!("MAD: {e}"),

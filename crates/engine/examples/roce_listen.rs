@@ -9,7 +9,11 @@ use std::time::Duration;
 
 fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);
-    let ip = args.next().unwrap_or_else(|| "127.0.0.1".into()).parse().expect("IP address");
+    let ip = args
+        .next()
+        .unwrap_or_else(|| "127.0.0.1".into())
+        .parse()
+        .expect("IP address");
     let count: usize = args.next().map_or(1, |c| c.parse().expect("count"));
     let sock = RoceSocket::bind(ip)?;
     let mut buf = [0u8; MAX_TRANSPORT];
@@ -27,7 +31,10 @@ fn main() -> std::io::Result<()> {
                     Ok(p) => p.bth.opcode.to_string(),
                     Err(e) => e.to_string(),
                 };
-                println!("{} -> {}: {} bytes, {what}, icrc ok, ip id {:?}", r.src, r.dst, r.len, r.ipv4_id);
+                println!(
+                    "{} -> {}: {} bytes, {what}, icrc ok, ip id {:?}",
+                    r.src, r.dst, r.len, r.ipv4_id
+                );
             }
         }
     }

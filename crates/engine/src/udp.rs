@@ -73,7 +73,11 @@ impl RoceSocket {
     /// Like [`RoceSocket::bind`] on another port (tests only: real peers always
     /// send to 4791).
     pub fn bind_port(local: IpAddr, port: u16) -> io::Result<Self> {
-        let domain = if local.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+        let domain = if local.is_ipv4() {
+            Domain::IPV4
+        } else {
+            Domain::IPV6
+        };
         let sock = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
         sock.set_reuse_address(true)?;
         if local.is_ipv6() {
@@ -85,10 +89,20 @@ impl RoceSocket {
         let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
         let fd = sock.as_raw_fd();
         if local.is_ipv4() {
-            setsockopt(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
+            setsockopt(
+                fd,
+                libc::IPPROTO_IP,
+                libc::IP_MTU_DISCOVER,
+                libc::IP_PMTUDISC_DO,
+            )?;
             setsockopt(fd, libc::IPPROTO_IP, libc::IP_PKTINFO, 1)?;
         } else {
-            setsockopt(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
+            setsockopt(
+                fd,
+                libc::IPPROTO_IPV6,
+                libc::IPV6_MTU_DISCOVER,
+                libc::IP_PMTUDISC_DO,
+            )?;
             setsockopt(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1)?;
         }
         sock.bind(&SocketAddr::new(local, port).into())?;
@@ -125,7 +139,10 @@ impl RoceSocket {
     /// buffer is full.
     pub fn send_to(&self, transport: &mut [u8], dst: IpAddr, dst_port: u16) -> io::Result<()> {
         if transport.len() < 12 + ICRC_LEN {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "RoCEv2 packet shorter than BTH + ICRC"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "RoCEv2 packet shorter than BTH + ICRC",
+            ));
         }
         let env = self.envelope(dst, dst_port, transport.len());
         let mut hdr = [0u8; 48];
@@ -133,7 +150,9 @@ impl RoceSocket {
         let body = transport.len() - ICRC_LEN;
         let c = icrc::compute_split(&hdr[..n], &transport[..body]).map_err(invalid)?;
         transport[body..].copy_from_slice(&c.to_le_bytes());
-        let n = self.sock.send_to(transport, &SocketAddr::new(dst, dst_port).into())?;
+        let n = self
+            .sock
+            .send_to(transport, &SocketAddr::new(dst, dst_port).into())?;
         if n != transport.len() {
             return Err(io::Error::other("short UDP send"));
         }
@@ -176,7 +195,12 @@ fn verify(
     let n = env.write(&mut hdr).map_err(|_| Drop::Runt)?;
     match env.ip {
         IpHeader::V4(_) => match icrc::recover_ipv4_id_split(&hdr[..n], transport) {
-            Ok(Some(id)) => Ok(Received { src, dst, len: transport.len(), ipv4_id: Some(id) }),
+            Ok(Some(id)) => Ok(Received {
+                src,
+                dst,
+                len: transport.len(),
+                ipv4_id: Some(id),
+            }),
             _ => Err(Drop::BadIcrc),
         },
         IpHeader::V6(_) => {
@@ -184,7 +208,12 @@ fn verify(
             let ok = icrc::compute_split(&hdr[..n], &transport[..body])
                 .is_ok_and(|c| c.to_le_bytes() == transport[body..]);
             if ok {
-                Ok(Received { src, dst, len: transport.len(), ipv4_id: None })
+                Ok(Received {
+                    src,
+                    dst,
+                    len: transport.len(),
+                    ipv4_id: None,
+                })
             } else {
                 Err(Drop::BadIcrc)
             }
@@ -196,7 +225,12 @@ fn invalid(e: ndverbs_wire::WireError) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, e.to_string())
 }
 
-fn setsockopt(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+fn setsockopt(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: `value` outlives the call and its size is passed with it.
     let rc = unsafe {
         libc::setsockopt(
@@ -238,11 +272,15 @@ fn recvmsg_pktinfo(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, SocketAddr, 
         return Err(io::Error::last_os_error());
     }
     if msg.msg_flags & libc::MSG_TRUNC != 0 {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "datagram larger than the receive buffer"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "datagram larger than the receive buffer",
+        ));
     }
     // SAFETY: the kernel filled `addr` with `msg_namelen` valid bytes.
-    let src = unsafe { sockaddr_to_std(addr.as_ptr(), msg.msg_namelen) }
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unknown source address family"))?;
+    let src = unsafe { sockaddr_to_std(addr.as_ptr(), msg.msg_namelen) }.ok_or_else(|| {
+        io::Error::new(io::ErrorKind::InvalidData, "unknown source address family")
+    })?;
     let mut dst = None;
     // SAFETY: CMSG_* walk the control buffer the kernel filled, within msg_controllen.
     unsafe {
@@ -251,7 +289,9 @@ fn recvmsg_pktinfo(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, SocketAddr, 
             let h = &*c;
             if h.cmsg_level == libc::IPPROTO_IP && h.cmsg_type == libc::IP_PKTINFO {
                 let info = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::in_pktinfo>());
-                dst = Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(info.ipi_addr.s_addr))));
+                dst = Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                    info.ipi_addr.s_addr,
+                ))));
             } else if h.cmsg_level == libc::IPPROTO_IPV6 && h.cmsg_type == libc::IPV6_PKTINFO {
                 let info = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::in6_pktinfo>());
                 dst = Some(IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr)));
@@ -264,7 +304,10 @@ fn recvmsg_pktinfo(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, SocketAddr, 
 
 /// # Safety
 /// `sa` must point to `len` initialised bytes of a socket address.
-unsafe fn sockaddr_to_std(sa: *const libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+unsafe fn sockaddr_to_std(
+    sa: *const libc::sockaddr_storage,
+    len: libc::socklen_t,
+) -> Option<SocketAddr> {
     match i32::from((*sa).ss_family) {
         libc::AF_INET if len as usize >= std::mem::size_of::<libc::sockaddr_in>() => {
             let a = &*sa.cast::<libc::sockaddr_in>();
@@ -275,7 +318,10 @@ unsafe fn sockaddr_to_std(sa: *const libc::sockaddr_storage, len: libc::socklen_
         }
         libc::AF_INET6 if len as usize >= std::mem::size_of::<libc::sockaddr_in6>() => {
             let a = &*sa.cast::<libc::sockaddr_in6>();
-            Some(SocketAddr::new(IpAddr::V6(Ipv6Addr::from(a.sin6_addr.s6_addr)), u16::from_be(a.sin6_port)))
+            Some(SocketAddr::new(
+                IpAddr::V6(Ipv6Addr::from(a.sin6_addr.s6_addr)),
+                u16::from_be(a.sin6_port),
+            ))
         }
         _ => None,
     }
@@ -345,9 +391,20 @@ mod tests {
         let mut buf = [0u8; MAX_TRANSPORT];
         recv_wait(&b, &mut buf).unwrap();
         pkt[20] ^= 1;
-        a.sock.send_to(&pkt, &SocketAddr::new(b.local(), port).into()).unwrap();
+        a.sock
+            .send_to(&pkt, &SocketAddr::new(b.local(), port).into())
+            .unwrap();
         assert_eq!(recv_wait(&b, &mut buf), Err(Drop::BadIcrc));
-        assert_eq!(verify(&[0u8; 8], SocketAddr::new(a.local(), 1), None, a.local(), port), Err(Drop::Runt));
+        assert_eq!(
+            verify(
+                &[0u8; 8],
+                SocketAddr::new(a.local(), 1),
+                None,
+                a.local(),
+                port
+            ),
+            Err(Drop::Runt)
+        );
     }
 
     #[test]
@@ -357,7 +414,9 @@ mod tests {
             eprintln!("SKIPPED: ipv6_loopback — no ::1 on this machine");
             return;
         };
-        let Ok(b) = RoceSocket::bind_port("::1".parse().unwrap(), port + 1) else { return };
+        let Ok(b) = RoceSocket::bind_port("::1".parse().unwrap(), port + 1) else {
+            return;
+        };
         let mut pkt = send_only(b"v6");
         a.send_to(&mut pkt, b.local(), port + 1).unwrap();
         let mut buf = [0u8; MAX_TRANSPORT];

@@ -7,8 +7,9 @@
 //!
 //! Layouts follow IBTA volume 1 chapter 12 (tables 106–120); offsets below are
 //! relative to the start of the MAD data (MAD byte 24), bit 7 is a byte's MSB.
-//! Every field is decoded, including the ones rdma_cm leaves zero, so a message
-//! re-encodes to the bytes it came from. Private data has no length on the wire:
+//! Every field is decoded, including the ones rdma_cm leaves zero; reserved
+//! bits are ignored on parse and written as zero, so a message from a
+//! conforming sender re-encodes to the bytes it came from. Private data has no length on the wire:
 //! the whole area is always carried.
 //!
 //! The transaction ID lives in the MAD header, not here: Linux's REP, RTU, MRA

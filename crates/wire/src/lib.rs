@@ -12,9 +12,11 @@
 //! ```
 //!
 //! Every parser is zero-copy and total: any byte string gives either a value or
-//! a [`WireError`] naming the problem — never a panic. Every parsed structure
-//! keeps every bit, so parse → write reproduces the input exactly (the tests
-//! check this on real captures of Linux rxe).
+//! a [`WireError`] naming the problem — never a panic. Parsed headers keep
+//! every bit, reserved ones included, so parse → write reproduces the input
+//! exactly (the tests check this on every frame of real captures of Linux rxe).
+//! Two things are not kept, because senders must zero them and receivers ignore
+//! them: the contents of pad bytes, and the reserved bits inside CM messages.
 //!
 //! [`capture`] reads and writes pcap/pcapng files for `ndv decode` and packet
 //! capture.

@@ -58,9 +58,8 @@ fn replay(kind: &str) -> Vec<(String, usize)> {
             .and_then(|n| n.to_str())
             .expect("UTF-8 target directory name")
             .to_owned();
-        let check = check_of(&target).unwrap_or_else(|| {
-            panic!("{}: no fuzz target named {target:?}", dir.display())
-        });
+        let check = check_of(&target)
+            .unwrap_or_else(|| panic!("{}: no fuzz target named {target:?}", dir.display()));
         let files = files_in(&dir);
         for file in &files {
             let data = std::fs::read(file).expect("readable corpus file");

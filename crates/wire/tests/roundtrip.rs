@@ -692,6 +692,13 @@ fn check_datagram(op: Opcode, p: &Parts) -> Result<(), TestCaseError> {
     let mut again = vec![0u8; n];
     prop_assert_eq!(got.write(&mut again)?, n);
     prop_assert_eq!(&again, &buf, "{}: re-encoding differs", info.name);
+    prop_assert!(
+        buf[n - ICRC_LEN - pad..n - ICRC_LEN]
+            .iter()
+            .all(|&b| b == 0),
+        "{}: pad bytes not zero",
+        info.name
+    );
     // Ethernet padding after the IP packet is ignored.
     let mut padded = buf.clone();
     padded.extend_from_slice(&[0xee; 6]);
@@ -988,6 +995,68 @@ proptest! {
                 "{}: toggling {:?} gave {:?}",
                 info.name,
                 flip,
+                r
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(config(256))]
+
+    /// What the opcode table says about a transport packet is enforced:
+    /// payload where none is allowed, a pad count larger than the payload
+    /// area, and a packet shorter than its headers plus ICRC are errors.
+    #[test]
+    fn structural_errors_are_reported(
+        p in arb_parts(),
+        op in select(Opcode::ALL),
+        stray in vec(any::<u8>(), 1..=8),
+        cut in any::<Index>()
+    ) {
+        let info = op.info()?;
+        let (env, pkt) = build(op, &p)?;
+        let buf = encode(&env, &pkt)?;
+        let t = &buf[env.len()..];
+        prop_assert_eq!(Packet::parse(t)?, Datagram::parse(&buf)?.packet);
+        let hdr = pkt.header_len()?;
+
+        let short = cut.index(hdr + ICRC_LEN);
+        prop_assert!(
+            matches!(Packet::parse(&t[..short]), Err(WireError::Truncated { .. })),
+            "{}: {} bytes",
+            info.name,
+            short
+        );
+
+        // Pad count 3 on a payload area of fewer than 3 bytes.
+        let area = t.len() - hdr - ICRC_LEN;
+        if area < 3 {
+            let mut q = t.to_vec();
+            q[1] |= 0x30;
+            prop_assert_eq!(
+                Packet::parse(&q),
+                Err(WireError::Pad { pad: 3, len: area })
+            );
+        }
+
+        if info.payload == Payload::None {
+            let mut q = t[..hdr].to_vec();
+            q.extend_from_slice(&stray);
+            q.extend_from_slice(&t[hdr..]);
+            prop_assert_eq!(
+                Packet::parse(&q),
+                Err(WireError::UnexpectedPayload { opcode: info.name, len: stray.len() })
+            );
+            let mut with = pkt;
+            with.payload = &stray;
+            with.bth.pad = Packet::pad_for(stray.len());
+            let mut out = vec![0u8; with.encoded_len()?];
+            let r = with.write(&mut out);
+            prop_assert!(
+                matches!(r, Err(WireError::UnexpectedPayload { .. })),
+                "{}: writing a payload gave {:?}",
+                info.name,
                 r
             );
         }

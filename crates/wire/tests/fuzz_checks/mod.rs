@@ -73,7 +73,11 @@ pub fn check_capture(data: &[u8]) {
     };
     for (i, f) in frames.iter().enumerate() {
         assert_eq!(f.number, i + 1, "frames are numbered from 1 without gaps");
-        assert!(f.data.len() <= data.len(), "frame {} is longer than the file", f.number);
+        assert!(
+            f.data.len() <= data.len(),
+            "frame {} is longer than the file",
+            f.number
+        );
         let Some((_, ip)) = capture::ip_packet(f.link, f.data) else {
             continue;
         };
@@ -96,23 +100,36 @@ fn check_envelope(data: &[u8], env: &Envelope) {
     let mut out = vec![0u8; env.len()];
     assert_eq!(env.write(&mut out), Ok(env.len()), "Envelope::write");
     assert_eq!(out, data[..env.len()], "Envelope round trip");
-    assert!(env.len() <= ip_total_len(&env.ip), "IP and UDP headers inside the IP packet");
+    assert!(
+        env.len() <= ip_total_len(&env.ip),
+        "IP and UDP headers inside the IP packet"
+    );
 }
 
 /// A parsed datagram: byte-exact round trip of the covered prefix, and
 /// consistent ICRC functions.
 pub fn check_datagram(data: &[u8], d: &Datagram<'_>) {
     let total = ip_total_len(&d.envelope.ip);
-    assert!(total <= data.len(), "IP total length {total} past the {} input bytes", data.len());
+    assert!(
+        total <= data.len(),
+        "IP total length {total} past the {} input bytes",
+        data.len()
+    );
     let covered = &data[..total];
 
-    let len = d.encoded_len().expect("a parsed datagram has a known opcode");
+    let len = d
+        .encoded_len()
+        .expect("a parsed datagram has a known opcode");
     assert_eq!(len, total, "Datagram::encoded_len vs IP total length");
     let mut out = vec![0u8; len];
     assert_eq!(d.write(&mut out), Ok(len), "Datagram::write");
     let pad = pad_range(d.envelope.len(), &d.packet, len);
     assert_same(covered, &out, pad.clone(), "Datagram round trip");
-    assert_eq!(Datagram::parse(&out).as_ref(), Ok(d), "re-encoded datagram parses back");
+    assert_eq!(
+        Datagram::parse(&out).as_ref(),
+        Ok(d),
+        "re-encoded datagram parses back"
+    );
 
     // ICRC: the carried one is checked against the computed one, and the
     // IPv4 ID recovered from the ICRC is the one in the header exactly when
@@ -122,7 +139,8 @@ pub fn check_datagram(data: &[u8], d: &Datagram<'_>) {
     let computed = icrc::compute(body).expect("a parsed datagram has an ICRC input");
     assert_eq!(verified, computed == d.packet.icrc, "verify vs compute");
     if let IpHeader::V4(h) = d.envelope.ip {
-        let recovered = icrc::recover_ipv4_id(covered).expect("IPv4 RoCEv2 packets are long enough");
+        let recovered =
+            icrc::recover_ipv4_id(covered).expect("IPv4 RoCEv2 packets are long enough");
         assert_eq!(
             recovered == Some(h.id),
             verified,
@@ -145,10 +163,23 @@ pub fn check_datagram(data: &[u8], d: &Datagram<'_>) {
         Ok(len),
         "write_datagram of a parsed datagram"
     );
-    assert_eq!(icrc::verify(&fresh), Ok(true), "write_datagram writes a valid ICRC");
-    assert_same(&covered[..total - ICRC_LEN], &fresh[..total - ICRC_LEN], pad, "write_datagram");
+    assert_eq!(
+        icrc::verify(&fresh),
+        Ok(true),
+        "write_datagram writes a valid ICRC"
+    );
+    assert_same(
+        &covered[..total - ICRC_LEN],
+        &fresh[..total - ICRC_LEN],
+        pad,
+        "write_datagram",
+    );
     if let IpHeader::V4(h) = d.envelope.ip {
-        assert_eq!(icrc::recover_ipv4_id(&fresh), Ok(Some(h.id)), "ID of a fresh ICRC");
+        assert_eq!(
+            icrc::recover_ipv4_id(&fresh),
+            Ok(Some(h.id)),
+            "ID of a fresh ICRC"
+        );
     }
 
     if d.packet.payload.len() == MAD_LEN {
@@ -163,7 +194,11 @@ fn check_packet(data: &[u8], p: &Packet<'_>) {
     let mut out = vec![0u8; len];
     assert_eq!(p.write(&mut out), Ok(len), "Packet::write");
     assert_same(data, &out, pad_range(0, p, len), "Packet round trip");
-    assert_eq!(Packet::parse(&out).as_ref(), Ok(p), "re-encoded packet parses back");
+    assert_eq!(
+        Packet::parse(&out).as_ref(),
+        Ok(p),
+        "re-encoded packet parses back"
+    );
     if p.payload.len() == MAD_LEN {
         check_mad(p.payload);
     }
@@ -215,7 +250,11 @@ fn ignore_pad_bytes() -> bool {
 fn check_mad(buf: &[u8]) {
     let mad = Mad::parse(buf).expect("any 256 bytes are a MAD");
     let mut hdr = [0u8; MAD_HEADER_LEN];
-    assert_eq!(mad.header.write(&mut hdr), Ok(MAD_HEADER_LEN), "MadHeader::write");
+    assert_eq!(
+        mad.header.write(&mut hdr),
+        Ok(MAD_HEADER_LEN),
+        "MadHeader::write"
+    );
     assert_eq!(hdr, buf[..MAD_HEADER_LEN], "MAD header round trip");
     assert_eq!(mad.data[..], buf[MAD_HEADER_LEN..], "MAD data");
     if let Ok(msg) = CmMessage::parse(&mad) {
@@ -227,11 +266,22 @@ fn check_mad(buf: &[u8]) {
 /// `to_mad(tid)` of a CM message is a CM MAD that parses back to it.
 fn check_cm(msg: &CmMessage, tid: u64) {
     let _ = (msg.name(), msg.local_comm_id(), msg.remote_comm_id());
-    assert!(msg.private_data().len() < MAD_DATA_LEN, "private data inside the MAD");
+    assert!(
+        msg.private_data().len() < MAD_DATA_LEN,
+        "private data inside the MAD"
+    );
     let bytes = msg.to_mad(tid);
     let again = Mad::parse(&bytes).expect("to_mad makes 256 bytes");
-    assert_eq!(again.header, MadHeader::cm(msg.attr_id(), tid), "to_mad header");
-    assert_eq!(CmMessage::parse(&again).as_ref(), Ok(msg), "CM message round trip through to_mad");
+    assert_eq!(
+        again.header,
+        MadHeader::cm(msg.attr_id(), tid),
+        "to_mad header"
+    );
+    assert_eq!(
+        CmMessage::parse(&again).as_ref(),
+        Ok(msg),
+        "CM message round trip through to_mad"
+    );
     if let CmMessage::Req(req) = msg {
         let _ = (req.has_alternate_path(), req.sap_supported());
         if let Ok(h) = CmaHeader::parse(&req.private_data) {
@@ -243,6 +293,12 @@ fn check_cm(msg: &CmMessage, tid: u64) {
 /// A parsed rdma_cm header writes and parses back to itself.
 fn check_cma(h: &CmaHeader) {
     let mut b = [0u8; ndverbs_wire::cma::CMA_HEADER_LEN];
-    let n = h.write(&mut b).expect("a parsed rdma_cm header has one address family");
-    assert_eq!(CmaHeader::parse(&b[..n]).as_ref(), Ok(h), "rdma_cm header round trip");
+    let n = h
+        .write(&mut b)
+        .expect("a parsed rdma_cm header has one address family");
+    assert_eq!(
+        CmaHeader::parse(&b[..n]).as_ref(),
+        Ok(h),
+        "rdma_cm header round trip"
+    );
 }

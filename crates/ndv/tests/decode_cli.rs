@@ -197,3 +197,143 @@ fn agrees_with_tshark() {
         "{text}"
     );
 }
+
+/// Captures made here: every opcode over IPv6 as raw IP, the same over IPv4 in
+/// Linux cooked (SLL) framing, and the reference captures converted to pcapng —
+/// each decoded by ndv and by tshark and compared field by field.
+#[test]
+fn synthetic_and_pcapng_captures_agree_with_tshark() {
+    use ndverbs_wire::bth::Bth;
+    use ndverbs_wire::capture::{LinkType, PcapWriter};
+    use ndverbs_wire::ext::{Aeth, AtomicEth, Deth, Reth, Syndrome};
+    use ndverbs_wire::ip::Envelope;
+    use ndverbs_wire::opcode::{Headers, Opcode, Payload};
+    use ndverbs_wire::packet::{write_datagram, Packet};
+
+    let have = |t: &str| {
+        Command::new(t)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !have("tshark") || !have("editcap") {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "tshark/editcap required under CI=true"
+        );
+        eprintln!("SKIPPED: synthetic_and_pcapng_captures_agree_with_tshark — no tshark/editcap");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ndv-synth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let payload: Vec<u8> = (0..=255u8).collect();
+    let mut v6 = PcapWriter::new(Vec::new(), LinkType::RawIp).unwrap();
+    let mut sll = PcapWriter::new(Vec::new(), LinkType::LinuxSll).unwrap();
+    for (i, &op) in Opcode::ALL.iter().enumerate() {
+        let info = op.info().unwrap();
+        if info.transport == ndverbs_wire::opcode::Transport::Cnp {
+            continue; // tshark 4.0 does not dissect CNP over RoCEv2 UDP
+        }
+        let mut bth = Bth::new(op, 0x12 + i as u32, 0x00ff_fff0 + i as u32);
+        bth.ack_req = info.is_last();
+        let len = match info.payload {
+            Payload::None => 0,
+            Payload::Eight => 8,
+            Payload::FullMtu => 256,
+            _ => 1 + i * 5 % 250,
+        };
+        bth.pad = Packet::pad_for(len);
+        let mut p = Packet::new(bth);
+        p.payload = &payload[..len];
+        let h = info.headers;
+        if h.contains(Headers::RETH) {
+            p.ext.reth = Some(Reth {
+                va: 0x1000 + i as u64,
+                rkey: 0xabc0 + i as u32,
+                len: 4096,
+            });
+        }
+        if h.contains(Headers::AETH) {
+            p.ext.aeth = Some(Aeth::new(Syndrome::ACK, i as u32));
+        }
+        if h.contains(Headers::ATOMIC_ETH) {
+            p.ext.atomic_eth = Some(AtomicEth {
+                va: 0x2000,
+                rkey: 0x77,
+                swap_add: 5 + i as u64,
+                compare: 9,
+            });
+        }
+        if h.contains(Headers::ATOMIC_ACK_ETH) {
+            p.ext.atomic_ack_eth = Some(0x1122_3344_5566_7788);
+        }
+        if h.contains(Headers::DETH) {
+            p.ext.deth = Some(Deth {
+                qkey: 0x1111_2222,
+                resv: 0,
+                src_qpn: 0x33,
+            });
+        }
+        if h.contains(Headers::IMMDT) {
+            p.ext.immdt = Some(0xdead_beef);
+        }
+        if h.contains(Headers::IETH) {
+            p.ext.ieth = Some(0x0bad_cafe);
+        }
+        if h.contains(Headers::FETH) {
+            p.ext.feth = Some(0);
+        }
+        for (addrs, w, cooked) in [
+            (("fd00::1", "fd00::2"), &mut v6, false),
+            (("10.1.0.1", "10.1.0.2"), &mut sll, true),
+        ] {
+            let env = Envelope::new_rocev2(
+                addrs.0.parse().unwrap(),
+                addrs.1.parse().unwrap(),
+                0xc000 + i as u16,
+                p.encoded_len().unwrap(),
+            );
+            let mut buf = vec![0u8; 16 + env.len() + p.encoded_len().unwrap()];
+            let n = write_datagram(&env, &p, &mut buf[16..]).unwrap();
+            if cooked {
+                buf[14..16].copy_from_slice(&0x0800u16.to_be_bytes());
+                w.write_packet(i as u64 * 1000, &buf[..16 + n]).unwrap();
+            } else {
+                w.write_packet(i as u64 * 1000, &buf[16..16 + n]).unwrap();
+            }
+        }
+    }
+    let mut paths = vec![dir.join("v6_rawip.pcap"), dir.join("v4_sll.pcap")];
+    std::fs::write(&paths[0], v6.into_inner()).unwrap();
+    std::fs::write(&paths[1], sll.into_inner()).unwrap();
+    for c in captures() {
+        let out = dir.join(format!(
+            "{}.pcapng",
+            c.file_stem().unwrap().to_string_lossy()
+        ));
+        assert!(Command::new("editcap")
+            .args(["-F", "pcapng"])
+            .arg(&c)
+            .arg(&out)
+            .status()
+            .unwrap()
+            .success());
+        paths.push(out);
+    }
+    for p in &paths[..2] {
+        assert!(decode_json(p).len() >= 38, "{}", p.display());
+    }
+    let out = Command::new("python3")
+        .arg(repo().join("scripts/decode-vs-tshark.py"))
+        .arg(env!("CARGO_BIN_EXE_ndv"))
+        .args(&paths)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -66,7 +66,7 @@ trap 'rm -rf "$scratch"' EXIT
 failed=()
 for target in "${targets[@]}"; do
     echo "=== $target: ${seconds}s"
-    mkdir -p "$scratch/$target" "$fuzz_dir/corpus/$target" "$fuzz_dir/artifacts/$target"
+    mkdir -p "$scratch/$target" "$fuzz_dir/corpus/$target"
     log="$scratch/$target.log"
     # -timeout: an input taking over 10 s is a hang; -rss_limit_mb: the
     # machines have 24 GiB, and no check here needs more than a few hundred MB.

@@ -13,3 +13,5 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 scripts/interop.sh up
 trap 'scripts/interop.sh down' EXIT
 cargo test --workspace
+# The parsers under libFuzzer for a short fixed budget per target.
+scripts/fuzz-short.sh "${FUZZ_SECONDS:-20}"

@@ -8,4 +8,9 @@
 //!   with the ICRC computed for the IP ID the kernel will write and verified on
 //!   receive by solving for the ID the socket hides.
 
+pub mod adapter;
+pub mod cq;
+pub mod event;
+pub mod keys;
+pub mod mr;
 pub mod udp;

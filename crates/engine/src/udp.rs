@@ -79,7 +79,6 @@ impl RoceSocket {
             Domain::IPV6
         };
         let sock = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
-        sock.set_reuse_address(true)?;
         if local.is_ipv6() {
             sock.set_only_v6(true)?;
         }

@@ -1,0 +1,1237 @@
+//! The adapter: one local IP address, one UDP socket on port 4791, and the
+//! worker that drives every queue pair on it.
+//!
+//! ```text
+//!  application threads                         engine (worker thread, or the
+//!  ───────────────────                         caller of `progress` in manual mode)
+//!  post_send ─► per-QP lock-free queue ─┐
+//!  post_recv ─► per-QP lock-free queue ─┤      ┌──────────── Core (one Mutex) ────────────┐
+//!                      doorbell (eventfd)├────► │ move posted WRs into the RcQp state      │
+//!                                       │      │ recv datagrams → ICRC → parse → RcQp     │
+//!  poll CQ ◄── lock-free ring ◄─────────┼───── │ timers (deadline heap) → RcQp            │
+//!  CQ eventfd ◄── armed notifications   │      │ RcQp → packets → socket; completions → CQ│
+//!                                       │      └──────────────────────────────────────────┘
+//!  create/modify/destroy ──────── lock Core (control path, rare)
+//! ```
+//!
+//! Objects live in tables keyed by ids (QPN for queue pairs, numbers for PDs,
+//! CQs and SRQs, keys for memory), so a handle the application still holds
+//! after destruction names nothing rather than freed state: a lookup that
+//! fails is a typed error, never a crash.
+//!
+//! **Progress.** With [`Progress::Thread`] a worker thread sleeps in `poll` on
+//! the socket and a doorbell and wakes for packets, posts and deadlines. With
+//! [`Progress::Manual`] there is no thread: [`Adapter::progress`] (called by
+//! polling a CQ in the layers above) runs the same loop inline, which is how
+//! latency gets close to a raw UDP ping-pong on a 2-core machine.
+//!
+//! **Removal.** [`Adapter::remove`] flushes every queue pair (every outstanding
+//! work request completes, with a flush status) and stops the worker; every
+//! later call returns [`EngineError::Removed`].
+
+use crate::cq::CompletionQueue;
+use crate::event::{wait_readable, EventFd};
+use crate::keys::KeyGen;
+use crate::mr::{MemError, MemTable, Region, RegionBuf};
+use crate::udp::{Drop as UdpDrop, RoceSocket, MAX_TRANSPORT};
+use crossbeam_queue::{ArrayQueue, SegQueue};
+use ndverbs_proto::mem::{Access, Sge};
+use ndverbs_proto::rc::{
+    AttrMask, ModifyError, PostError, QpAttr, QpCaps, QpState, RcQp, RecvQueue, RecvWr, SendOp,
+    SendWr, WcStatus,
+};
+use ndverbs_proto::time::Instant;
+use ndverbs_wire::cma::addr_of_gid;
+use ndverbs_wire::ip::ROCEV2_PORT;
+use ndverbs_wire::packet::Packet;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::io;
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Who runs the engine loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Progress {
+    /// A worker thread per adapter.
+    Thread,
+    /// The application, through [`Adapter::progress`].
+    Manual,
+}
+
+/// Errors of engine calls.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The adapter was removed; only cleanup works.
+    #[error("the adapter was removed")]
+    Removed,
+    /// No object with this id (already destroyed, or never existed).
+    #[error("no {what} with id {id:#x}")]
+    NotFound {
+        /// Object kind.
+        what: &'static str,
+        /// The id.
+        id: u32,
+    },
+    /// The object is still in use by others.
+    #[error("{0}")]
+    Busy(&'static str),
+    /// An argument out of range.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(&'static str),
+    /// Socket or system call failure.
+    #[error("I/O: {0}")]
+    Io(#[from] io::Error),
+    /// Refused QP modification.
+    #[error(transparent)]
+    Modify(#[from] ModifyError),
+    /// Refused post.
+    #[error(transparent)]
+    Post(#[from] PostError),
+    /// Refused memory registration/window operation.
+    #[error(transparent)]
+    Mem(#[from] MemError),
+}
+
+/// Limits an adapter enforces (reported by device queries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most work requests per send or receive queue.
+    pub max_qp_wr: u32,
+    /// Most SGEs per work request.
+    pub max_sge: u32,
+    /// Most inline bytes per send.
+    pub max_inline_data: u32,
+    /// Most completions per CQ.
+    pub max_cqe: u32,
+    /// Most queue pairs.
+    pub max_qp: u32,
+    /// Largest message.
+    pub max_msg_size: u64,
+    /// Outstanding READ/atomic per QP, either direction.
+    pub max_qp_rd_atom: u8,
+}
+
+/// The limits of every ndverbs adapter.
+pub const LIMITS: Limits = Limits {
+    max_qp_wr: 16_384,
+    max_sge: 32,
+    max_inline_data: 4096,
+    max_cqe: 1 << 20,
+    max_qp: 1 << 17,
+    max_msg_size: 1 << 31,
+    max_qp_rd_atom: ndverbs_proto::rc::MAX_RD_ATOMIC,
+};
+
+/// Adapter-wide packet counters (per-QP counters live in the QPs).
+#[derive(Debug, Default)]
+pub struct AdapterCounters {
+    /// Datagrams received (all).
+    pub rcvd_datagrams: AtomicU64,
+    /// Datagrams sent.
+    pub sent_datagrams: AtomicU64,
+    /// Dropped: ICRC did not verify.
+    pub drop_bad_icrc: AtomicU64,
+    /// Dropped: too short or unparsable transport headers.
+    pub drop_malformed: AtomicU64,
+    /// Dropped: no QP with that number.
+    pub drop_unknown_qp: AtomicU64,
+    /// Dropped: source address is not the QP's peer.
+    pub drop_wrong_source: AtomicU64,
+    /// Dropped: QP1 (CM) packets with no management agent attached.
+    pub drop_gsi: AtomicU64,
+    /// Packets the socket refused to take (buffer full); recovered by retransmission.
+    pub send_would_block: AtomicU64,
+}
+
+/// What the application side of a queue pair shares with the engine.
+#[derive(Debug)]
+pub struct QpShared {
+    qpn: u32,
+    caps: QpCaps,
+    max_recv_wr: u32,
+    max_recv_sge: u32,
+    uses_srq: bool,
+    state: AtomicU8,
+    sq_in: ArrayQueue<SendWr>,
+    rq_in: ArrayQueue<RecvWr>,
+    /// Send WRs posted and not yet retired (completed or silently done).
+    sq_outstanding: AtomicU32,
+    rq_outstanding: AtomicU32,
+    queued: AtomicBool,
+}
+
+impl QpShared {
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// The QP state as of the engine's last step.
+    pub fn state(&self) -> QpState {
+        state_from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    /// Creation-time send limits.
+    pub fn caps(&self) -> QpCaps {
+        self.caps
+    }
+}
+
+fn state_to_u8(s: QpState) -> u8 {
+    match s {
+        QpState::Reset => 0,
+        QpState::Init => 1,
+        QpState::Rtr => 2,
+        QpState::Rts => 3,
+        QpState::Sqd => 4,
+        QpState::Sqe => 5,
+        QpState::Err => 6,
+    }
+}
+
+fn state_from_u8(v: u8) -> QpState {
+    match v {
+        0 => QpState::Reset,
+        1 => QpState::Init,
+        2 => QpState::Rtr,
+        3 => QpState::Rts,
+        4 => QpState::Sqd,
+        5 => QpState::Sqe,
+        _ => QpState::Err,
+    }
+}
+
+/// Creation parameters of a queue pair.
+#[derive(Debug, Clone, Copy)]
+pub struct QpInit {
+    /// Protection domain.
+    pub pd: u32,
+    /// CQ for send completions.
+    pub send_cq: u32,
+    /// CQ for receive completions.
+    pub recv_cq: u32,
+    /// Shared receive queue, if any (then `max_recv_wr`/`max_recv_sge` are ignored).
+    pub srq: Option<u32>,
+    /// Send queue limits.
+    pub caps: QpCaps,
+    /// Receive queue depth.
+    pub max_recv_wr: u32,
+    /// SGEs per receive.
+    pub max_recv_sge: u32,
+}
+
+struct QpEntry {
+    qp: RcQp,
+    shared: Arc<QpShared>,
+    rq: RecvQueue,
+    srq: Option<u32>,
+    send_cq: Arc<CompletionQueue>,
+    recv_cq: Arc<CompletionQueue>,
+    peer: Option<IpAddr>,
+    /// Send requests handed to `qp` and not yet seen to retire.
+    sq_in_proto: usize,
+    /// Receives handed to `rq` and not yet seen to retire.
+    rq_in_proto: usize,
+}
+
+struct SrqEntry {
+    rq: RecvQueue,
+    shared: Arc<SrqShared>,
+}
+
+/// What the application side of a shared receive queue shares with the engine.
+#[derive(Debug)]
+pub struct SrqShared {
+    id: u32,
+    max_sge: u32,
+    rq_in: ArrayQueue<RecvWr>,
+    outstanding: AtomicU32,
+    capacity: u32,
+    queued: AtomicBool,
+}
+
+impl SrqShared {
+    /// The SRQ id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+}
+
+/// Work the application queued for the engine.
+enum Work {
+    Qp(u32),
+    Srq(u32),
+}
+
+struct Core {
+    sock: RoceSocket,
+    mem: MemTable,
+    keys: KeyGen,
+    next_id: u32,
+    pds: HashMap<u32, u32>,
+    cqs: HashMap<u32, Arc<CompletionQueue>>,
+    qps: HashMap<u32, QpEntry>,
+    srqs: HashMap<u32, SrqEntry>,
+    timers: BinaryHeap<Reverse<(Instant, u32)>>,
+    touched: Vec<u32>,
+    rx: Box<[u8]>,
+    tx: Box<[u8]>,
+}
+
+struct Shared {
+    local: IpAddr,
+    mode: Progress,
+    core: Mutex<Core>,
+    work: SegQueue<Work>,
+    doorbell: EventFd,
+    sleeping: AtomicBool,
+    removed: AtomicBool,
+    stop: AtomicBool,
+    epoch: std::time::Instant,
+    counters: AdapterCounters,
+    sock_fd: i32,
+}
+
+/// An adapter: the engine for one local IP address. Cheap to clone.
+#[derive(Clone)]
+pub struct Adapter {
+    shared: Arc<Shared>,
+    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+impl std::fmt::Debug for Adapter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Adapter")
+            .field("local", &self.shared.local)
+            .field("mode", &self.shared.mode)
+            .field("removed", &self.shared.removed.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Adapter {
+    /// Opens the adapter for `local` (binds `local:4791`).
+    pub fn open(local: IpAddr, mode: Progress) -> Result<Adapter, EngineError> {
+        Self::open_on(RoceSocket::bind(local)?, mode)
+    }
+
+    /// Opens an adapter on an already bound socket (tests use other ports).
+    pub fn open_on(sock: RoceSocket, mode: Progress) -> Result<Adapter, EngineError> {
+        let local = sock.local();
+        let sock_fd = sock.fd();
+        let core = Core {
+            sock,
+            mem: MemTable::new(KeyGen::new()),
+            keys: KeyGen::new(),
+            next_id: 1,
+            pds: HashMap::new(),
+            cqs: HashMap::new(),
+            qps: HashMap::new(),
+            srqs: HashMap::new(),
+            timers: BinaryHeap::new(),
+            touched: Vec::new(),
+            rx: vec![0u8; MAX_TRANSPORT].into_boxed_slice(),
+            tx: vec![0u8; MAX_TRANSPORT].into_boxed_slice(),
+        };
+        let shared = Arc::new(Shared {
+            local,
+            mode,
+            core: Mutex::new(core),
+            work: SegQueue::new(),
+            doorbell: EventFd::new()?,
+            sleeping: AtomicBool::new(false),
+            removed: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            epoch: std::time::Instant::now(),
+            counters: AdapterCounters::default(),
+            sock_fd,
+        });
+        let thread = if mode == Progress::Thread {
+            let s = shared.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name(format!("ndv-engine-{local}"))
+                    .spawn(move || worker(s))?,
+            )
+        } else {
+            None
+        };
+        Ok(Adapter {
+            shared,
+            thread: Arc::new(Mutex::new(thread)),
+        })
+    }
+
+    /// The local address.
+    pub fn local(&self) -> IpAddr {
+        self.shared.local
+    }
+
+    /// The progress model.
+    pub fn mode(&self) -> Progress {
+        self.shared.mode
+    }
+
+    /// Adapter-wide counters.
+    pub fn counters(&self) -> &AdapterCounters {
+        &self.shared.counters
+    }
+
+    /// True once [`Adapter::remove`] ran.
+    pub fn is_removed(&self) -> bool {
+        self.shared.removed.load(Ordering::Acquire)
+    }
+
+    fn core(&self) -> Result<MutexGuard<'_, Core>, EngineError> {
+        if self.is_removed() {
+            return Err(EngineError::Removed);
+        }
+        Ok(self.shared.core.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn check(&self) -> Result<(), EngineError> {
+        if self.is_removed() {
+            Err(EngineError::Removed)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&self) -> Result<u32, EngineError> {
+        let mut c = self.core()?;
+        let id = c.next_id();
+        c.pds.insert(id, 0);
+        Ok(id)
+    }
+
+    /// Frees a protection domain (refused while objects use it).
+    pub fn dealloc_pd(&self, pd: u32) -> Result<(), EngineError> {
+        let mut c = self.core()?;
+        let users = c.qps.values().filter(|q| q.qp.pd() == pd).count();
+        if !c.pds.contains_key(&pd) {
+            return Err(EngineError::NotFound { what: "PD", id: pd });
+        }
+        if users > 0 {
+            return Err(EngineError::Busy(
+                "queue pairs still use the protection domain",
+            ));
+        }
+        c.pds.remove(&pd);
+        Ok(())
+    }
+
+    /// Registers memory.
+    pub fn reg_mr(
+        &self,
+        pd: u32,
+        buf: RegionBuf,
+        access: Access,
+    ) -> Result<Arc<Region>, EngineError> {
+        let mut c = self.core()?;
+        if !c.pds.contains_key(&pd) {
+            return Err(EngineError::NotFound { what: "PD", id: pd });
+        }
+        Ok(c.mem.register(pd, buf, access)?)
+    }
+
+    /// Deregisters memory (refused while windows are bound to it).
+    pub fn dereg_mr(&self, lkey: u32) -> Result<(), EngineError> {
+        // Works after removal too: it is cleanup.
+        let mut c = self.shared.core.lock().unwrap_or_else(|e| e.into_inner());
+        c.mem.deregister(lkey)?;
+        Ok(())
+    }
+
+    /// Allocates a type-2 memory window; returns its key.
+    pub fn alloc_mw(&self, pd: u32) -> Result<u32, EngineError> {
+        let mut c = self.core()?;
+        if !c.pds.contains_key(&pd) {
+            return Err(EngineError::NotFound { what: "PD", id: pd });
+        }
+        Ok(c.mem.alloc_window(pd))
+    }
+
+    /// Binds a window (see [`MemTable::bind_window`]); returns its new R_Key.
+    pub fn bind_mw(
+        &self,
+        mw: u32,
+        lkey: u32,
+        va: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<u32, EngineError> {
+        Ok(self.core()?.mem.bind_window(mw, lkey, va, len, access)?)
+    }
+
+    /// Invalidates a window locally.
+    pub fn invalidate_mw(&self, rkey: u32) -> Result<(), EngineError> {
+        Ok(self.core()?.mem.invalidate_window(rkey)?)
+    }
+
+    /// Frees a window.
+    pub fn dealloc_mw(&self, rkey: u32) -> Result<(), EngineError> {
+        let mut c = self.shared.core.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(c.mem.dealloc_window(rkey)?)
+    }
+
+    /// Creates a completion queue.
+    pub fn create_cq(&self, depth: u32) -> Result<(u32, Arc<CompletionQueue>), EngineError> {
+        if depth == 0 || depth > LIMITS.max_cqe {
+            return Err(EngineError::InvalidArgument("CQ depth out of range"));
+        }
+        let mut c = self.core()?;
+        let id = c.next_id();
+        let cq = Arc::new(CompletionQueue::new(depth as usize)?);
+        c.cqs.insert(id, cq.clone());
+        Ok((id, cq))
+    }
+
+    /// Destroys a completion queue (refused while queue pairs use it).
+    pub fn destroy_cq(&self, id: u32) -> Result<(), EngineError> {
+        let mut c = self.shared.core.lock().unwrap_or_else(|e| e.into_inner());
+        let cq = c
+            .cqs
+            .get(&id)
+            .ok_or(EngineError::NotFound { what: "CQ", id })?;
+        if c.qps
+            .values()
+            .any(|q| Arc::ptr_eq(&q.send_cq, cq) || Arc::ptr_eq(&q.recv_cq, cq))
+        {
+            return Err(EngineError::Busy(
+                "queue pairs still use the completion queue",
+            ));
+        }
+        c.cqs.remove(&id);
+        Ok(())
+    }
+
+    /// Creates a shared receive queue.
+    pub fn create_srq(
+        &self,
+        pd: u32,
+        max_wr: u32,
+        max_sge: u32,
+    ) -> Result<Arc<SrqShared>, EngineError> {
+        if max_wr == 0 || max_wr > LIMITS.max_qp_wr || max_sge == 0 || max_sge > LIMITS.max_sge {
+            return Err(EngineError::InvalidArgument(
+                "SRQ depth or SGE count out of range",
+            ));
+        }
+        let mut c = self.core()?;
+        if !c.pds.contains_key(&pd) {
+            return Err(EngineError::NotFound { what: "PD", id: pd });
+        }
+        let id = c.next_id();
+        let shared = Arc::new(SrqShared {
+            id,
+            max_sge,
+            rq_in: ArrayQueue::new(max_wr as usize),
+            outstanding: AtomicU32::new(0),
+            capacity: max_wr,
+            queued: AtomicBool::new(false),
+        });
+        c.srqs.insert(
+            id,
+            SrqEntry {
+                rq: RecvQueue::new(max_wr, max_sge),
+                shared: shared.clone(),
+            },
+        );
+        Ok(shared)
+    }
+
+    /// Destroys a shared receive queue (refused while queue pairs use it).
+    pub fn destroy_srq(&self, id: u32) -> Result<(), EngineError> {
+        let mut c = self.shared.core.lock().unwrap_or_else(|e| e.into_inner());
+        if !c.srqs.contains_key(&id) {
+            return Err(EngineError::NotFound { what: "SRQ", id });
+        }
+        if c.qps.values().any(|q| q.srq == Some(id)) {
+            return Err(EngineError::Busy(
+                "queue pairs still use the shared receive queue",
+            ));
+        }
+        c.srqs.remove(&id);
+        Ok(())
+    }
+
+    /// Creates an RC queue pair in RESET with an unpredictable QPN.
+    pub fn create_qp(&self, init: QpInit) -> Result<Arc<QpShared>, EngineError> {
+        let caps = init.caps;
+        if caps.max_send_wr == 0 || caps.max_send_wr > LIMITS.max_qp_wr {
+            return Err(EngineError::InvalidArgument("max_send_wr out of range"));
+        }
+        if caps.max_send_sge > LIMITS.max_sge || caps.max_inline_data > LIMITS.max_inline_data {
+            return Err(EngineError::InvalidArgument(
+                "max_send_sge or max_inline_data out of range",
+            ));
+        }
+        if init.srq.is_none()
+            && (init.max_recv_wr == 0
+                || init.max_recv_wr > LIMITS.max_qp_wr
+                || init.max_recv_sge > LIMITS.max_sge)
+        {
+            return Err(EngineError::InvalidArgument(
+                "max_recv_wr or max_recv_sge out of range",
+            ));
+        }
+        let mut c = self.core()?;
+        if !c.pds.contains_key(&init.pd) {
+            return Err(EngineError::NotFound {
+                what: "PD",
+                id: init.pd,
+            });
+        }
+        let send_cq = c
+            .cqs
+            .get(&init.send_cq)
+            .cloned()
+            .ok_or(EngineError::NotFound {
+                what: "CQ",
+                id: init.send_cq,
+            })?;
+        let recv_cq = c
+            .cqs
+            .get(&init.recv_cq)
+            .cloned()
+            .ok_or(EngineError::NotFound {
+                what: "CQ",
+                id: init.recv_cq,
+            })?;
+        if let Some(s) = init.srq {
+            if !c.srqs.contains_key(&s) {
+                return Err(EngineError::NotFound { what: "SRQ", id: s });
+            }
+        }
+        if c.qps.len() >= LIMITS.max_qp as usize {
+            return Err(EngineError::Busy(
+                "the adapter has its maximum number of queue pairs",
+            ));
+        }
+        let qpn = loop {
+            let q = c.keys.qpn();
+            if !c.qps.contains_key(&q) {
+                break q;
+            }
+        };
+        let (rq_wr, rq_sge) = if init.srq.is_some() {
+            (1, 1)
+        } else {
+            (init.max_recv_wr, init.max_recv_sge.max(1))
+        };
+        let shared = Arc::new(QpShared {
+            qpn,
+            caps,
+            max_recv_wr: rq_wr,
+            max_recv_sge: rq_sge,
+            uses_srq: init.srq.is_some(),
+            state: AtomicU8::new(state_to_u8(QpState::Reset)),
+            sq_in: ArrayQueue::new(caps.max_send_wr as usize),
+            rq_in: ArrayQueue::new(rq_wr as usize),
+            sq_outstanding: AtomicU32::new(0),
+            rq_outstanding: AtomicU32::new(0),
+            queued: AtomicBool::new(false),
+        });
+        let entry = QpEntry {
+            qp: RcQp::new(qpn, init.pd, caps),
+            shared: shared.clone(),
+            rq: RecvQueue::new(rq_wr, rq_sge),
+            srq: init.srq,
+            send_cq,
+            recv_cq,
+            peer: None,
+            sq_in_proto: 0,
+            rq_in_proto: 0,
+        };
+        c.qps.insert(qpn, entry);
+        Ok(shared)
+    }
+
+    /// Modifies a queue pair. The peer's address comes from `attr.av.dgid`
+    /// (an IPv4-mapped or IPv6 GID) when [`AttrMask::AV`] is given.
+    pub fn modify_qp(&self, qpn: u32, attr: &QpAttr, mask: AttrMask) -> Result<(), EngineError> {
+        let now = self.now();
+        let mut c = self.core()?;
+        let e = c.qps.get_mut(&qpn).ok_or(EngineError::NotFound {
+            what: "QP",
+            id: qpn,
+        })?;
+        // Pending posts are ordered before the modification.
+        e.absorb_posts();
+        e.qp.modify(attr, mask)?;
+        if mask.contains(AttrMask::AV) {
+            e.peer = Some(addr_of_gid(Ipv6Addr::from(attr.av.dgid)));
+        }
+        c.touched.push(qpn);
+        c.finish_step(&self.shared, now);
+        Ok(())
+    }
+
+    /// The current attributes of a queue pair.
+    pub fn query_qp(&self, qpn: u32) -> Result<QpAttr, EngineError> {
+        let c = self.core()?;
+        Ok(c.qps
+            .get(&qpn)
+            .ok_or(EngineError::NotFound {
+                what: "QP",
+                id: qpn,
+            })?
+            .qp
+            .query())
+    }
+
+    /// Destroys a queue pair. Its outstanding requests are flushed to its CQs
+    /// first, so each completes exactly once.
+    pub fn destroy_qp(&self, qpn: u32) -> Result<(), EngineError> {
+        let now = self.now();
+        let mut c = self.shared.core.lock().unwrap_or_else(|e| e.into_inner());
+        let e = c.qps.get_mut(&qpn).ok_or(EngineError::NotFound {
+            what: "QP",
+            id: qpn,
+        })?;
+        e.absorb_posts();
+        let to_err = QpAttr {
+            qp_state: QpState::Err,
+            ..QpAttr::default()
+        };
+        if e.qp.state() != QpState::Err && e.qp.state() != QpState::Reset {
+            // Always legal from any state but RESET.
+            let _ = e.qp.modify(&to_err, AttrMask::STATE);
+        }
+        c.touched.push(qpn);
+        c.finish_step(&self.shared, now);
+        c.qps.remove(&qpn);
+        Ok(())
+    }
+
+    /// Counters of one queue pair.
+    pub fn qp_counters(&self, qpn: u32) -> Result<ndverbs_proto::rc::Counters, EngineError> {
+        let c = self.shared.core.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(c.qps
+            .get(&qpn)
+            .ok_or(EngineError::NotFound {
+                what: "QP",
+                id: qpn,
+            })?
+            .qp
+            .counters()
+            .clone())
+    }
+
+    /// Posts a send request (lock-free; the engine picks it up).
+    pub fn post_send(&self, qp: &QpShared, wr: SendWr) -> Result<(), EngineError> {
+        self.check()?;
+        let state = qp.state();
+        if !matches!(state, QpState::Rts | QpState::Sqd | QpState::Err) {
+            return Err(PostError::InvalidState(state).into());
+        }
+        if wr.sgl.len() > qp.caps.max_send_sge as usize {
+            return Err(PostError::TooManySges {
+                given: wr.sgl.len(),
+                max: qp.caps.max_send_sge,
+            }
+            .into());
+        }
+        if let Some(d) = &wr.inline {
+            if d.len() > qp.caps.max_inline_data as usize {
+                return Err(PostError::InlineTooLarge {
+                    len: d.len(),
+                    max: qp.caps.max_inline_data,
+                }
+                .into());
+            }
+        }
+        if qp.sq_outstanding.fetch_add(1, Ordering::AcqRel) >= qp.caps.max_send_wr {
+            qp.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
+            return Err(PostError::QueueFull(qp.caps.max_send_wr).into());
+        }
+        if qp.sq_in.push(wr).is_err() {
+            qp.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
+            return Err(PostError::QueueFull(qp.caps.max_send_wr).into());
+        }
+        self.queue_qp(qp);
+        Ok(())
+    }
+
+    /// Posts a receive to a queue pair's own receive queue.
+    pub fn post_recv(&self, qp: &QpShared, wr: RecvWr) -> Result<(), EngineError> {
+        self.check()?;
+        if qp.uses_srq {
+            return Err(EngineError::InvalidArgument(
+                "the QP uses a shared receive queue",
+            ));
+        }
+        let state = qp.state();
+        if state == QpState::Reset {
+            return Err(PostError::InvalidState(state).into());
+        }
+        if wr.sgl.len() > qp.max_recv_sge as usize {
+            return Err(PostError::TooManySges {
+                given: wr.sgl.len(),
+                max: qp.max_recv_sge,
+            }
+            .into());
+        }
+        if qp.rq_outstanding.fetch_add(1, Ordering::AcqRel) >= qp.max_recv_wr {
+            qp.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
+            return Err(PostError::QueueFull(qp.max_recv_wr).into());
+        }
+        if qp.rq_in.push(wr).is_err() {
+            qp.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
+            return Err(PostError::QueueFull(qp.max_recv_wr).into());
+        }
+        self.queue_qp(qp);
+        Ok(())
+    }
+
+    /// Posts a receive to a shared receive queue.
+    pub fn post_srq_recv(&self, srq: &SrqShared, wr: RecvWr) -> Result<(), EngineError> {
+        self.check()?;
+        if wr.sgl.len() > srq.max_sge as usize {
+            return Err(PostError::TooManySges {
+                given: wr.sgl.len(),
+                max: srq.max_sge,
+            }
+            .into());
+        }
+        if srq.outstanding.fetch_add(1, Ordering::AcqRel) >= srq.capacity
+            || srq.rq_in.push(wr).is_err()
+        {
+            srq.outstanding.fetch_sub(1, Ordering::AcqRel);
+            return Err(PostError::QueueFull(srq.capacity).into());
+        }
+        if !srq.queued.swap(true, Ordering::AcqRel) {
+            self.shared.work.push(Work::Srq(srq.id));
+        }
+        self.ring();
+        Ok(())
+    }
+
+    fn queue_qp(&self, qp: &QpShared) {
+        if !qp.queued.swap(true, Ordering::AcqRel) {
+            self.shared.work.push(Work::Qp(qp.qpn));
+        }
+        self.ring();
+    }
+
+    fn ring(&self) {
+        // Pairs with the worker's store of `sleeping` then re-check of `work`.
+        fence(Ordering::SeqCst);
+        if self.shared.sleeping.load(Ordering::SeqCst) {
+            self.shared.doorbell.signal();
+        }
+    }
+
+    /// The engine's clock.
+    pub fn now(&self) -> Instant {
+        Instant::from_nanos(self.shared.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// Runs one step of the engine loop if no other thread is running it;
+    /// returns true if it ran. In manual mode this is how work gets done.
+    pub fn progress(&self) -> bool {
+        if self.is_removed() {
+            return false;
+        }
+        match self.shared.core.try_lock() {
+            Ok(mut c) => {
+                let now = self.now();
+                c.step(&self.shared, now);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Manual mode: blocks until a packet or post arrives, the next timer is
+    /// due, or `timeout` passes — then runs one step.
+    pub fn progress_wait(&self, timeout: Duration) -> Result<(), EngineError> {
+        self.check()?;
+        let deadline = {
+            let mut c = self.shared.core.lock().unwrap_or_else(|e| e.into_inner());
+            let now = self.now();
+            c.step(&self.shared, now);
+            c.next_deadline()
+        };
+        let wait = deadline.map_or(timeout, |d| {
+            d.saturating_duration_since(self.now()).min(timeout)
+        });
+        if self.shared.work.is_empty() {
+            wait_readable(
+                &[self.shared.sock_fd, self.shared.doorbell.fd()],
+                Some(wait),
+            )?;
+            self.shared.doorbell.drain();
+        }
+        self.progress();
+        Ok(())
+    }
+
+    /// Removes the adapter: every queue pair goes to ERR (every outstanding
+    /// request completes with a flush status), the worker stops, and every
+    /// later call fails with [`EngineError::Removed`].
+    pub fn remove(&self) {
+        if self.shared.removed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.doorbell.signal();
+        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = t.join();
+        }
+        let now = self.now();
+        let mut c = self.shared.core.lock().unwrap_or_else(|e| e.into_inner());
+        let qpns: Vec<u32> = c.qps.keys().copied().collect();
+        for qpn in qpns {
+            let e = c.qps.get_mut(&qpn).expect("listed");
+            e.absorb_posts();
+            if !matches!(e.qp.state(), QpState::Err | QpState::Reset) {
+                let _ = e.qp.modify(
+                    &QpAttr {
+                        qp_state: QpState::Err,
+                        ..QpAttr::default()
+                    },
+                    AttrMask::STATE,
+                );
+            }
+            c.touched.push(qpn);
+        }
+        c.finish_step(&self.shared, now);
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+impl QpEntry {
+    /// Moves WRs the application posted into the protocol state machine.
+    /// Returns true if anything moved.
+    fn absorb_posts(&mut self) -> bool {
+        self.shared.queued.store(false, Ordering::Release);
+        let mut moved = false;
+        while let Some(wr) = self.shared.sq_in.pop() {
+            moved = true;
+            self.sq_in_proto += 1;
+            if let Err(e) = self.qp.post_send(wr.clone()) {
+                // Checked at post time; only a state change in between lands here.
+                tracing::debug!(qpn = self.qp.qpn(), error = %e, "send request refused by the QP");
+                self.send_cq.push(refused(&wr, self.qp.qpn(), e));
+            }
+        }
+        while let Some(wr) = self.shared.rq_in.pop() {
+            moved = true;
+            self.rq_in_proto += 1;
+            if let Err(e) = self.qp.post_recv(&mut self.rq, wr.clone()) {
+                tracing::debug!(qpn = self.qp.qpn(), error = %e, "receive refused by the QP");
+                self.recv_cq.push(refused_recv(&wr, self.qp.qpn()));
+            }
+        }
+        moved
+    }
+
+    /// Lowers the application's outstanding counts by the requests that left
+    /// the protocol's queues since the last call.
+    fn retire_done(&mut self) {
+        let sq = self.qp.send_queue_len();
+        retire(&self.shared.sq_outstanding, self.sq_in_proto, sq);
+        self.sq_in_proto = sq;
+        if self.srq.is_none() {
+            let rq = self.rq.len();
+            retire(&self.shared.rq_outstanding, self.rq_in_proto, rq);
+            self.rq_in_proto = rq;
+        }
+    }
+}
+
+/// Lowers an outstanding-request counter by the requests that left a queue.
+fn retire(counter: &AtomicU32, before: usize, after: usize) {
+    let gone = before.saturating_sub(after) as u32;
+    if gone > 0 {
+        counter.fetch_sub(gone, Ordering::AcqRel);
+    }
+}
+
+fn refused(wr: &SendWr, qpn: u32, _e: PostError) -> ndverbs_proto::rc::WorkCompletion {
+    use ndverbs_proto::rc::{WcOpcode, WcQueue, WorkCompletion};
+    let opcode = match wr.op {
+        SendOp::Send | SendOp::SendImm(_) | SendOp::SendInv(_) => WcOpcode::Send,
+        SendOp::Write(_) | SendOp::WriteImm(..) => WcOpcode::RdmaWrite,
+        SendOp::Read(_) => WcOpcode::RdmaRead,
+        SendOp::CompareSwap { .. } => WcOpcode::CompSwap,
+        SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+    };
+    WorkCompletion {
+        wr_id: wr.wr_id,
+        status: WcStatus::LocQpOpErr,
+        opcode,
+        queue: WcQueue::Send,
+        byte_len: 0,
+        imm: None,
+        invalidated_rkey: None,
+        qpn,
+        src_qp: 0,
+        solicited: false,
+    }
+}
+
+fn refused_recv(wr: &RecvWr, qpn: u32) -> ndverbs_proto::rc::WorkCompletion {
+    use ndverbs_proto::rc::{WcOpcode, WcQueue, WorkCompletion};
+    WorkCompletion {
+        wr_id: wr.wr_id,
+        status: WcStatus::LocQpOpErr,
+        opcode: WcOpcode::Recv,
+        queue: WcQueue::Recv,
+        byte_len: 0,
+        imm: None,
+        invalidated_rkey: None,
+        qpn,
+        src_qp: 0,
+        solicited: false,
+    }
+}
+
+impl Core {
+    fn next_id(&mut self) -> u32 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// One turn of the engine loop.
+    fn step(&mut self, shared: &Shared, now: Instant) {
+        // 1. Posted work.
+        while let Some(w) = shared.work.pop() {
+            match w {
+                Work::Qp(qpn) => {
+                    if let Some(e) = self.qps.get_mut(&qpn) {
+                        e.absorb_posts();
+                        self.touched.push(qpn);
+                    }
+                }
+                Work::Srq(id) => {
+                    if let Some(s) = self.srqs.get_mut(&id) {
+                        s.shared.queued.store(false, Ordering::Release);
+                        while let Some(wr) = s.shared.rq_in.pop() {
+                            // Capacity is enforced at post time.
+                            let _ = s.rq.post(wr);
+                        }
+                    }
+                }
+            }
+        }
+        // 2. Received packets (a bounded batch, so timers and sends interleave).
+        for _ in 0..64 {
+            match self.sock.recv(&mut self.rx) {
+                Ok(None) => break,
+                Ok(Some(r)) => {
+                    shared
+                        .counters
+                        .rcvd_datagrams
+                        .fetch_add(1, Ordering::Relaxed);
+                    match r {
+                        Ok(r) => self.dispatch(shared, now, r.src.ip(), r.len),
+                        Err(UdpDrop::BadIcrc) => {
+                            shared
+                                .counters
+                                .drop_bad_icrc
+                                .fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(_) => {
+                            shared
+                                .counters
+                                .drop_malformed
+                                .fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "receive failed");
+                    break;
+                }
+            }
+        }
+        // 3. Timers.
+        while let Some(Reverse((t, qpn))) = self.timers.peek().copied() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            if let Some(e) = self.qps.get_mut(&qpn) {
+                if e.qp.poll_timeout().is_some_and(|d| d <= now) {
+                    e.qp.handle_timeout(now);
+                    self.touched.push(qpn);
+                }
+            }
+        }
+        self.finish_step(shared, now);
+    }
+
+    fn dispatch(&mut self, shared: &Shared, now: Instant, src: IpAddr, len: usize) {
+        let pkt = match Packet::parse(&self.rx[..len]) {
+            Ok(p) => p,
+            Err(_) => {
+                shared
+                    .counters
+                    .drop_malformed
+                    .fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        let qpn = pkt.bth.dqpn;
+        if qpn <= 1 {
+            shared.counters.drop_gsi.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let Some(e) = self.qps.get_mut(&qpn) else {
+            shared
+                .counters
+                .drop_unknown_qp
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if e.peer != Some(src) {
+            shared
+                .counters
+                .drop_wrong_source
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let rq = match e.srq {
+            Some(id) => match self.srqs.get_mut(&id) {
+                Some(s) => &mut s.rq,
+                None => return,
+            },
+            None => &mut e.rq,
+        };
+        e.qp.handle_packet(now, &pkt, &mut self.mem, rq);
+        self.touched.push(qpn);
+    }
+
+    /// Sends what touched queue pairs have to send, delivers their
+    /// completions, and re-arms their timers.
+    fn finish_step(&mut self, shared: &Shared, now: Instant) {
+        self.touched.sort_unstable();
+        self.touched.dedup();
+        let touched = std::mem::take(&mut self.touched);
+        for &qpn in &touched {
+            let Some(e) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            if let Some(peer) = e.peer {
+                loop {
+                    let Some(n) = e.qp.poll_transmit(now, &mut self.mem, &mut self.tx) else {
+                        break;
+                    };
+                    send(&self.sock, shared, &mut self.tx[..n], peer);
+                }
+            }
+            if e.qp.state() == QpState::Err && e.srq.is_none() {
+                e.qp.flush_recv(&mut e.rq);
+            }
+            while let Some(wc) = e.qp.poll_completion() {
+                let cq = match wc.queue {
+                    ndverbs_proto::rc::WcQueue::Send => &e.send_cq,
+                    ndverbs_proto::rc::WcQueue::Recv => &e.recv_cq,
+                };
+                cq.push(wc);
+            }
+            e.retire_done();
+            e.shared
+                .state
+                .store(state_to_u8(e.qp.state()), Ordering::Release);
+            if let Some(t) = e.qp.poll_timeout() {
+                self.timers.push(Reverse((t, qpn)));
+            }
+        }
+        // Receives consumed from SRQs (any QP may have taken one).
+        for s in self.srqs.values() {
+            let queued = s.rq.len() as u32 + s.shared.rq_in.len() as u32;
+            let out = s.shared.outstanding.load(Ordering::Acquire);
+            if out > queued {
+                s.shared
+                    .outstanding
+                    .fetch_sub(out - queued, Ordering::AcqRel);
+            }
+        }
+        self.touched = touched;
+        self.touched.clear();
+    }
+}
+
+fn send(sock: &RoceSocket, shared: &Shared, pkt: &mut [u8], peer: IpAddr) {
+    for attempt in 0..2 {
+        match sock.send_to(pkt, peer, ROCEV2_PORT) {
+            Ok(()) => {
+                shared
+                    .counters
+                    .sent_datagrams
+                    .fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && attempt == 0 => {
+                // The socket buffer is full: give the kernel a moment.
+                let mut p = libc::pollfd {
+                    fd: sock.fd(),
+                    events: libc::POLLOUT,
+                    revents: 0,
+                };
+                // SAFETY: one live pollfd.
+                unsafe { libc::poll(&mut p, 1, 1) };
+            }
+            Err(e) => {
+                if e.kind() == io::ErrorKind::WouldBlock {
+                    shared
+                        .counters
+                        .send_would_block
+                        .fetch_add(1, Ordering::Relaxed);
+                } else {
+                    tracing::debug!(error = %e, %peer, "send failed");
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// The worker thread: step, then sleep until a packet, a post or a deadline.
+fn worker(shared: Arc<Shared>) {
+    let clock = |s: &Shared| Instant::from_nanos(s.epoch.elapsed().as_nanos() as u64);
+    while !shared.stop.load(Ordering::Acquire) {
+        let deadline = {
+            let mut c = shared.core.lock().unwrap_or_else(|e| e.into_inner());
+            c.step(&shared, clock(&shared));
+            c.next_deadline()
+        };
+        shared.sleeping.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if !shared.work.is_empty() || shared.stop.load(Ordering::Acquire) {
+            shared.sleeping.store(false, Ordering::SeqCst);
+            continue;
+        }
+        // Sleep at most 100 ms so a lost wake-up costs little.
+        let max = Duration::from_millis(100);
+        let wait = deadline.map_or(max, |d| {
+            d.saturating_duration_since(clock(&shared)).min(max)
+        });
+        let _ = wait_readable(&[shared.sock_fd, shared.doorbell.fd()], Some(wait));
+        shared.sleeping.store(false, Ordering::SeqCst);
+        shared.doorbell.drain();
+    }
+}
+
+/// A scatter/gather element over a region (helper for callers).
+pub fn sge(region: &Region, offset: usize, len: u32) -> Sge {
+    Sge::new(region.addr() + offset as u64, len, region.lkey())
+}

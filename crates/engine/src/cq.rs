@@ -1,0 +1,324 @@
+//! Completion queues: where work completions cross from the engine to the
+//! application.
+//!
+//! The engine is the only producer and pushes into a lock-free bounded ring;
+//! any number of application threads poll it. Waiting is by file descriptor:
+//! an application *arms* the queue ([`CompletionQueue::arm`]) for the next
+//! completion, the next solicited one, or the next error, and the engine
+//! signals the queue's eventfd when such a completion arrives — once per arm,
+//! as with `ibv_req_notify_cq`. The fd works with `poll`, epoll or any async
+//! reactor.
+//!
+//! A full queue is an overflow: the completion is lost and the queue is marked
+//! overflowed for good ([`CompletionQueue::overflowed`]), as hardware does; the
+//! layers above report it. Resizing swaps in a larger ring without stopping
+//! producers or consumers.
+
+use crate::event::EventFd;
+use arc_swap::ArcSwap;
+use crossbeam_queue::ArrayQueue;
+use ndverbs_proto::rc::{WcStatus, WorkCompletion};
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// What wakes an armed queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NotifyOn {
+    /// Any completion.
+    Any,
+    /// A solicited receive, or any error completion (ibverbs' solicited_only).
+    Solicited,
+    /// Error completions only (ND's `ND_CQ_NOTIFY_ERRORS`).
+    Errors,
+}
+
+const DISARMED: u8 = 0;
+
+fn code(n: NotifyOn) -> u8 {
+    match n {
+        NotifyOn::Any => 1,
+        NotifyOn::Solicited => 2,
+        NotifyOn::Errors => 3,
+    }
+}
+
+/// Why a resize was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ResizeError {
+    /// More completions are queued than the new depth holds.
+    #[error("{queued} completions queued, more than the new depth {depth}")]
+    TooSmall {
+        /// Entries currently queued.
+        queued: usize,
+        /// Depth asked for.
+        depth: usize,
+    },
+    /// Depth 0 or above the adapter's maximum.
+    #[error("depth {0} is out of range")]
+    OutOfRange(usize),
+}
+
+/// A completion queue shared by the engine and the application.
+#[derive(Debug)]
+pub struct CompletionQueue {
+    ring: ArcSwap<ArrayQueue<WorkCompletion>>,
+    /// Serialises resizes with pushes (the engine holds it only while pushing a
+    /// batch, so polls never touch it).
+    producer: Mutex<()>,
+    armed: AtomicU8,
+    overflowed: AtomicBool,
+    events: AtomicU64,
+    event: EventFd,
+}
+
+impl CompletionQueue {
+    /// A queue for `depth` completions.
+    pub fn new(depth: usize) -> io::Result<Self> {
+        Ok(CompletionQueue {
+            ring: ArcSwap::from_pointee(ArrayQueue::new(depth.max(1))),
+            producer: Mutex::new(()),
+            armed: AtomicU8::new(DISARMED),
+            overflowed: AtomicBool::new(false),
+            events: AtomicU64::new(0),
+            event: EventFd::new()?,
+        })
+    }
+
+    /// Capacity.
+    pub fn depth(&self) -> usize {
+        self.ring.load().capacity()
+    }
+
+    /// Completions waiting to be polled.
+    pub fn len(&self) -> usize {
+        self.ring.load().len()
+    }
+
+    /// True if no completion is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Takes up to `out.len()` completions; returns how many.
+    pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
+        let ring = self.ring.load();
+        let mut n = 0;
+        while n < out.len() {
+            match ring.pop() {
+                Some(wc) => {
+                    out[n] = wc;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        n
+    }
+
+    /// Takes one completion.
+    pub fn poll_one(&self) -> Option<WorkCompletion> {
+        self.ring.load().pop()
+    }
+
+    /// Engine side: queues a completion and fires an armed notification.
+    /// Returns false (and marks the queue overflowed) if it was full.
+    pub fn push(&self, wc: WorkCompletion) -> bool {
+        let fire = match self.armed.load(Ordering::Acquire) {
+            DISARMED => false,
+            1 => true,
+            2 => wc.solicited || wc.status != WcStatus::Success,
+            _ => wc.status != WcStatus::Success,
+        };
+        let ok = {
+            let _g = self.producer.lock().unwrap_or_else(|e| e.into_inner());
+            self.ring.load().push(wc).is_ok()
+        };
+        if !ok {
+            self.overflowed.store(true, Ordering::Release);
+        }
+        if (fire || !ok) && self.armed.swap(DISARMED, Ordering::AcqRel) != DISARMED {
+            self.events.fetch_add(1, Ordering::Relaxed);
+            self.event.signal();
+        }
+        ok
+    }
+
+    /// Arms the queue: the next matching completion signals [`Self::fd`] once.
+    pub fn arm(&self, on: NotifyOn) {
+        self.armed.store(code(on), Ordering::Release);
+    }
+
+    /// Disarms without firing (a cancelled wait).
+    pub fn disarm(&self) {
+        self.armed.store(DISARMED, Ordering::Release);
+    }
+
+    /// True once a completion was lost to a full queue.
+    pub fn overflowed(&self) -> bool {
+        self.overflowed.load(Ordering::Acquire)
+    }
+
+    /// Notifications fired so far.
+    pub fn events(&self) -> u64 {
+        self.events.load(Ordering::Relaxed)
+    }
+
+    /// Consumes pending notifications (like `ibv_get_cq_event` + ack); returns how many.
+    pub fn take_events(&self) -> u64 {
+        self.event.drain()
+    }
+
+    /// Waits for a notification (after [`Self::arm`]); true if one fired.
+    pub fn wait(&self, timeout: Option<std::time::Duration>) -> io::Result<bool> {
+        self.event.wait(timeout)
+    }
+
+    /// The notification file descriptor (readable after a notification fired).
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        self.event.fd()
+    }
+
+    /// Changes the capacity; never loses a completion.
+    pub fn resize(&self, depth: usize, max: usize) -> Result<(), ResizeError> {
+        if depth == 0 || depth > max {
+            return Err(ResizeError::OutOfRange(depth));
+        }
+        let _g = self.producer.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self.ring.load_full();
+        if old.len() > depth {
+            return Err(ResizeError::TooSmall {
+                queued: old.len(),
+                depth,
+            });
+        }
+        let new = Arc::new(ArrayQueue::new(depth));
+        // Consumers may still pop from `old` meanwhile; whatever they miss
+        // moves over here, in order.
+        while let Some(wc) = old.pop() {
+            let _ = new.push(wc);
+        }
+        self.ring.store(new);
+        // An entry pushed to `old` by nobody (pushes hold `producer`) cannot
+        // appear now; a consumer that loaded `old` before the store only finds
+        // it empty.
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndverbs_proto::rc::{WcOpcode, WcQueue};
+    use std::time::Duration;
+
+    fn wc(id: u64, status: WcStatus, solicited: bool) -> WorkCompletion {
+        WorkCompletion {
+            wr_id: id,
+            status,
+            opcode: WcOpcode::Send,
+            queue: WcQueue::Send,
+            byte_len: 0,
+            imm: None,
+            invalidated_rkey: None,
+            qpn: 2,
+            src_qp: 0,
+            solicited,
+        }
+    }
+
+    #[test]
+    fn poll_in_order_and_overflow() {
+        let cq = CompletionQueue::new(2).unwrap();
+        assert!(cq.push(wc(1, WcStatus::Success, false)));
+        assert!(cq.push(wc(2, WcStatus::Success, false)));
+        assert!(!cq.push(wc(3, WcStatus::Success, false)));
+        assert!(cq.overflowed());
+        assert_eq!(cq.poll_one().unwrap().wr_id, 1);
+        assert_eq!(cq.poll_one().unwrap().wr_id, 2);
+        assert!(cq.poll_one().is_none());
+    }
+
+    #[test]
+    fn notification_modes_fire_once_per_arm() {
+        let cq = CompletionQueue::new(16).unwrap();
+        cq.push(wc(1, WcStatus::Success, false));
+        assert!(
+            !cq.wait(Some(Duration::from_millis(1))).unwrap(),
+            "not armed"
+        );
+        cq.arm(NotifyOn::Solicited);
+        cq.push(wc(2, WcStatus::Success, false));
+        assert_eq!(cq.take_events(), 0);
+        cq.push(wc(3, WcStatus::Success, true));
+        assert!(cq.wait(Some(Duration::from_secs(1))).unwrap());
+        assert_eq!(cq.take_events(), 1);
+        cq.push(wc(4, WcStatus::Success, true));
+        assert_eq!(cq.take_events(), 0, "fires once per arm");
+        cq.arm(NotifyOn::Errors);
+        cq.push(wc(5, WcStatus::Success, true));
+        assert_eq!(cq.take_events(), 0);
+        cq.push(wc(6, WcStatus::WrFlushErr, false));
+        assert_eq!(cq.take_events(), 1);
+        cq.arm(NotifyOn::Any);
+        cq.push(wc(7, WcStatus::Success, false));
+        assert_eq!(cq.take_events(), 1);
+        assert_eq!(cq.events(), 3);
+    }
+
+    #[test]
+    fn resize_keeps_entries() {
+        let cq = CompletionQueue::new(4).unwrap();
+        for i in 0..3 {
+            cq.push(wc(i, WcStatus::Success, false));
+        }
+        assert_eq!(
+            cq.resize(2, 100),
+            Err(ResizeError::TooSmall {
+                queued: 3,
+                depth: 2
+            })
+        );
+        cq.resize(64, 100).unwrap();
+        assert_eq!(cq.depth(), 64);
+        let mut out = [wc(0, WcStatus::Success, false); 8];
+        assert_eq!(cq.poll(&mut out), 3);
+        assert_eq!(
+            out[..3].iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+            vec![0, 1, 2]
+        );
+        assert_eq!(cq.resize(101, 100), Err(ResizeError::OutOfRange(101)));
+    }
+
+    #[test]
+    fn concurrent_producer_and_consumers_lose_nothing() {
+        let cq = Arc::new(CompletionQueue::new(1024).unwrap());
+        let n = 100_000u64;
+        let p = {
+            let cq = cq.clone();
+            std::thread::spawn(move || {
+                for i in 0..n {
+                    while !cq.push(wc(i, WcStatus::Success, false)) {
+                        panic!("overflow");
+                    }
+                    while cq.len() > 900 {
+                        std::thread::yield_now();
+                    }
+                    if i == n / 2 {
+                        cq.resize(4096, 1 << 20).unwrap();
+                    }
+                }
+            })
+        };
+        let mut seen = 0u64;
+        let mut sum = 0u64;
+        while seen < n {
+            if let Some(w) = cq.poll_one() {
+                seen += 1;
+                sum += w.wr_id;
+            }
+        }
+        p.join().unwrap();
+        assert_eq!(sum, n * (n - 1) / 2);
+    }
+}

@@ -1,0 +1,801 @@
+//! Registered memory: regions (MR), windows (MW) and the checks on every access.
+//!
+//! A **region** is a byte range the application registered with access rights
+//! in a protection domain (PD). Its *L_Key* names it in local SGEs, its *R_Key*
+//! in remote requests; both equal one unpredictable 32-bit value
+//! ([`crate::keys`]). Its address on the wire is its real virtual address, as
+//! with Linux rxe, so tools that advertise buffer addresses (perftest, rping)
+//! work unchanged.
+//!
+//! A **window** (type 2, bound by a work request) grants a peer a sub-range of a
+//! region with fewer rights under an R_Key of its own; it is invalidated
+//! locally or by the peer's SEND_WITH_INVALIDATE, after which its key is dead.
+//! A region with bound windows cannot be deregistered.
+//!
+//! [`MemTable`] implements [`ndverbs_proto::mem::Memory`]: every access checks
+//! key, PD, bounds and rights before a byte moves.
+//!
+//! # Lifetime and sharing
+//!
+//! Regions are reference counted: the table and the application's handle each
+//! hold one, and the engine holds the table's while it copies, so memory is
+//! never freed under an access. After deregistration the key is gone from the
+//! table, so later work requests naming it fail their checks instead of touching
+//! freed memory. Memory the engine allocated ([`RegionBuf::alloc`]) is freed with
+//! the last reference; memory registered raw ([`RegionBuf::from_raw`], `unsafe`)
+//! is the caller's to keep alive until deregistration.
+//!
+//! Remote writes land while the application may be reading the same bytes: that
+//! is RDMA's contract. The application therefore reaches region memory through
+//! copies ([`Region::read`], [`Region::write`]), never through a `&mut [u8]`.
+
+use crate::keys::KeyGen;
+use ndverbs_proto::mem::{Access, AccessError, AtomicOp, Memory, Sge};
+use std::alloc::Layout;
+use std::collections::HashMap;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Alignment of memory the engine allocates for regions.
+pub const REGION_ALIGN: usize = 4096;
+
+/// Errors of registration calls (not of data accesses: those are [`AccessError`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MemError {
+    /// A zero-length region.
+    #[error("a memory region cannot be empty")]
+    Empty,
+    /// Remote write or atomic rights without local write (ibverbs forbids it).
+    #[error("remote write/atomic access needs local write access too")]
+    RemoteWriteNeedsLocalWrite,
+    /// The allocation failed or the size overflows.
+    #[error("cannot allocate {0} bytes")]
+    NoMemory(usize),
+    /// No region or window has this key.
+    #[error("no memory region or window with key 0x{0:08x}")]
+    UnknownKey(u32),
+    /// Windows are still bound to the region.
+    #[error("{0} memory windows are still bound to the region")]
+    Busy(u32),
+    /// A window bind outside its region, with rights the region lacks, or in another PD.
+    #[error("window bind refused: {0}")]
+    BadBind(AccessError),
+}
+
+/// The bytes behind a region.
+#[derive(Debug)]
+pub struct RegionBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+    owned: bool,
+}
+
+// SAFETY: the buffer is plain bytes; all access goes through raw copies or
+// atomics whose bounds are checked (see the module docs on sharing).
+unsafe impl Send for RegionBuf {}
+// SAFETY: as above.
+unsafe impl Sync for RegionBuf {}
+
+impl RegionBuf {
+    /// `len` zeroed bytes, page aligned, owned by the region.
+    pub fn alloc(len: usize) -> Result<Self, MemError> {
+        if len == 0 {
+            return Err(MemError::Empty);
+        }
+        let layout =
+            Layout::from_size_align(len, REGION_ALIGN).map_err(|_| MemError::NoMemory(len))?;
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(p).ok_or(MemError::NoMemory(len))?;
+        Ok(RegionBuf {
+            ptr,
+            len,
+            owned: true,
+        })
+    }
+
+    /// Application memory registered in place.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid for reads and writes, and stay valid and
+    /// unused as a Rust `&`/`&mut` reference, until the region is deregistered
+    /// and every handle to it dropped.
+    pub unsafe fn from_raw(ptr: NonNull<u8>, len: usize) -> Result<Self, MemError> {
+        if len == 0 {
+            return Err(MemError::Empty);
+        }
+        Ok(RegionBuf {
+            ptr,
+            len,
+            owned: false,
+        })
+    }
+
+    /// First address.
+    pub fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as u64
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: regions are never empty.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    fn copy_in(&self, off: usize, data: &[u8]) {
+        assert!(off.checked_add(data.len()).is_some_and(|e| e <= self.len));
+        // SAFETY: bounds checked above; the buffer is live while `self` is.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(off), data.len())
+        }
+    }
+
+    fn copy_out(&self, off: usize, out: &mut [u8]) {
+        assert!(off.checked_add(out.len()).is_some_and(|e| e <= self.len));
+        // SAFETY: bounds checked above; the buffer is live while `self` is.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), out.as_mut_ptr(), out.len())
+        }
+    }
+
+    fn atomic(&self, off: usize, op: AtomicOp) -> u64 {
+        assert!(off.checked_add(8).is_some_and(|e| e <= self.len));
+        let p = self.ptr.as_ptr().wrapping_add(off);
+        assert_eq!(p as usize % 8, 0);
+        // SAFETY: in bounds, 8-byte aligned, live while `self` is; atomics make
+        // concurrent RDMA atomics on one address well defined.
+        let a = unsafe { AtomicU64::from_ptr(p.cast::<u64>()) };
+        match op {
+            AtomicOp::FetchAdd { add } => a.fetch_add(add, Ordering::SeqCst),
+            AtomicOp::CompareSwap { compare, swap } => {
+                match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(v) | Err(v) => v,
+                }
+            }
+        }
+    }
+}
+
+impl Drop for RegionBuf {
+    fn drop(&mut self) {
+        if self.owned {
+            // SAFETY: allocated in `alloc` with exactly this layout.
+            unsafe {
+                std::alloc::dealloc(
+                    self.ptr.as_ptr(),
+                    Layout::from_size_align_unchecked(self.len, REGION_ALIGN),
+                )
+            }
+        }
+    }
+}
+
+/// A registered memory region.
+#[derive(Debug)]
+pub struct Region {
+    key: u32,
+    pd: u32,
+    access: Access,
+    buf: RegionBuf,
+    windows: AtomicU32,
+}
+
+impl Region {
+    /// Local key (also the remote key).
+    pub fn lkey(&self) -> u32 {
+        self.key
+    }
+
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        self.key
+    }
+
+    /// Protection domain.
+    pub fn pd(&self) -> u32 {
+        self.pd
+    }
+
+    /// Rights granted.
+    pub fn access(&self) -> Access {
+        self.access
+    }
+
+    /// Address of the first byte, as used in SGEs and by peers.
+    pub fn addr(&self) -> u64 {
+        self.buf.addr()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Always false: regions are never empty.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Copies bytes out of the region at byte `offset` (bounds-checked).
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), AccessError> {
+        self.range(offset as u64, out.len() as u64)?;
+        self.buf.copy_out(offset, out);
+        Ok(())
+    }
+
+    /// Copies bytes into the region at byte `offset` (bounds-checked).
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), AccessError> {
+        self.range(offset as u64, data.len() as u64)?;
+        self.buf.copy_in(offset, data);
+        Ok(())
+    }
+
+    /// A raw view of the whole region.
+    ///
+    /// # Safety
+    /// The peer and the engine may write these bytes at any time; the caller
+    /// must not create a reference that assumes they do not change.
+    pub unsafe fn as_ptr(&self) -> *mut u8 {
+        self.buf.ptr.as_ptr()
+    }
+
+    fn range(&self, offset: u64, len: u64) -> Result<usize, AccessError> {
+        match offset.checked_add(len) {
+            Some(e) if e <= self.len() as u64 => Ok(offset as usize),
+            _ => Err(AccessError::OutOfBounds {
+                key: self.key,
+                addr: self.addr().wrapping_add(offset),
+                len,
+            }),
+        }
+    }
+
+    /// Offset of `[va, va+len)` in the region, if it lies inside.
+    fn offset_of(&self, va: u64, len: u64) -> Result<usize, AccessError> {
+        let off = va.wrapping_sub(self.addr());
+        if va < self.addr() {
+            return Err(AccessError::OutOfBounds {
+                key: self.key,
+                addr: va,
+                len,
+            });
+        }
+        self.range(off, len).map_err(|_| AccessError::OutOfBounds {
+            key: self.key,
+            addr: va,
+            len,
+        })
+    }
+}
+
+/// A memory window (type 2).
+#[derive(Debug, Clone)]
+struct Window {
+    pd: u32,
+    /// The region it is bound to, if bound.
+    binding: Option<Binding>,
+}
+
+#[derive(Debug, Clone)]
+struct Binding {
+    region: Arc<Region>,
+    va: u64,
+    len: u64,
+    access: Access,
+}
+
+/// Every region and window of an adapter, by key.
+#[derive(Debug)]
+pub struct MemTable {
+    keys: KeyGen,
+    regions: HashMap<u32, Arc<Region>>,
+    /// Windows by their current R_Key.
+    windows: HashMap<u32, Window>,
+}
+
+impl MemTable {
+    /// An empty table drawing keys from `keys`.
+    pub fn new(keys: KeyGen) -> Self {
+        MemTable {
+            keys,
+            regions: HashMap::new(),
+            windows: HashMap::new(),
+        }
+    }
+
+    fn fresh_key(&mut self) -> u32 {
+        loop {
+            let k = self.keys.key();
+            if !self.regions.contains_key(&k) && !self.windows.contains_key(&k) {
+                return k;
+            }
+        }
+    }
+
+    /// Registers `buf` in `pd` with `access`.
+    pub fn register(
+        &mut self,
+        pd: u32,
+        buf: RegionBuf,
+        access: Access,
+    ) -> Result<Arc<Region>, MemError> {
+        if (access.contains(Access::REMOTE_WRITE) || access.contains(Access::REMOTE_ATOMIC))
+            && !access.contains(Access::LOCAL_WRITE)
+        {
+            return Err(MemError::RemoteWriteNeedsLocalWrite);
+        }
+        let key = self.fresh_key();
+        let r = Arc::new(Region {
+            key,
+            pd,
+            access,
+            buf,
+            windows: AtomicU32::new(0),
+        });
+        self.regions.insert(key, r.clone());
+        Ok(r)
+    }
+
+    /// Removes a region; its key stops working at once.
+    pub fn deregister(&mut self, lkey: u32) -> Result<Arc<Region>, MemError> {
+        let r = self.regions.get(&lkey).ok_or(MemError::UnknownKey(lkey))?;
+        let bound = r.windows.load(Ordering::Relaxed);
+        if bound != 0 {
+            return Err(MemError::Busy(bound));
+        }
+        Ok(self.regions.remove(&lkey).expect("present"))
+    }
+
+    /// Number of live regions.
+    pub fn regions(&self) -> usize {
+        self.regions.len()
+    }
+
+    /// Allocates an unbound window in `pd`; returns its key.
+    pub fn alloc_window(&mut self, pd: u32) -> u32 {
+        let k = self.fresh_key();
+        self.windows.insert(k, Window { pd, binding: None });
+        k
+    }
+
+    /// Binds window `mw` to `len` bytes at `va` of region `lkey` with `access`
+    /// (remote rights only). Returns the window's new R_Key: a type-2 window
+    /// gets a fresh key at every bind, so old grants die.
+    pub fn bind_window(
+        &mut self,
+        mw: u32,
+        lkey: u32,
+        va: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<u32, MemError> {
+        let w = self.windows.get(&mw).ok_or(MemError::UnknownKey(mw))?;
+        let region = self
+            .regions
+            .get(&lkey)
+            .ok_or(MemError::UnknownKey(lkey))?
+            .clone();
+        if region.pd != w.pd {
+            return Err(MemError::BadBind(AccessError::PdMismatch {
+                key: lkey,
+                region_pd: region.pd,
+                qp_pd: w.pd,
+            }));
+        }
+        region.offset_of(va, len).map_err(MemError::BadBind)?;
+        for right in [
+            Access::REMOTE_READ,
+            Access::REMOTE_WRITE,
+            Access::REMOTE_ATOMIC,
+        ] {
+            if access.contains(right) && !region.access.contains(right) {
+                return Err(MemError::BadBind(AccessError::NoPermission {
+                    key: lkey,
+                    needed: right,
+                }));
+            }
+        }
+        let mut w = self.windows.remove(&mw).expect("present");
+        if let Some(old) = w.binding.take() {
+            old.region.windows.fetch_sub(1, Ordering::Relaxed);
+        }
+        region.windows.fetch_add(1, Ordering::Relaxed);
+        w.binding = Some(Binding {
+            region,
+            va,
+            len,
+            access,
+        });
+        let k = self.fresh_key();
+        self.windows.insert(k, w);
+        Ok(k)
+    }
+
+    /// Invalidates window `rkey` (local invalidate, or the peer's
+    /// SEND_WITH_INVALIDATE); the window stays allocated, unbound.
+    pub fn invalidate_window(&mut self, rkey: u32) -> Result<(), MemError> {
+        let w = self
+            .windows
+            .get_mut(&rkey)
+            .ok_or(MemError::UnknownKey(rkey))?;
+        if let Some(b) = w.binding.take() {
+            b.region.windows.fetch_sub(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Frees window `rkey`.
+    pub fn dealloc_window(&mut self, rkey: u32) -> Result<(), MemError> {
+        self.invalidate_window(rkey)?;
+        self.windows.remove(&rkey);
+        Ok(())
+    }
+
+    fn local(
+        &self,
+        pd: u32,
+        sge: &Sge,
+        offset: u32,
+        len: usize,
+        write: bool,
+    ) -> Result<(&Region, usize), AccessError> {
+        let r = self
+            .regions
+            .get(&sge.lkey)
+            .ok_or(AccessError::InvalidLkey(sge.lkey))?;
+        if r.pd != pd {
+            return Err(AccessError::PdMismatch {
+                key: sge.lkey,
+                region_pd: r.pd,
+                qp_pd: pd,
+            });
+        }
+        if write && !r.access.contains(Access::LOCAL_WRITE) {
+            return Err(AccessError::NoPermission {
+                key: sge.lkey,
+                needed: Access::LOCAL_WRITE,
+            });
+        }
+        if u64::from(offset) + len as u64 > u64::from(sge.len) {
+            return Err(AccessError::OutOfBounds {
+                key: sge.lkey,
+                addr: sge.addr,
+                len: u64::from(sge.len),
+            });
+        }
+        let va = sge
+            .addr
+            .checked_add(u64::from(offset))
+            .ok_or(AccessError::OutOfBounds {
+                key: sge.lkey,
+                addr: sge.addr,
+                len: len as u64,
+            })?;
+        Ok((r, r.offset_of(va, len as u64)?))
+    }
+
+    fn remote(
+        &self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<(&Region, usize), AccessError> {
+        if let Some(r) = self.regions.get(&rkey) {
+            if r.pd != pd {
+                return Err(AccessError::PdMismatch {
+                    key: rkey,
+                    region_pd: r.pd,
+                    qp_pd: pd,
+                });
+            }
+            if !r.access.contains(need) {
+                return Err(AccessError::NoPermission {
+                    key: rkey,
+                    needed: need,
+                });
+            }
+            return Ok((r, r.offset_of(va, len)?));
+        }
+        let w = self
+            .windows
+            .get(&rkey)
+            .ok_or(AccessError::InvalidRkey(rkey))?;
+        let b = w.binding.as_ref().ok_or(AccessError::InvalidRkey(rkey))?;
+        if w.pd != pd {
+            return Err(AccessError::PdMismatch {
+                key: rkey,
+                region_pd: w.pd,
+                qp_pd: pd,
+            });
+        }
+        if !b.access.contains(need) {
+            return Err(AccessError::NoPermission {
+                key: rkey,
+                needed: need,
+            });
+        }
+        let inside = va >= b.va && va.checked_add(len).is_some_and(|e| e <= b.va + b.len);
+        if !inside {
+            return Err(AccessError::OutOfBounds {
+                key: rkey,
+                addr: va,
+                len,
+            });
+        }
+        // The region cannot have been deregistered while bound (Busy), but the
+        // range check against it is kept as a second line of defence.
+        Ok((&b.region, b.region.offset_of(va, len)?))
+    }
+}
+
+impl Memory for MemTable {
+    fn read_local(
+        &mut self,
+        pd: u32,
+        sge: &Sge,
+        offset: u32,
+        out: &mut [u8],
+    ) -> Result<(), AccessError> {
+        let (r, off) = self.local(pd, sge, offset, out.len(), false)?;
+        r.buf.copy_out(off, out);
+        Ok(())
+    }
+
+    fn write_local(
+        &mut self,
+        pd: u32,
+        sge: &Sge,
+        offset: u32,
+        data: &[u8],
+    ) -> Result<(), AccessError> {
+        let (r, off) = self.local(pd, sge, offset, data.len(), true)?;
+        r.buf.copy_in(off, data);
+        Ok(())
+    }
+
+    fn check_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<(), AccessError> {
+        self.remote(pd, rkey, va, len, access).map(|_| ())
+    }
+
+    fn write_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        data: &[u8],
+    ) -> Result<(), AccessError> {
+        let (r, off) = self.remote(pd, rkey, va, data.len() as u64, Access::REMOTE_WRITE)?;
+        r.buf.copy_in(off, data);
+        Ok(())
+    }
+
+    fn read_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        out: &mut [u8],
+    ) -> Result<(), AccessError> {
+        let (r, off) = self.remote(pd, rkey, va, out.len() as u64, Access::REMOTE_READ)?;
+        r.buf.copy_out(off, out);
+        Ok(())
+    }
+
+    fn atomic_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        op: AtomicOp,
+    ) -> Result<u64, AccessError> {
+        if va % 8 != 0 {
+            return Err(AccessError::Misaligned(va));
+        }
+        let (r, off) = self.remote(pd, rkey, va, 8, Access::REMOTE_ATOMIC)?;
+        Ok(r.buf.atomic(off, op))
+    }
+
+    fn invalidate_remote(&mut self, pd: u32, rkey: u32) -> Result<(), AccessError> {
+        match self.windows.get(&rkey) {
+            Some(w) if w.binding.is_some() => {
+                if w.pd != pd {
+                    return Err(AccessError::PdMismatch {
+                        key: rkey,
+                        region_pd: w.pd,
+                        qp_pd: pd,
+                    });
+                }
+                self.invalidate_window(rkey)
+                    .map_err(|_| AccessError::InvalidRkey(rkey))
+            }
+            Some(_) => Err(AccessError::InvalidRkey(rkey)),
+            None if self.regions.contains_key(&rkey) => Err(AccessError::NotInvalidatable(rkey)),
+            None => Err(AccessError::InvalidRkey(rkey)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> MemTable {
+        MemTable::new(KeyGen::seeded(7))
+    }
+
+    #[test]
+    fn local_and_remote_checks() {
+        let mut t = table();
+        let r = t
+            .register(
+                1,
+                RegionBuf::alloc(4096).unwrap(),
+                Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+            )
+            .unwrap();
+        let sge = Sge::new(r.addr() + 100, 50, r.lkey());
+        t.write_local(1, &sge, 0, b"hello").unwrap();
+        let mut out = [0u8; 5];
+        r.read(100, &mut out).unwrap();
+        assert_eq!(&out, b"hello");
+        assert!(matches!(
+            t.write_local(2, &sge, 0, b"x"),
+            Err(AccessError::PdMismatch { .. })
+        ));
+        assert!(matches!(
+            t.write_local(1, &sge, 48, b"xyz"),
+            Err(AccessError::OutOfBounds { .. })
+        ));
+        t.write_remote(1, r.rkey(), r.addr() + 4090, b"abcdef")
+            .unwrap();
+        assert!(matches!(
+            t.write_remote(1, r.rkey(), r.addr() + 4091, b"abcdef"),
+            Err(AccessError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            t.write_remote(1, r.rkey(), r.addr() - 1, b"a"),
+            Err(AccessError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            t.read_remote(1, r.rkey(), r.addr(), &mut out),
+            Err(AccessError::NoPermission { .. })
+        ));
+        assert!(matches!(
+            t.write_remote(1, r.rkey() ^ 1, r.addr(), b"a"),
+            Err(AccessError::InvalidRkey(_))
+        ));
+        assert!(matches!(
+            t.write_remote(1, r.rkey(), u64::MAX - 2, b"abcdef"),
+            Err(AccessError::OutOfBounds { .. })
+        ));
+        assert_eq!(
+            t.register(1, RegionBuf::alloc(8).unwrap(), Access::REMOTE_WRITE)
+                .unwrap_err(),
+            MemError::RemoteWriteNeedsLocalWrite
+        );
+        // Deregistered keys fail instead of touching memory.
+        let key = r.lkey();
+        t.deregister(key).unwrap();
+        assert!(matches!(
+            t.write_remote(1, key, r.addr(), b"a"),
+            Err(AccessError::InvalidRkey(_))
+        ));
+        assert!(matches!(
+            t.read_local(1, &sge, 0, &mut out),
+            Err(AccessError::InvalidLkey(_))
+        ));
+    }
+
+    #[test]
+    fn atomics() {
+        let mut t = table();
+        let all = Access::LOCAL_WRITE | Access::REMOTE_ATOMIC;
+        let r = t.register(1, RegionBuf::alloc(64).unwrap(), all).unwrap();
+        let a = r.addr() + 8;
+        assert_eq!(
+            t.atomic_remote(1, r.rkey(), a, AtomicOp::FetchAdd { add: 5 })
+                .unwrap(),
+            0
+        );
+        assert_eq!(
+            t.atomic_remote(
+                1,
+                r.rkey(),
+                a,
+                AtomicOp::CompareSwap {
+                    compare: 5,
+                    swap: 9
+                }
+            )
+            .unwrap(),
+            5
+        );
+        assert_eq!(
+            t.atomic_remote(
+                1,
+                r.rkey(),
+                a,
+                AtomicOp::CompareSwap {
+                    compare: 5,
+                    swap: 1
+                }
+            )
+            .unwrap(),
+            9
+        );
+        assert_eq!(
+            t.atomic_remote(1, r.rkey(), a + 1, AtomicOp::FetchAdd { add: 1 }),
+            Err(AccessError::Misaligned(a + 1))
+        );
+        assert!(t
+            .atomic_remote(1, r.rkey(), r.addr() + 64, AtomicOp::FetchAdd { add: 1 })
+            .is_err());
+    }
+
+    #[test]
+    fn windows_narrow_rights_and_die_on_invalidate() {
+        let mut t = table();
+        let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+        let r = t.register(1, RegionBuf::alloc(8192).unwrap(), all).unwrap();
+        let mw = t.alloc_window(1);
+        assert!(matches!(
+            t.write_remote(1, mw, r.addr(), b"a"),
+            Err(AccessError::InvalidRkey(_))
+        ));
+        let k = t
+            .bind_window(mw, r.lkey(), r.addr() + 4096, 100, Access::REMOTE_READ)
+            .unwrap();
+        let mut out = [0u8; 10];
+        t.read_remote(1, k, r.addr() + 4096, &mut out).unwrap();
+        assert!(matches!(
+            t.write_remote(1, k, r.addr() + 4096, b"a"),
+            Err(AccessError::NoPermission { .. })
+        ));
+        assert!(matches!(
+            t.read_remote(1, k, r.addr() + 4190, &mut out),
+            Err(AccessError::OutOfBounds { .. })
+        ));
+        assert_eq!(t.deregister(r.lkey()).unwrap_err(), MemError::Busy(1));
+        // Rebinding gives a new key; the old one dies.
+        let k2 = t
+            .bind_window(k, r.lkey(), r.addr(), 10, Access::REMOTE_READ)
+            .unwrap();
+        assert_ne!(k, k2);
+        assert!(t.read_remote(1, k, r.addr(), &mut out).is_err());
+        assert_eq!(
+            t.invalidate_remote(1, r.rkey()),
+            Err(AccessError::NotInvalidatable(r.rkey()))
+        );
+        t.invalidate_remote(1, k2).unwrap();
+        assert!(matches!(
+            t.read_remote(1, k2, r.addr(), &mut out),
+            Err(AccessError::InvalidRkey(_))
+        ));
+        t.deregister(r.lkey()).unwrap();
+        // A window cannot grant rights its region lacks, or outlive its bounds.
+        let ro = t
+            .register(1, RegionBuf::alloc(64).unwrap(), Access::REMOTE_READ)
+            .unwrap();
+        let mw2 = t.alloc_window(1);
+        assert!(t
+            .bind_window(mw2, ro.lkey(), ro.addr(), 8, Access::REMOTE_WRITE)
+            .is_err());
+        assert!(t
+            .bind_window(mw2, ro.lkey(), ro.addr() + 60, 8, Access::REMOTE_READ)
+            .is_err());
+    }
+}

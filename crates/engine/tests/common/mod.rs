@@ -1,0 +1,162 @@
+//! Two adapters on loopback addresses with one connected RC QP pair.
+#![allow(dead_code)]
+
+use ndverbs_engine::adapter::{Adapter, Progress, QpInit, QpShared};
+use ndverbs_engine::cq::CompletionQueue;
+use ndverbs_engine::mr::{Region, RegionBuf};
+use ndverbs_proto::mem::Access;
+use ndverbs_proto::rc::{AttrMask, PathMtu, QpAttr, QpCaps, QpState, WorkCompletion};
+use ndverbs_wire::cma::gid_of;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One side: adapter, PD, CQ, QP and a region.
+pub struct Side {
+    pub adapter: Adapter,
+    pub pd: u32,
+    pub cq: Arc<CompletionQueue>,
+    pub qp: Arc<QpShared>,
+    pub mr: Arc<Region>,
+}
+
+pub const ALL: Access = Access::ALL;
+
+/// Opens two adapters on `127.<net>.<host>.1` and `.2` and connects one QP
+/// pair between them (path MTU `mtu`, `region` bytes of memory each).
+pub fn pair(net: u8, mode: Progress, mtu: PathMtu, region: usize) -> (Side, Side) {
+    let a = side(IpAddr::from([127, 77, net, 1]), mode, region);
+    let b = side(IpAddr::from([127, 77, net, 2]), mode, region);
+    connect(&a, &b, mtu, 0x10_0000);
+    connect(&b, &a, mtu, 0x20_0000);
+    (a, b)
+}
+
+pub fn side(ip: IpAddr, mode: Progress, region: usize) -> Side {
+    let adapter = Adapter::open(ip, mode).unwrap_or_else(|e| panic!("open {ip}: {e}"));
+    let pd = adapter.alloc_pd().unwrap();
+    let (cq_id, cq) = adapter.create_cq(4096).unwrap();
+    let caps = QpCaps {
+        max_send_wr: 1024,
+        max_send_sge: 4,
+        max_inline_data: 256,
+        sq_sig_all: false,
+    };
+    let qp = adapter
+        .create_qp(QpInit {
+            pd,
+            send_cq: cq_id,
+            recv_cq: cq_id,
+            srq: None,
+            caps,
+            max_recv_wr: 1024,
+            max_recv_sge: 4,
+        })
+        .unwrap();
+    let mr = adapter
+        .reg_mr(pd, RegionBuf::alloc(region).unwrap(), ALL)
+        .unwrap();
+    Side {
+        adapter,
+        pd,
+        cq,
+        qp,
+        mr,
+    }
+}
+
+/// Moves `a`'s QP to RTS towards `b`'s QP (a's send PSN `psn`; it expects b's
+/// PSN per the convention of `pair`).
+pub fn connect(a: &Side, b: &Side, mtu: PathMtu, _psn: u32) {
+    let a_psn = psn_of(a);
+    let b_psn = psn_of(b);
+    let mut attr = QpAttr {
+        qp_state: QpState::Init,
+        qp_access_flags: ALL,
+        ..QpAttr::default()
+    };
+    a.adapter
+        .modify_qp(
+            a.qp.qpn(),
+            &attr,
+            AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
+        )
+        .unwrap();
+    attr.qp_state = QpState::Rtr;
+    attr.path_mtu = mtu;
+    attr.dest_qp_num = b.qp.qpn();
+    attr.rq_psn = b_psn;
+    attr.max_dest_rd_atomic = 16;
+    attr.min_rnr_timer = 1;
+    attr.av.dgid = gid_of(b.adapter.local()).octets();
+    attr.av.hop_limit = 64;
+    a.adapter
+        .modify_qp(
+            a.qp.qpn(),
+            &attr,
+            AttrMask::STATE
+                | AttrMask::AV
+                | AttrMask::PATH_MTU
+                | AttrMask::DEST_QPN
+                | AttrMask::RQ_PSN
+                | AttrMask::MAX_DEST_RD_ATOMIC
+                | AttrMask::MIN_RNR_TIMER,
+        )
+        .unwrap();
+    attr.qp_state = QpState::Rts;
+    attr.sq_psn = a_psn;
+    attr.timeout = 10;
+    attr.retry_cnt = 7;
+    attr.rnr_retry = 7;
+    attr.max_rd_atomic = 16;
+    a.adapter
+        .modify_qp(
+            a.qp.qpn(),
+            &attr,
+            AttrMask::STATE
+                | AttrMask::SQ_PSN
+                | AttrMask::TIMEOUT
+                | AttrMask::RETRY_CNT
+                | AttrMask::RNR_RETRY
+                | AttrMask::MAX_QP_RD_ATOMIC,
+        )
+        .unwrap();
+}
+
+/// A PSN derived from the QPN (both sides can compute the other's).
+pub fn psn_of(s: &Side) -> u32 {
+    (s.qp.qpn().wrapping_mul(2_654_435_761)) & 0x00ff_ffff
+}
+
+/// Polls `cq` (driving manual progress) until `n` completions arrived.
+pub fn wait_n(s: &Side, n: usize, limit: Duration) -> Vec<WorkCompletion> {
+    let t0 = Instant::now();
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        if let Some(wc) = s.cq.poll_one() {
+            out.push(wc);
+            continue;
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "timed out with {} of {n} completions: {out:?}",
+            out.len()
+        );
+        if s.adapter.mode() == Progress::Manual {
+            s.adapter.progress();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    out
+}
+
+/// Drives both manual-mode adapters until `pred` holds.
+pub fn drive_until(a: &Side, b: &Side, limit: Duration, mut pred: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !pred() {
+        assert!(t0.elapsed() < limit, "timed out");
+        a.adapter.progress();
+        b.adapter.progress();
+    }
+}

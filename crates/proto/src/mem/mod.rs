@@ -1,0 +1,260 @@
+//! Memory: what the protocol reads and writes, and who may touch it.
+//!
+//! RDMA moves bytes between *registered* memory on two hosts. The protocol core
+//! never holds a pointer: it names memory the way the wire does and asks the
+//! engine, through the [`Memory`] trait, to move bytes.
+//!
+//! * **Local** buffers are named by scatter/gather elements ([`Sge`]): a virtual
+//!   address, a length and the *L_Key* of the memory region (MR) that covers
+//!   them. A message is the concatenation of its SGEs; [`gather`] and
+//!   [`scatter`] translate a byte offset in the message into SGE pieces.
+//! * **Remote** accesses arrive from the peer with an *R_Key*, a virtual address
+//!   and a length. Every one is checked — key valid, range inside the region,
+//!   the region's [`Access`] flags allow the operation, and the region belongs to
+//!   the QP's protection domain (PD) — before a single byte moves.
+//!
+//! Keys that fail any check give a typed [`AccessError`]; the responder turns it
+//! into a NAK (remote access error) and the requester into a completion error
+//! (local protection error). [`testing::VecMemory`] is a complete, simple
+//! implementation over `Vec<u8>` regions for tests and examples.
+
+mod sg;
+pub mod testing;
+
+pub use sg::{gather, scatter, sgl_len};
+
+use std::fmt;
+use std::ops::{BitOr, BitOrAssign};
+
+/// Access rights of a memory region, memory window or QP (ibverbs values).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Access(u32);
+
+impl Access {
+    /// No rights: local read only.
+    pub const NONE: Access = Access(0);
+    /// The local HCA may write (receives, READ responses, atomic results).
+    pub const LOCAL_WRITE: Access = Access(1);
+    /// The peer may RDMA WRITE.
+    pub const REMOTE_WRITE: Access = Access(2);
+    /// The peer may RDMA READ.
+    pub const REMOTE_READ: Access = Access(4);
+    /// The peer may run atomics.
+    pub const REMOTE_ATOMIC: Access = Access(8);
+    /// Every defined bit.
+    pub const ALL: Access = Access(0xf);
+
+    /// The raw bits (ibverbs `IBV_ACCESS_*`).
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// Flags from raw bits, or `None` if an undefined bit is set.
+    pub const fn from_bits(bits: u32) -> Option<Access> {
+        if bits & !Self::ALL.0 == 0 {
+            Some(Access(bits))
+        } else {
+            None
+        }
+    }
+
+    /// True if every right in `other` is present.
+    pub const fn contains(self, other: Access) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The union of two sets.
+    pub const fn union(self, other: Access) -> Access {
+        Access(self.0 | other.0)
+    }
+}
+
+impl BitOr for Access {
+    type Output = Access;
+    fn bitor(self, rhs: Access) -> Access {
+        self.union(rhs)
+    }
+}
+
+impl BitOrAssign for Access {
+    fn bitor_assign(&mut self, rhs: Access) {
+        *self = self.union(rhs);
+    }
+}
+
+impl fmt::Debug for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = [
+            (Access::LOCAL_WRITE, "LOCAL_WRITE"),
+            (Access::REMOTE_WRITE, "REMOTE_WRITE"),
+            (Access::REMOTE_READ, "REMOTE_READ"),
+            (Access::REMOTE_ATOMIC, "REMOTE_ATOMIC"),
+        ];
+        let mut first = true;
+        for (flag, name) in names {
+            if self.contains(flag) {
+                if !first {
+                    f.write_str("|")?;
+                }
+                f.write_str(name)?;
+                first = false;
+            }
+        }
+        if first {
+            f.write_str("NONE")?;
+        }
+        Ok(())
+    }
+}
+
+/// A scatter/gather element: `len` bytes at `addr` inside the region of `lkey`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Sge {
+    /// Virtual address of the first byte.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u32,
+    /// Local key of the covering memory region.
+    pub lkey: u32,
+}
+
+impl Sge {
+    /// An SGE.
+    pub const fn new(addr: u64, len: u32, lkey: u32) -> Self {
+        Sge { addr, len, lkey }
+    }
+}
+
+/// A remote atomic operation on 8 bytes (values in host byte order in memory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AtomicOp {
+    /// If the value equals `compare`, replace it with `swap`.
+    CompareSwap {
+        /// Expected value.
+        compare: u64,
+        /// Replacement.
+        swap: u64,
+    },
+    /// Add `add` (wrapping).
+    FetchAdd {
+        /// Addend.
+        add: u64,
+    },
+}
+
+/// Why a memory access was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum AccessError {
+    /// No valid region has this L_Key.
+    #[error("L_Key 0x{0:08x} is not valid")]
+    InvalidLkey(u32),
+    /// No valid region or window has this R_Key (or it was invalidated).
+    #[error("R_Key 0x{0:08x} is not valid")]
+    InvalidRkey(u32),
+    /// The region belongs to another protection domain.
+    #[error("key 0x{key:08x} belongs to PD {region_pd}, the QP is in PD {qp_pd}")]
+    PdMismatch {
+        /// The key used.
+        key: u32,
+        /// The region's PD.
+        region_pd: u32,
+        /// The accessing QP's PD.
+        qp_pd: u32,
+    },
+    /// The range is not inside the region (or overflows the address space).
+    #[error("key 0x{key:08x}: {len} bytes at 0x{addr:x} are outside the region")]
+    OutOfBounds {
+        /// The key used.
+        key: u32,
+        /// First address.
+        addr: u64,
+        /// Length.
+        len: u64,
+    },
+    /// The region does not grant the right the operation needs.
+    #[error("key 0x{key:08x}: region lacks {needed:?}")]
+    NoPermission {
+        /// The key used.
+        key: u32,
+        /// The right that is missing.
+        needed: Access,
+    },
+    /// An atomic on an address that is not 8-byte aligned.
+    #[error("atomic at 0x{0:x} is not 8-byte aligned")]
+    Misaligned(u64),
+    /// The key names something that cannot be invalidated remotely.
+    #[error("R_Key 0x{0:08x} cannot be invalidated remotely")]
+    NotInvalidatable(u32),
+    /// A message offset beyond the end of a scatter/gather list.
+    #[error("{len} bytes at message offset {offset} overrun a {total}-byte scatter/gather list")]
+    SglOverrun {
+        /// Offset in the message.
+        offset: u64,
+        /// Bytes requested.
+        len: u64,
+        /// Total bytes of the list.
+        total: u64,
+    },
+}
+
+/// The engine's memory: MR/MW tables and the bytes behind them.
+///
+/// Every method checks its key, range, rights and PD and moves nothing if a
+/// check fails. `offset` in the local methods is a byte offset inside the SGE
+/// (`sge.addr + offset` is the first byte touched); the caller keeps
+/// `offset + len <= sge.len`.
+pub trait Memory {
+    /// Reads `out.len()` bytes of a local buffer (no right needed beyond a valid L_Key).
+    fn read_local(
+        &mut self,
+        pd: u32,
+        sge: &Sge,
+        offset: u32,
+        out: &mut [u8],
+    ) -> Result<(), AccessError>;
+
+    /// Writes `data` into a local buffer; the region needs [`Access::LOCAL_WRITE`].
+    fn write_local(
+        &mut self,
+        pd: u32,
+        sge: &Sge,
+        offset: u32,
+        data: &[u8],
+    ) -> Result<(), AccessError>;
+
+    /// Checks, without moving data, that `len` bytes at `va` under `rkey` allow `access`.
+    fn check_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<(), AccessError>;
+
+    /// An RDMA WRITE landing: needs [`Access::REMOTE_WRITE`].
+    fn write_remote(&mut self, pd: u32, rkey: u32, va: u64, data: &[u8])
+        -> Result<(), AccessError>;
+
+    /// An RDMA READ source: needs [`Access::REMOTE_READ`].
+    fn read_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        out: &mut [u8],
+    ) -> Result<(), AccessError>;
+
+    /// Runs an atomic on the 8 bytes at `va` (8-byte aligned, [`Access::REMOTE_ATOMIC`])
+    /// and returns the original value.
+    fn atomic_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        op: AtomicOp,
+    ) -> Result<u64, AccessError>;
+
+    /// Invalidates `rkey` (SEND_WITH_INVALIDATE): later accesses with it fail.
+    fn invalidate_remote(&mut self, pd: u32, rkey: u32) -> Result<(), AccessError>;
+}

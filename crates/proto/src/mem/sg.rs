@@ -1,0 +1,115 @@
+//! Scatter/gather: message offsets to SGE pieces.
+//!
+//! A message of `n` bytes is laid over its SGE list in order: bytes
+//! `0..sge[0].len` in the first element, the next `sge[1].len` in the second,
+//! and so on. Packets carry at most one MTU each, so both helpers walk the
+//! (short) list from the start and copy straight between the packet buffer and
+//! the registered memory — no staging buffer, no allocation.
+
+use super::{AccessError, Memory, Sge};
+
+/// Total bytes described by a scatter/gather list.
+pub fn sgl_len(sgl: &[Sge]) -> u64 {
+    sgl.iter().map(|s| u64::from(s.len)).sum()
+}
+
+/// Visits the pieces of `sgl` covering message bytes `offset .. offset + len`
+/// as `(sge, offset inside the sge, range inside the caller's buffer)`.
+fn for_each_piece(
+    sgl: &[Sge],
+    offset: u64,
+    len: usize,
+    mut f: impl FnMut(&Sge, u32, std::ops::Range<usize>) -> Result<(), AccessError>,
+) -> Result<(), AccessError> {
+    let total = sgl_len(sgl);
+    let end = offset.checked_add(len as u64);
+    if end.is_none_or(|e| e > total) {
+        return Err(AccessError::SglOverrun {
+            offset,
+            len: len as u64,
+            total,
+        });
+    }
+    let mut skip = offset;
+    let mut done = 0usize;
+    for sge in sgl {
+        if done == len {
+            break;
+        }
+        let l = u64::from(sge.len);
+        if skip >= l {
+            skip -= l;
+            continue;
+        }
+        // `skip < l <= u32::MAX`, so the casts are lossless.
+        let avail = (l - skip) as usize;
+        let n = avail.min(len - done);
+        f(sge, skip as u32, done..done + n)?;
+        done += n;
+        skip = 0;
+    }
+    Ok(())
+}
+
+/// Copies message bytes `offset .. offset + out.len()` of `sgl` into `out`.
+pub fn gather(
+    mem: &mut dyn Memory,
+    pd: u32,
+    sgl: &[Sge],
+    offset: u64,
+    out: &mut [u8],
+) -> Result<(), AccessError> {
+    for_each_piece(sgl, offset, out.len(), |sge, off, r| {
+        mem.read_local(pd, sge, off, &mut out[r])
+    })
+}
+
+/// Copies `data` into message bytes `offset .. offset + data.len()` of `sgl`
+/// (the regions need local write access).
+pub fn scatter(
+    mem: &mut dyn Memory,
+    pd: u32,
+    sgl: &[Sge],
+    offset: u64,
+    data: &[u8],
+) -> Result<(), AccessError> {
+    for_each_piece(sgl, offset, data.len(), |sge, off, r| {
+        mem.write_local(pd, sge, off, &data[r])
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mem::testing::VecMemory;
+    use crate::mem::Access;
+
+    #[test]
+    fn pieces_cross_sge_boundaries() {
+        let mut m = VecMemory::new();
+        let a = m.register(1, 0x1000, 8, Access::LOCAL_WRITE);
+        let b = m.register(1, 0x9000, 8, Access::LOCAL_WRITE);
+        let sgl = [
+            Sge::new(0x1002, 4, a.lkey),
+            Sge::new(0x9000, 0, b.lkey),
+            Sge::new(0x9004, 4, b.lkey),
+        ];
+        assert_eq!(sgl_len(&sgl), 8);
+        scatter(&mut m, 1, &sgl, 2, b"wxyz").unwrap();
+        assert_eq!(m.bytes(a.lkey), &[0, 0, 0, 0, b'w', b'x', 0, 0]);
+        assert_eq!(m.bytes(b.lkey), &[0, 0, 0, 0, b'y', b'z', 0, 0]);
+        let mut out = [0u8; 3];
+        gather(&mut m, 1, &sgl, 3, &mut out).unwrap();
+        assert_eq!(&out, b"xyz");
+        assert!(matches!(
+            gather(&mut m, 1, &sgl, 6, &mut out),
+            Err(AccessError::SglOverrun { .. })
+        ));
+        assert!(gather(&mut m, 1, &sgl, u64::MAX, &mut out).is_err());
+        // Wrong PD.
+        assert!(matches!(
+            gather(&mut m, 2, &sgl, 0, &mut out),
+            Err(AccessError::PdMismatch { .. })
+        ));
+    }
+}

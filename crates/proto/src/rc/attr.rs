@@ -1,0 +1,644 @@
+//! QP states, attributes and the legal transitions between states.
+//!
+//! An RC QP is created in RESET and walked up by `modify` calls, each naming the
+//! new state and the attributes it sets (an [`AttrMask`]), exactly as
+//! `ibv_modify_qp` does:
+//!
+//! ```text
+//!  RESET ──(pkey, port, access)──► INIT ──(av, mtu, dest qpn, rq psn,
+//!                                          max_dest_rd_atomic, min_rnr_timer)──► RTR
+//!  RTR ──(sq psn, timeout, retry_cnt, rnr_retry, max_rd_atomic)──► RTS ◄──► SQD
+//!  any state ──► RESET, any state but RESET ──► ERR
+//! ```
+//!
+//! Each transition has *required* attributes (all must be in the mask) and
+//! *optional* ones (may be); anything else in the mask is refused. The table is
+//! the IBTA's (spec vol. 1 §11.2.4.2, as coded in the kernel's
+//! `ib_modify_qp_is_ok`) restricted to RC, plus ndverbs' one extension,
+//! [`AttrMask::UDP_SPORT`]. Errors name the transition and the offending
+//! attribute.
+
+use crate::mem::Access;
+use std::fmt;
+
+/// QP states (IBTA).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum QpState {
+    /// Just created or reset: nothing happens.
+    #[default]
+    Reset,
+    /// Initialised: receives may be posted; no traffic.
+    Init,
+    /// Ready to receive: the responder works, the requester does not.
+    Rtr,
+    /// Ready to send: everything works.
+    Rts,
+    /// Send queue drain: started requests finish, new ones wait.
+    Sqd,
+    /// Send queue error (UC/UD only; not entered by RC).
+    Sqe,
+    /// Error: every request is flushed, nothing is sent.
+    Err,
+}
+
+/// Path MTU (IBTA enum values 1..5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum PathMtu {
+    /// 256 bytes.
+    Mtu256 = 1,
+    /// 512 bytes.
+    Mtu512 = 2,
+    /// 1024 bytes (rxe on a 1500-byte link).
+    #[default]
+    Mtu1024 = 3,
+    /// 2048 bytes.
+    Mtu2048 = 4,
+    /// 4096 bytes (rxe on a 9000-byte link).
+    Mtu4096 = 5,
+}
+
+impl PathMtu {
+    /// Payload bytes per packet.
+    pub const fn bytes(self) -> u32 {
+        128 << (self as u32)
+    }
+
+    /// From the IBTA enum value.
+    pub fn from_enum(v: u8) -> Option<PathMtu> {
+        Some(match v {
+            1 => PathMtu::Mtu256,
+            2 => PathMtu::Mtu512,
+            3 => PathMtu::Mtu1024,
+            4 => PathMtu::Mtu2048,
+            5 => PathMtu::Mtu4096,
+            _ => return None,
+        })
+    }
+
+    /// The largest IB MTU not above `bytes` (rxe: netdev MTU − 80), if any.
+    pub fn at_most(bytes: usize) -> Option<PathMtu> {
+        [
+            PathMtu::Mtu4096,
+            PathMtu::Mtu2048,
+            PathMtu::Mtu1024,
+            PathMtu::Mtu512,
+            PathMtu::Mtu256,
+        ]
+        .into_iter()
+        .find(|m| m.bytes() as usize <= bytes)
+    }
+}
+
+/// Where the peer is (the primary path). The protocol core does not use it;
+/// the engine does, to address packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct AddressVector {
+    /// Destination GID (IPv4-mapped `::ffff:a.b.c.d` or an IPv6 address).
+    pub dgid: [u8; 16],
+    /// Index of the local GID to send from.
+    pub sgid_index: u8,
+    /// IP hop limit / TTL.
+    pub hop_limit: u8,
+    /// IP traffic class / TOS.
+    pub traffic_class: u8,
+    /// Flow label (20 bits); also seeds the UDP source port.
+    pub flow_label: u32,
+    /// Service level.
+    pub sl: u8,
+}
+
+/// Which attributes a `modify` sets (ibverbs `IBV_QP_*` bit values).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct AttrMask(u32);
+
+impl AttrMask {
+    /// `qp_state`: the target state.
+    pub const STATE: AttrMask = AttrMask(1 << 0);
+    /// `cur_qp_state`: the caller's idea of the current state (checked).
+    pub const CUR_STATE: AttrMask = AttrMask(1 << 1);
+    /// `qp_access_flags`.
+    pub const ACCESS_FLAGS: AttrMask = AttrMask(1 << 3);
+    /// `pkey_index`.
+    pub const PKEY_INDEX: AttrMask = AttrMask(1 << 4);
+    /// `port_num`.
+    pub const PORT: AttrMask = AttrMask(1 << 5);
+    /// `av`: the primary path.
+    pub const AV: AttrMask = AttrMask(1 << 7);
+    /// `path_mtu`.
+    pub const PATH_MTU: AttrMask = AttrMask(1 << 8);
+    /// `timeout`: local ACK timeout exponent.
+    pub const TIMEOUT: AttrMask = AttrMask(1 << 9);
+    /// `retry_cnt`.
+    pub const RETRY_CNT: AttrMask = AttrMask(1 << 10);
+    /// `rnr_retry`.
+    pub const RNR_RETRY: AttrMask = AttrMask(1 << 11);
+    /// `rq_psn`: first PSN the responder expects.
+    pub const RQ_PSN: AttrMask = AttrMask(1 << 12);
+    /// `max_rd_atomic`: outstanding READ/atomics as requester.
+    pub const MAX_QP_RD_ATOMIC: AttrMask = AttrMask(1 << 13);
+    /// `min_rnr_timer`: the timer code this QP's RNR NAKs carry.
+    pub const MIN_RNR_TIMER: AttrMask = AttrMask(1 << 15);
+    /// `sq_psn`: first PSN the requester sends.
+    pub const SQ_PSN: AttrMask = AttrMask(1 << 16);
+    /// `max_dest_rd_atomic`: READ/atomics kept as responder resources.
+    pub const MAX_DEST_RD_ATOMIC: AttrMask = AttrMask(1 << 17);
+    /// `dest_qp_num`.
+    pub const DEST_QPN: AttrMask = AttrMask(1 << 20);
+    /// ndverbs extension: `udp_sport` (otherwise derived as rxe does).
+    pub const UDP_SPORT: AttrMask = AttrMask(1 << 31);
+
+    /// No attributes.
+    pub const NONE: AttrMask = AttrMask(0);
+
+    const NAMED: [(AttrMask, &'static str); 17] = [
+        (AttrMask::STATE, "qp_state"),
+        (AttrMask::CUR_STATE, "cur_qp_state"),
+        (AttrMask::ACCESS_FLAGS, "qp_access_flags"),
+        (AttrMask::PKEY_INDEX, "pkey_index"),
+        (AttrMask::PORT, "port_num"),
+        (AttrMask::AV, "av"),
+        (AttrMask::PATH_MTU, "path_mtu"),
+        (AttrMask::TIMEOUT, "timeout"),
+        (AttrMask::RETRY_CNT, "retry_cnt"),
+        (AttrMask::RNR_RETRY, "rnr_retry"),
+        (AttrMask::RQ_PSN, "rq_psn"),
+        (AttrMask::MAX_QP_RD_ATOMIC, "max_rd_atomic"),
+        (AttrMask::MIN_RNR_TIMER, "min_rnr_timer"),
+        (AttrMask::SQ_PSN, "sq_psn"),
+        (AttrMask::MAX_DEST_RD_ATOMIC, "max_dest_rd_atomic"),
+        (AttrMask::DEST_QPN, "dest_qp_num"),
+        (AttrMask::UDP_SPORT, "udp_sport"),
+    ];
+
+    /// The raw bits.
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// A mask from raw bits (unknown bits are kept and refused by `modify`).
+    pub const fn from_bits(bits: u32) -> AttrMask {
+        AttrMask(bits)
+    }
+
+    /// True if every attribute of `other` is in `self`.
+    pub const fn contains(self, other: AttrMask) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Union.
+    pub const fn union(self, other: AttrMask) -> AttrMask {
+        AttrMask(self.0 | other.0)
+    }
+
+    /// Attributes in `self` but not in `other`.
+    pub const fn minus(self, other: AttrMask) -> AttrMask {
+        AttrMask(self.0 & !other.0)
+    }
+
+    /// True if empty.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The lowest attribute in the mask.
+    pub fn first(self) -> Option<AttrMask> {
+        (self.0 != 0).then(|| AttrMask(self.0 & self.0.wrapping_neg()))
+    }
+
+    /// The name of a single attribute (`"unknown"` for undefined bits).
+    pub fn name(self) -> &'static str {
+        Self::NAMED
+            .iter()
+            .find(|(m, _)| *m == self)
+            .map_or("unknown", |(_, n)| n)
+    }
+}
+
+impl std::ops::BitOr for AttrMask {
+    type Output = AttrMask;
+    fn bitor(self, rhs: AttrMask) -> AttrMask {
+        self.union(rhs)
+    }
+}
+
+impl fmt::Debug for AttrMask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut rest = *self;
+        let mut first = true;
+        while let Some(bit) = rest.first() {
+            if !first {
+                f.write_str("|")?;
+            }
+            first = false;
+            match bit.name() {
+                "unknown" => write!(f, "0x{:x}", bit.0)?,
+                n => f.write_str(n)?,
+            }
+            rest = rest.minus(bit);
+        }
+        if first {
+            f.write_str("NONE")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for AttrMask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// QP attributes (the fields of `ibv_qp_attr` an RC QP uses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QpAttr {
+    /// Target state of a `modify`; the current state from `query`.
+    pub qp_state: QpState,
+    /// Checked against the real current state when in the mask.
+    pub cur_qp_state: QpState,
+    /// Path MTU.
+    pub path_mtu: PathMtu,
+    /// The peer's QP number (24 bits).
+    pub dest_qp_num: u32,
+    /// Responder: next expected PSN (24 bits).
+    pub rq_psn: u32,
+    /// Requester: next PSN to send (24 bits).
+    pub sq_psn: u32,
+    /// Remote operations the peer may run on this QP (REMOTE_* flags).
+    pub qp_access_flags: Access,
+    /// P_Key table index (only index 0, P_Key 0xFFFF, exists).
+    pub pkey_index: u16,
+    /// Port (only port 1 exists).
+    pub port_num: u8,
+    /// Primary path.
+    pub av: AddressVector,
+    /// Local ACK timeout exponent: 4.096 µs × 2^timeout; 0 = wait forever.
+    pub timeout: u8,
+    /// Transport retries after a timeout or sequence NAK, 0..=7 (7 = infinite,
+    /// as in Linux rxe).
+    pub retry_cnt: u8,
+    /// Retries after RNR NAKs, 0..=7 (7 = infinite).
+    pub rnr_retry: u8,
+    /// RNR timer code (0..=31) this QP's RNR NAKs ask the peer to wait.
+    pub min_rnr_timer: u8,
+    /// Outstanding READ/atomics this QP may have as requester.
+    pub max_rd_atomic: u8,
+    /// READ/atomic responder resources this QP keeps for the peer.
+    pub max_dest_rd_atomic: u8,
+    /// UDP source port of every packet this QP sends.
+    pub udp_sport: u16,
+}
+
+impl Default for QpAttr {
+    fn default() -> Self {
+        QpAttr {
+            qp_state: QpState::Reset,
+            cur_qp_state: QpState::Reset,
+            path_mtu: PathMtu::Mtu1024,
+            dest_qp_num: 0,
+            rq_psn: 0,
+            sq_psn: 0,
+            qp_access_flags: Access::NONE,
+            pkey_index: 0,
+            port_num: 1,
+            av: AddressVector::default(),
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+            udp_sport: 0xc000,
+        }
+    }
+}
+
+/// Most READ/atomics outstanding in either direction (rxe's `max_qp_rd_atom`).
+pub const MAX_RD_ATOMIC: u8 = 128;
+
+/// Queue sizes and flags fixed when a QP is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QpCaps {
+    /// Most send requests outstanding (posted, not yet completed).
+    pub max_send_wr: u32,
+    /// Most SGEs per send request.
+    pub max_send_sge: u32,
+    /// Most inline bytes per send request.
+    pub max_inline_data: u32,
+    /// Every send request completes, signaled or not.
+    pub sq_sig_all: bool,
+}
+
+impl Default for QpCaps {
+    fn default() -> Self {
+        QpCaps {
+            max_send_wr: 128,
+            max_send_sge: 8,
+            max_inline_data: 256,
+            sq_sig_all: false,
+        }
+    }
+}
+
+/// Why a `modify` was refused. The QP is unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum ModifyError {
+    /// The IBTA does not allow this transition.
+    #[error("transition {from:?} -> {to:?} is not allowed")]
+    IllegalTransition {
+        /// Current state.
+        from: QpState,
+        /// Requested state.
+        to: QpState,
+    },
+    /// A required attribute is not in the mask.
+    #[error("{from:?} -> {to:?} requires attribute {attr}")]
+    MissingAttribute {
+        /// Current state.
+        from: QpState,
+        /// Requested state.
+        to: QpState,
+        /// The first missing attribute.
+        attr: AttrMask,
+    },
+    /// An attribute in the mask that this transition does not accept.
+    #[error("{from:?} -> {to:?} does not accept attribute {attr}")]
+    UnexpectedAttribute {
+        /// Current state.
+        from: QpState,
+        /// Requested state.
+        to: QpState,
+        /// The first unexpected attribute.
+        attr: AttrMask,
+    },
+    /// An attribute value out of range.
+    #[error("attribute {attr}: value {value} is out of range")]
+    InvalidValue {
+        /// The attribute.
+        attr: AttrMask,
+        /// Its value.
+        value: u64,
+    },
+    /// `cur_qp_state` was given and is not the current state.
+    #[error("cur_qp_state {claimed:?} but the QP is in {actual:?}")]
+    CurrentStateMismatch {
+        /// What the caller said.
+        claimed: QpState,
+        /// The real state.
+        actual: QpState,
+    },
+}
+
+/// Required and optional attributes of a transition, or `None` if illegal.
+pub fn transition_rules(from: QpState, to: QpState) -> Option<(AttrMask, AttrMask)> {
+    use QpState::*;
+    const A: AttrMask = AttrMask::NONE;
+    let m = |bits: &[AttrMask]| bits.iter().fold(A, |acc, b| acc | *b);
+    Some(match (from, to) {
+        (_, Reset) => (A, A),
+        (Reset, Err) => return None,
+        (_, Err) => (A, A),
+        (Reset, Init) => (
+            m(&[AttrMask::PKEY_INDEX, AttrMask::PORT, AttrMask::ACCESS_FLAGS]),
+            A,
+        ),
+        (Init, Init) => (
+            A,
+            m(&[AttrMask::PKEY_INDEX, AttrMask::PORT, AttrMask::ACCESS_FLAGS]),
+        ),
+        (Init, Rtr) => (
+            m(&[
+                AttrMask::AV,
+                AttrMask::PATH_MTU,
+                AttrMask::DEST_QPN,
+                AttrMask::RQ_PSN,
+                AttrMask::MAX_DEST_RD_ATOMIC,
+                AttrMask::MIN_RNR_TIMER,
+            ]),
+            m(&[
+                AttrMask::ACCESS_FLAGS,
+                AttrMask::PKEY_INDEX,
+                AttrMask::UDP_SPORT,
+            ]),
+        ),
+        (Rtr, Rts) => (
+            m(&[
+                AttrMask::SQ_PSN,
+                AttrMask::TIMEOUT,
+                AttrMask::RETRY_CNT,
+                AttrMask::RNR_RETRY,
+                AttrMask::MAX_QP_RD_ATOMIC,
+            ]),
+            m(&[
+                AttrMask::CUR_STATE,
+                AttrMask::ACCESS_FLAGS,
+                AttrMask::MIN_RNR_TIMER,
+            ]),
+        ),
+        (Rts, Rts) | (Sqd, Rts) => (
+            A,
+            m(&[
+                AttrMask::CUR_STATE,
+                AttrMask::ACCESS_FLAGS,
+                AttrMask::MIN_RNR_TIMER,
+            ]),
+        ),
+        (Sqe, Rts) => (A, m(&[AttrMask::CUR_STATE, AttrMask::ACCESS_FLAGS])),
+        (Rts, Sqd) => (A, A),
+        (Sqd, Sqd) => (
+            A,
+            m(&[
+                AttrMask::AV,
+                AttrMask::ACCESS_FLAGS,
+                AttrMask::PKEY_INDEX,
+                AttrMask::MIN_RNR_TIMER,
+                AttrMask::TIMEOUT,
+                AttrMask::RETRY_CNT,
+                AttrMask::RNR_RETRY,
+                AttrMask::MAX_QP_RD_ATOMIC,
+                AttrMask::MAX_DEST_RD_ATOMIC,
+                AttrMask::UDP_SPORT,
+            ]),
+        ),
+        _ => return None,
+    })
+}
+
+/// Checks a `modify` against the transition table and value ranges.
+pub fn check_modify(
+    current: QpState,
+    attr: &QpAttr,
+    mask: AttrMask,
+) -> Result<QpState, ModifyError> {
+    let to = if mask.contains(AttrMask::STATE) {
+        attr.qp_state
+    } else {
+        current
+    };
+    if mask.contains(AttrMask::CUR_STATE) && attr.cur_qp_state != current {
+        return Err(ModifyError::CurrentStateMismatch {
+            claimed: attr.cur_qp_state,
+            actual: current,
+        });
+    }
+    let (required, optional) = transition_rules(current, to)
+        .ok_or(ModifyError::IllegalTransition { from: current, to })?;
+    if let Some(attr) = required.minus(mask).first() {
+        return Err(ModifyError::MissingAttribute {
+            from: current,
+            to,
+            attr,
+        });
+    }
+    let allowed = required
+        .union(optional)
+        .union(AttrMask::STATE)
+        .union(AttrMask::CUR_STATE);
+    if let Some(attr) = mask.minus(allowed).first() {
+        return Err(ModifyError::UnexpectedAttribute {
+            from: current,
+            to,
+            attr,
+        });
+    }
+    check_values(attr, mask)?;
+    Ok(to)
+}
+
+fn check_values(a: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
+    let checks: [(AttrMask, u64, u64); 12] = [
+        (AttrMask::DEST_QPN, u64::from(a.dest_qp_num), 0xff_ffff),
+        (AttrMask::RQ_PSN, u64::from(a.rq_psn), 0xff_ffff),
+        (AttrMask::SQ_PSN, u64::from(a.sq_psn), 0xff_ffff),
+        (AttrMask::TIMEOUT, u64::from(a.timeout), 31),
+        (AttrMask::RETRY_CNT, u64::from(a.retry_cnt), 7),
+        (AttrMask::RNR_RETRY, u64::from(a.rnr_retry), 7),
+        (AttrMask::MIN_RNR_TIMER, u64::from(a.min_rnr_timer), 31),
+        (
+            AttrMask::MAX_QP_RD_ATOMIC,
+            u64::from(a.max_rd_atomic),
+            u64::from(MAX_RD_ATOMIC),
+        ),
+        (
+            AttrMask::MAX_DEST_RD_ATOMIC,
+            u64::from(a.max_dest_rd_atomic),
+            u64::from(MAX_RD_ATOMIC),
+        ),
+        (AttrMask::PKEY_INDEX, u64::from(a.pkey_index), 0),
+        (AttrMask::AV, u64::from(a.av.flow_label), 0xf_ffff),
+        (
+            AttrMask::ACCESS_FLAGS,
+            u64::from(a.qp_access_flags.bits()),
+            u64::from(Access::ALL.bits()),
+        ),
+    ];
+    for (attr, value, max) in checks {
+        if mask.contains(attr) && value > max {
+            return Err(ModifyError::InvalidValue { attr, value });
+        }
+    }
+    if mask.contains(AttrMask::PORT) && a.port_num != 1 {
+        return Err(ModifyError::InvalidValue {
+            attr: AttrMask::PORT,
+            value: u64::from(a.port_num),
+        });
+    }
+    Ok(())
+}
+
+/// The UDP source port Linux rxe uses for an RC QP with a GRH
+/// (`rdma_get_udp_sport`): a hash of the flow label, or of both QP numbers
+/// when the flow label is 0, folded into 0xC000..=0xFFFF.
+pub fn rxe_udp_sport(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
+    let mut fl = flow_label & 0xf_ffff;
+    if fl == 0 {
+        let mut v = u64::from(lqpn) * u64::from(rqpn);
+        v ^= v >> 20;
+        v ^= v >> 40;
+        fl = (v & 0xf_ffff) as u32;
+    }
+    (((fl & 0x3fff) ^ ((fl & 0xf_c000) >> 14)) | 0xc000) as u16
+}
+
+/// The UDP source port Linux rxe gives a QP before it has a path
+/// (`0xC000 + hash_32(qpn, 14)`); QP1 gets 0xD872.
+pub fn rxe_default_udp_sport(qpn: u32) -> u16 {
+    let h = qpn.wrapping_mul(0x61c8_8647) >> 18;
+    (0xc000 + (h & 0x3fff)) as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn udp_sport_matches_rxe() {
+        // rping capture: flow label 0x7e349 from the CM REQ, RC packets from port 58198.
+        assert_eq!(rxe_udp_sport(0x7e349, 0x11, 0x11), 58198);
+        assert_eq!(rxe_default_udp_sport(1), 0xd872);
+    }
+
+    #[test]
+    fn mtu() {
+        assert_eq!(PathMtu::Mtu256.bytes(), 256);
+        assert_eq!(PathMtu::Mtu4096.bytes(), 4096);
+        assert_eq!(PathMtu::at_most(1500 - 80), Some(PathMtu::Mtu1024));
+        assert_eq!(PathMtu::at_most(100), None);
+        assert_eq!(PathMtu::from_enum(3), Some(PathMtu::Mtu1024));
+        assert_eq!(PathMtu::from_enum(6), None);
+    }
+
+    #[test]
+    fn table() {
+        let a = QpAttr::default();
+        use QpState::*;
+        assert_eq!(
+            check_modify(Reset, &QpAttr { qp_state: Rtr, ..a }, AttrMask::STATE),
+            Err(ModifyError::IllegalTransition {
+                from: Reset,
+                to: Rtr
+            })
+        );
+        assert_eq!(
+            check_modify(
+                Reset,
+                &QpAttr {
+                    qp_state: Init,
+                    ..a
+                },
+                AttrMask::STATE | AttrMask::PORT | AttrMask::ACCESS_FLAGS
+            ),
+            Err(ModifyError::MissingAttribute {
+                from: Reset,
+                to: Init,
+                attr: AttrMask::PKEY_INDEX
+            })
+        );
+        assert_eq!(
+            check_modify(Rts, &a, AttrMask::SQ_PSN),
+            Err(ModifyError::UnexpectedAttribute {
+                from: Rts,
+                to: Rts,
+                attr: AttrMask::SQ_PSN
+            })
+        );
+        assert_eq!(
+            check_modify(
+                Rts,
+                &QpAttr {
+                    min_rnr_timer: 32,
+                    ..a
+                },
+                AttrMask::MIN_RNR_TIMER
+            ),
+            Err(ModifyError::InvalidValue {
+                attr: AttrMask::MIN_RNR_TIMER,
+                value: 32
+            })
+        );
+        assert_eq!(
+            format!("{:?}", AttrMask::AV | AttrMask::SQ_PSN),
+            "av|sq_psn"
+        );
+    }
+}

@@ -1,0 +1,95 @@
+//! Per-QP counters, named after Linux rxe's hardware counters where one applies
+//! (`rxe_hw_counters.c`), plus one counter per reason a packet is dropped.
+
+macro_rules! counters {
+    ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $field:ident,)* }
+     $($(#[$nm:meta])* nested $nested:ident: $nty:ty)?) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+        pub struct $name {
+            $($(#[$fm])* pub $field: u64,)*
+            $($(#[$nm])* pub $nested: $nty,)?
+        }
+
+        impl $name {
+            /// Every counter as `(name, value)`, in declaration order (nested
+            /// drop counters last).
+            pub fn pairs(&self) -> Vec<(&'static str, u64)> {
+                #[allow(unused_mut)]
+                let mut v = vec![$((stringify!($field), self.$field),)*];
+                $(v.extend(self.$nested.pairs());)?
+                v
+            }
+        }
+    };
+}
+
+counters! {
+    /// Packet and event counts of one QP.
+    Counters {
+        /// Packets handed out by `poll_transmit`.
+        sent_pkts,
+        /// Packets given to `handle_packet` (before any check).
+        rcvd_pkts,
+        /// Responder: requests with an already-seen PSN.
+        duplicate_request,
+        /// Responder: PSN-sequence NAKs sent for a PSN gap.
+        out_of_seq_request,
+        /// Completer: RNR NAKs received.
+        rcvd_rnr_err,
+        /// Responder: RNR NAKs sent (no receive posted).
+        send_rnr_err,
+        /// Completer: PSN-sequence NAKs received.
+        rcvd_seq_err,
+        /// Responder: ACKs merged into a later queued ACK (coalescing).
+        ack_deferred,
+        /// Completer: transport retries exhausted.
+        retry_exceeded_err,
+        /// Completer: RNR retries exhausted.
+        retry_rnr_exceeded_err,
+        /// Completer: go-back-N retries started (timeout, sequence NAK, lost response).
+        completer_retry_err,
+        /// Requester: send requests failed locally (bad SGE).
+        send_err,
+        /// Completed SEND work requests.
+        rdma_sends,
+        /// Completed receive work requests.
+        rdma_recvs,
+    }
+    /// Packets dropped, by cause.
+    nested drops: Drops
+}
+
+counters! {
+    /// Packets dropped without effect, by cause.
+    Drops {
+        /// DestQP is not this QP.
+        wrong_qpn,
+        /// P_Key is not the default partition.
+        bad_pkey,
+        /// Opcode of another transport (UC, UD, CNP) or an unknown one.
+        not_rc,
+        /// The QP state does not accept this packet class.
+        bad_state,
+        /// Responder: out-of-order request after the one sequence NAK.
+        out_of_seq,
+        /// Responder: duplicate READ/atomic with no saved resource.
+        unmatched_duplicate,
+        /// Responder: duplicate READ that is not a sub-range of the original.
+        invalid_duplicate,
+        /// Responder: reply queue full (the request is treated as lost).
+        reply_queue_full,
+        /// Completer: response to a PSN never sent, or nothing outstanding.
+        ghost_response,
+        /// Completer: response for a PSN already acknowledged.
+        stale_response,
+        /// Completer: READ/atomic response ahead of the one expected.
+        out_of_order_response,
+        /// Completer: ACK/NAK that does not apply (reserved syndrome, ACK inside a READ).
+        unexpected_ack,
+        /// Completer: a retry or RNR NAK while a retry is already under way.
+        redundant_nak,
+        /// `poll_transmit` buffer too small for the next packet.
+        tx_no_room,
+    }
+}

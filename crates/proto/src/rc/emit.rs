@@ -1,0 +1,61 @@
+//! Writing one transport packet (BTH … payload, pad, ICRC placeholder) with the
+//! payload copied straight from registered memory into the output buffer.
+
+use crate::mem::AccessError;
+use ndverbs_wire::bth::Bth;
+use ndverbs_wire::icrc::ICRC_LEN;
+use ndverbs_wire::packet::{ExtHeaders, Packet};
+use ndverbs_wire::WireError;
+
+/// Why a packet was not written.
+#[derive(Debug)]
+pub(crate) enum EmitError {
+    /// The buffer is too small; nothing changed.
+    NoRoom,
+    /// Headers inconsistent with the opcode (a bug; nothing sent).
+    Wire,
+    /// The payload could not be read from memory.
+    Memory,
+}
+
+impl From<WireError> for EmitError {
+    fn from(_: WireError) -> Self {
+        EmitError::Wire
+    }
+}
+
+/// Bytes of the packet: headers, payload, pad and ICRC.
+pub(crate) fn packet_len(
+    bth: &Bth,
+    ext: &ExtHeaders,
+    payload_len: usize,
+) -> Result<usize, EmitError> {
+    let mut p = Packet::new(*bth);
+    p.ext = *ext;
+    Ok(p.header_len()? + payload_len + usize::from(Packet::pad_for(payload_len)) + ICRC_LEN)
+}
+
+/// Writes headers, lets `fill` put `payload_len` bytes in place, zeroes the pad
+/// and writes a zero ICRC (the engine computes the real one). Returns the length.
+pub(crate) fn write_packet(
+    buf: &mut [u8],
+    mut bth: Bth,
+    ext: ExtHeaders,
+    payload_len: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), AccessError>,
+) -> Result<usize, EmitError> {
+    bth.pad = Packet::pad_for(payload_len);
+    let total = packet_len(&bth, &ext, payload_len)?;
+    if buf.len() < total {
+        return Err(EmitError::NoRoom);
+    }
+    let mut p = Packet::new(bth);
+    p.ext = ext;
+    let hdr = p.header_len()?;
+    // With an empty payload `write` puts the headers, `pad` zero bytes and the
+    // ICRC at the front; the payload, pad and ICRC are then laid over them.
+    p.write(buf)?;
+    fill(&mut buf[hdr..hdr + payload_len]).map_err(|_| EmitError::Memory)?;
+    buf[hdr + payload_len..total].fill(0);
+    Ok(total)
+}

@@ -1,0 +1,484 @@
+//! [`RcQp`]: one RC queue pair — requester, completer and responder behind the
+//! sans-IO interface.
+
+use super::attr::{check_modify, rxe_default_udp_sport, rxe_udp_sport};
+use super::completer::{Completer, SendCx};
+use super::requester::ReqOut;
+use super::responder::{RespCx, Responder};
+use super::send_queue::{complete_send, SendQueue, Wqe};
+use super::wr::{WcOpcode, WcQueue};
+use super::{
+    AttrMask, Counters, Fatal, ModifyError, Params, PostError, QpAttr, QpCaps, QpErrorCause,
+    QpState, RecvQueue, RecvWr, Requester, SendOp, SendWr, WcStatus, WorkCompletion,
+};
+use crate::mem::{sgl_len, Memory};
+use crate::time::Instant;
+use ndverbs_wire::bth::MASK24;
+use ndverbs_wire::opcode::Transport;
+use ndverbs_wire::packet::Packet;
+use std::collections::VecDeque;
+
+/// Largest header + pad + ICRC overhead of an RC packet: a buffer of
+/// `path MTU + MAX_HEADER_LEN` bytes always holds the next packet.
+pub const MAX_HEADER_LEN: usize = 12 + 28 + 4 + 3 + 4;
+
+/// One RC queue pair. See the [module docs](super).
+#[derive(Debug, Clone)]
+pub struct RcQp {
+    qpn: u32,
+    pd: u32,
+    caps: QpCaps,
+    state: QpState,
+    attr: QpAttr,
+    p: Params,
+    sq: SendQueue,
+    req: Requester,
+    comp: Completer,
+    resp: Responder,
+    cq: VecDeque<WorkCompletion>,
+    counters: Counters,
+    error: Option<QpErrorCause>,
+    responder_first: bool,
+}
+
+impl RcQp {
+    /// A QP in RESET with number `qpn` (24 bits) in protection domain `pd`.
+    pub fn new(qpn: u32, pd: u32, caps: QpCaps) -> Self {
+        let qpn = qpn & MASK24;
+        let attr = QpAttr {
+            udp_sport: rxe_default_udp_sport(qpn),
+            ..QpAttr::default()
+        };
+        RcQp {
+            qpn,
+            pd,
+            caps,
+            state: QpState::Reset,
+            p: Params::new(qpn, pd, &caps, &attr),
+            attr,
+            sq: SendQueue::default(),
+            req: Requester::default(),
+            comp: Completer::default(),
+            resp: Responder::default(),
+            cq: VecDeque::new(),
+            counters: Counters::default(),
+            error: None,
+            responder_first: false,
+        }
+    }
+
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> u32 {
+        self.pd
+    }
+
+    /// Creation-time limits.
+    pub fn caps(&self) -> QpCaps {
+        self.caps
+    }
+
+    /// The current state.
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// Why the QP is in ERR (`None` if it never was, or was reset since).
+    pub fn error_cause(&self) -> Option<QpErrorCause> {
+        self.error
+    }
+
+    /// Counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Send requests posted and not yet completed.
+    pub fn send_queue_len(&self) -> usize {
+        self.sq.wqes.len()
+    }
+
+    /// Bytes `poll_transmit` may need: path MTU plus [`MAX_HEADER_LEN`].
+    pub fn max_packet_len(&self) -> usize {
+        self.p.mtu as usize + MAX_HEADER_LEN
+    }
+
+    /// Current attributes. `sq_psn` and `rq_psn` are the *next* PSNs the
+    /// requester sends and the responder expects.
+    pub fn query(&self) -> QpAttr {
+        let mut a = self.attr;
+        a.qp_state = self.state;
+        a.cur_qp_state = self.state;
+        if matches!(self.state, QpState::Rts | QpState::Sqd) {
+            a.sq_psn = self.req.hw_psn;
+        }
+        if matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+            a.rq_psn = self.resp.epsn;
+        }
+        a
+    }
+
+    /// Changes state and/or attributes (see [`AttrMask`] for the transition
+    /// table). On error nothing changes.
+    pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
+        let from = self.state;
+        let to = check_modify(from, attr, mask)?;
+        let a = &mut self.attr;
+        macro_rules! take {
+            ($($bit:ident => $field:ident),*) => {$(
+                if mask.contains(AttrMask::$bit) {
+                    a.$field = attr.$field;
+                }
+            )*};
+        }
+        take!(ACCESS_FLAGS => qp_access_flags, PKEY_INDEX => pkey_index, PORT => port_num,
+              AV => av, PATH_MTU => path_mtu, TIMEOUT => timeout, RETRY_CNT => retry_cnt,
+              RNR_RETRY => rnr_retry, RQ_PSN => rq_psn, MAX_QP_RD_ATOMIC => max_rd_atomic,
+              MIN_RNR_TIMER => min_rnr_timer, SQ_PSN => sq_psn,
+              MAX_DEST_RD_ATOMIC => max_dest_rd_atomic, DEST_QPN => dest_qp_num,
+              UDP_SPORT => udp_sport);
+        if mask.contains(AttrMask::AV) && !mask.contains(AttrMask::UDP_SPORT) {
+            a.udp_sport = rxe_udp_sport(a.av.flow_label, self.qpn, a.dest_qp_num);
+        }
+        self.p = Params::new(self.qpn, self.pd, &self.caps, &self.attr);
+        match (from, to) {
+            (_, QpState::Reset) => self.reset(),
+            (QpState::Err, QpState::Err) => {}
+            (_, QpState::Err) => self.enter_error(QpErrorCause::Modify),
+            (QpState::Init, QpState::Rtr) => {
+                self.resp = Responder::start(self.attr.rq_psn);
+            }
+            (QpState::Rtr, QpState::Rts) => {
+                self.req = Requester::start(self.attr.sq_psn);
+                self.comp = Completer::start(self.attr.sq_psn, &self.p);
+            }
+            (QpState::Sqd, QpState::Sqd) => self.comp.set_limits(&self.p),
+            _ => {}
+        }
+        self.state = to;
+        Ok(())
+    }
+
+    fn reset(&mut self) {
+        self.sq = SendQueue::default();
+        self.req = Requester::default();
+        self.comp = Completer::default();
+        self.resp = Responder::default();
+        self.error = None;
+        let sport = rxe_default_udp_sport(self.qpn);
+        self.attr = QpAttr {
+            udp_sport: sport,
+            ..QpAttr::default()
+        };
+        self.p = Params::new(self.qpn, self.pd, &self.caps, &self.attr);
+    }
+
+    /// Moves to ERR and flushes the send queue (each WR exactly once).
+    fn enter_error(&mut self, cause: QpErrorCause) {
+        self.state = QpState::Err;
+        self.error.get_or_insert(cause);
+        while let Some(w) = self.sq.wqes.pop_front() {
+            let status = w.error.unwrap_or(WcStatus::WrFlushErr);
+            complete_send(&w, status, &self.p, &mut self.cq, &mut self.counters);
+        }
+        self.req = Requester::default();
+        self.comp.retrans_deadline = None;
+        self.comp.rnr_deadline = None;
+        if let Some(wr) = self.resp.on_error() {
+            self.flush_one_recv(wr);
+        }
+    }
+
+    fn flush_one_recv(&mut self, wr: RecvWr) {
+        self.cq.push_back(WorkCompletion {
+            wr_id: wr.wr_id,
+            status: WcStatus::WrFlushErr,
+            opcode: WcOpcode::Recv,
+            queue: WcQueue::Recv,
+            byte_len: 0,
+            imm: None,
+            invalidated_rkey: None,
+            qpn: self.qpn,
+            src_qp: self.p.dest_qpn,
+            solicited: false,
+        });
+    }
+
+    /// In ERR: completes every receive in `rq` with `WrFlushErr` and returns
+    /// how many. Call it with the QP's own receive queue after the QP entered
+    /// ERR, and after each later post (never with a shared receive queue other
+    /// QPs still use). Outside ERR it does nothing.
+    pub fn flush_recv(&mut self, rq: &mut RecvQueue) -> usize {
+        if self.state != QpState::Err {
+            return 0;
+        }
+        let mut n = 0;
+        while let Some(wr) = rq.pop() {
+            self.flush_one_recv(wr);
+            n += 1;
+        }
+        n
+    }
+
+    /// Posts a send request. Allowed in RTS and SQD (queued) and in ERR
+    /// (flushed at once), as Linux rxe does.
+    pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd | QpState::Err) {
+            return Err(PostError::InvalidState(self.state));
+        }
+        if wr.sgl.len() > self.caps.max_send_sge as usize {
+            return Err(PostError::TooManySges {
+                given: wr.sgl.len(),
+                max: self.caps.max_send_sge,
+            });
+        }
+        let len = match &wr.inline {
+            Some(data) => {
+                let data_op = matches!(
+                    wr.op,
+                    SendOp::Send
+                        | SendOp::SendImm(_)
+                        | SendOp::SendInv(_)
+                        | SendOp::Write(_)
+                        | SendOp::WriteImm(..)
+                );
+                if !data_op || !wr.sgl.is_empty() {
+                    return Err(PostError::InlineNotAllowed);
+                }
+                if data.len() > self.caps.max_inline_data as usize {
+                    return Err(PostError::InlineTooLarge {
+                        len: data.len(),
+                        max: self.caps.max_inline_data,
+                    });
+                }
+                data.len() as u64
+            }
+            None => sgl_len(&wr.sgl),
+        };
+        if len > 1 << 31 {
+            return Err(PostError::MessageTooLong(len));
+        }
+        if wr.op.is_atomic() && len != 8 {
+            return Err(PostError::AtomicLength(len));
+        }
+        if wr.op.is_read_or_atomic() && self.p.max_rd_atomic == 0 && self.state != QpState::Err {
+            return Err(PostError::NoRdAtomicCredits);
+        }
+        if self.sq.wqes.len() >= self.caps.max_send_wr as usize {
+            return Err(PostError::QueueFull(self.caps.max_send_wr));
+        }
+        let wqe = Wqe::new(wr, len as u32);
+        if self.state == QpState::Err {
+            complete_send(
+                &wqe,
+                WcStatus::WrFlushErr,
+                &self.p,
+                &mut self.cq,
+                &mut self.counters,
+            );
+        } else {
+            self.sq.wqes.push_back(wqe);
+        }
+        Ok(())
+    }
+
+    /// Posts a receive to this QP's own receive queue `rq` (refused in RESET,
+    /// flushed at once in ERR).
+    pub fn post_recv(&mut self, rq: &mut RecvQueue, wr: RecvWr) -> Result<(), PostError> {
+        if self.state == QpState::Reset {
+            return Err(PostError::InvalidState(self.state));
+        }
+        rq.post(wr)?;
+        self.flush_recv(rq);
+        Ok(())
+    }
+
+    /// Takes one packet addressed to this QP. Request packets go to the
+    /// responder (which may consume a receive from `rq`), responses to the
+    /// completer. Anything malformed or unexpected is counted and dropped.
+    pub fn handle_packet(
+        &mut self,
+        now: Instant,
+        pkt: &Packet<'_>,
+        mem: &mut dyn Memory,
+        rq: &mut RecvQueue,
+    ) {
+        self.counters.rcvd_pkts += 1;
+        let drops = &mut self.counters.drops;
+        if pkt.bth.dqpn != self.qpn {
+            drops.wrong_qpn += 1;
+            return;
+        }
+        if pkt.bth.pkey & 0x7fff != 0x7fff {
+            drops.bad_pkey += 1;
+            return;
+        }
+        let info = match pkt.info() {
+            Ok(i) if i.transport == Transport::Rc => i,
+            _ => {
+                drops.not_rc += 1;
+                return;
+            }
+        };
+        let result = if info.is_request() {
+            if !matches!(
+                self.state,
+                QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+            ) {
+                drops.bad_state += 1;
+                return;
+            }
+            let mut cx = RespCx {
+                p: &self.p,
+                cq: &mut self.cq,
+                counters: &mut self.counters,
+            };
+            self.resp.handle(&mut cx, mem, rq, pkt)
+        } else {
+            if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+                drops.bad_state += 1;
+                return;
+            }
+            let mut cx = SendCx {
+                sq: &mut self.sq,
+                req: &mut self.req,
+                p: &self.p,
+                cq: &mut self.cq,
+                counters: &mut self.counters,
+                now,
+            };
+            self.comp.handle(&mut cx, mem, pkt)
+        };
+        if let Err(Fatal(cause)) = result {
+            self.enter_error(cause);
+        }
+    }
+
+    /// Runs the timers that expired by `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            return;
+        }
+        let mut cx = SendCx {
+            sq: &mut self.sq,
+            req: &mut self.req,
+            p: &self.p,
+            cq: &mut self.cq,
+            counters: &mut self.counters,
+            now,
+        };
+        if let Err(Fatal(cause)) = self.comp.handle_timeout(&mut cx) {
+            self.enter_error(cause);
+        }
+    }
+
+    /// When `handle_timeout` is next due.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match self.state {
+            QpState::Rts | QpState::Sqd => self.comp.next_deadline(),
+            _ => None,
+        }
+    }
+
+    /// The next completion.
+    pub fn poll_completion(&mut self) -> Option<WorkCompletion> {
+        self.cq.pop_front()
+    }
+
+    /// Writes the next packet to send into `buf` (transport part only: BTH to
+    /// a zero ICRC) and returns its length; `None` when there is nothing to send
+    /// (or `buf` is shorter than [`max_packet_len`](Self::max_packet_len) needs,
+    /// counted in `drops.tx_no_room`). Responder replies and requests take
+    /// turns.
+    pub fn poll_transmit(
+        &mut self,
+        now: Instant,
+        mem: &mut dyn Memory,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        let requester_may = matches!(self.state, QpState::Rts | QpState::Sqd);
+        let responder_may = !matches!(self.state, QpState::Reset | QpState::Init);
+        let order = if self.responder_first {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for responder in order {
+            let out = if responder {
+                if !responder_may || !self.resp.has_output() {
+                    continue;
+                }
+                self.poll_responder(mem, buf)
+            } else {
+                if !requester_may {
+                    continue;
+                }
+                self.poll_requester(now, mem, buf)
+            };
+            if let Some(n) = out {
+                self.counters.sent_pkts += 1;
+                self.responder_first = !responder;
+                return Some(n);
+            }
+        }
+        None
+    }
+
+    fn poll_responder(&mut self, mem: &mut dyn Memory, buf: &mut [u8]) -> Option<usize> {
+        let mut cx = RespCx {
+            p: &self.p,
+            cq: &mut self.cq,
+            counters: &mut self.counters,
+        };
+        match self.resp.poll(&mut cx, mem, buf) {
+            Ok(n) => n,
+            Err(Fatal(cause)) => {
+                self.enter_error(cause);
+                // The terminal NAK is now first in line.
+                let mut cx = RespCx {
+                    p: &self.p,
+                    cq: &mut self.cq,
+                    counters: &mut self.counters,
+                };
+                self.resp.poll(&mut cx, mem, buf).ok().flatten()
+            }
+        }
+    }
+
+    fn poll_requester(
+        &mut self,
+        now: Instant,
+        mem: &mut dyn Memory,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        let draining = self.state == QpState::Sqd;
+        match self
+            .req
+            .poll(&mut self.sq, self.comp.psn, draining, &self.p, mem, buf)
+        {
+            Ok(ReqOut::Sent(n)) => {
+                self.comp.on_request_sent(now, &self.p, self.req.rnr_wait);
+                Some(n)
+            }
+            Ok(ReqOut::Idle) => None,
+            Ok(ReqOut::NoRoom) => {
+                self.counters.drops.tx_no_room += 1;
+                None
+            }
+            Err(Fatal(cause)) => {
+                self.counters.send_err += 1;
+                self.enter_error(cause);
+                None
+            }
+        }
+    }
+
+    /// True when the send queue has nothing in flight (SQD drained).
+    pub fn is_send_idle(&self) -> bool {
+        self.sq.wqes.iter().all(|w| !w.assigned)
+    }
+}

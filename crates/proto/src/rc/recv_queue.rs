@@ -1,0 +1,69 @@
+//! The receive queue: posted [`RecvWr`]s waiting for incoming SENDs.
+//!
+//! It is a struct of its own, not part of the QP, so the same code serves a
+//! QP's private receive queue and a shared receive queue (SRQ): the engine
+//! passes whichever the QP uses to [`RcQp::handle_packet`](super::RcQp::handle_packet).
+//! The responder takes the oldest receive when a SEND (or an RDMA WRITE with
+//! immediate) begins; with none posted it answers RNR NAK and the requester
+//! retries later.
+
+use super::wr::{PostError, RecvWr};
+use crate::mem::sgl_len;
+use std::collections::VecDeque;
+
+/// A FIFO of posted receives.
+#[derive(Debug, Clone, Default)]
+pub struct RecvQueue {
+    wrs: VecDeque<RecvWr>,
+    max_wr: u32,
+    max_sge: u32,
+}
+
+impl RecvQueue {
+    /// A queue holding at most `max_wr` receives of at most `max_sge` SGEs.
+    pub fn new(max_wr: u32, max_sge: u32) -> Self {
+        RecvQueue {
+            wrs: VecDeque::with_capacity(max_wr.min(4096) as usize),
+            max_wr,
+            max_sge,
+        }
+    }
+
+    /// Posts a receive.
+    pub fn post(&mut self, wr: RecvWr) -> Result<(), PostError> {
+        if wr.sgl.len() > self.max_sge as usize {
+            return Err(PostError::TooManySges {
+                given: wr.sgl.len(),
+                max: self.max_sge,
+            });
+        }
+        if sgl_len(&wr.sgl) > 1 << 31 {
+            return Err(PostError::MessageTooLong(sgl_len(&wr.sgl)));
+        }
+        if self.wrs.len() >= self.max_wr as usize {
+            return Err(PostError::QueueFull(self.max_wr));
+        }
+        self.wrs.push_back(wr);
+        Ok(())
+    }
+
+    /// Receives waiting.
+    pub fn len(&self) -> usize {
+        self.wrs.len()
+    }
+
+    /// True if no receive is posted.
+    pub fn is_empty(&self) -> bool {
+        self.wrs.is_empty()
+    }
+
+    /// The most receives the queue holds.
+    pub fn capacity(&self) -> u32 {
+        self.max_wr
+    }
+
+    /// Takes the oldest receive.
+    pub(crate) fn pop(&mut self) -> Option<RecvWr> {
+        self.wrs.pop_front()
+    }
+}

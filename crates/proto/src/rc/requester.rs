@@ -1,0 +1,307 @@
+//! The requester: send WQEs become request packets (Linux `rxe_req.c`).
+//!
+//! Each call to [`Requester::poll`] produces at most one packet for the WQE at
+//! `idx`, in this order of checks:
+//!
+//! 1. **Retry.** If the completer asked for one (timeout, sequence NAK, lost
+//!    READ response, or an expired RNR wait), rewind: go back to the oldest
+//!    unacknowledged WQE and resend everything from the completer's PSN
+//!    (*go-back-N*). A multi-packet SEND/WRITE resumes at the packet with that
+//!    PSN; a partially answered READ is re-requested for its remaining bytes only,
+//!    from the PSN of the first missing response packet.
+//! 2. **RNR wait.** After an RNR NAK nothing is sent until the RNR timer fires.
+//! 3. **Send window.** At most [`MAX_UNACKED_PSNS`] PSNs beyond the oldest
+//!    unacknowledged one.
+//! 4. **Read fence.** A fenced WQE waits until every earlier READ/atomic completed.
+//! 5. **`max_rd_atomic`.** A READ or atomic needs a free slot; the slot is
+//!    returned when the completer retires it.
+//!
+//! Segmentation: a SEND/WRITE of `len` bytes becomes `ceil(len / mtu)` packets
+//! (one for `len == 0`): FIRST and MIDDLE carry exactly the path MTU, LAST the
+//! rest; a single packet is ONLY. RETH rides on the first WRITE packet,
+//! ImmDt/IETH on the last. A READ is one request packet that consumes
+//! `max(1, ceil(len / mtu))` PSNs (one per response packet). AckReq is set on the
+//! last packet of every message and on every [`MAX_PKT_PER_ACK`]th packet in
+//! between — Linux rxe acknowledges nothing else.
+
+use super::emit::{write_packet, EmitError};
+use super::send_queue::{npkts, Kind, SendQueue, Wqe};
+use super::wr::{SendOp, WcStatus};
+use super::{Fatal, Params, QpErrorCause};
+use crate::mem::{gather, AccessError, Memory};
+use ndverbs_wire::bth::{psn, Bth};
+use ndverbs_wire::ext::{AtomicEth, Reth};
+use ndverbs_wire::opcode::Opcode;
+use ndverbs_wire::packet::ExtHeaders;
+
+/// Most PSNs in flight beyond the oldest unacknowledged one (rxe `RXE_MAX_UNACKED_PSNS`).
+pub const MAX_UNACKED_PSNS: i32 = 128;
+/// Packets between AckReq flags at most (rxe `RXE_MAX_PKT_PER_ACK`).
+pub const MAX_PKT_PER_ACK: u32 = 64;
+
+/// Requester state.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Requester {
+    /// Index (from the SQ front) of the WQE being transmitted.
+    pub idx: usize,
+    /// Bytes of that WQE already transmitted in this pass.
+    pub offset: u32,
+    /// The next PSN this pass will use (for the window check and `query`).
+    pub psn: u32,
+    /// The next PSN never sent before: everything below was sent at least once.
+    pub hw_psn: u32,
+    /// Packets sent since the last AckReq.
+    pub noack_pkts: u32,
+    /// READ/atomic slots in use.
+    pub rd_atomic_used: u32,
+    /// The completer asked for go-back-N.
+    pub need_retry: bool,
+    /// Waiting for the RNR timer.
+    pub rnr_wait: bool,
+}
+
+/// What one poll produced.
+pub(crate) enum ReqOut {
+    /// A packet of this length is in the buffer.
+    Sent(usize),
+    /// Nothing to send now.
+    Idle,
+    /// The buffer is too small.
+    NoRoom,
+}
+
+impl Requester {
+    /// A fresh requester starting at `sq_psn` (RTR → RTS).
+    pub fn start(sq_psn: u32) -> Self {
+        Requester {
+            psn: sq_psn,
+            hw_psn: sq_psn,
+            ..Requester::default()
+        }
+    }
+
+    /// Go-back-N: resend from the oldest WQE.
+    fn rewind(&mut self, sq: &SendQueue, comp_psn: u32, mtu: u32) {
+        self.idx = 0;
+        self.offset = 0;
+        self.noack_pkts = 0;
+        self.psn = comp_psn;
+        if let Some(w) = sq.wqes.front() {
+            if w.assigned && matches!(w.kind, Kind::Send | Kind::Write) {
+                let k = psn::diff(comp_psn, w.first_psn);
+                if k > 0 && (k as u32) < w.npkts(mtu) {
+                    self.offset = k as u32 * mtu;
+                }
+            }
+        }
+    }
+
+    /// Called when the completer retires the front WQE.
+    pub fn on_retire(&mut self, w: &Wqe, mtu: u32) {
+        if w.holds_rd_atomic {
+            self.rd_atomic_used = self.rd_atomic_used.saturating_sub(1);
+        }
+        if self.idx > 0 {
+            self.idx -= 1;
+        } else {
+            // We were re-sending this very WQE; its remaining packets are moot.
+            self.offset = 0;
+            let next = psn::add(w.first_psn, w.npkts(mtu));
+            if psn::diff(next, self.psn) > 0 {
+                self.psn = next;
+            }
+        }
+    }
+
+    /// Produces the next request packet, if any.
+    #[allow(clippy::too_many_arguments)]
+    pub fn poll(
+        &mut self,
+        sq: &mut SendQueue,
+        comp_psn: u32,
+        draining: bool,
+        p: &Params,
+        mem: &mut dyn Memory,
+        buf: &mut [u8],
+    ) -> Result<ReqOut, Fatal> {
+        let mtu = p.mtu;
+        if self.need_retry && !self.rnr_wait {
+            self.rewind(sq, comp_psn, mtu);
+            self.need_retry = false;
+        }
+        if self.rnr_wait {
+            return Ok(ReqOut::Idle);
+        }
+        let idx = self.idx;
+        let Some(w) = sq.wqes.get(idx) else {
+            return Ok(ReqOut::Idle);
+        };
+        // Where this packet starts and which PSN it carries.
+        let offset = if w.kind == Kind::Read {
+            w.read_done
+        } else {
+            self.offset
+        };
+        let pkt_psn = if w.assigned {
+            psn::add(w.first_psn, offset / mtu)
+        } else {
+            self.hw_psn
+        };
+        if psn::diff(pkt_psn, comp_psn) >= MAX_UNACKED_PSNS {
+            return Ok(ReqOut::Idle);
+        }
+        if draining && !w.assigned {
+            return Ok(ReqOut::Idle);
+        }
+        if w.wr.fence && sq.wqes.iter().take(idx).any(Wqe::is_read_or_atomic) {
+            return Ok(ReqOut::Idle);
+        }
+        if w.is_read_or_atomic() && !w.holds_rd_atomic && self.rd_atomic_used >= p.max_rd_atomic {
+            return Ok(ReqOut::Idle);
+        }
+
+        let remaining = w.len - offset.min(w.len);
+        let (payload, first, last) = match w.kind {
+            Kind::Send | Kind::Write => (remaining.min(mtu), offset == 0, remaining <= mtu),
+            Kind::Read | Kind::Atomic => (0, true, true),
+        };
+        let opcode = opcode_for(&w.wr.op, first, last);
+        let mut ext = ExtHeaders::default();
+        match w.wr.op {
+            SendOp::Write(r) | SendOp::WriteImm(r, _) if first => {
+                ext.reth = Some(Reth {
+                    va: r.va,
+                    rkey: r.rkey,
+                    len: w.len,
+                });
+            }
+            SendOp::Read(r) => {
+                ext.reth = Some(Reth {
+                    va: r.va.wrapping_add(u64::from(offset)),
+                    rkey: r.rkey,
+                    len: remaining,
+                });
+            }
+            SendOp::CompareSwap {
+                remote,
+                compare,
+                swap,
+            } => {
+                ext.atomic_eth = Some(AtomicEth {
+                    va: remote.va,
+                    rkey: remote.rkey,
+                    swap_add: swap,
+                    compare,
+                });
+            }
+            SendOp::FetchAdd { remote, add } => {
+                ext.atomic_eth = Some(AtomicEth {
+                    va: remote.va,
+                    rkey: remote.rkey,
+                    swap_add: add,
+                    compare: 0,
+                });
+            }
+            _ => {}
+        }
+        if last {
+            match w.wr.op {
+                SendOp::SendImm(imm) | SendOp::WriteImm(_, imm) => ext.immdt = Some(imm),
+                SendOp::SendInv(rkey) => ext.ieth = Some(rkey),
+                _ => {}
+            }
+        }
+        let ack_req = last || self.noack_pkts + 1 >= MAX_PKT_PER_ACK;
+        let mut bth = Bth::new(opcode, p.dest_qpn, pkt_psn);
+        bth.ack_req = ack_req;
+        bth.se = last && w.wr.solicited && matches!(w.kind, Kind::Send | Kind::Write);
+
+        let (inline, sgl) = (w.wr.inline.as_deref(), &w.wr.sgl);
+        let written = write_packet(buf, bth, ext, payload as usize, |out| {
+            if out.is_empty() {
+                return Ok(());
+            }
+            match inline {
+                Some(data) => {
+                    let s = offset as usize;
+                    let src = data.get(s..s + out.len()).ok_or(AccessError::SglOverrun {
+                        offset: u64::from(offset),
+                        len: out.len() as u64,
+                        total: data.len() as u64,
+                    })?;
+                    out.copy_from_slice(src);
+                    Ok(())
+                }
+                None => gather(mem, p.pd, sgl, u64::from(offset), out),
+            }
+        });
+        let n = match written {
+            Ok(n) => n,
+            Err(EmitError::NoRoom) => return Ok(ReqOut::NoRoom),
+            Err(EmitError::Wire) => return Ok(ReqOut::Idle),
+            Err(EmitError::Memory) => {
+                if let Some(w) = sq.wqes.get_mut(idx) {
+                    w.error = Some(WcStatus::LocProtErr);
+                }
+                return Err(Fatal(QpErrorCause::Requester(WcStatus::LocProtErr)));
+            }
+        };
+
+        // The packet is out: advance.
+        let Some(w) = sq.wqes.get_mut(idx) else {
+            return Ok(ReqOut::Sent(n));
+        };
+        if !w.assigned {
+            w.first_psn = pkt_psn;
+            w.last_psn = psn::add(pkt_psn, w.npkts(mtu) - 1);
+            w.assigned = true;
+        }
+        let consumed = match w.kind {
+            Kind::Read => npkts(remaining, mtu),
+            _ => 1,
+        };
+        if w.is_read_or_atomic() && !w.holds_rd_atomic {
+            w.holds_rd_atomic = true;
+            self.rd_atomic_used += 1;
+        }
+        self.psn = psn::add(pkt_psn, consumed);
+        if psn::diff(self.psn, self.hw_psn) > 0 {
+            self.hw_psn = self.psn;
+        }
+        self.noack_pkts = if ack_req { 0 } else { self.noack_pkts + 1 };
+        if last {
+            self.idx += 1;
+            self.offset = 0;
+        } else {
+            self.offset = offset + payload;
+        }
+        Ok(ReqOut::Sent(n))
+    }
+}
+
+/// The RC opcode of a packet of `op` at this position.
+fn opcode_for(op: &SendOp, first: bool, last: bool) -> Opcode {
+    match (op, first, last) {
+        (SendOp::Send, true, true) => Opcode::RC_SEND_ONLY,
+        (SendOp::SendImm(_), true, true) => Opcode::RC_SEND_ONLY_IMM,
+        (SendOp::SendInv(_), true, true) => Opcode::RC_SEND_ONLY_INV,
+        (SendOp::Send | SendOp::SendImm(_) | SendOp::SendInv(_), true, false) => {
+            Opcode::RC_SEND_FIRST
+        }
+        (SendOp::Send | SendOp::SendImm(_) | SendOp::SendInv(_), false, false) => {
+            Opcode::RC_SEND_MIDDLE
+        }
+        (SendOp::Send, false, true) => Opcode::RC_SEND_LAST,
+        (SendOp::SendImm(_), false, true) => Opcode::RC_SEND_LAST_IMM,
+        (SendOp::SendInv(_), false, true) => Opcode::RC_SEND_LAST_INV,
+        (SendOp::Write(_), true, true) => Opcode::RC_WRITE_ONLY,
+        (SendOp::WriteImm(..), true, true) => Opcode::RC_WRITE_ONLY_IMM,
+        (SendOp::Write(_) | SendOp::WriteImm(..), true, false) => Opcode::RC_WRITE_FIRST,
+        (SendOp::Write(_) | SendOp::WriteImm(..), false, false) => Opcode::RC_WRITE_MIDDLE,
+        (SendOp::Write(_), false, true) => Opcode::RC_WRITE_LAST,
+        (SendOp::WriteImm(..), false, true) => Opcode::RC_WRITE_LAST_IMM,
+        (SendOp::Read(_), ..) => Opcode::RC_READ_REQUEST,
+        (SendOp::CompareSwap { .. }, ..) => Opcode::RC_COMPARE_SWAP,
+        (SendOp::FetchAdd { .. }, ..) => Opcode::RC_FETCH_ADD,
+    }
+}

@@ -1,0 +1,279 @@
+//! Devices, protection domains and completion queues.
+
+use crate::memory::{Mr, Mw};
+use crate::qp::{Qp, QpInitAttr, Srq};
+use crate::{Result, VerbsError};
+use ndverbs_engine::adapter::{Adapter, Limits, Progress, LIMITS};
+use ndverbs_engine::cq::{CompletionQueue, NotifyOn, ResizeError};
+use ndverbs_engine::mr::RegionBuf;
+use ndverbs_proto::mem::Access;
+use ndverbs_proto::rc::WorkCompletion;
+use ndverbs_wire::cma::gid_of;
+use std::net::{IpAddr, Ipv6Addr};
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A device: the RoCEv2 port of one local IP address. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Device {
+    pub(crate) adapter: Adapter,
+}
+
+/// What a device reports about itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceAttr {
+    /// The local address.
+    pub addr: IpAddr,
+    /// Its GID (IPv4-mapped for IPv4).
+    pub gid: Ipv6Addr,
+    /// Node GUID (EUI-64 style, derived from the address).
+    pub node_guid: u64,
+    /// Enforced limits.
+    pub limits: Limits,
+}
+
+impl Device {
+    /// Opens the device for `addr` with an engine thread.
+    pub fn open(addr: IpAddr) -> Result<Device> {
+        Self::open_with(addr, Progress::Thread)
+    }
+
+    /// Opens the device for `addr` with the given progress model.
+    pub fn open_with(addr: IpAddr, progress: Progress) -> Result<Device> {
+        Ok(Device { adapter: Adapter::open(addr, progress)? })
+    }
+
+    /// Device attributes.
+    pub fn query(&self) -> DeviceAttr {
+        let addr = self.adapter.local();
+        DeviceAttr { addr, gid: gid_of(addr), node_guid: node_guid(addr), limits: LIMITS }
+    }
+
+    /// The GID of the port (index 0 of its GID table).
+    pub fn gid(&self) -> Ipv6Addr {
+        gid_of(self.adapter.local())
+    }
+
+    /// The engine behind the device (for layers that drive it directly).
+    pub fn adapter(&self) -> &Adapter {
+        &self.adapter
+    }
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&self) -> Result<Pd> {
+        let id = self.adapter.alloc_pd()?;
+        Ok(Pd { inner: Arc::new(PdInner { dev: self.clone(), id }) })
+    }
+
+    /// Creates a completion queue of `depth` entries.
+    pub fn create_cq(&self, depth: u32) -> Result<Cq> {
+        let (id, cq) = self.adapter.create_cq(depth)?;
+        Ok(Cq { inner: Arc::new(CqInner { dev: self.clone(), id, cq }) })
+    }
+
+    /// Runs the engine once (manual progress; a no-op while the engine thread
+    /// runs it).
+    pub fn progress(&self) {
+        self.adapter.progress();
+    }
+
+    /// Removes the device: outstanding work is flushed and later calls fail
+    /// with [`VerbsError::DeviceRemoved`].
+    pub fn remove(&self) {
+        self.adapter.remove();
+    }
+
+    /// True once removed.
+    pub fn is_removed(&self) -> bool {
+        self.adapter.is_removed()
+    }
+}
+
+/// A node GUID for an address: stable, and distinct per address.
+fn node_guid(addr: IpAddr) -> u64 {
+    let o = gid_of(addr).octets();
+    // 02:nd:v0 OUI-like prefix + the low 5 bytes of the address.
+    0x0200_0000_0000_0000 | u64::from_be_bytes([0, 0x6e, 0x64, o[11], o[12], o[13], o[14], o[15]])
+}
+
+#[derive(Debug)]
+pub(crate) struct PdInner {
+    pub(crate) dev: Device,
+    pub(crate) id: u32,
+}
+
+impl Drop for PdInner {
+    fn drop(&mut self) {
+        // Everything that used the PD held a reference to it, so it is unused now.
+        let _ = self.dev.adapter.dealloc_pd(self.id);
+    }
+}
+
+/// A protection domain.
+#[derive(Debug, Clone)]
+pub struct Pd {
+    pub(crate) inner: Arc<PdInner>,
+}
+
+impl Pd {
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.inner.dev
+    }
+
+    /// Registers `len` bytes of zeroed memory the region owns.
+    pub fn reg_mr(&self, len: usize, access: Access) -> Result<Mr> {
+        let buf = RegionBuf::alloc(len).map_err(|e| VerbsError::Engine(e.into()))?;
+        let region = self.inner.dev.adapter.reg_mr(self.inner.id, buf, access)?;
+        Ok(Mr::new(region, self.inner.clone()))
+    }
+
+    /// Registers application memory in place.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must stay valid for reads and writes, and must not be
+    /// accessed through Rust references, until the returned [`Mr`] is dropped.
+    pub unsafe fn reg_mr_raw(&self, ptr: std::ptr::NonNull<u8>, len: usize, access: Access) -> Result<Mr> {
+        // SAFETY: forwarded to the caller.
+        let buf = unsafe { RegionBuf::from_raw(ptr, len) }.map_err(|e| VerbsError::Engine(e.into()))?;
+        let region = self.inner.dev.adapter.reg_mr(self.inner.id, buf, access)?;
+        Ok(Mr::new(region, self.inner.clone()))
+    }
+
+    /// Allocates an (unbound) memory window.
+    pub fn alloc_mw(&self) -> Result<Mw> {
+        let key = self.inner.dev.adapter.alloc_mw(self.inner.id)?;
+        Ok(Mw::new(key, self.inner.clone()))
+    }
+
+    /// Creates a queue pair.
+    pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<Qp> {
+        Qp::create(self, init)
+    }
+
+    /// Creates a shared receive queue.
+    pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<Srq> {
+        Srq::create(self, max_wr, max_sge)
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct CqInner {
+    pub(crate) dev: Device,
+    pub(crate) id: u32,
+    pub(crate) cq: Arc<CompletionQueue>,
+}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        let _ = self.dev.adapter.destroy_cq(self.id);
+    }
+}
+
+/// A completion queue.
+#[derive(Debug, Clone)]
+pub struct Cq {
+    pub(crate) inner: Arc<CqInner>,
+}
+
+impl Cq {
+    /// Takes up to `out.len()` completions; in manual progress mode this first
+    /// runs the engine.
+    pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
+        let n = self.inner.cq.poll(out);
+        if n > 0 || self.inner.dev.adapter.mode() == Progress::Thread {
+            return n;
+        }
+        self.inner.dev.adapter.progress();
+        self.inner.cq.poll(out)
+    }
+
+    /// Takes one completion (see [`Cq::poll`]).
+    pub fn poll_one(&self) -> Option<WorkCompletion> {
+        if let Some(w) = self.inner.cq.poll_one() {
+            return Some(w);
+        }
+        if self.inner.dev.adapter.mode() == Progress::Manual {
+            self.inner.dev.adapter.progress();
+            return self.inner.cq.poll_one();
+        }
+        None
+    }
+
+    /// Waits up to `timeout` for one completion, sleeping on the queue's
+    /// notification (or, in manual mode, on the engine's socket).
+    pub fn wait_one(&self, timeout: Duration) -> Result<Option<WorkCompletion>> {
+        let t0 = Instant::now();
+        loop {
+            if let Some(w) = self.poll_one() {
+                return Ok(Some(w));
+            }
+            let left = timeout.saturating_sub(t0.elapsed());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            if self.inner.dev.adapter.mode() == Progress::Manual {
+                self.inner.dev.adapter.progress_wait(left.min(Duration::from_millis(10)))?;
+            } else {
+                self.inner.cq.arm(NotifyOn::Any);
+                // Close the race with a completion that arrived before arming.
+                if let Some(w) = self.inner.cq.poll_one() {
+                    self.inner.cq.disarm();
+                    return Ok(Some(w));
+                }
+                self.inner.cq.wait(Some(left)).map_err(|e| VerbsError::Engine(e.into()))?;
+                self.inner.cq.take_events();
+            }
+            if self.inner.dev.is_removed() && self.inner.cq.is_empty() {
+                return Err(VerbsError::DeviceRemoved);
+            }
+        }
+    }
+
+    /// Arms the notification: the next matching completion makes [`Cq::fd`]
+    /// readable (once per arm).
+    pub fn req_notify(&self, on: NotifyOn) {
+        self.inner.cq.arm(on);
+    }
+
+    /// Consumes fired notifications; returns how many.
+    pub fn ack_events(&self) -> u64 {
+        self.inner.cq.take_events()
+    }
+
+    /// The notification file descriptor, for poll/epoll/async reactors.
+    pub fn fd(&self) -> RawFd {
+        self.inner.cq.fd()
+    }
+
+    /// Completions waiting.
+    pub fn len(&self) -> usize {
+        self.inner.cq.len()
+    }
+
+    /// True if no completion is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.inner.cq.is_empty()
+    }
+
+    /// Capacity.
+    pub fn depth(&self) -> usize {
+        self.inner.cq.depth()
+    }
+
+    /// True once a completion was lost to overflow.
+    pub fn overflowed(&self) -> bool {
+        self.inner.cq.overflowed()
+    }
+
+    /// Changes the capacity without losing completions.
+    pub fn resize(&self, depth: u32) -> std::result::Result<(), ResizeError> {
+        self.inner.cq.resize(depth as usize, LIMITS.max_cqe as usize)
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.inner.dev
+    }
+}

@@ -1,0 +1,75 @@
+//! # ndverbs-verbs: the verbs surface
+//!
+//! Objects an RDMA programmer knows from ibverbs and WinVerbs, as owned Rust
+//! handles over the ndverbs engine:
+//!
+//! | Object | Made by | What it is |
+//! |---|---|---|
+//! | [`Device`] | [`Device::open`] | one local IP address: a RoCEv2 port on UDP 4791 |
+//! | [`Pd`] | [`Device::alloc_pd`] | protection domain: memory and QPs that may meet |
+//! | [`Mr`] | [`Pd::reg_mr`] | registered memory with an L_Key/R_Key |
+//! | [`Mw`] | [`Pd::alloc_mw`] | memory window: a narrower grant over an MR |
+//! | [`Cq`] | [`Device::create_cq`] | completion queue, pollable and waitable (fd) |
+//! | [`Srq`] | [`Pd::create_srq`] | shared receive queue |
+//! | [`Qp`] | [`Pd::create_qp`] | reliable connected queue pair |
+//!
+//! Handles keep what they depend on alive (a QP holds its PD and CQs), and
+//! dropping a handle destroys the object — a QP's outstanding requests are
+//! flushed to its CQs first, so every request completes exactly once. Work
+//! requests and completions are the protocol core's types, re-exported here.
+//!
+//! ```no_run
+//! use ndverbs_verbs::*;
+//! let dev = Device::open("127.0.0.1".parse().unwrap())?;
+//! let pd = dev.alloc_pd()?;
+//! let cq = dev.create_cq(256)?;
+//! let mr = pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+//! let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq))?;
+//! qp.post_recv(RecvWr::new(1, vec![mr.sge(0, 4096)]))?;
+//! # Ok::<(), VerbsError>(())
+//! ```
+
+#![warn(missing_docs)]
+
+mod device;
+mod memory;
+mod qp;
+
+pub use device::{Cq, Device, DeviceAttr, Pd};
+pub use memory::{Mr, Mw};
+pub use ndverbs_engine::adapter::{Limits, Progress, LIMITS};
+pub use ndverbs_engine::cq::NotifyOn;
+pub use ndverbs_proto::mem::{Access, Sge};
+pub use ndverbs_proto::rc::{
+    AddressVector, AttrMask, Counters as QpCounters, PathMtu, QpAttr, QpCaps, QpState, RecvWr,
+    RemoteAddr, SendOp, SendWr, WcOpcode, WcQueue, WcStatus, WorkCompletion,
+};
+pub use qp::{Qp, QpInitAttr, Srq};
+
+use ndverbs_engine::adapter::EngineError;
+
+/// Errors of verbs calls. Nothing was done when a call returns one.
+#[derive(Debug, thiserror::Error)]
+pub enum VerbsError {
+    /// The device was removed: only cleanup works.
+    #[error("device removed")]
+    DeviceRemoved,
+    /// A memory access outside a region or without the right.
+    #[error(transparent)]
+    Access(#[from] ndverbs_proto::mem::AccessError),
+    /// From the engine (invalid state, full queue, bad argument, I/O, …).
+    #[error(transparent)]
+    Engine(EngineError),
+}
+
+impl From<EngineError> for VerbsError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::Removed => VerbsError::DeviceRemoved,
+            e => VerbsError::Engine(e),
+        }
+    }
+}
+
+/// Result of verbs calls.
+pub type Result<T> = std::result::Result<T, VerbsError>;

@@ -31,6 +31,7 @@
 
 use crate::cq::CompletionQueue;
 use crate::event::{wait_readable, EventFd};
+use crate::faults::{Fate, FaultConfig, FaultCounters, Faults, Held};
 use crate::keys::KeyGen;
 use crate::mr::{MemError, MemTable, Region, RegionBuf};
 use crate::udp::{Drop as UdpDrop, RoceSocket, MAX_TRANSPORT};
@@ -280,6 +281,7 @@ struct Core {
     touched: Vec<u32>,
     rx: Box<[u8]>,
     tx: Box<[u8]>,
+    faults: Option<Faults>,
 }
 
 struct Shared {
@@ -336,6 +338,13 @@ impl Adapter {
             touched: Vec::new(),
             rx: vec![0u8; MAX_TRANSPORT].into_boxed_slice(),
             tx: vec![0u8; MAX_TRANSPORT].into_boxed_slice(),
+            faults: match FaultConfig::from_env() {
+                Ok(c) => c.filter(|c| !c.is_off()).map(Faults::new),
+                Err(e) => {
+                    tracing::warn!(error = %e, "NDV_FAULTS ignored");
+                    None
+                }
+            },
         };
         let shared = Arc::new(Shared {
             local,
@@ -399,6 +408,19 @@ impl Adapter {
         } else {
             Ok(())
         }
+    }
+
+    /// Turns the fault layer on (with `cfg`) or off (`None`) for packets this
+    /// adapter sends. `NDV_FAULTS` sets it at open.
+    pub fn set_faults(&self, cfg: Option<FaultConfig>) -> Result<(), EngineError> {
+        self.core()?.faults = cfg.filter(|c| !c.is_off()).map(Faults::new);
+        Ok(())
+    }
+
+    /// What the fault layer did so far (`None` when it is off).
+    pub fn fault_counters(&self) -> Option<FaultCounters> {
+        let c = self.shared.core.lock().unwrap_or_else(|e| e.into_inner());
+        c.faults.as_ref().map(|f| f.counters)
     }
 
     /// Allocates a protection domain.
@@ -1006,7 +1028,48 @@ impl Core {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        self.timers.peek().map(|Reverse((t, _))| *t)
+        let timer = self.timers.peek().map(|Reverse((t, _))| *t);
+        let held = self
+            .faults
+            .as_ref()
+            .and_then(|f| f.next_release())
+            .map(Instant::from_nanos);
+        match (timer, held) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Sends `self.tx[..n]` to `peer`, through the fault layer if it is on.
+    fn transmit(&mut self, shared: &Shared, now: Instant, peer: IpAddr, n: usize) {
+        let Some(f) = self.faults.as_mut() else {
+            send(&self.sock, shared, &mut self.tx[..n], peer, None);
+            return;
+        };
+        match f.fate(now.as_nanos(), n) {
+            Fate::Drop => {}
+            Fate::Send { copies, corrupt } => {
+                for _ in 0..copies {
+                    send(&self.sock, shared, &mut self.tx[..n], peer, corrupt);
+                }
+            }
+            Fate::Hold(t) => f.hold(Held {
+                release_ns: t,
+                dst: peer,
+                bytes: self.tx[..n].to_vec(),
+                corrupt: None,
+            }),
+        }
+    }
+
+    /// Sends held packets that are due.
+    fn release_held(&mut self, shared: &Shared, now: Instant) {
+        let Some(f) = self.faults.as_mut() else {
+            return;
+        };
+        while let Some(mut h) = f.due(now.as_nanos()) {
+            send(&self.sock, shared, &mut h.bytes, h.dst, h.corrupt);
+        }
     }
 
     /// One turn of the engine loop.
@@ -1031,6 +1094,7 @@ impl Core {
                 }
             }
         }
+        self.release_held(shared, now);
         // 2. Received packets (a bounded batch, so timers and sends interleave).
         for _ in 0..64 {
             match self.sock.recv(&mut self.rx) {
@@ -1126,17 +1190,20 @@ impl Core {
         self.touched.dedup();
         let touched = std::mem::take(&mut self.touched);
         for &qpn in &touched {
-            let Some(e) = self.qps.get_mut(&qpn) else {
-                continue;
-            };
-            if let Some(peer) = e.peer {
+            if let Some(peer) = self.qps.get(&qpn).and_then(|e| e.peer) {
                 loop {
+                    let Some(e) = self.qps.get_mut(&qpn) else {
+                        break;
+                    };
                     let Some(n) = e.qp.poll_transmit(now, &mut self.mem, &mut self.tx) else {
                         break;
                     };
-                    send(&self.sock, shared, &mut self.tx[..n], peer);
+                    self.transmit(shared, now, peer, n);
                 }
             }
+            let Some(e) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
             if e.qp.state() == QpState::Err && e.srq.is_none() {
                 e.qp.flush_recv(&mut e.rq);
             }
@@ -1170,9 +1237,9 @@ impl Core {
     }
 }
 
-fn send(sock: &RoceSocket, shared: &Shared, pkt: &mut [u8], peer: IpAddr) {
+fn send(sock: &RoceSocket, shared: &Shared, pkt: &mut [u8], peer: IpAddr, flip: Option<usize>) {
     for attempt in 0..2 {
-        match sock.send_to(pkt, peer, ROCEV2_PORT) {
+        match sock.send_to_flipped(pkt, peer, ROCEV2_PORT, flip) {
             Ok(()) => {
                 shared
                     .counters

@@ -11,6 +11,7 @@
 pub mod adapter;
 pub mod cq;
 pub mod event;
+pub mod faults;
 pub mod keys;
 pub mod mr;
 pub mod udp;

@@ -137,6 +137,18 @@ impl RoceSocket {
     /// `dst:4791` (or `dst_port` in tests). Returns `WouldBlock` when the socket
     /// buffer is full.
     pub fn send_to(&self, transport: &mut [u8], dst: IpAddr, dst_port: u16) -> io::Result<()> {
+        self.send_to_flipped(transport, dst, dst_port, None)
+    }
+
+    /// Like [`RoceSocket::send_to`], but flips bit `flip` of the datagram after
+    /// the ICRC was computed (the fault layer's corruption).
+    pub fn send_to_flipped(
+        &self,
+        transport: &mut [u8],
+        dst: IpAddr,
+        dst_port: u16,
+        flip: Option<usize>,
+    ) -> io::Result<()> {
         if transport.len() < 12 + ICRC_LEN {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -149,6 +161,9 @@ impl RoceSocket {
         let body = transport.len() - ICRC_LEN;
         let c = icrc::compute_split(&hdr[..n], &transport[..body]).map_err(invalid)?;
         transport[body..].copy_from_slice(&c.to_le_bytes());
+        if let Some(bit) = flip {
+            transport[(bit / 8) % transport.len()] ^= 1 << (bit % 8);
+        }
         let n = self
             .sock
             .send_to(transport, &SocketAddr::new(dst, dst_port).into())?;

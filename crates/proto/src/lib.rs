@@ -18,6 +18,59 @@
 //! | [`time`] | virtual time |
 //! | [`mem`] | access rights, SGEs, the `Memory` trait, scatter/gather, a test memory |
 //! | [`rc`] | Reliable Connected QPs: requester, completer, responder |
+//! | [`ud`] | Unreliable Datagram QPs, e.g. QP1 for the CM's MADs |
+//!
+//! ## Two QPs back to back
+//!
+//! ```
+//! use ndverbs_proto::mem::{testing::VecMemory, Access};
+//! use ndverbs_proto::rc::*;
+//! use ndverbs_proto::time::Instant;
+//! use ndverbs_wire::packet::Packet;
+//!
+//! // RESET -> INIT -> RTR -> RTS, as ibv_modify_qp would.
+//! fn connect(qp: &mut RcQp, peer: u32, rq_psn: u32, sq_psn: u32) {
+//!     let mut a = QpAttr { qp_state: QpState::Init, ..QpAttr::default() };
+//!     qp.modify(&a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT
+//!         | AttrMask::ACCESS_FLAGS).unwrap();
+//!     a.qp_state = QpState::Rtr;
+//!     (a.dest_qp_num, a.rq_psn) = (peer, rq_psn);
+//!     qp.modify(&a, AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN
+//!         | AttrMask::RQ_PSN | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER).unwrap();
+//!     a.qp_state = QpState::Rts;
+//!     a.sq_psn = sq_psn;
+//!     qp.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN | AttrMask::TIMEOUT
+//!         | AttrMask::RETRY_CNT | AttrMask::RNR_RETRY | AttrMask::MAX_QP_RD_ATOMIC).unwrap();
+//! }
+//!
+//! let (mut a, mut b) = (RcQp::new(0x11, 1, QpCaps::default()), RcQp::new(0x22, 1, QpCaps::default()));
+//! connect(&mut a, 0x22, 500, 100);
+//! connect(&mut b, 0x11, 100, 500);
+//! let (mut mem_a, mut mem_b) = (VecMemory::new(), VecMemory::new());
+//! let (mut rq_a, mut rq_b) = (RecvQueue::new(16, 1), RecvQueue::new(16, 1));
+//! let src = mem_a.register_bytes(1, 0x1000, b"hello, rxe".to_vec(), Access::NONE);
+//! let dst = mem_b.register(1, 0x2000, 64, Access::LOCAL_WRITE);
+//!
+//! b.post_recv(&mut rq_b, RecvWr::new(7, vec![dst.sge(0, 64)])).unwrap();
+//! a.post_send(SendWr::new(1, SendOp::Send, vec![src.sge(0, 10)])).unwrap();
+//!
+//! // The engine's loop: drain poll_transmit, deliver, repeat.
+//! let now = Instant::from_nanos(0);
+//! let mut buf = vec![0u8; a.max_packet_len()];
+//! for _ in 0..4 {
+//!     while let Some(n) = a.poll_transmit(now, &mut mem_a, &mut buf) {
+//!         b.handle_packet(now, &Packet::parse(&buf[..n]).unwrap(), &mut mem_b, &mut rq_b);
+//!     }
+//!     while let Some(n) = b.poll_transmit(now, &mut mem_b, &mut buf) {
+//!         a.handle_packet(now, &Packet::parse(&buf[..n]).unwrap(), &mut mem_a, &mut rq_a);
+//!     }
+//! }
+//! assert_eq!(a.poll_completion().unwrap().status, WcStatus::Success); // ACKed
+//! let wc = b.poll_completion().unwrap();
+//! assert_eq!((wc.wr_id, wc.byte_len), (7, 10));
+//! assert_eq!(&mem_b.bytes(dst.lkey)[..10], b"hello, rxe");
+//! assert_eq!(a.poll_timeout(), None); // nothing outstanding: no timer
+//! ```
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -25,3 +78,4 @@
 pub mod mem;
 pub mod rc;
 pub mod time;
+pub mod ud;

@@ -41,13 +41,20 @@ impl Device {
 
     /// Opens the device for `addr` with the given progress model.
     pub fn open_with(addr: IpAddr, progress: Progress) -> Result<Device> {
-        Ok(Device { adapter: Adapter::open(addr, progress)? })
+        Ok(Device {
+            adapter: Adapter::open(addr, progress)?,
+        })
     }
 
     /// Device attributes.
     pub fn query(&self) -> DeviceAttr {
         let addr = self.adapter.local();
-        DeviceAttr { addr, gid: gid_of(addr), node_guid: node_guid(addr), limits: LIMITS }
+        DeviceAttr {
+            addr,
+            gid: gid_of(addr),
+            node_guid: node_guid(addr),
+            limits: LIMITS,
+        }
     }
 
     /// The GID of the port (index 0 of its GID table).
@@ -63,13 +70,24 @@ impl Device {
     /// Allocates a protection domain.
     pub fn alloc_pd(&self) -> Result<Pd> {
         let id = self.adapter.alloc_pd()?;
-        Ok(Pd { inner: Arc::new(PdInner { dev: self.clone(), id }) })
+        Ok(Pd {
+            inner: Arc::new(PdInner {
+                dev: self.clone(),
+                id,
+            }),
+        })
     }
 
     /// Creates a completion queue of `depth` entries.
     pub fn create_cq(&self, depth: u32) -> Result<Cq> {
         let (id, cq) = self.adapter.create_cq(depth)?;
-        Ok(Cq { inner: Arc::new(CqInner { dev: self.clone(), id, cq }) })
+        Ok(Cq {
+            inner: Arc::new(CqInner {
+                dev: self.clone(),
+                id,
+                cq,
+            }),
+        })
     }
 
     /// Runs the engine once (manual progress; a no-op while the engine thread
@@ -134,9 +152,15 @@ impl Pd {
     /// # Safety
     /// `ptr..ptr+len` must stay valid for reads and writes, and must not be
     /// accessed through Rust references, until the returned [`Mr`] is dropped.
-    pub unsafe fn reg_mr_raw(&self, ptr: std::ptr::NonNull<u8>, len: usize, access: Access) -> Result<Mr> {
+    pub unsafe fn reg_mr_raw(
+        &self,
+        ptr: std::ptr::NonNull<u8>,
+        len: usize,
+        access: Access,
+    ) -> Result<Mr> {
         // SAFETY: forwarded to the caller.
-        let buf = unsafe { RegionBuf::from_raw(ptr, len) }.map_err(|e| VerbsError::Engine(e.into()))?;
+        let buf =
+            unsafe { RegionBuf::from_raw(ptr, len) }.map_err(|e| VerbsError::Engine(e.into()))?;
         let region = self.inner.dev.adapter.reg_mr(self.inner.id, buf, access)?;
         Ok(Mr::new(region, self.inner.clone()))
     }
@@ -214,7 +238,10 @@ impl Cq {
                 return Ok(None);
             }
             if self.inner.dev.adapter.mode() == Progress::Manual {
-                self.inner.dev.adapter.progress_wait(left.min(Duration::from_millis(10)))?;
+                self.inner
+                    .dev
+                    .adapter
+                    .progress_wait(left.min(Duration::from_millis(10)))?;
             } else {
                 self.inner.cq.arm(NotifyOn::Any);
                 // Close the race with a completion that arrived before arming.
@@ -222,7 +249,10 @@ impl Cq {
                     self.inner.cq.disarm();
                     return Ok(Some(w));
                 }
-                self.inner.cq.wait(Some(left)).map_err(|e| VerbsError::Engine(e.into()))?;
+                self.inner
+                    .cq
+                    .wait(Some(left))
+                    .map_err(|e| VerbsError::Engine(e.into()))?;
                 self.inner.cq.take_events();
             }
             if self.inner.dev.is_removed() && self.inner.cq.is_empty() {
@@ -269,7 +299,9 @@ impl Cq {
 
     /// Changes the capacity without losing completions.
     pub fn resize(&self, depth: u32) -> std::result::Result<(), ResizeError> {
-        self.inner.cq.resize(depth as usize, LIMITS.max_cqe as usize)
+        self.inner
+            .cq
+            .resize(depth as usize, LIMITS.max_cqe as usize)
     }
 
     /// The device.

@@ -117,7 +117,10 @@ pub struct Mw {
 
 impl Mw {
     pub(crate) fn new(key: u32, pd: Arc<PdInner>) -> Self {
-        Mw { key: key.into(), pd }
+        Mw {
+            key: key.into(),
+            pd,
+        }
     }
 
     /// The current R_Key.
@@ -128,7 +131,11 @@ impl Mw {
     /// Grants `len` bytes at `addr` of `mr` with `access` (remote rights);
     /// returns the new R_Key.
     pub fn bind(&self, mr: &Mr, addr: u64, len: u64, access: Access) -> Result<u32> {
-        let k = self.pd.dev.adapter().bind_mw(self.rkey(), mr.lkey(), addr, len, access)?;
+        let k = self
+            .pd
+            .dev
+            .adapter()
+            .bind_mw(self.rkey(), mr.lkey(), addr, len, access)?;
         self.key.store(k, std::sync::atomic::Ordering::Release);
         Ok(k)
     }

@@ -30,7 +30,12 @@ impl<'a> QpInitAttr<'a> {
             send_cq,
             recv_cq,
             srq: None,
-            caps: QpCaps { max_send_wr: 128, max_send_sge: 4, max_inline_data: 256, sq_sig_all: false },
+            caps: QpCaps {
+                max_send_wr: 128,
+                max_send_sge: 4,
+                max_inline_data: 256,
+                sq_sig_all: false,
+            },
             max_recv_wr: 128,
             max_recv_sge: 4,
         }
@@ -104,7 +109,13 @@ impl Qp {
 
     /// Moves the QP to ERR: every outstanding request completes with a flush status.
     pub fn to_error(&self) -> Result<()> {
-        self.modify(&QpAttr { qp_state: QpState::Err, ..QpAttr::default() }, AttrMask::STATE)
+        self.modify(
+            &QpAttr {
+                qp_state: QpState::Err,
+                ..QpAttr::default()
+            },
+            AttrMask::STATE,
+        )
     }
 }
 
@@ -134,12 +145,26 @@ pub struct Srq {
 
 impl Srq {
     pub(crate) fn create(pd: &Pd, max_wr: u32, max_sge: u32) -> Result<Srq> {
-        let shared = pd.inner.dev.adapter.create_srq(pd.inner.id, max_wr, max_sge)?;
-        Ok(Srq { inner: Arc::new(SrqInner { shared, pd: pd.inner.clone() }) })
+        let shared = pd
+            .inner
+            .dev
+            .adapter
+            .create_srq(pd.inner.id, max_wr, max_sge)?;
+        Ok(Srq {
+            inner: Arc::new(SrqInner {
+                shared,
+                pd: pd.inner.clone(),
+            }),
+        })
     }
 
     /// Posts a receive.
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
-        Ok(self.inner.pd.dev.adapter.post_srq_recv(&self.inner.shared, wr)?)
+        Ok(self
+            .inner
+            .pd
+            .dev
+            .adapter
+            .post_srq_recv(&self.inner.shared, wr)?)
     }
 }

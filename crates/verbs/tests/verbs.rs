@@ -4,8 +4,16 @@ use ndverbs_verbs::*;
 use std::time::Duration;
 
 fn connect(qp: &Qp, peer: &Qp, peer_dev: &Device, psn_local: u32, psn_peer: u32) {
-    let mut a = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
-    qp.modify(&a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
+    let mut a = QpAttr {
+        qp_state: QpState::Init,
+        qp_access_flags: Access::ALL,
+        ..QpAttr::default()
+    };
+    qp.modify(
+        &a,
+        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
+    )
+    .unwrap();
     a.qp_state = QpState::Rtr;
     a.path_mtu = PathMtu::Mtu1024;
     a.dest_qp_num = peer.qpn();
@@ -29,7 +37,12 @@ fn connect(qp: &Qp, peer: &Qp, peer_dev: &Device, psn_local: u32, psn_peer: u32)
     a.max_rd_atomic = 4;
     qp.modify(
         &a,
-        AttrMask::STATE | AttrMask::SQ_PSN | AttrMask::TIMEOUT | AttrMask::RETRY_CNT | AttrMask::RNR_RETRY | AttrMask::MAX_QP_RD_ATOMIC,
+        AttrMask::STATE
+            | AttrMask::SQ_PSN
+            | AttrMask::TIMEOUT
+            | AttrMask::RETRY_CNT
+            | AttrMask::RNR_RETRY
+            | AttrMask::MAX_QP_RD_ATOMIC,
     )
     .unwrap();
 }
@@ -50,16 +63,33 @@ fn srq_and_waiting_on_the_cq() {
     let ma = pa.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
     let mb = pb.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
     ma.write(0, b"through the shared receive queue").unwrap();
-    srq.post_recv(RecvWr::new(9, vec![mb.sge(0, 4096)])).unwrap();
-    assert!(qb.post_recv(RecvWr::new(1, vec![])).is_err(), "a QP with an SRQ has no own receive queue");
-    qa.post_send(SendWr::new(1, SendOp::Send, vec![ma.sge(0, 32)])).unwrap();
-    let w = cb.wait_one(Duration::from_secs(10)).unwrap().expect("receive completion");
+    srq.post_recv(RecvWr::new(9, vec![mb.sge(0, 4096)]))
+        .unwrap();
+    assert!(
+        qb.post_recv(RecvWr::new(1, vec![])).is_err(),
+        "a QP with an SRQ has no own receive queue"
+    );
+    qa.post_send(SendWr::new(1, SendOp::Send, vec![ma.sge(0, 32)]))
+        .unwrap();
+    let w = cb
+        .wait_one(Duration::from_secs(10))
+        .unwrap()
+        .expect("receive completion");
     assert_eq!((w.wr_id, w.status, w.byte_len), (9, WcStatus::Success, 32));
-    assert_eq!(mb.to_vec(0, 32).unwrap(), b"through the shared receive queue");
-    let w = ca.wait_one(Duration::from_secs(10)).unwrap().expect("send completion");
+    assert_eq!(
+        mb.to_vec(0, 32).unwrap(),
+        b"through the shared receive queue"
+    );
+    let w = ca
+        .wait_one(Duration::from_secs(10))
+        .unwrap()
+        .expect("send completion");
     assert_eq!(w.status, WcStatus::Success);
     // Reading outside the region is a typed error.
-    assert!(matches!(ma.read(4090, &mut [0u8; 10]), Err(VerbsError::Access(_))));
+    assert!(matches!(
+        ma.read(4090, &mut [0u8; 10]),
+        Err(VerbsError::Access(_))
+    ));
     // Dropping the QP before its CQ and PD is fine; so is the reverse order of
     // handles (they keep what they need alive).
     drop(cb);
@@ -74,14 +104,27 @@ fn removal_fails_later_calls_cleanly() {
     let pd = d.alloc_pd().unwrap();
     let cq = d.create_cq(8).unwrap();
     let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq)).unwrap();
-    let a = QpAttr { qp_state: QpState::Init, ..QpAttr::default() };
-    qp.modify(&a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
+    let a = QpAttr {
+        qp_state: QpState::Init,
+        ..QpAttr::default()
+    };
+    qp.modify(
+        &a,
+        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
+    )
+    .unwrap();
     let mr = pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
     qp.post_recv(RecvWr::new(5, vec![mr.sge(0, 64)])).unwrap();
     d.remove();
     let w = cq.poll_one().expect("flushed receive");
     assert_eq!((w.wr_id, w.status), (5, WcStatus::WrFlushErr));
-    assert!(matches!(qp.post_recv(RecvWr::new(6, vec![])), Err(VerbsError::DeviceRemoved)));
+    assert!(matches!(
+        qp.post_recv(RecvWr::new(6, vec![])),
+        Err(VerbsError::DeviceRemoved)
+    ));
     assert!(matches!(d.alloc_pd(), Err(VerbsError::DeviceRemoved)));
-    assert!(matches!(cq.wait_one(Duration::from_millis(50)), Err(VerbsError::DeviceRemoved)));
+    assert!(matches!(
+        cq.wait_one(Duration::from_millis(50)),
+        Err(VerbsError::DeviceRemoved)
+    ));
 }

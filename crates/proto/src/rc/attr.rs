@@ -591,7 +591,7 @@ mod tests {
     #[test]
     fn table() {
         let a = QpAttr::default();
-        use QpState::*;
+        use QpState::{Init, Reset, Rtr, Rts};
         assert_eq!(
             check_modify(Reset, &QpAttr { qp_state: Rtr, ..a }, AttrMask::STATE),
             Err(ModifyError::IllegalTransition {

@@ -18,8 +18,10 @@
 //! queue, completes work requests in order and, when something was lost,
 //! rewinds the requester to resend from the oldest unacknowledged PSN
 //! (*go-back-N*). Each of the three is a state machine in its own file, as in
-//! Linux rxe: [`requester`](self) (`requester.rs`), `completer.rs` and
-//! `responder.rs`; [`RcQp`] owns them and is the only public face.
+//! Linux rxe — `requester.rs`, `completer.rs` and `responder.rs`, each opening
+//! with a description of its rules — and [`RcQp`] (`qp.rs`) owns them and is
+//! the only public face. `send_queue.rs` holds the work queue elements the
+//! requester and completer share, `attr.rs` the state/attribute rules.
 //!
 //! ## Driving an `RcQp` (sans-IO)
 //!

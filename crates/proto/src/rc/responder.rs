@@ -282,12 +282,18 @@ impl Responder {
             return Ok(());
         }
         // CHK_OP_SEQ
-        let seq_ok = match (&self.cur, info.operation, info.position) {
-            (Current::Send { .. }, Operation::Send, Position::Middle | Position::Last) => true,
-            (Current::Write { .. }, Operation::Write, Position::Middle | Position::Last) => true,
-            (Current::Idle, _, Position::First | Position::Only) => true,
-            _ => false,
-        };
+        let seq_ok = matches!(
+            (&self.cur, info.operation, info.position),
+            (
+                Current::Send { .. },
+                Operation::Send,
+                Position::Middle | Position::Last
+            ) | (
+                Current::Write { .. },
+                Operation::Write,
+                Position::Middle | Position::Last
+            ) | (Current::Idle, _, Position::First | Position::Only)
+        );
         if !seq_ok {
             return Err(self.fatal(cx, p, NakCode::InvalidRequest, WcStatus::RemInvReqErr, None));
         }
@@ -711,6 +717,8 @@ impl Responder {
             } => {
                 let n = remaining.min(p.mtu);
                 let last = remaining <= p.mtu;
+                // An empty replay is a whole (ONLY) response, never an empty LAST.
+                let first = first || remaining == 0;
                 let opcode = match (first, last) {
                     (true, true) => Opcode::RC_READ_RESPONSE_ONLY,
                     (true, false) => Opcode::RC_READ_RESPONSE_FIRST,

@@ -111,6 +111,7 @@ impl Workload {
                 recv_slots: Vec::new(),
             });
         }
+        #[allow(clippy::needless_range_loop)]
         for d in 0..2 {
             let mut counter = 0u64;
             let mut off = 0usize;

@@ -244,6 +244,11 @@ impl Ord for InFlight {
     }
 }
 
+/// Decides which packets the network drops.
+pub type Filter = Box<dyn FnMut(Side, &Packet<'_>) -> bool>;
+/// Rewrites packets in flight.
+pub type Mutator = Box<dyn FnMut(&mut Rng, &mut Vec<u8>)>;
+
 /// Two nodes and the network between them.
 pub struct Pair {
     pub a: Node,
@@ -260,9 +265,9 @@ pub struct Pair {
     pub packets_sent: u64,
     pub packets_lost: u64,
     /// Drops a packet when it returns true: (from, parsed packet).
-    pub filter: Option<Box<dyn FnMut(Side, &Packet<'_>) -> bool>>,
+    pub filter: Option<Filter>,
     /// Rewrites packets in flight (hostile peer / corruption past the ICRC).
-    pub mutate: Option<Box<dyn FnMut(&mut Rng, &mut Vec<u8>)>>,
+    pub mutate: Option<Mutator>,
     /// Mutated packets that no longer parse.
     pub unparsable: u64,
 }

@@ -115,7 +115,7 @@ fn random_garbage_is_counted_and_dropped() {
     let mut p = busy_pair(7);
     let _ = p.run_until(Duration::from_micros(20), |_| false);
     let mut rng = Rng::new(99);
-    let mut buf = vec![0u8; 200];
+    let mut buf = [0u8; 200];
     let mut parsed = 0;
     for _ in 0..20_000 {
         let n = 12 + rng.below(150) as usize;

@@ -1,6 +1,7 @@
 //! RC protocol tests: two QPs back to back on virtual time.
 
 mod basic;
+mod captures;
 mod errors;
 mod faults;
 mod harness;

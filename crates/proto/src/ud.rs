@@ -1,0 +1,368 @@
+//! Unreliable Datagram (UD) queue pairs — in particular QP1, the GSI, which
+//! carries the connection manager's MADs.
+//!
+//! UD is the simple transport: every message is one packet (`UD SEND_ONLY`,
+//! optionally with immediate data) of at most the port MTU, addressed per work
+//! request to any `(address, QPN, Q_Key)`. The DETH carries the Q_Key the
+//! receiver checks and the sender's QPN. Nothing is acknowledged or
+//! retransmitted: a send completes when its packet is handed to the engine, a
+//! lost packet is simply lost, and a packet that finds no posted receive (or a
+//! wrong Q_Key) is dropped and counted.
+//!
+//! As in verbs, a UD receive buffer starts with 40 bytes for the *GRH*: the
+//! engine passes what to put there (for RoCEv2 over IPv4, Linux rxe writes 20
+//! zero bytes and then the 20-byte IPv4 header, which is how the GSI learns
+//! where a MAD came from), and the payload follows at offset 40.
+//!
+//! Linux rxe sets AckReq on QP1's packets but not on other UD QPs' packets;
+//! [`UdQp`] does the same so that its bytes match rxe's.
+
+use crate::mem::{gather, scatter, sgl_len, Memory, Sge};
+use crate::rc::{
+    AddressVector, PathMtu, PostError, QpState, RecvQueue, WcOpcode, WcQueue, WcStatus,
+    WorkCompletion,
+};
+use ndverbs_wire::bth::{psn, Bth, MASK24};
+use ndverbs_wire::ext::Deth;
+use ndverbs_wire::icrc::ICRC_LEN;
+use ndverbs_wire::opcode::Opcode;
+use ndverbs_wire::packet::{ExtHeaders, Packet};
+use std::collections::VecDeque;
+
+/// Bytes reserved for the GRH at the start of every UD receive buffer.
+pub const GRH_LEN: usize = 40;
+/// The GSI's Q_Key.
+pub const GSI_QKEY: u32 = ndverbs_wire::mad::GSI_QKEY;
+
+/// Where a UD send goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct UdDest {
+    /// Path to the peer (the engine addresses the datagram with it).
+    pub av: AddressVector,
+    /// Remote QP number.
+    pub remote_qpn: u32,
+    /// Remote Q_Key. If its top bit is set the QP's own Q_Key is sent instead
+    /// (IBTA: "controlled" Q_Keys).
+    pub remote_qkey: u32,
+}
+
+/// A UD send work request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UdSendWr {
+    /// Caller's identifier.
+    pub wr_id: u64,
+    /// Destination.
+    pub dest: UdDest,
+    /// Data (at most the MTU).
+    pub sgl: Vec<Sge>,
+    /// Inline data instead of `sgl`.
+    pub inline: Option<Vec<u8>>,
+    /// Immediate data.
+    pub imm: Option<u32>,
+    /// Complete on success.
+    pub signaled: bool,
+    /// Solicited-event bit.
+    pub solicited: bool,
+}
+
+impl UdSendWr {
+    /// A signaled send of `sgl` to `dest`.
+    pub fn new(wr_id: u64, dest: UdDest, sgl: Vec<Sge>) -> Self {
+        UdSendWr {
+            wr_id,
+            dest,
+            sgl,
+            inline: None,
+            imm: None,
+            signaled: true,
+            solicited: false,
+        }
+    }
+}
+
+/// One packet ready to go: its length in the buffer and where it goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdTransmit {
+    /// Bytes written (BTH to a zero ICRC).
+    pub len: usize,
+    /// The path to address it with.
+    pub av: AddressVector,
+}
+
+/// UD counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct UdCounters {
+    /// Packets sent.
+    pub sent_pkts: u64,
+    /// Packets received (before checks).
+    pub rcvd_pkts: u64,
+    /// Dropped: not a UD SEND, wrong QPN or P_Key.
+    pub drop_malformed: u64,
+    /// Dropped: Q_Key mismatch.
+    pub drop_bad_qkey: u64,
+    /// Dropped: no receive posted.
+    pub drop_no_recv: u64,
+    /// Dropped: the QP is not ready (or in ERR).
+    pub drop_bad_state: u64,
+}
+
+/// A UD queue pair. Created ready to send and receive (the RESET → RTS walk of
+/// an RC QP carries no information for UD beyond the Q_Key and first PSN);
+/// [`UdQp::set_error`] flushes it.
+#[derive(Debug, Clone)]
+pub struct UdQp {
+    qpn: u32,
+    pd: u32,
+    qkey: u32,
+    mtu: u32,
+    psn: u32,
+    max_send_wr: usize,
+    state: QpState,
+    sq: VecDeque<UdSendWr>,
+    cq: VecDeque<WorkCompletion>,
+    counters: UdCounters,
+}
+
+impl UdQp {
+    /// A UD QP in RTS. `mtu` is the port MTU; `sq_psn` the first PSN.
+    pub fn new(qpn: u32, pd: u32, qkey: u32, mtu: PathMtu, sq_psn: u32, max_send_wr: u32) -> Self {
+        UdQp {
+            qpn: qpn & MASK24,
+            pd,
+            qkey,
+            mtu: mtu.bytes(),
+            psn: sq_psn & MASK24,
+            max_send_wr: max_send_wr as usize,
+            state: QpState::Rts,
+            sq: VecDeque::new(),
+            cq: VecDeque::new(),
+            counters: UdCounters::default(),
+        }
+    }
+
+    /// QP1, the GSI: Q_Key 0x80010000, PSN from 0.
+    pub fn gsi(pd: u32, mtu: PathMtu) -> Self {
+        UdQp::new(1, pd, GSI_QKEY, mtu, 0, 256)
+    }
+
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// The state (RTS or ERR).
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// Counters.
+    pub fn counters(&self) -> &UdCounters {
+        &self.counters
+    }
+
+    /// Moves to ERR: every queued send completes with `WrFlushErr` (once).
+    pub fn set_error(&mut self) {
+        self.state = QpState::Err;
+        while let Some(wr) = self.sq.pop_front() {
+            self.complete(wr.wr_id, WcStatus::WrFlushErr, 0);
+        }
+    }
+
+    /// In ERR, flushes every receive in `rq`; returns how many.
+    pub fn flush_recv(&mut self, rq: &mut RecvQueue) -> usize {
+        if self.state != QpState::Err {
+            return 0;
+        }
+        let mut n = 0;
+        while let Some(wr) = rq.pop() {
+            self.push_recv(wr.wr_id, WcStatus::WrFlushErr, 0, None, 0, false);
+            n += 1;
+        }
+        n
+    }
+
+    fn complete(&mut self, wr_id: u64, status: WcStatus, byte_len: u32) {
+        self.cq.push_back(WorkCompletion {
+            wr_id,
+            status,
+            opcode: WcOpcode::Send,
+            queue: WcQueue::Send,
+            byte_len,
+            imm: None,
+            invalidated_rkey: None,
+            qpn: self.qpn,
+            src_qp: 0,
+            solicited: false,
+        });
+    }
+
+    fn push_recv(
+        &mut self,
+        wr_id: u64,
+        status: WcStatus,
+        byte_len: u32,
+        imm: Option<u32>,
+        src_qp: u32,
+        solicited: bool,
+    ) {
+        self.cq.push_back(WorkCompletion {
+            wr_id,
+            status,
+            opcode: WcOpcode::Recv,
+            queue: WcQueue::Recv,
+            byte_len,
+            imm,
+            invalidated_rkey: None,
+            qpn: self.qpn,
+            src_qp,
+            solicited,
+        });
+    }
+
+    /// Queues a send (at most one MTU of data).
+    pub fn post_send(&mut self, wr: UdSendWr) -> Result<(), PostError> {
+        let len = match &wr.inline {
+            Some(d) if wr.sgl.is_empty() => d.len() as u64,
+            Some(_) => return Err(PostError::InlineNotAllowed),
+            None => sgl_len(&wr.sgl),
+        };
+        if len > u64::from(self.mtu) {
+            return Err(PostError::MessageTooLong(len));
+        }
+        if self.sq.len() >= self.max_send_wr {
+            return Err(PostError::QueueFull(self.max_send_wr as u32));
+        }
+        if self.state == QpState::Err {
+            self.complete(wr.wr_id, WcStatus::WrFlushErr, 0);
+        } else {
+            self.sq.push_back(wr);
+        }
+        Ok(())
+    }
+
+    /// Writes the next packet into `buf`. A send whose local buffer cannot be
+    /// read completes with `LocProtErr` (UD QPs do not enter ERR for it).
+    pub fn poll_transmit(&mut self, mem: &mut dyn Memory, buf: &mut [u8]) -> Option<UdTransmit> {
+        loop {
+            let wr = self.sq.front()?;
+            let len = wr
+                .inline
+                .as_ref()
+                .map_or_else(|| sgl_len(&wr.sgl) as usize, Vec::len);
+            let opcode = if wr.imm.is_some() {
+                Opcode::UD_SEND_ONLY_IMM
+            } else {
+                Opcode::UD_SEND_ONLY
+            };
+            let mut bth = Bth::new(opcode, wr.dest.remote_qpn, self.psn);
+            bth.ack_req = self.qpn == 1;
+            bth.se = wr.solicited;
+            bth.pad = Packet::pad_for(len);
+            let qkey = if wr.dest.remote_qkey & 0x8000_0000 != 0 && self.qpn != 1 {
+                self.qkey
+            } else {
+                wr.dest.remote_qkey
+            };
+            let mut pkt = Packet::new(bth);
+            pkt.ext = ExtHeaders {
+                deth: Some(Deth {
+                    qkey,
+                    resv: 0,
+                    src_qpn: self.qpn,
+                }),
+                immdt: wr.imm,
+                ..ExtHeaders::default()
+            };
+            let hdr = pkt.header_len().ok()?;
+            let total = hdr + len + usize::from(bth.pad) + ICRC_LEN;
+            if buf.len() < total {
+                return None;
+            }
+            pkt.write(buf).ok()?;
+            let body = &mut buf[hdr..hdr + len];
+            let filled = match &wr.inline {
+                Some(d) => {
+                    body.copy_from_slice(d);
+                    Ok(())
+                }
+                None => gather(mem, self.pd, &wr.sgl, 0, body),
+            };
+            buf[hdr + len..total].fill(0);
+            let wr = self.sq.pop_front()?;
+            if filled.is_err() {
+                self.complete(wr.wr_id, WcStatus::LocProtErr, 0);
+                continue;
+            }
+            self.psn = psn::add(self.psn, 1);
+            self.counters.sent_pkts += 1;
+            if wr.signaled {
+                self.complete(wr.wr_id, WcStatus::Success, len as u32);
+            }
+            return Some(UdTransmit {
+                len: total,
+                av: wr.dest.av,
+            });
+        }
+    }
+
+    /// Takes one packet for this QP: a UD SEND with the right Q_Key lands in
+    /// the oldest receive of `rq` behind the 40-byte `grh` the engine supplies.
+    pub fn handle_packet(
+        &mut self,
+        pkt: &Packet<'_>,
+        grh: &[u8; GRH_LEN],
+        mem: &mut dyn Memory,
+        rq: &mut RecvQueue,
+    ) {
+        self.counters.rcvd_pkts += 1;
+        if self.state != QpState::Rts {
+            self.counters.drop_bad_state += 1;
+            return;
+        }
+        let (Some(deth), true, true, true) = (
+            pkt.ext.deth,
+            matches!(
+                pkt.bth.opcode,
+                Opcode::UD_SEND_ONLY | Opcode::UD_SEND_ONLY_IMM
+            ),
+            pkt.bth.dqpn == self.qpn,
+            pkt.bth.pkey & 0x7fff == 0x7fff,
+        ) else {
+            self.counters.drop_malformed += 1;
+            return;
+        };
+        if deth.qkey != self.qkey {
+            self.counters.drop_bad_qkey += 1;
+            return;
+        }
+        let Some(wr) = rq.pop() else {
+            self.counters.drop_no_recv += 1;
+            return;
+        };
+        let need = (GRH_LEN + pkt.payload.len()) as u64;
+        if need > sgl_len(&wr.sgl) {
+            self.push_recv(wr.wr_id, WcStatus::LocLenErr, 0, None, deth.src_qpn, false);
+            return;
+        }
+        let ok = scatter(mem, self.pd, &wr.sgl, 0, grh).is_ok()
+            && scatter(mem, self.pd, &wr.sgl, GRH_LEN as u64, pkt.payload).is_ok();
+        let (status, len) = if ok {
+            (WcStatus::Success, need as u32)
+        } else {
+            (WcStatus::LocProtErr, 0)
+        };
+        self.push_recv(
+            wr.wr_id,
+            status,
+            len,
+            pkt.ext.immdt,
+            deth.src_qpn,
+            pkt.bth.se,
+        );
+    }
+
+    /// The next completion.
+    pub fn poll_completion(&mut self) -> Option<WorkCompletion> {
+        self.cq.pop_front()
+    }
+}

@@ -734,15 +734,11 @@ impl Adapter {
     /// Counters of one queue pair.
     pub fn qp_counters(&self, qpn: u32) -> Result<ndverbs_proto::rc::Counters, EngineError> {
         let c = self.shared.core.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(c.qps
-            .get(&qpn)
-            .ok_or(EngineError::NotFound {
-                what: "QP",
-                id: qpn,
-            })?
-            .qp
-            .counters()
-            .clone())
+        let e = c.qps.get(&qpn).ok_or(EngineError::NotFound {
+            what: "QP",
+            id: qpn,
+        })?;
+        Ok(*e.qp.counters())
     }
 
     /// Posts a send request (lock-free; the engine picks it up).
@@ -1191,13 +1187,11 @@ impl Core {
         let touched = std::mem::take(&mut self.touched);
         for &qpn in &touched {
             if let Some(peer) = self.qps.get(&qpn).and_then(|e| e.peer) {
-                loop {
-                    let Some(e) = self.qps.get_mut(&qpn) else {
-                        break;
-                    };
-                    let Some(n) = e.qp.poll_transmit(now, &mut self.mem, &mut self.tx) else {
-                        break;
-                    };
+                while let Some(n) = self
+                    .qps
+                    .get_mut(&qpn)
+                    .and_then(|e| e.qp.poll_transmit(now, &mut self.mem, &mut self.tx))
+                {
                     self.transmit(shared, now, peer, n);
                 }
             }

@@ -298,9 +298,7 @@ mod tests {
             let cq = cq.clone();
             std::thread::spawn(move || {
                 for i in 0..n {
-                    while !cq.push(wc(i, WcStatus::Success, false)) {
-                        panic!("overflow");
-                    }
+                    assert!(cq.push(wc(i, WcStatus::Success, false)), "overflow");
                     while cq.len() > 900 {
                         std::thread::yield_now();
                     }

@@ -132,7 +132,8 @@ impl Completer {
     }
 
     /// Something was acknowledged: restore the retry budgets.
-    fn progress(&mut self, cx: &SendCx<'_>) {
+    fn progress(&mut self, cx: &mut SendCx<'_>) {
+        cx.req.on_progress();
         self.retry_left = cx.p.retry_cnt;
         self.rnr_left = cx.p.rnr_retry;
         self.started_retry = false;
@@ -164,6 +165,7 @@ impl Completer {
             self.retry_left -= 1;
         }
         cx.counters.completer_retry_err += 1;
+        cx.req.on_loss();
         cx.req.need_retry = true;
         self.started_retry = true;
         self.retrans_deadline = None;

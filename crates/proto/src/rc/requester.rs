@@ -11,7 +11,12 @@
 //!    from the PSN of the first missing response packet.
 //! 2. **RNR wait.** After an RNR NAK nothing is sent until the RNR timer fires.
 //! 3. **Send window.** At most [`MAX_UNACKED_PSNS`] PSNs beyond the oldest
-//!    unacknowledged one.
+//!    unacknowledged one — fewer after losses: the window halves at every
+//!    retry (down to [`MIN_WINDOW`]) and grows back by [`WINDOW_STEP`] with every
+//!    acknowledgement that makes progress. Go-back-N resends everything after a
+//!    lost packet, so on a lossy path a full window mostly buys retransmissions;
+//!    a smaller one keeps the waste bounded. rxe always uses the full window;
+//!    the peer cannot tell the difference.
 //! 4. **Read fence.** A fenced WQE waits until every earlier READ/atomic completed.
 //! 5. **`max_rd_atomic`.** A READ or atomic needs a free slot; the slot is
 //!    returned when the completer retires it.
@@ -36,6 +41,10 @@ use ndverbs_wire::packet::ExtHeaders;
 
 /// Most PSNs in flight beyond the oldest unacknowledged one (rxe `RXE_MAX_UNACKED_PSNS`).
 pub const MAX_UNACKED_PSNS: i32 = 128;
+/// Smallest send window after repeated losses.
+pub const MIN_WINDOW: i32 = 8;
+/// Window growth per acknowledgement that makes progress.
+pub const WINDOW_STEP: i32 = 4;
 /// Packets between AckReq flags at most (rxe `RXE_MAX_PKT_PER_ACK`).
 pub const MAX_PKT_PER_ACK: u32 = 64;
 
@@ -58,6 +67,8 @@ pub(crate) struct Requester {
     pub need_retry: bool,
     /// Waiting for the RNR timer.
     pub rnr_wait: bool,
+    /// Send window in PSNs (0 until the first `start`: means the maximum).
+    pub window: i32,
 }
 
 /// What one poll produced.
@@ -78,6 +89,25 @@ impl Requester {
             hw_psn: sq_psn,
             ..Requester::default()
         }
+    }
+
+    /// The current send window in PSNs.
+    pub fn window(&self) -> i32 {
+        if self.window == 0 {
+            MAX_UNACKED_PSNS
+        } else {
+            self.window
+        }
+    }
+
+    /// A retry started: halve the window.
+    pub fn on_loss(&mut self) {
+        self.window = (self.window() / 2).max(MIN_WINDOW);
+    }
+
+    /// An acknowledgement made progress: widen the window.
+    pub fn on_progress(&mut self) {
+        self.window = (self.window() + WINDOW_STEP).min(MAX_UNACKED_PSNS);
     }
 
     /// Go-back-N: resend from the oldest WQE.
@@ -147,7 +177,7 @@ impl Requester {
         } else {
             self.hw_psn
         };
-        if psn::diff(pkt_psn, comp_psn) >= MAX_UNACKED_PSNS {
+        if psn::diff(pkt_psn, comp_psn) >= self.window() {
             return Ok(ReqOut::Idle);
         }
         if draining && !w.assigned {
@@ -211,7 +241,10 @@ impl Requester {
                 _ => {}
             }
         }
-        let ack_req = last || self.noack_pkts + 1 >= MAX_PKT_PER_ACK;
+        // Ask for an ACK at least twice per window, or a small window stalls
+        // until the retransmission timer.
+        let every = MAX_PKT_PER_ACK.min((self.window() / 2).max(1) as u32);
+        let ack_req = last || self.noack_pkts + 1 >= every;
         let mut bth = Bth::new(opcode, p.dest_qpn, pkt_psn);
         bth.ack_req = ack_req;
         bth.se = last && w.wr.solicited && matches!(w.kind, Kind::Send | Kind::Write);

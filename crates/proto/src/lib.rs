@@ -19,6 +19,7 @@
 //! | [`mem`] | access rights, SGEs, the `Memory` trait, scatter/gather, a test memory |
 //! | [`rc`] | Reliable Connected QPs: requester, completer, responder |
 //! | [`ud`] | Unreliable Datagram QPs, e.g. QP1 for the CM's MADs |
+//! | [`cm`] | the IB connection manager (REQ/REP/RTU, DREQ/DREP, rdma_cm compatible) |
 //!
 //! ## Two QPs back to back
 //!
@@ -75,6 +76,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cm;
 pub mod mem;
 pub mod rc;
 pub mod time;

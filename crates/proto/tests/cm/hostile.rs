@@ -1,0 +1,139 @@
+//! Input nobody should send: random bytes, valid messages with guessed or
+//! wrong IDs. Nothing panics, a live connection is not disturbed by a
+//! message that does not name it exactly, and every drop is counted.
+
+use super::harness::*;
+use ndverbs_proto::cm::*;
+use ndverbs_wire::cm::{msg_ref, pdata, CmMessage, Drep, Mra, Rej, Rep, Rtu};
+
+#[test]
+fn random_bytes_are_counted_not_acted_on() {
+    let mut net = Net::new(60, Faults::default());
+    let (ea, _eb) = established(&mut net);
+    let mut rng = Rng::new(61);
+    let before = *net.a.counters();
+    for len in [0usize, 1, 24, 255, 256, 257, 1000] {
+        for _ in 0..200 {
+            let mut b: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+            if len == 256 && rng.chance(0.5) {
+                // A CM header so that the body gets parsed.
+                b[..4].copy_from_slice(&[1, 7, 2, 3]);
+                b[16] = 0;
+                b[17] = 0x10 + rng.below(11) as u8;
+            }
+            net.a.handle_mad(net.now, ip(B_IP), &b);
+        }
+    }
+    assert_eq!(net.a.state(ea), Some(CmState::Established));
+    let c = *net.a.counters();
+    assert_eq!(c.rx_mads - before.rx_mads, 1400);
+    // DREQs naming nothing get DREPs; everything else is dropped.
+    let dropped = c.rx_malformed + c.rx_unmatched + c.rx_wrong_state + c.rx_unsupported;
+    assert!(dropped + c.tx_drep_unknown + c.tx_rej >= 1300, "{c:?}");
+}
+
+#[test]
+fn guessed_ids_do_not_touch_a_connection() {
+    let mut net = Net::new(62, Faults::default());
+    let (ea, eb) = established(&mut net);
+    let (ca, cb) = (
+        net.a.local_comm_id(ea).unwrap(),
+        net.b.local_comm_id(eb).unwrap(),
+    );
+    let now = net.now;
+    // Right local ID, wrong remote: REJ, DREP, RTU, MRA, REP.
+    let wrong = cb ^ 1;
+    let msgs = [
+        CmMessage::Rej(Rej {
+            local_comm_id: wrong,
+            remote_comm_id: ca,
+            message_rejected: msg_ref::OTHER,
+            rejected_info_length: 0,
+            reason: 28,
+            ari: [0; 72],
+            private_data: [0; pdata::REJ],
+        }),
+        CmMessage::Drep(Drep {
+            local_comm_id: wrong,
+            remote_comm_id: ca,
+            private_data: [0; pdata::DREP],
+        }),
+        CmMessage::Rtu(Rtu {
+            local_comm_id: wrong,
+            remote_comm_id: ca,
+            private_data: [0; pdata::RTU],
+        }),
+        CmMessage::Mra(Mra {
+            local_comm_id: wrong,
+            remote_comm_id: ca,
+            message_mraed: msg_ref::REP,
+            service_timeout: 31,
+            private_data: [0; pdata::MRA],
+        }),
+    ];
+    for m in msgs {
+        net.a.handle_mad(now, ip(B_IP), &m.to_mad(1));
+    }
+    // A REP for A's comm ID from someone else: A already has its peer.
+    let CmMessage::Rep(mut rep) = net.sent(Side::B, REP)[0].msg else {
+        panic!()
+    };
+    rep.local_comm_id = wrong;
+    net.a
+        .handle_mad(now, ip(B_IP), &CmMessage::Rep(Rep { ..rep }).to_mad(1));
+    net.flush();
+    assert!(net.take(Side::A).is_empty());
+    assert!(net.a.poll_transmit().is_none());
+    assert_eq!(net.a.state(ea), Some(CmState::Established));
+    assert_eq!(net.a.counters().rx_unmatched, 5);
+    // The exact REJ does end it (the peer's CM says the connection is gone).
+    let rej = CmMessage::Rej(Rej {
+        local_comm_id: cb,
+        remote_comm_id: ca,
+        message_rejected: msg_ref::OTHER,
+        rejected_info_length: 0,
+        reason: 28,
+        ari: [0; 72],
+        private_data: [0; pdata::REJ],
+    });
+    net.a.handle_mad(now, ip(B_IP), &rej.to_mad(1));
+    assert_eq!(net.a.state(ea), Some(CmState::Timewait));
+    assert!(matches!(
+        net.a.poll_event(),
+        Some(CmEvent::Rejected { reason: 28, .. })
+    ));
+    // ND's Disconnect on it still succeeds.
+    assert_eq!(
+        net.a.disconnect(now, ea),
+        Ok(DisconnectStarted::AlreadyDone)
+    );
+    assert_eq!(
+        net.a.poll_event(),
+        Some(CmEvent::DisconnectDone {
+            endpoint: ea,
+            how: DisconnectHow::RejReceived
+        })
+    );
+}
+
+#[test]
+fn messages_in_the_wrong_state_are_dropped() {
+    let mut net = Net::new(63, Faults::default());
+    let (ea, eb) = established(&mut net);
+    // Replay the whole setup exchange at both ends.
+    let old: Vec<_> = net.wire.iter().map(|s| (s.from, s.mad)).collect();
+    for (from, mad) in &old {
+        match from {
+            Side::A => net.b.handle_mad(net.now, ip(A_IP), mad),
+            Side::B => net.a.handle_mad(net.now, ip(B_IP), mad),
+        }
+    }
+    net.settle();
+    // The REP replay makes A resend its RTU (Linux's dup REP handling); the
+    // REQ replay hits B's remote-ID table as a duplicate and is ignored.
+    assert!(net.take(Side::A).is_empty());
+    assert!(net.take(Side::B).is_empty());
+    assert_eq!(net.a.state(ea), Some(CmState::Established));
+    assert_eq!(net.b.state(eb), Some(CmState::Established));
+    assert_eq!(net.sent(Side::A, RTU).len(), 2);
+}

@@ -1,0 +1,10 @@
+//! CM tests: two `CmAgent`s back to back on virtual time, Linux's captured
+//! MADs, hostile input, and a many-seed simulation.
+
+mod captures;
+mod connect;
+mod disconnect;
+mod harness;
+mod hostile;
+mod lifecycle;
+mod sim;

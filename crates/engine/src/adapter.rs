@@ -30,12 +30,15 @@
 //! later call returns [`EngineError::Removed`].
 
 use crate::cq::CompletionQueue;
+use crate::ep::EpTable;
 use crate::event::{wait_readable, EventFd};
 use crate::faults::{Fate, FaultConfig, FaultCounters, Faults, Held};
+use crate::gsi::Gsi;
 use crate::keys::KeyGen;
 use crate::mr::{MemError, MemTable, Region, RegionBuf};
 use crate::udp::{Drop as UdpDrop, RoceSocket, MAX_TRANSPORT};
 use crossbeam_queue::{ArrayQueue, SegQueue};
+use ndverbs_proto::cm::{CmAgent, CmConfig};
 use ndverbs_proto::mem::{Access, Sge};
 use ndverbs_proto::rc::{
     AttrMask, ModifyError, PostError, QpAttr, QpCaps, QpState, RcQp, RecvQueue, RecvWr, SendOp,
@@ -46,7 +49,7 @@ use ndverbs_wire::cma::addr_of_gid;
 use ndverbs_wire::ip::ROCEV2_PORT;
 use ndverbs_wire::packet::Packet;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::io;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -126,6 +129,17 @@ pub const LIMITS: Limits = Limits {
     max_msg_size: 1 << 31,
     max_qp_rd_atom: ndverbs_proto::rc::MAX_RD_ATOMIC,
 };
+
+/// CM timer settings (exponents as on the wire: 4.096 µs × 2^t).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CmTimers {
+    /// Packet life time exponent (Linux RoCE: 18).
+    pub packet_life_time: u8,
+    /// CM response timeout exponent (Linux: 20).
+    pub cm_response_timeout: u8,
+    /// Retries of REQ/REP/DREQ (Linux: 15).
+    pub max_cm_retries: u8,
+}
 
 /// Adapter-wide packet counters (per-QP counters live in the QPs).
 #[derive(Debug, Default)]
@@ -225,14 +239,14 @@ pub struct QpInit {
     pub max_recv_sge: u32,
 }
 
-struct QpEntry {
-    qp: RcQp,
+pub(crate) struct QpEntry {
+    pub(crate) qp: RcQp,
     shared: Arc<QpShared>,
     rq: RecvQueue,
     srq: Option<u32>,
     send_cq: Arc<CompletionQueue>,
     recv_cq: Arc<CompletionQueue>,
-    peer: Option<IpAddr>,
+    pub(crate) peer: Option<IpAddr>,
     /// Send requests handed to `qp` and not yet seen to retire.
     sq_in_proto: usize,
     /// Receives handed to `rq` and not yet seen to retire.
@@ -268,23 +282,32 @@ enum Work {
     Srq(u32),
 }
 
-struct Core {
+/// The engine's state: everything the worker touches, behind one lock.
+pub(crate) struct Core {
     sock: RoceSocket,
     mem: MemTable,
-    keys: KeyGen,
+    pub(crate) keys: KeyGen,
     next_id: u32,
     pds: HashMap<u32, u32>,
     cqs: HashMap<u32, Arc<CompletionQueue>>,
-    qps: HashMap<u32, QpEntry>,
+    pub(crate) qps: HashMap<u32, QpEntry>,
     srqs: HashMap<u32, SrqEntry>,
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
-    touched: Vec<u32>,
+    pub(crate) touched: Vec<u32>,
     rx: Box<[u8]>,
     tx: Box<[u8]>,
     faults: Option<Faults>,
+    /// The connection manager of this adapter's GID.
+    pub(crate) cm: CmAgent,
+    /// QP1, carrying the CM's MADs.
+    gsi: Gsi,
+    /// Connection endpoints.
+    pub(crate) eps: EpTable,
+    /// QPNs in time-wait: not reused until the CM says so.
+    pub(crate) timewait_qpns: HashSet<u32>,
 }
 
-struct Shared {
+pub(crate) struct Shared {
     local: IpAddr,
     mode: Progress,
     core: Mutex<Core>,
@@ -321,14 +344,46 @@ impl Adapter {
         Self::open_on(RoceSocket::bind(local)?, mode)
     }
 
+    /// Opens the adapter for `local` with CM timers other than Linux's
+    /// (tests and simulations that must see timeouts quickly).
+    pub fn open_with_timers(
+        local: IpAddr,
+        mode: Progress,
+        timers: CmTimers,
+    ) -> Result<Adapter, EngineError> {
+        Self::open_inner(RoceSocket::bind(local)?, mode, Some(timers))
+    }
+
     /// Opens an adapter on an already bound socket (tests use other ports).
     pub fn open_on(sock: RoceSocket, mode: Progress) -> Result<Adapter, EngineError> {
+        Self::open_inner(sock, mode, None)
+    }
+
+    fn open_inner(
+        sock: RoceSocket,
+        mode: Progress,
+        timers: Option<CmTimers>,
+    ) -> Result<Adapter, EngineError> {
         let local = sock.local();
         let sock_fd = sock.fd();
+        let mut keys = KeyGen::new();
+        let mut mem = MemTable::new(KeyGen::new());
+        let gsi = Gsi::new(&mut mem);
+        let mut cm_cfg = CmConfig::new(local, node_guid(local), keys.next_u64());
+        if let Some(t) = timers {
+            cm_cfg.packet_life_time = t.packet_life_time;
+            cm_cfg.cm_response_timeout = t.cm_response_timeout;
+            cm_cfg.max_cm_retries = t.max_cm_retries;
+        }
+        let cm = CmAgent::new(cm_cfg);
         let core = Core {
             sock,
-            mem: MemTable::new(KeyGen::new()),
-            keys: KeyGen::new(),
+            mem,
+            keys,
+            cm,
+            gsi,
+            eps: EpTable::default(),
+            timewait_qpns: HashSet::new(),
             next_id: 1,
             pds: HashMap::new(),
             cqs: HashMap::new(),
@@ -393,6 +448,20 @@ impl Adapter {
     /// True once [`Adapter::remove`] ran.
     pub fn is_removed(&self) -> bool {
         self.shared.removed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    /// The core, locked, unless the adapter was removed.
+    pub(crate) fn core_guard(&self) -> Result<MutexGuard<'_, Core>, EngineError> {
+        self.core()
+    }
+
+    /// The core, locked, even after removal (cleanup calls).
+    pub(crate) fn core_lock(&self) -> MutexGuard<'_, Core> {
+        self.shared.core.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn core(&self) -> Result<MutexGuard<'_, Core>, EngineError> {
@@ -637,7 +706,7 @@ impl Adapter {
         }
         let qpn = loop {
             let q = c.keys.qpn();
-            if !c.qps.contains_key(&q) {
+            if !c.qps.contains_key(&q) && !c.timewait_qpns.contains(&q) {
                 break q;
             }
         };
@@ -919,6 +988,7 @@ impl Adapter {
             }
             c.touched.push(qpn);
         }
+        c.remove_eps();
         c.finish_step(&self.shared, now);
     }
 }
@@ -932,7 +1002,7 @@ impl Drop for Shared {
 impl QpEntry {
     /// Moves WRs the application posted into the protocol state machine.
     /// Returns true if anything moved.
-    fn absorb_posts(&mut self) -> bool {
+    pub(crate) fn absorb_posts(&mut self) -> bool {
         self.shared.queued.store(false, Ordering::Release);
         let mut moved = false;
         while let Some(wr) = self.shared.sq_in.pop() {
@@ -1030,9 +1100,36 @@ impl Core {
             .as_ref()
             .and_then(|f| f.next_release())
             .map(Instant::from_nanos);
-        match (timer, held) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        [timer, held, self.cm.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Moves MADs between QP1 and the CM agent and lets endpoints react to
+    /// CM events.
+    fn pump_cm(&mut self, shared: &Shared, now: Instant) {
+        loop {
+            let mut busy = false;
+            while let Some((src, mad)) = self.gsi.poll_mad() {
+                self.cm.handle_mad(now, src, &mad);
+                busy = true;
+            }
+            while let Some(ev) = self.cm.poll_event() {
+                self.on_cm_event(ev, now);
+                busy = true;
+            }
+            while let Some(t) = self.cm.poll_transmit() {
+                self.gsi.send(t.dst, &t.mad);
+                busy = true;
+            }
+            while let Some((n, dst)) = self.gsi.poll_transmit(&mut self.mem, &mut self.tx) {
+                self.transmit(shared, now, dst, n);
+                busy = true;
+            }
+            if !busy {
+                break;
+            }
         }
     }
 
@@ -1135,6 +1232,9 @@ impl Core {
                 }
             }
         }
+        if self.cm.poll_timeout().is_some_and(|t| t <= now) {
+            self.cm.handle_timeout(now);
+        }
         self.finish_step(shared, now);
     }
 
@@ -1150,7 +1250,12 @@ impl Core {
             }
         };
         let qpn = pkt.bth.dqpn;
-        if qpn <= 1 {
+        if qpn == ndverbs_wire::mad::GSI_QPN {
+            let local = self.sock.local();
+            self.gsi.handle_packet(&pkt, src, local, &mut self.mem);
+            return;
+        }
+        if qpn == 0 {
             shared.counters.drop_gsi.fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -1181,7 +1286,10 @@ impl Core {
 
     /// Sends what touched queue pairs have to send, delivers their
     /// completions, and re-arms their timers.
-    fn finish_step(&mut self, shared: &Shared, now: Instant) {
+    pub(crate) fn finish_step(&mut self, shared: &Shared, now: Instant) {
+        // CM first: its events may move QPs (accept, disconnect), which the
+        // loop below then serves.
+        self.pump_cm(shared, now);
         self.touched.sort_unstable();
         self.touched.dedup();
         let touched = std::mem::take(&mut self.touched);
@@ -1295,4 +1403,11 @@ fn worker(shared: Arc<Shared>) {
 /// A scatter/gather element over a region (helper for callers).
 pub fn sge(region: &Region, offset: usize, len: u32) -> Sge {
     Sge::new(region.addr() + offset as u64, len, region.lkey())
+}
+
+/// The node GUID of an adapter: a fixed prefix and the low bits of its address
+/// (stable across runs, distinct per address).
+pub fn node_guid(addr: IpAddr) -> u64 {
+    let o = ndverbs_wire::cma::gid_of(addr).octets();
+    u64::from_be_bytes([0x02, 0x00, 0x6e, 0x64, o[12], o[13], o[14], o[15]])
 }

@@ -10,8 +10,11 @@
 
 pub mod adapter;
 pub mod cq;
+pub mod ep;
 pub mod event;
 pub mod faults;
+pub mod gsi;
 pub mod keys;
 pub mod mr;
+pub mod pending;
 pub mod udp;

@@ -1,0 +1,1034 @@
+//! Connection endpoints: the CM side of a connection, and the requests that
+//! run on it phase by phase (WinVerbs' `wv_ep.c`).
+//!
+//! An endpoint is an id in the adapter's table. Connect, CompleteConnect,
+//! Accept and Disconnect are *requests* that name the endpoint **and** the QP
+//! (by number) and run in phases on the endpoint's serialised queue:
+//!
+//! | Request | Phases |
+//! |---|---|
+//! | Connect | CM: send REQ, park until REP / REJ / timeout |
+//! | CompleteConnect | QP: INIT → RTR → RTS from the REP; CM: send RTU |
+//! | Accept | QP: INIT → RTR → RTS; CM: send REP, park until RTU / REJ / timeout |
+//! | Disconnect | CM: DREQ (park until DREP / DREQ timeout) or DREP (done at once); QP: → ERR, which flushes every outstanding work request |
+//!
+//! NotifyDisconnect does not queue: it parks until a DREQ arrives (and never
+//! touches the QP), and GetConnectionRequest parks on a listening endpoint
+//! until a REQ arrives. The endpoint never holds a QP and the QP never holds
+//! an endpoint: each QP phase looks the QP up by number, and a QP that is gone
+//! is a status, not a crash. Device removal completes every parked request
+//! with [`EpError::DeviceRemoved`].
+
+use crate::adapter::{Adapter, Core, EngineError, Shared};
+use crate::pending::{pending, Completion, Pending};
+use ndverbs_proto::cm::{
+    AcceptParams, CmError, CmEvent, ConnectParams, DisconnectHow, DisconnectStarted, EndpointId,
+    QpSetup,
+};
+use ndverbs_proto::rc::{AttrMask, ModifyError, PathMtu, QpAttr, QpState};
+use ndverbs_proto::time::Instant;
+use ndverbs_wire::cma::{self, gid_of, CmaHeader};
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+
+/// How an endpoint request ended badly.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EpError {
+    /// The adapter was removed.
+    #[error("device removed")]
+    DeviceRemoved,
+    /// Cancelled by the application (or by destroying the endpoint).
+    #[error("canceled")]
+    Canceled,
+    /// The peer did not answer in time (REQ/REP retries exhausted, DREQ timeout).
+    #[error("timed out")]
+    Timeout,
+    /// The peer rejected the connection.
+    #[error("rejected (reason {reason})")]
+    Rejected {
+        /// REJ reason code.
+        reason: u16,
+        /// REJ private data.
+        private_data: Vec<u8>,
+    },
+    /// The connection went away (peer disconnected before the request finished).
+    #[error("connection aborted")]
+    Aborted,
+    /// The endpoint was disconnected before a DREQ arrived (NotifyDisconnect).
+    #[error("disconnected")]
+    Disconnected,
+    /// The request does not fit the endpoint's state.
+    #[error("invalid endpoint state: {0}")]
+    InvalidState(&'static str),
+    /// A connection is already active or being set up on the endpoint.
+    #[error("connection already active")]
+    ConnectionActive,
+    /// The QP named by the request does not exist.
+    #[error("no QP {0:#x}")]
+    NoQp(u32),
+    /// The QP refused the transition.
+    #[error(transparent)]
+    Modify(#[from] ModifyError),
+    /// The CM refused the call.
+    #[error(transparent)]
+    Cm(#[from] CmError),
+}
+
+/// Everything a Connect needs besides the QP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectArgs {
+    /// Peer address.
+    pub remote: IpAddr,
+    /// Peer rdma_cm port (service ID `0x0106 << 16 | port`).
+    pub remote_port: u16,
+    /// Our rdma_cm port (carried in the rdma_cm header).
+    pub local_port: u16,
+    /// RDMA READ/atomics we accept in flight.
+    pub responder_resources: u8,
+    /// RDMA READ/atomics we issue in flight.
+    pub initiator_depth: u8,
+    /// Transport retries (7 = infinite, as rxe).
+    pub retry_count: u8,
+    /// RNR retries the peer should use towards us (7 = infinite).
+    pub rnr_retry_count: u8,
+    /// Path MTU.
+    pub path_mtu: PathMtu,
+    /// Private data (at most 56 bytes with the rdma_cm header).
+    pub private_data: Vec<u8>,
+}
+
+/// Everything an Accept needs besides the QP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptArgs {
+    /// RDMA READ/atomics we accept in flight (clamped to the peer's initiator depth).
+    pub responder_resources: u8,
+    /// RDMA READ/atomics we issue in flight (clamped to the peer's responder resources).
+    pub initiator_depth: u8,
+    /// RNR retries the peer should use towards us.
+    pub rnr_retry_count: u8,
+    /// Private data (at most 196 bytes).
+    pub private_data: Vec<u8>,
+}
+
+/// What a Connect learned from the REP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectInfo {
+    /// The peer's private data.
+    pub private_data: Vec<u8>,
+    /// Negotiated READ/atomic limits: (inbound, outbound).
+    pub read_limits: (u8, u8),
+}
+
+/// A connection request handed to the application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestInfo {
+    /// Peer address.
+    pub peer: IpAddr,
+    /// Peer rdma_cm port (0 when the REQ had no rdma_cm header).
+    pub peer_port: u16,
+    /// Local address the REQ was sent to.
+    pub local: IpAddr,
+    /// Service ID.
+    pub service_id: u64,
+    /// The peer's private data (rdma_cm header removed).
+    pub private_data: Vec<u8>,
+    /// The peer's (responder resources, initiator depth).
+    pub peer_read_limits: (u8, u8),
+}
+
+/// What an endpoint knows about itself, for queries.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EpInfo {
+    /// The CM state, if bound to a CM endpoint.
+    pub cm_state: Option<ndverbs_proto::cm::CmState>,
+    /// Peer address once known.
+    pub peer: Option<IpAddr>,
+    /// Peer port once known.
+    pub peer_port: u16,
+    /// Peer private data (REQ, REP or REJ).
+    pub private_data: Vec<u8>,
+    /// Negotiated (inbound, outbound) read limits.
+    pub read_limits: (u8, u8),
+    /// A DREQ arrived.
+    pub dreq_received: bool,
+    /// True while a service ID is being listened on.
+    pub listening: bool,
+}
+
+type Done<T> = Completion<Result<T, EpError>>;
+
+/// Result of an endpoint request.
+pub type EpPending<T> = Pending<Result<T, EpError>>;
+
+fn removed<T>() -> Result<T, EpError> {
+    Err(EpError::DeviceRemoved)
+}
+
+enum Phase {
+    Start,
+    Parked,
+}
+
+enum Request {
+    Connect {
+        qpn: u32,
+        args: ConnectArgs,
+        done: Done<ConnectInfo>,
+        phase: Phase,
+    },
+    CompleteConnect {
+        qpn: u32,
+        done: Done<()>,
+    },
+    Accept {
+        qpn: u32,
+        args: AcceptArgs,
+        done: Done<()>,
+        phase: Phase,
+    },
+    Disconnect {
+        qpn: u32,
+        done: Done<()>,
+        phase: Phase,
+        outcome: Result<(), EpError>,
+    },
+}
+
+/// One connection endpoint.
+#[derive(Default)]
+pub(crate) struct Ep {
+    cm: Option<EndpointId>,
+    listener: Option<Listener>,
+    requests: VecDeque<Request>,
+    notify: Vec<Done<()>>,
+    info: EpInfo,
+    setup: Option<QpSetup>,
+    /// Our receive PSN, chosen at Connect/Accept.
+    local_psn: u32,
+    /// The connection has been torn down (DisconnectDone or a failed setup).
+    closed: bool,
+}
+
+struct Listener {
+    service_id: u64,
+    cm: EndpointId,
+    backlog: usize,
+    queue: VecDeque<ndverbs_proto::cm::ConnectRequest>,
+    waiters: VecDeque<(u32, Done<RequestInfo>)>,
+}
+
+/// The endpoint table.
+#[derive(Default)]
+pub(crate) struct EpTable {
+    eps: HashMap<u32, Ep>,
+    by_cm: HashMap<EndpointId, u32>,
+    next: u32,
+}
+
+impl Core {
+    fn ep(&mut self, id: u32) -> Result<&mut Ep, EngineError> {
+        self.eps.eps.get_mut(&id).ok_or(EngineError::NotFound {
+            what: "endpoint",
+            id,
+        })
+    }
+
+    /// Applies what the CM negotiated to QP `qpn`: INIT → RTR → RTS.
+    fn qp_to_rts(&mut self, qpn: u32, s: &QpSetup, now: Instant) -> Result<(), EpError> {
+        let Some(e) = self.qps.get_mut(&qpn) else {
+            return Err(EpError::NoQp(qpn));
+        };
+        let mut a = QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu: PathMtu::from_enum(s.path_mtu).unwrap_or(PathMtu::Mtu1024),
+            dest_qp_num: s.dest_qpn,
+            rq_psn: s.rq_psn,
+            max_dest_rd_atomic: s.max_dest_rd_atomic,
+            min_rnr_timer: s.min_rnr_timer.max(1),
+            ..e.qp.query()
+        };
+        a.av.dgid = gid_of(s.remote_addr).octets();
+        a.av.hop_limit = s.hop_limit;
+        a.av.flow_label = s.flow_label;
+        a.av.traffic_class = s.traffic_class;
+        e.qp.modify(
+            &a,
+            AttrMask::STATE
+                | AttrMask::AV
+                | AttrMask::PATH_MTU
+                | AttrMask::DEST_QPN
+                | AttrMask::RQ_PSN
+                | AttrMask::MAX_DEST_RD_ATOMIC
+                | AttrMask::MIN_RNR_TIMER,
+        )?;
+        e.peer = Some(s.remote_addr);
+        a.qp_state = QpState::Rts;
+        a.sq_psn = s.sq_psn;
+        a.timeout = s.timeout;
+        a.retry_cnt = s.retry_cnt;
+        a.rnr_retry = s.rnr_retry;
+        a.max_rd_atomic = s.max_rd_atomic;
+        e.qp.modify(
+            &a,
+            AttrMask::STATE
+                | AttrMask::SQ_PSN
+                | AttrMask::TIMEOUT
+                | AttrMask::RETRY_CNT
+                | AttrMask::RNR_RETRY
+                | AttrMask::MAX_QP_RD_ATOMIC,
+        )?;
+        self.touched.push(qpn);
+        let _ = now;
+        Ok(())
+    }
+
+    /// Moves QP `qpn` to ERR (flushing it); false if there is no such QP.
+    fn qp_to_error(&mut self, qpn: u32) -> bool {
+        let Some(e) = self.qps.get_mut(&qpn) else {
+            return false;
+        };
+        e.absorb_posts();
+        if !matches!(e.qp.state(), QpState::Err | QpState::Reset) {
+            let _ = e.qp.modify(
+                &QpAttr {
+                    qp_state: QpState::Err,
+                    ..QpAttr::default()
+                },
+                AttrMask::STATE,
+            );
+        }
+        self.touched.push(qpn);
+        true
+    }
+
+    /// Runs the requests at the head of endpoint `id`'s queue as far as they go.
+    fn run_ep(&mut self, id: u32, now: Instant) {
+        loop {
+            let Some(ep) = self.eps.eps.get_mut(&id) else {
+                return;
+            };
+            let Some(req) = ep.requests.pop_front() else {
+                return;
+            };
+            match self.step_request(id, req, now) {
+                Some(parked) => {
+                    if let Some(ep) = self.eps.eps.get_mut(&id) {
+                        ep.requests.push_front(parked);
+                    }
+                    return;
+                }
+                None => continue,
+            }
+        }
+    }
+
+    /// Advances one request; returns it if it must wait for a CM event.
+    fn step_request(&mut self, id: u32, req: Request, now: Instant) -> Option<Request> {
+        match req {
+            Request::Connect {
+                qpn,
+                args,
+                done,
+                phase: Phase::Start,
+            } => {
+                let psn = self.keys.psn();
+                let service_id = cma::service_id(cma::RDMA_PS_TCP, args.remote_port);
+                let mut p = ConnectParams::new(service_id, args.remote, qpn, psn);
+                p.local_port = args.local_port;
+                p.responder_resources = args.responder_resources;
+                p.initiator_depth = args.initiator_depth;
+                p.retry_count = args.retry_count;
+                p.rnr_retry_count = args.rnr_retry_count;
+                p.path_mtu = args.path_mtu as u8;
+                p.private_data = args.private_data.clone();
+                match self.cm.connect(now, p) {
+                    Ok(cm_id) => {
+                        let ep = self.eps.eps.get_mut(&id)?;
+                        ep.cm = Some(cm_id);
+                        ep.local_psn = psn;
+                        ep.closed = false;
+                        ep.info.peer = Some(args.remote);
+                        ep.info.peer_port = args.remote_port;
+                        self.eps.by_cm.insert(cm_id, id);
+                        Some(Request::Connect {
+                            qpn,
+                            args,
+                            done,
+                            phase: Phase::Parked,
+                        })
+                    }
+                    Err(e) => {
+                        done.complete(Err(e.into()));
+                        None
+                    }
+                }
+            }
+            r @ Request::Connect {
+                phase: Phase::Parked,
+                ..
+            } => Some(r),
+            Request::CompleteConnect { qpn, done } => {
+                let ep = self.eps.eps.get(&id)?;
+                let (Some(setup), Some(cm_id)) = (ep.setup, ep.cm) else {
+                    done.complete(Err(EpError::InvalidState(
+                        "CompleteConnect before Connect completed",
+                    )));
+                    return None;
+                };
+                let r = self
+                    .qp_to_rts(qpn, &setup, now)
+                    .and_then(|()| Ok(self.cm.complete_connect(now, cm_id, &[])?));
+                done.complete(r);
+                None
+            }
+            Request::Accept {
+                qpn,
+                args,
+                done,
+                phase: Phase::Start,
+            } => {
+                let ep = self.eps.eps.get(&id)?;
+                let Some(cm_id) = ep.cm else {
+                    done.complete(Err(EpError::InvalidState(
+                        "Accept without a connection request",
+                    )));
+                    return None;
+                };
+                let psn = self.keys.psn();
+                let mut a = AcceptParams::new(qpn, psn);
+                a.responder_resources = args.responder_resources;
+                a.initiator_depth = args.initiator_depth;
+                a.rnr_retry_count = args.rnr_retry_count;
+                a.private_data = args.private_data.clone();
+                // QP phase first: the QP must answer before the peer sees the REP.
+                let r = self
+                    .cm
+                    .accept_qp_setup(cm_id, &a)
+                    .map_err(EpError::from)
+                    .and_then(|s| self.qp_to_rts(qpn, &s, now).map(|()| s));
+                let setup = match r {
+                    Ok(s) => s,
+                    Err(e) => {
+                        done.complete(Err(e));
+                        return None;
+                    }
+                };
+                match self.cm.accept(now, cm_id, a) {
+                    Ok(_) => {
+                        let ep = self.eps.eps.get_mut(&id)?;
+                        ep.setup = Some(setup);
+                        ep.local_psn = psn;
+                        ep.info.read_limits = (setup.max_dest_rd_atomic, setup.max_rd_atomic);
+                        Some(Request::Accept {
+                            qpn,
+                            args,
+                            done,
+                            phase: Phase::Parked,
+                        })
+                    }
+                    Err(e) => {
+                        done.complete(Err(e.into()));
+                        None
+                    }
+                }
+            }
+            r @ Request::Accept {
+                phase: Phase::Parked,
+                ..
+            } => Some(r),
+            Request::Disconnect {
+                qpn,
+                done,
+                phase: Phase::Start,
+                ..
+            } => {
+                let ep = self.eps.eps.get(&id)?;
+                let started = match ep.cm {
+                    Some(cm_id) if !ep.closed => self.cm.disconnect(now, cm_id),
+                    _ => Ok(DisconnectStarted::AlreadyDone),
+                };
+                match started {
+                    Ok(DisconnectStarted::DreqSent) => Some(Request::Disconnect {
+                        qpn,
+                        done,
+                        phase: Phase::Parked,
+                        outcome: Ok(()),
+                    }),
+                    Ok(DisconnectStarted::DrepSent) | Ok(DisconnectStarted::AlreadyDone) => {
+                        self.finish_disconnect(id, qpn, done, Ok(()));
+                        None
+                    }
+                    Err(e) => {
+                        // Not connected (yet): nothing to say on the wire; the QP
+                        // phase still runs so outstanding requests flush.
+                        let _ = e;
+                        self.finish_disconnect(id, qpn, done, Ok(()));
+                        None
+                    }
+                }
+            }
+            Request::Disconnect {
+                qpn,
+                done,
+                phase: Phase::Parked,
+                outcome,
+            } => {
+                // Resumed by DisconnectDone (see on_cm_event), which set `outcome`.
+                let ep = self.eps.eps.get(&id)?;
+                if ep.closed {
+                    self.finish_disconnect(id, qpn, done, outcome);
+                    None
+                } else {
+                    Some(Request::Disconnect {
+                        qpn,
+                        done,
+                        phase: Phase::Parked,
+                        outcome,
+                    })
+                }
+            }
+        }
+    }
+
+    /// The QP phase of a Disconnect, then its completion.
+    fn finish_disconnect(
+        &mut self,
+        id: u32,
+        qpn: u32,
+        done: Done<()>,
+        outcome: Result<(), EpError>,
+    ) {
+        self.qp_to_error(qpn);
+        self.timewait_qpns.insert(qpn);
+        if let Some(ep) = self.eps.eps.get_mut(&id) {
+            ep.closed = true;
+            for n in ep.notify.drain(..) {
+                n.complete(Err(EpError::Disconnected));
+            }
+        }
+        done.complete(outcome);
+    }
+
+    /// Routes one CM event to its endpoint and resumes what waited for it.
+    pub(crate) fn on_cm_event(&mut self, ev: CmEvent, now: Instant) {
+        match ev {
+            CmEvent::ConnectRequest(req) => {
+                let Some(&lid) = self.eps.by_cm.get(&req.listener) else {
+                    let _ = self.cm.reject(now, req.endpoint, &[]);
+                    return;
+                };
+                let Some(l) = self.eps.eps.get_mut(&lid).and_then(|e| e.listener.as_mut()) else {
+                    return;
+                };
+                if l.queue.len() >= l.backlog {
+                    let _ = self.cm.reject(now, req.endpoint, &[]);
+                    return;
+                }
+                l.queue.push_back(*req);
+                self.serve_listener(lid);
+            }
+            CmEvent::RepReceived { endpoint, peer, qp } => {
+                let Some(id) = self.eps.by_cm.get(&endpoint).copied() else {
+                    return;
+                };
+                let Some(ep) = self.eps.eps.get_mut(&id) else {
+                    return;
+                };
+                ep.setup = Some(qp);
+                ep.info.private_data = peer.private_data.clone();
+                ep.info.read_limits = (qp.max_dest_rd_atomic, qp.max_rd_atomic);
+                if let Some(Request::Connect {
+                    phase: Phase::Parked,
+                    ..
+                }) = ep.requests.front()
+                {
+                    if let Some(Request::Connect { done, .. }) = ep.requests.pop_front() {
+                        done.complete(Ok(ConnectInfo {
+                            private_data: peer.private_data.clone(),
+                            read_limits: (qp.max_dest_rd_atomic, qp.max_rd_atomic),
+                        }));
+                    }
+                }
+                self.run_ep(id, now);
+            }
+            CmEvent::Established { endpoint } => self.finish_setup(endpoint, now, Ok(())),
+            CmEvent::Rejected {
+                endpoint,
+                reason,
+                private_data,
+                ..
+            } => {
+                if let Some(id) = self.eps.by_cm.get(&endpoint).copied() {
+                    if let Some(ep) = self.eps.eps.get_mut(&id) {
+                        ep.info.private_data = private_data.clone();
+                        ep.closed = true;
+                    }
+                }
+                self.finish_setup(
+                    endpoint,
+                    now,
+                    Err(EpError::Rejected {
+                        reason,
+                        private_data,
+                    }),
+                );
+                self.fail_notifies(endpoint, EpError::Aborted);
+            }
+            CmEvent::ConnectTimeout { endpoint } | CmEvent::AcceptTimeout { endpoint } => {
+                if let Some(ep) = self
+                    .eps
+                    .by_cm
+                    .get(&endpoint)
+                    .copied()
+                    .and_then(|id| self.eps.eps.get_mut(&id))
+                {
+                    ep.closed = true;
+                }
+                self.finish_setup(endpoint, now, Err(EpError::Timeout));
+                self.fail_notifies(endpoint, EpError::Aborted);
+            }
+            CmEvent::DreqReceived { endpoint } => {
+                let Some(id) = self.eps.by_cm.get(&endpoint).copied() else {
+                    return;
+                };
+                let Some(ep) = self.eps.eps.get_mut(&id) else {
+                    return;
+                };
+                ep.info.dreq_received = true;
+                // NotifyDisconnect completes; the QP is not touched (rule D6).
+                for n in ep.notify.drain(..) {
+                    n.complete(Ok(()));
+                }
+                // A DREQ while the REP waits for its RTU: the connection is
+                // up and already closing; the Accept has done its job (WV).
+                if let Some(Request::Accept {
+                    phase: Phase::Parked,
+                    ..
+                }) = ep.requests.front()
+                {
+                    if let Some(Request::Accept { done, .. }) = ep.requests.pop_front() {
+                        done.complete(Ok(()));
+                    }
+                    self.run_ep(id, now);
+                }
+            }
+            CmEvent::DisconnectDone { endpoint, how } => {
+                let Some(id) = self.eps.by_cm.get(&endpoint).copied() else {
+                    return;
+                };
+                let Some(ep) = self.eps.eps.get_mut(&id) else {
+                    return;
+                };
+                ep.closed = true;
+                let outcome = match how {
+                    DisconnectHow::DrepReceived
+                    | DisconnectHow::DrepSent
+                    | DisconnectHow::RejReceived => Ok(()),
+                    DisconnectHow::DreqTimedOut => Err(EpError::Timeout),
+                };
+                if let Some(Request::Disconnect { outcome: o, .. }) = ep.requests.front_mut() {
+                    *o = outcome;
+                }
+                self.run_ep(id, now);
+            }
+            CmEvent::DeviceRemoved { endpoint } => {
+                if let Some(id) = self.eps.by_cm.get(&endpoint).copied() {
+                    self.fail_ep(id, EpError::DeviceRemoved);
+                }
+            }
+            CmEvent::TimewaitExit { local_qpn, .. } => {
+                self.timewait_qpns.remove(&local_qpn);
+            }
+            _ => {}
+        }
+    }
+
+    /// Ends a parked Connect or Accept at the head of the endpoint bound to
+    /// `cm_id` with `result` (a Connect only ever fails here: it succeeds on
+    /// the REP), then runs the queue on.
+    fn finish_setup(&mut self, cm_id: EndpointId, now: Instant, result: Result<(), EpError>) {
+        let Some(id) = self.eps.by_cm.get(&cm_id).copied() else {
+            return;
+        };
+        let Some(ep) = self.eps.eps.get_mut(&id) else {
+            return;
+        };
+        let parked = matches!(
+            ep.requests.front(),
+            Some(
+                Request::Connect {
+                    phase: Phase::Parked,
+                    ..
+                } | Request::Accept {
+                    phase: Phase::Parked,
+                    ..
+                }
+            )
+        );
+        if !parked {
+            return;
+        }
+        match ep.requests.pop_front() {
+            Some(Request::Connect { done, .. }) => done.complete(result.and(Err(
+                EpError::InvalidState("connection established without a REP"),
+            ))),
+            Some(Request::Accept { done, .. }) => done.complete(result),
+            _ => {}
+        }
+        self.run_ep(id, now);
+    }
+
+    fn fail_notifies(&mut self, cm_id: EndpointId, err: EpError) {
+        if let Some(ep) = self
+            .eps
+            .by_cm
+            .get(&cm_id)
+            .copied()
+            .and_then(|id| self.eps.eps.get_mut(&id))
+        {
+            for n in ep.notify.drain(..) {
+                n.complete(Err(err.clone()));
+            }
+        }
+    }
+
+    /// Completes every parked request of endpoint `id` with `err`.
+    fn fail_ep(&mut self, id: u32, err: EpError) {
+        let Some(ep) = self.eps.eps.get_mut(&id) else {
+            return;
+        };
+        for r in ep.requests.drain(..) {
+            match r {
+                Request::Connect { done, .. } => done.complete(Err(err.clone())),
+                Request::CompleteConnect { done, .. } => done.complete(Err(err.clone())),
+                Request::Accept { done, .. } => done.complete(Err(err.clone())),
+                Request::Disconnect { done, .. } => done.complete(Err(err.clone())),
+            }
+        }
+        for n in ep.notify.drain(..) {
+            n.complete(Err(err.clone()));
+        }
+        if let Some(l) = ep.listener.as_mut() {
+            for (_, w) in l.waiters.drain(..) {
+                w.complete(Err(err.clone()));
+            }
+        }
+    }
+
+    /// Hands queued connection requests to waiting GetConnectionRequest calls.
+    fn serve_listener(&mut self, lid: u32) {
+        loop {
+            let Some(l) = self.eps.eps.get_mut(&lid).and_then(|e| e.listener.as_mut()) else {
+                return;
+            };
+            if l.queue.is_empty() || l.waiters.is_empty() {
+                return;
+            }
+            let req = l.queue.pop_front().expect("non-empty");
+            let (new_id, done) = l.waiters.pop_front().expect("non-empty");
+            let local = self.cm.config().local_addr;
+            let Some(ep) = self.eps.eps.get_mut(&new_id) else {
+                // The waiting endpoint was destroyed meanwhile: put the request back.
+                if let Some(l) = self.eps.eps.get_mut(&lid).and_then(|e| e.listener.as_mut()) {
+                    l.queue.push_front(req);
+                }
+                done.complete(Err(EpError::Canceled));
+                continue;
+            };
+            let peer_port = req.cma.map_or(0, |h: CmaHeader| h.src_port);
+            let info = RequestInfo {
+                peer: req.peer.addr,
+                peer_port,
+                local,
+                service_id: req.service_id,
+                private_data: req.peer.private_data.clone(),
+                peer_read_limits: (req.peer.responder_resources, req.peer.initiator_depth),
+            };
+            ep.cm = Some(req.endpoint);
+            ep.closed = false;
+            ep.info.peer = Some(req.peer.addr);
+            ep.info.peer_port = peer_port;
+            ep.info.private_data = req.peer.private_data.clone();
+            ep.info.read_limits = (req.peer.responder_resources, req.peer.initiator_depth);
+            self.eps.by_cm.insert(req.endpoint, new_id);
+            done.complete(Ok(info));
+        }
+    }
+
+    /// Device removal: every parked endpoint request fails.
+    pub(crate) fn remove_eps(&mut self) {
+        let ids: Vec<u32> = self.eps.eps.keys().copied().collect();
+        for id in ids {
+            self.fail_ep(id, EpError::DeviceRemoved);
+        }
+        self.cm.remove_device();
+        while self.cm.poll_event().is_some() {}
+    }
+}
+
+impl Adapter {
+    fn with_core<T>(
+        &self,
+        f: impl FnOnce(&mut Core, Instant) -> Result<T, EngineError>,
+    ) -> Result<T, EngineError> {
+        let now = self.now();
+        let mut c = self.core_guard()?;
+        let r = f(&mut c, now);
+        c.finish_step(self.shared(), now);
+        r
+    }
+
+    fn submit<T>(
+        &self,
+        ep: u32,
+        make: impl FnOnce(Done<T>) -> Request,
+    ) -> Result<EpPending<T>, EngineError> {
+        self.with_core(|c, now| {
+            let e = c.ep(ep)?;
+            let (p, done) = pending::<Result<T, EpError>>(removed);
+            e.requests.push_back(make(done));
+            let only = e.requests.len() == 1;
+            if only {
+                c.run_ep(ep, now);
+            }
+            Ok(p)
+        })
+    }
+
+    /// Creates a connection endpoint.
+    pub fn create_ep(&self) -> Result<u32, EngineError> {
+        self.with_core(|c, _| {
+            c.eps.next += 1;
+            let id = c.eps.next;
+            c.eps.eps.insert(id, Ep::default());
+            Ok(id)
+        })
+    }
+
+    /// What an endpoint knows (state, peer, private data, read limits).
+    pub fn ep_info(&self, ep: u32) -> Result<EpInfo, EngineError> {
+        self.with_core(|c, _| {
+            let cm_state = c.ep(ep)?.cm.and_then(|id| c.cm.state(id));
+            let e = c.ep(ep)?;
+            let mut info = e.info.clone();
+            info.cm_state = cm_state;
+            info.listening = e.listener.is_some();
+            Ok(info)
+        })
+    }
+
+    /// Listens for connection requests on rdma_cm TCP `port` (service ID
+    /// `0x0106 << 16 | port`), queueing at most `backlog` unanswered ones.
+    pub fn ep_listen(&self, ep: u32, port: u16, backlog: usize) -> Result<(), EngineError> {
+        self.with_core(|c, _| {
+            let sid = cma::service_id(cma::RDMA_PS_TCP, port);
+            if c.ep(ep)?.listener.is_some() || c.ep(ep)?.cm.is_some() {
+                return Err(EngineError::Busy("the endpoint is already in use"));
+            }
+            let cm_id = c.cm.listen(sid).map_err(|e| match e {
+                CmError::ServiceIdBusy(_) => {
+                    EngineError::Busy("the address is already being listened on")
+                }
+                e => EngineError::InvalidArgument(leak_cm(e)),
+            })?;
+            c.eps.by_cm.insert(cm_id, ep);
+            c.ep(ep)?.listener = Some(Listener {
+                service_id: sid,
+                cm: cm_id,
+                backlog: backlog.max(1),
+                queue: VecDeque::new(),
+                waiters: VecDeque::new(),
+            });
+            Ok(())
+        })
+    }
+
+    /// Waits on listening endpoint `listener` for a connection request and
+    /// binds it to endpoint `new_ep` (several may wait at once).
+    pub fn ep_get_request(
+        &self,
+        listener: u32,
+        new_ep: u32,
+    ) -> Result<EpPending<RequestInfo>, EngineError> {
+        self.with_core(|c, _| {
+            c.ep(new_ep)?;
+            let e = c.ep(listener)?;
+            let Some(l) = e.listener.as_mut() else {
+                return Err(EngineError::InvalidArgument(
+                    "the endpoint is not listening",
+                ));
+            };
+            let (p, done) = pending::<Result<RequestInfo, EpError>>(removed);
+            l.waiters.push_back((new_ep, done));
+            c.serve_listener(listener);
+            Ok(p)
+        })
+    }
+
+    /// Connects endpoint `ep` with QP `qpn` (in INIT). Completes when the REP
+    /// arrives (then call [`Adapter::ep_complete_connect`]), on REJ, or on timeout.
+    pub fn ep_connect(
+        &self,
+        ep: u32,
+        qpn: u32,
+        args: ConnectArgs,
+    ) -> Result<EpPending<ConnectInfo>, EngineError> {
+        {
+            let c = self.core_guard()?;
+            let e = c.eps.eps.get(&ep).ok_or(EngineError::NotFound {
+                what: "endpoint",
+                id: ep,
+            })?;
+            if e.listener.is_some() || (e.cm.is_some() && !e.closed) || !e.requests.is_empty() {
+                return Err(EngineError::Busy("connection already active"));
+            }
+            if !c.qps.contains_key(&qpn) {
+                return Err(EngineError::NotFound {
+                    what: "QP",
+                    id: qpn,
+                });
+            }
+        }
+        self.submit(ep, |done| Request::Connect {
+            qpn,
+            args,
+            done,
+            phase: Phase::Start,
+        })
+    }
+
+    /// Active side, after Connect completed: QP to RTS, then RTU.
+    pub fn ep_complete_connect(&self, ep: u32, qpn: u32) -> Result<EpPending<()>, EngineError> {
+        self.submit(ep, |done| Request::CompleteConnect { qpn, done })
+    }
+
+    /// Passive side: QP to RTS, then REP; completes when the RTU arrives.
+    pub fn ep_accept(
+        &self,
+        ep: u32,
+        qpn: u32,
+        args: AcceptArgs,
+    ) -> Result<EpPending<()>, EngineError> {
+        self.submit(ep, |done| Request::Accept {
+            qpn,
+            args,
+            done,
+            phase: Phase::Start,
+        })
+    }
+
+    /// Rejects the connection request (passive) or the REP (active) bound to `ep`.
+    pub fn ep_reject(&self, ep: u32, private_data: &[u8]) -> Result<(), EngineError> {
+        self.with_core(|c, now| {
+            let e = c.ep(ep)?;
+            let Some(cm_id) = e.cm else {
+                return Err(EngineError::InvalidArgument("no connection to reject"));
+            };
+            e.closed = true;
+            c.cm.reject(now, cm_id, private_data)
+                .map_err(|e| EngineError::InvalidArgument(leak_cm(e)))?;
+            c.fail_ep(ep, EpError::Canceled);
+            Ok(())
+        })
+    }
+
+    /// Disconnects: DREQ (or DREP if the peer's DREQ arrived), then QP
+    /// `qpn` to ERR. Completes when a DREP arrives, the DREQ times out
+    /// ([`EpError::Timeout`]) or the DREP is sent.
+    pub fn ep_disconnect(&self, ep: u32, qpn: u32) -> Result<EpPending<()>, EngineError> {
+        self.submit(ep, |done| Request::Disconnect {
+            qpn,
+            done,
+            phase: Phase::Start,
+            outcome: Ok(()),
+        })
+    }
+
+    /// Completes when the peer's DREQ arrives (at once if it already did).
+    pub fn ep_notify_disconnect(&self, ep: u32) -> Result<EpPending<()>, EngineError> {
+        self.with_core(|c, _| {
+            let e = c.ep(ep)?;
+            let (p, done) = pending::<Result<(), EpError>>(removed);
+            if e.info.dreq_received {
+                done.complete(Ok(()));
+            } else if e.closed && e.cm.is_some() {
+                done.complete(Err(EpError::Disconnected));
+            } else {
+                e.notify.push(done);
+            }
+            Ok(p)
+        })
+    }
+
+    /// Completes every parked request of `ep` with [`EpError::Canceled`]; a
+    /// Connect or Accept in progress is abandoned (its CM endpoint destroyed).
+    pub fn ep_cancel(&self, ep: u32) -> Result<(), EngineError> {
+        self.with_core(|c, now| {
+            let e = c.ep(ep)?;
+            let setting_up = matches!(
+                e.requests.front(),
+                Some(Request::Connect { .. } | Request::Accept { .. })
+            );
+            if setting_up {
+                if let Some(cm_id) = e.cm.take() {
+                    e.closed = true;
+                    c.eps.by_cm.remove(&cm_id);
+                    let _ = c.cm.destroy(now, cm_id);
+                }
+            }
+            c.fail_ep(ep, EpError::Canceled);
+            Ok(())
+        })
+    }
+
+    /// Destroys an endpoint: parked requests complete [`EpError::Canceled`]
+    /// and the CM endpoint goes the Linux way (REJ, DREQ or DREP as its state
+    /// demands).
+    pub fn destroy_ep(&self, ep: u32) -> Result<(), EngineError> {
+        let now = self.now();
+        let mut c = self.core_lock();
+        c.fail_ep(ep, EpError::Canceled);
+        let Some(e) = c.eps.eps.remove(&ep) else {
+            return Err(EngineError::NotFound {
+                what: "endpoint",
+                id: ep,
+            });
+        };
+        if let Some(l) = e.listener {
+            c.eps.by_cm.remove(&l.cm);
+            let _ = c.cm.destroy(now, l.cm);
+            for r in l.queue {
+                let _ = c.cm.reject(now, r.endpoint, &[]);
+            }
+            let _ = l.service_id;
+        }
+        if let Some(cm_id) = e.cm {
+            c.eps.by_cm.remove(&cm_id);
+            if !c.is_removed_cm() {
+                let _ = c.cm.destroy(now, cm_id);
+            }
+        }
+        c.finish_step(self.shared(), now);
+        Ok(())
+    }
+}
+
+fn leak_cm(e: CmError) -> &'static str {
+    match e {
+        CmError::UnknownEndpoint => "unknown CM endpoint",
+        CmError::InvalidState(_) => "not allowed in the connection's state",
+        CmError::DeviceRemoved => "device removed",
+        CmError::PrivateDataTooLong { .. } => "private data too long",
+        CmError::ServiceIdBusy(_) => "service ID already listened on",
+        CmError::InvalidParameter(p) => p,
+    }
+}
+
+impl Core {
+    fn is_removed_cm(&self) -> bool {
+        self.cm.is_removed()
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send(_: &Shared) {}

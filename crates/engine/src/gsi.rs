@@ -1,0 +1,197 @@
+//! QP1, the general services interface: how connection-manager MADs travel.
+//!
+//! The GSI is an ordinary UD queue pair ([`ndverbs_proto::ud::UdQp::gsi`]) with
+//! a fixed number, QP 1, and a well-known Q_Key. The engine gives it a private
+//! registered region (in a protection domain no application can name) cut into
+//! receive slots (40-byte GRH + 256-byte MAD) and send slots (256 bytes), keeps
+//! every receive slot posted, and hands received MADs with their source
+//! address to the [`CmAgent`](ndverbs_proto::cm::CmAgent); MADs the agent
+//! wants sent go out through the same QP.
+
+use crate::mr::{MemTable, Region, RegionBuf};
+use ndverbs_proto::mem::{Access, Sge};
+use ndverbs_proto::rc::{AddressVector, PathMtu, RecvQueue, RecvWr, WcQueue, WcStatus};
+use ndverbs_proto::ud::{UdDest, UdQp, UdSendWr, UdTransmit, GRH_LEN, GSI_QKEY};
+use ndverbs_wire::cma::{addr_of_gid, gid_of};
+use ndverbs_wire::ip::{Ipv4Header, Ipv6Header, UDP_HEADER_LEN};
+use ndverbs_wire::mad::{GSI_QPN, MAD_LEN};
+use ndverbs_wire::packet::Packet;
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// The protection domain of engine-internal memory (applications get 1, 2, …).
+pub const GSI_PD: u32 = 0;
+const RECV_SLOTS: usize = 64;
+const SEND_SLOTS: usize = 64;
+const RECV_SLOT: usize = GRH_LEN + MAD_LEN;
+
+/// The GSI queue pair with its buffers.
+#[derive(Debug)]
+pub struct Gsi {
+    qp: UdQp,
+    rq: RecvQueue,
+    region: Arc<Region>,
+    free_send: Vec<usize>,
+    /// MADs waiting for a free send slot.
+    backlog: VecDeque<(IpAddr, [u8; MAD_LEN])>,
+    /// MADs received and not yet taken by the CM agent.
+    received: VecDeque<(IpAddr, [u8; MAD_LEN])>,
+}
+
+impl Gsi {
+    /// Sets up QP1 with its region registered in `mem`.
+    pub fn new(mem: &mut MemTable) -> Self {
+        let len = RECV_SLOTS * RECV_SLOT + SEND_SLOTS * MAD_LEN;
+        let region = mem
+            .register(
+                GSI_PD,
+                RegionBuf::alloc(len).expect("GSI buffers"),
+                Access::LOCAL_WRITE,
+            )
+            .expect("GSI region");
+        let mut g = Gsi {
+            qp: UdQp::gsi(GSI_PD, PathMtu::Mtu1024),
+            rq: RecvQueue::new(RECV_SLOTS as u32, 1),
+            region,
+            free_send: (0..SEND_SLOTS).rev().collect(),
+            backlog: VecDeque::new(),
+            received: VecDeque::new(),
+        };
+        for i in 0..RECV_SLOTS {
+            g.post_recv(i);
+        }
+        g
+    }
+
+    fn recv_sge(&self, slot: usize) -> Sge {
+        Sge::new(
+            self.region.addr() + (slot * RECV_SLOT) as u64,
+            RECV_SLOT as u32,
+            self.region.lkey(),
+        )
+    }
+
+    fn send_offset(slot: usize) -> usize {
+        RECV_SLOTS * RECV_SLOT + slot * MAD_LEN
+    }
+
+    fn post_recv(&mut self, slot: usize) {
+        let sge = self.recv_sge(slot);
+        // Cannot overflow: one receive per slot.
+        let _ = self.rq.post(RecvWr::new(slot as u64, vec![sge]));
+    }
+
+    /// Queues a MAD for `dst`.
+    pub fn send(&mut self, dst: IpAddr, mad: &[u8; MAD_LEN]) {
+        let Some(slot) = self.free_send.pop() else {
+            self.backlog.push_back((dst, *mad));
+            return;
+        };
+        let off = Self::send_offset(slot);
+        // In bounds by construction.
+        let _ = self.region.write(off, mad);
+        let av = AddressVector {
+            dgid: gid_of(dst).octets(),
+            hop_limit: 64,
+            ..AddressVector::default()
+        };
+        let dest = UdDest {
+            av,
+            remote_qpn: GSI_QPN,
+            remote_qkey: GSI_QKEY,
+        };
+        let sge = Sge::new(
+            self.region.addr() + off as u64,
+            MAD_LEN as u32,
+            self.region.lkey(),
+        );
+        if self
+            .qp
+            .post_send(UdSendWr::new(slot as u64, dest, vec![sge]))
+            .is_err()
+        {
+            self.free_send.push(slot);
+            self.backlog.push_back((dst, *mad));
+        }
+    }
+
+    /// The next packet to send: its length in `buf` and its destination.
+    pub fn poll_transmit(&mut self, mem: &mut MemTable, buf: &mut [u8]) -> Option<(usize, IpAddr)> {
+        let UdTransmit { len, av } = self.qp.poll_transmit(mem, buf)?;
+        self.reap(mem);
+        Some((len, addr_of_gid(av.dgid.into())))
+    }
+
+    /// A packet for QP1 arrived from `src` (to local address `dst`).
+    pub fn handle_packet(
+        &mut self,
+        pkt: &Packet<'_>,
+        src: IpAddr,
+        dst: IpAddr,
+        mem: &mut MemTable,
+    ) {
+        let grh = grh(src, dst, pkt);
+        self.qp.handle_packet(pkt, &grh, mem, &mut self.rq);
+        self.reap(mem);
+    }
+
+    /// Collects completions: received MADs to the agent's queue, send slots back.
+    fn reap(&mut self, mem: &mut MemTable) {
+        let _ = mem;
+        while let Some(wc) = self.qp.poll_completion() {
+            let slot = wc.wr_id as usize;
+            match wc.queue {
+                WcQueue::Send => {
+                    self.free_send.push(slot);
+                    if let Some((d, m)) = self.backlog.pop_front() {
+                        self.send(d, &m);
+                    }
+                }
+                WcQueue::Recv => {
+                    if wc.status == WcStatus::Success && wc.byte_len as usize == RECV_SLOT {
+                        let mut buf = [0u8; RECV_SLOT];
+                        if self.region.read(slot * RECV_SLOT, &mut buf).is_ok() {
+                            let mut mad = [0u8; MAD_LEN];
+                            mad.copy_from_slice(&buf[GRH_LEN..]);
+                            if let Some(src) = grh_source(&buf[..GRH_LEN]) {
+                                self.received.push_back((src, mad));
+                            }
+                        }
+                    }
+                    self.post_recv(slot);
+                }
+            }
+        }
+    }
+
+    /// The next received MAD and its source address.
+    pub fn poll_mad(&mut self) -> Option<(IpAddr, [u8; MAD_LEN])> {
+        self.received.pop_front()
+    }
+}
+
+/// The 40-byte GRH area rxe fills for a RoCEv2 packet: for IPv4, 20 zero bytes
+/// then the IPv4 header; for IPv6, the IPv6 header.
+fn grh(src: IpAddr, dst: IpAddr, pkt: &Packet<'_>) -> [u8; GRH_LEN] {
+    let mut g = [0u8; GRH_LEN];
+    let udp_len = UDP_HEADER_LEN + pkt.encoded_len().unwrap_or(0);
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let _ = Ipv4Header::new_udp(s, d, udp_len, 64).write(&mut g[20..]);
+        }
+        (s, d) => {
+            let h = Ipv6Header::new_udp(ndverbs_wire::cma::gid_of(s), gid_of(d), udp_len, 64);
+            let _ = h.write(&mut g);
+        }
+    }
+    g
+}
+
+fn grh_source(g: &[u8]) -> Option<IpAddr> {
+    if g[20] >> 4 == 4 {
+        Ipv4Header::parse(&g[20..]).ok().map(|h| IpAddr::V4(h.src))
+    } else {
+        Ipv6Header::parse(g).ok().map(|h| addr_of_gid(h.src))
+    }
+}

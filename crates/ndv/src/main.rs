@@ -1,6 +1,12 @@
 //! `ndv`: the ndverbs command-line tools.
 
 mod decode;
+#[allow(dead_code)]
+mod oob;
+mod ping;
+mod pingpong;
+#[allow(dead_code)]
+mod report;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -19,6 +25,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// ibv_rc_pingpong-compatible SEND ping-pong (TCP address exchange, no CM).
+    Pingpong(pingpong::Args),
+    /// rping-compatible ping over RDMA (rdma_cm connection, READ/WRITE/SEND).
+    Ping(ping::Args),
     /// Print every RoCEv2 packet (UDP port 4791) of a pcap or pcapng file.
     Decode {
         /// One JSON object per packet instead of text.
@@ -33,6 +43,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Decode { json, file } => decode::run(&file, json),
+        Command::Ping(a) => ping::run(&a),
+        Command::Pingpong(a) => pingpong::run(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

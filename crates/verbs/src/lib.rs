@@ -12,6 +12,7 @@
 //! | [`Cq`] | [`Device::create_cq`] | completion queue, pollable and waitable (fd) |
 //! | [`Srq`] | [`Pd::create_srq`] | shared receive queue |
 //! | [`Qp`] | [`Pd::create_qp`] | reliable connected queue pair |
+//! | [`Endpoint`] | [`Endpoint::new`] | connection endpoint: the IB CM side of a connection |
 //!
 //! Handles keep what they depend on alive (a QP holds its PD and CQs), and
 //! dropping a handle destroys the object — a QP's outstanding requests are
@@ -32,10 +33,14 @@
 #![warn(missing_docs)]
 
 mod device;
+mod ep;
 mod memory;
 mod qp;
 
 pub use device::{Cq, Device, DeviceAttr, Pd};
+pub use ep::{
+    AcceptArgs, ConnectArgs, ConnectInfo, Endpoint, EpError, EpInfo, EpPending, RequestInfo,
+};
 pub use memory::{Mr, Mw};
 pub use ndverbs_engine::adapter::{Limits, Progress, LIMITS};
 pub use ndverbs_engine::cq::NotifyOn;

@@ -305,6 +305,8 @@ pub(crate) struct Core {
     pub(crate) eps: EpTable,
     /// QPNs in time-wait: not reused until the CM says so.
     pub(crate) timewait_qpns: HashSet<u32>,
+    /// Request completions to deliver at the end of the step.
+    pub(crate) later: crate::ep::Later,
 }
 
 pub(crate) struct Shared {
@@ -384,6 +386,7 @@ impl Adapter {
             gsi,
             eps: EpTable::default(),
             timewait_qpns: HashSet::new(),
+            later: Vec::new(),
             next_id: 1,
             pds: HashMap::new(),
             cqs: HashMap::new(),
@@ -1336,6 +1339,9 @@ impl Core {
         }
         self.touched = touched;
         self.touched.clear();
+        for f in self.later.drain(..) {
+            f();
+        }
     }
 }
 

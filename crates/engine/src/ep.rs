@@ -157,6 +157,16 @@ pub struct EpInfo {
 
 type Done<T> = Completion<Result<T, EpError>>;
 
+/// Completions waiting until the step's packets are out (see [`defer`]).
+pub(crate) type Later = Vec<Box<dyn FnOnce() + Send>>;
+
+/// Queues a request's completion for the end of the engine step, after the
+/// packets the step produced (a DREP, an RTU) went out: an application that
+/// exits as soon as its Disconnect completes must not take the DREP with it.
+fn defer<T: Send + 'static>(later: &mut Later, done: Done<T>, v: Result<T, EpError>) {
+    later.push(Box::new(move || done.complete(v)));
+}
+
 /// Result of an endpoint request.
 pub type EpPending<T> = Pending<Result<T, EpError>>;
 
@@ -358,7 +368,7 @@ impl Core {
                         })
                     }
                     Err(e) => {
-                        done.complete(Err(e.into()));
+                        defer(&mut self.later, done, Err(e.into()));
                         None
                     }
                 }
@@ -370,15 +380,19 @@ impl Core {
             Request::CompleteConnect { qpn, done } => {
                 let ep = self.eps.eps.get(&id)?;
                 let (Some(setup), Some(cm_id)) = (ep.setup, ep.cm) else {
-                    done.complete(Err(EpError::InvalidState(
-                        "CompleteConnect before Connect completed",
-                    )));
+                    defer(
+                        &mut self.later,
+                        done,
+                        Err(EpError::InvalidState(
+                            "CompleteConnect before Connect completed",
+                        )),
+                    );
                     return None;
                 };
                 let r = self
                     .qp_to_rts(qpn, &setup, now)
                     .and_then(|()| Ok(self.cm.complete_connect(now, cm_id, &[])?));
-                done.complete(r);
+                defer(&mut self.later, done, r);
                 None
             }
             Request::Accept {
@@ -389,9 +403,11 @@ impl Core {
             } => {
                 let ep = self.eps.eps.get(&id)?;
                 let Some(cm_id) = ep.cm else {
-                    done.complete(Err(EpError::InvalidState(
-                        "Accept without a connection request",
-                    )));
+                    defer(
+                        &mut self.later,
+                        done,
+                        Err(EpError::InvalidState("Accept without a connection request")),
+                    );
                     return None;
                 };
                 let psn = self.keys.psn();
@@ -409,7 +425,7 @@ impl Core {
                 let setup = match r {
                     Ok(s) => s,
                     Err(e) => {
-                        done.complete(Err(e));
+                        defer(&mut self.later, done, Err(e));
                         return None;
                     }
                 };
@@ -427,7 +443,7 @@ impl Core {
                         })
                     }
                     Err(e) => {
-                        done.complete(Err(e.into()));
+                        defer(&mut self.later, done, Err(e.into()));
                         None
                     }
                 }
@@ -503,10 +519,10 @@ impl Core {
         if let Some(ep) = self.eps.eps.get_mut(&id) {
             ep.closed = true;
             for n in ep.notify.drain(..) {
-                n.complete(Err(EpError::Disconnected));
+                defer(&mut self.later, n, Err(EpError::Disconnected));
             }
         }
-        done.complete(outcome);
+        defer(&mut self.later, done, outcome);
     }
 
     /// Routes one CM event to its endpoint and resumes what waited for it.
@@ -543,10 +559,14 @@ impl Core {
                 }) = ep.requests.front()
                 {
                     if let Some(Request::Connect { done, .. }) = ep.requests.pop_front() {
-                        done.complete(Ok(ConnectInfo {
-                            private_data: peer.private_data.clone(),
-                            read_limits: (qp.max_dest_rd_atomic, qp.max_rd_atomic),
-                        }));
+                        defer(
+                            &mut self.later,
+                            done,
+                            Ok(ConnectInfo {
+                                private_data: peer.private_data.clone(),
+                                read_limits: (qp.max_dest_rd_atomic, qp.max_rd_atomic),
+                            }),
+                        );
                     }
                 }
                 self.run_ep(id, now);
@@ -597,7 +617,7 @@ impl Core {
                 ep.info.dreq_received = true;
                 // NotifyDisconnect completes; the QP is not touched (rule D6).
                 for n in ep.notify.drain(..) {
-                    n.complete(Ok(()));
+                    defer(&mut self.later, n, Ok(()));
                 }
                 // A DREQ while the REP waits for its RTU: the connection is
                 // up and already closing; the Accept has done its job (WV).
@@ -607,7 +627,7 @@ impl Core {
                 }) = ep.requests.front()
                 {
                     if let Some(Request::Accept { done, .. }) = ep.requests.pop_front() {
-                        done.complete(Ok(()));
+                        defer(&mut self.later, done, Ok(()));
                     }
                     self.run_ep(id, now);
                 }
@@ -669,10 +689,14 @@ impl Core {
             return;
         }
         match ep.requests.pop_front() {
-            Some(Request::Connect { done, .. }) => done.complete(result.and(Err(
-                EpError::InvalidState("connection established without a REP"),
-            ))),
-            Some(Request::Accept { done, .. }) => done.complete(result),
+            Some(Request::Connect { done, .. }) => defer(
+                &mut self.later,
+                done,
+                result.and(Err(EpError::InvalidState(
+                    "connection established without a REP",
+                ))),
+            ),
+            Some(Request::Accept { done, .. }) => defer(&mut self.later, done, result),
             _ => {}
         }
         self.run_ep(id, now);
@@ -687,7 +711,7 @@ impl Core {
             .and_then(|id| self.eps.eps.get_mut(&id))
         {
             for n in ep.notify.drain(..) {
-                n.complete(Err(err.clone()));
+                defer(&mut self.later, n, Err(err.clone()));
             }
         }
     }
@@ -699,18 +723,20 @@ impl Core {
         };
         for r in ep.requests.drain(..) {
             match r {
-                Request::Connect { done, .. } => done.complete(Err(err.clone())),
-                Request::CompleteConnect { done, .. } => done.complete(Err(err.clone())),
-                Request::Accept { done, .. } => done.complete(Err(err.clone())),
-                Request::Disconnect { done, .. } => done.complete(Err(err.clone())),
+                Request::Connect { done, .. } => defer(&mut self.later, done, Err(err.clone())),
+                Request::CompleteConnect { done, .. } => {
+                    defer(&mut self.later, done, Err(err.clone()))
+                }
+                Request::Accept { done, .. } => defer(&mut self.later, done, Err(err.clone())),
+                Request::Disconnect { done, .. } => defer(&mut self.later, done, Err(err.clone())),
             }
         }
         for n in ep.notify.drain(..) {
-            n.complete(Err(err.clone()));
+            defer(&mut self.later, n, Err(err.clone()));
         }
         if let Some(l) = ep.listener.as_mut() {
             for (_, w) in l.waiters.drain(..) {
-                w.complete(Err(err.clone()));
+                defer(&mut self.later, w, Err(err.clone()));
             }
         }
     }
@@ -732,7 +758,7 @@ impl Core {
                 if let Some(l) = self.eps.eps.get_mut(&lid).and_then(|e| e.listener.as_mut()) {
                     l.queue.push_front(req);
                 }
-                done.complete(Err(EpError::Canceled));
+                defer(&mut self.later, done, Err(EpError::Canceled));
                 continue;
             };
             let peer_port = req.cma.map_or(0, |h: CmaHeader| h.src_port);
@@ -751,7 +777,7 @@ impl Core {
             ep.info.private_data = req.peer.private_data.clone();
             ep.info.read_limits = (req.peer.responder_resources, req.peer.initiator_depth);
             self.eps.by_cm.insert(req.endpoint, new_id);
-            done.complete(Ok(info));
+            defer(&mut self.later, done, Ok(info));
         }
     }
 
@@ -950,9 +976,9 @@ impl Adapter {
             let e = c.ep(ep)?;
             let (p, done) = pending::<Result<(), EpError>>(removed);
             if e.info.dreq_received {
-                done.complete(Ok(()));
+                defer(&mut c.later, done, Ok(()));
             } else if e.closed && e.cm.is_some() {
-                done.complete(Err(EpError::Disconnected));
+                defer(&mut c.later, done, Err(EpError::Disconnected));
             } else {
                 e.notify.push(done);
             }

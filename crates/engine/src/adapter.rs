@@ -80,6 +80,9 @@ pub enum EngineError {
         /// The id.
         id: u32,
     },
+    /// The endpoint has no connection (never connected, or already disconnected).
+    #[error("the endpoint is not connected")]
+    NotConnected,
     /// The object is still in use by others.
     #[error("{0}")]
     Busy(&'static str),
@@ -992,6 +995,9 @@ impl Adapter {
             c.touched.push(qpn);
         }
         c.remove_eps();
+        for cq in c.cqs.values() {
+            cq.end_waiters(Err(crate::cq::NotifyError::DeviceRemoved));
+        }
         c.finish_step(&self.shared, now);
     }
 }

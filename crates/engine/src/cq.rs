@@ -15,6 +15,7 @@
 //! producers or consumers.
 
 use crate::event::EventFd;
+use crate::pending::{pending, Completion, Pending};
 use arc_swap::ArcSwap;
 use crossbeam_queue::ArrayQueue;
 use ndverbs_proto::rc::{WcStatus, WorkCompletion};
@@ -59,9 +60,29 @@ pub enum ResizeError {
     OutOfRange(usize),
 }
 
+/// Why a notification request ended without a completion arriving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotifyError {
+    /// Cancelled by the application.
+    #[error("canceled")]
+    Canceled,
+    /// The queue overflowed (completions were lost).
+    #[error("completion queue overflow")]
+    Overflow,
+    /// The adapter was removed.
+    #[error("device removed")]
+    DeviceRemoved,
+}
+
+type Waiter = (NotifyOn, Completion<Result<(), NotifyError>>);
+
 /// A completion queue shared by the engine and the application.
 #[derive(Debug)]
 pub struct CompletionQueue {
+    /// Pending notification requests (ND's `Notify`), completed together by
+    /// the next matching completion.
+    waiters: Mutex<Vec<Waiter>>,
+    has_waiters: AtomicBool,
     ring: ArcSwap<ArrayQueue<WorkCompletion>>,
     /// Serialises resizes with pushes (the engine holds it only while pushing a
     /// batch, so polls never touch it).
@@ -76,6 +97,8 @@ impl CompletionQueue {
     /// A queue for `depth` completions.
     pub fn new(depth: usize) -> io::Result<Self> {
         Ok(CompletionQueue {
+            waiters: Mutex::new(Vec::new()),
+            has_waiters: AtomicBool::new(false),
             ring: ArcSwap::from_pointee(ArrayQueue::new(depth.max(1))),
             producer: Mutex::new(()),
             armed: AtomicU8::new(DISARMED),
@@ -141,7 +164,74 @@ impl CompletionQueue {
             self.events.fetch_add(1, Ordering::Relaxed);
             self.event.signal();
         }
+        if self.has_waiters.load(Ordering::Acquire) {
+            self.fire_waiters(&wc, ok);
+        }
         ok
+    }
+
+    /// Completes the pending notification requests `wc` satisfies: all of
+    /// them at once, as ND asks; ANY beats SOLICITED beats ERRORS.
+    fn fire_waiters(&self, wc: &WorkCompletion, ok: bool) {
+        let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        let strongest = w
+            .iter()
+            .map(|(on, _)| *on)
+            .fold(NotifyOn::Errors, |a, b| match (a, b) {
+                (NotifyOn::Any, _) | (_, NotifyOn::Any) => NotifyOn::Any,
+                (NotifyOn::Solicited, _) | (_, NotifyOn::Solicited) => NotifyOn::Solicited,
+                _ => NotifyOn::Errors,
+            });
+        let error = wc.status != WcStatus::Success;
+        let fires = match strongest {
+            NotifyOn::Any => true,
+            NotifyOn::Solicited => wc.solicited || error,
+            NotifyOn::Errors => error,
+        };
+        if !ok || fires {
+            let result = if ok {
+                Ok(())
+            } else {
+                Err(NotifyError::Overflow)
+            };
+            for (_, c) in w.drain(..) {
+                c.complete(result);
+            }
+            self.has_waiters.store(false, Ordering::Release);
+        }
+    }
+
+    /// A notification request (ND's `Notify`): completes on the next matching
+    /// completion — at once if completions are already waiting, which closes
+    /// the race "poll found nothing, a completion arrived, then Notify".
+    pub fn notify(&self, on: NotifyOn) -> Pending<Result<(), NotifyError>> {
+        let (p, c) = pending::<Result<(), NotifyError>>(|| Err(NotifyError::Canceled));
+        if self.overflowed() {
+            c.complete(Err(NotifyError::Overflow));
+        } else if !self.is_empty() {
+            c.complete(Ok(()));
+        } else {
+            let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+            w.push((on, c));
+            self.has_waiters.store(true, Ordering::Release);
+            drop(w);
+            // A completion may have landed between the emptiness check and the
+            // registration; it did not see the waiter, so look again.
+            if !self.is_empty() {
+                self.end_waiters(Ok(()));
+            }
+        }
+        p
+    }
+
+    /// Completes every pending notification request, in the order they were
+    /// made, with `result` (cancellation, device removal).
+    pub fn end_waiters(&self, result: Result<(), NotifyError>) {
+        let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        for (_, c) in w.drain(..) {
+            c.complete(result);
+        }
+        self.has_waiters.store(false, Ordering::Release);
     }
 
     /// Arms the queue: the next matching completion signals [`Self::fd`] once.
@@ -264,6 +354,39 @@ mod tests {
         cq.push(wc(7, WcStatus::Success, false));
         assert_eq!(cq.take_events(), 1);
         assert_eq!(cq.events(), 3);
+    }
+
+    #[test]
+    fn nd_style_notify_requests() {
+        let cq = CompletionQueue::new(16).unwrap();
+        // Two requests, one completion: both complete.
+        let a = cq.notify(NotifyOn::Any);
+        let b = cq.notify(NotifyOn::Solicited);
+        assert!(!a.is_done() && !b.is_done());
+        cq.push(wc(1, WcStatus::Success, false));
+        assert_eq!((a.try_take(), b.try_take()), (Some(Ok(())), Some(Ok(()))));
+        // Entries already waiting: complete at once.
+        assert_eq!(cq.notify(NotifyOn::Errors).try_take(), Some(Ok(())));
+        cq.poll_one();
+        // ERRORS ignores successes.
+        let e = cq.notify(NotifyOn::Errors);
+        cq.push(wc(2, WcStatus::Success, false));
+        cq.poll_one();
+        assert!(!e.is_done());
+        cq.push(wc(3, WcStatus::WrFlushErr, false));
+        assert_eq!(e.try_take(), Some(Ok(())));
+        cq.poll_one();
+        // Cancel completes them in order with Canceled.
+        let x = cq.notify(NotifyOn::Any);
+        let y = cq.notify(NotifyOn::Any);
+        cq.end_waiters(Err(NotifyError::Canceled));
+        assert_eq!(
+            (x.try_take(), y.try_take()),
+            (
+                Some(Err(NotifyError::Canceled)),
+                Some(Err(NotifyError::Canceled))
+            )
+        );
     }
 
     #[test]

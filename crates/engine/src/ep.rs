@@ -254,7 +254,8 @@ impl Core {
             dest_qp_num: s.dest_qpn,
             rq_psn: s.rq_psn,
             max_dest_rd_atomic: s.max_dest_rd_atomic,
-            min_rnr_timer: s.min_rnr_timer.max(1),
+            // Code 0 is the longest RNR delay (655 ms), as rdma_cm programs it.
+            min_rnr_timer: s.min_rnr_timer,
             ..e.qp.query()
         };
         a.av.dgid = gid_of(s.remote_addr).octets();
@@ -961,7 +962,24 @@ impl Adapter {
     /// Disconnects: DREQ (or DREP if the peer's DREQ arrived), then QP
     /// `qpn` to ERR. Completes when a DREP arrives, the DREQ times out
     /// ([`EpError::Timeout`]) or the DREP is sent.
+    ///
+    /// Refused with [`EngineError::NotConnected`] on an endpoint that never
+    /// connected or whose connection is already over (ND: `ND_CONNECTION_INVALID`).
     pub fn ep_disconnect(&self, ep: u32, qpn: u32) -> Result<EpPending<()>, EngineError> {
+        {
+            let c = self.core_guard()?;
+            let e = c.eps.eps.get(&ep).ok_or(EngineError::NotFound {
+                what: "endpoint",
+                id: ep,
+            })?;
+            let disconnecting = e
+                .requests
+                .iter()
+                .any(|r| matches!(r, Request::Disconnect { .. }));
+            if e.cm.is_none() || (e.closed && !disconnecting && e.requests.is_empty()) {
+                return Err(EngineError::NotConnected);
+            }
+        }
         self.submit(ep, |done| Request::Disconnect {
             qpn,
             done,
@@ -970,15 +988,19 @@ impl Adapter {
         })
     }
 
-    /// Completes when the peer's DREQ arrives (at once if it already did).
+    /// Completes when the peer's DREQ arrives — at once if it already did or
+    /// the connection is already over; [`EpError::Disconnected`] if our own
+    /// Disconnect finishes first. Refused with [`EngineError::NotConnected`]
+    /// on an endpoint that never connected.
     pub fn ep_notify_disconnect(&self, ep: u32) -> Result<EpPending<()>, EngineError> {
         self.with_core(|c, _| {
             let e = c.ep(ep)?;
+            if e.cm.is_none() {
+                return Err(EngineError::NotConnected);
+            }
             let (p, done) = pending::<Result<(), EpError>>(removed);
-            if e.info.dreq_received {
+            if e.info.dreq_received || e.closed {
                 defer(&mut c.later, done, Ok(()));
-            } else if e.closed && e.cm.is_some() {
-                defer(&mut c.later, done, Err(EpError::Disconnected));
             } else {
                 e.notify.push(done);
             }

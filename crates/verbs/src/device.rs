@@ -261,6 +261,23 @@ impl Cq {
         }
     }
 
+    /// A notification request (ND style): completes on the next matching
+    /// completion, at once if completions are already waiting; all requests
+    /// pending at that moment complete together.
+    pub fn notify(
+        &self,
+        on: NotifyOn,
+    ) -> crate::Pending<std::result::Result<(), ndverbs_engine::cq::NotifyError>> {
+        self.inner.cq.notify(on)
+    }
+
+    /// Completes every pending notification request with `Canceled`, in order.
+    pub fn cancel_notifies(&self) {
+        self.inner
+            .cq
+            .end_waiters(Err(ndverbs_engine::cq::NotifyError::Canceled));
+    }
+
     /// Arms the notification: the next matching completion makes [`Cq::fd`]
     /// readable (once per arm).
     pub fn req_notify(&self, on: NotifyOn) {

@@ -5,10 +5,11 @@
 //! both a future (any runtime) and a blocking wait. The endpoint and the QP
 //! are tied together only per call: Connect, CompleteConnect, Accept and
 //! Disconnect take the QP, and run on the engine in phases (see the engine's
-//! `ep` module for the phase table and the disconnect rules).
+//! `ep` module for the phase table and the disconnect rules). They take the QP
+//! as a [`QpId`] — a number, not a reference: the endpoint never holds the QP.
 
 use crate::device::Device;
-use crate::qp::Qp;
+use crate::qp::QpId;
 use crate::Result;
 pub use ndverbs_engine::ep::{
     AcceptArgs, ConnectArgs, ConnectInfo, EpError, EpInfo, EpPending, RequestInfo,
@@ -52,18 +53,22 @@ impl Endpoint {
     }
 
     /// Connects `qp` (in INIT). Completes when the peer's REP arrives.
-    pub fn connect(&self, qp: &Qp, args: ConnectArgs) -> Result<EpPending<ConnectInfo>> {
-        Ok(self.dev.adapter.ep_connect(self.id, qp.qpn(), args)?)
+    pub fn connect(
+        &self,
+        qp: impl Into<QpId>,
+        args: ConnectArgs,
+    ) -> Result<EpPending<ConnectInfo>> {
+        Ok(self.dev.adapter.ep_connect(self.id, qp.into().0, args)?)
     }
 
     /// After `connect` completed: QP to RTS, then RTU.
-    pub fn complete_connect(&self, qp: &Qp) -> Result<EpPending<()>> {
-        Ok(self.dev.adapter.ep_complete_connect(self.id, qp.qpn())?)
+    pub fn complete_connect(&self, qp: impl Into<QpId>) -> Result<EpPending<()>> {
+        Ok(self.dev.adapter.ep_complete_connect(self.id, qp.into().0)?)
     }
 
     /// Accepts the request bound to this endpoint with `qp`; completes on RTU.
-    pub fn accept(&self, qp: &Qp, args: AcceptArgs) -> Result<EpPending<()>> {
-        Ok(self.dev.adapter.ep_accept(self.id, qp.qpn(), args)?)
+    pub fn accept(&self, qp: impl Into<QpId>, args: AcceptArgs) -> Result<EpPending<()>> {
+        Ok(self.dev.adapter.ep_accept(self.id, qp.into().0, args)?)
     }
 
     /// Rejects the request (or the REP) bound to this endpoint.
@@ -72,8 +77,8 @@ impl Endpoint {
     }
 
     /// DREQ (or DREP if the peer's DREQ arrived), then `qp` to ERR.
-    pub fn disconnect(&self, qp: &Qp) -> Result<EpPending<()>> {
-        Ok(self.dev.adapter.ep_disconnect(self.id, qp.qpn())?)
+    pub fn disconnect(&self, qp: impl Into<QpId>) -> Result<EpPending<()>> {
+        Ok(self.dev.adapter.ep_disconnect(self.id, qp.into().0)?)
     }
 
     /// Completes when the peer's DREQ arrives.

@@ -43,15 +43,19 @@ pub use ep::{
 };
 pub use memory::{Mr, Mw};
 pub use ndverbs_engine::adapter::{Limits, Progress, LIMITS};
-pub use ndverbs_engine::cq::NotifyOn;
+pub use ndverbs_engine::cq::{NotifyError, NotifyOn};
+pub use ndverbs_engine::pending::Pending;
 pub use ndverbs_proto::mem::{Access, Sge};
 pub use ndverbs_proto::rc::{
     AddressVector, AttrMask, Counters as QpCounters, PathMtu, QpAttr, QpCaps, QpState, RecvWr,
     RemoteAddr, SendOp, SendWr, WcOpcode, WcQueue, WcStatus, WorkCompletion,
 };
-pub use qp::{Qp, QpInitAttr, Srq};
+pub use qp::{Qp, QpId, QpInitAttr, Srq};
 
-use ndverbs_engine::adapter::EngineError;
+pub use ndverbs_engine::adapter::EngineError;
+pub use ndverbs_engine::cq::ResizeError;
+pub use ndverbs_engine::mr::MemError;
+pub use ndverbs_proto::rc::PostError;
 
 /// Errors of verbs calls. Nothing was done when a call returns one.
 #[derive(Debug, thiserror::Error)]

@@ -6,6 +6,17 @@ use ndverbs_engine::adapter::{QpInit, QpShared, SrqShared};
 use ndverbs_proto::rc::{AttrMask, Counters, QpAttr, QpCaps, QpState, RecvWr, SendWr};
 use std::sync::Arc;
 
+/// A queue pair's identity (its QP number): what connection endpoints are
+/// given instead of a reference to the QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QpId(pub u32);
+
+impl From<&Qp> for QpId {
+    fn from(qp: &Qp) -> QpId {
+        QpId(qp.qpn())
+    }
+}
+
 /// Creation parameters of a queue pair.
 #[derive(Debug, Clone)]
 pub struct QpInitAttr<'a> {

@@ -1,0 +1,449 @@
+//! Provider and Adapter: finding local RDMA addresses and opening one.
+//!
+//! ndverbs has one adapter per local IP address: its GID is that address
+//! (IPv4-mapped for IPv4) and it owns UDP port 4791 on it. An ND adapter is a
+//! verbs device plus one protection domain, which every object created from it
+//! shares. Connector and listener ports live in a port space of the adapter's
+//! own (rdma_cm service IDs, not TCP ports), with ephemeral ports drawn from
+//! 49152–65535.
+
+use crate::connector::{Connector, Listener};
+use crate::cq::CompletionQueue;
+use crate::mr::{MemoryRegion, MemoryWindow};
+use crate::qp::{QueuePair, SharedReceiveQueue};
+use crate::status::{NdError, NdResult, NdStatus};
+use ndverbs_verbs::{Device, Pd, Progress, VerbsError, LIMITS};
+use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::{Arc, Mutex};
+
+/// `ND_VERSION_2`.
+pub const ND_VERSION_2: u32 = 0x20000;
+/// Private data a Connect may carry: 92 bytes of REQ minus the 36-byte rdma_cm header.
+pub const MAX_CALLER_DATA: usize = 56;
+/// Private data an Accept or Reject may carry (REJ's 148 bytes, the smaller of REP and REJ).
+pub const MAX_CALLEE_DATA: usize = 148;
+
+/// Adapter flags (`ND2_ADAPTER_INFO.AdapterFlags`).
+pub mod adapter_flags {
+    /// DMA completes in order.
+    pub const IN_ORDER_DMA_SUPPORTED: u32 = 0x1;
+    /// CQs can be resized.
+    pub const CQ_RESIZE_SUPPORTED: u32 = 0x100;
+    /// Connections to the same adapter work.
+    pub const LOOPBACK_CONNECTIONS_SUPPORTED: u32 = 0x10000;
+}
+
+/// `ND2_ADAPTER_INFO`, field for field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdapterInfo {
+    /// Info version.
+    pub info_version: u32,
+    /// Vendor ID.
+    pub vendor_id: u16,
+    /// Device ID.
+    pub device_id: u16,
+    /// Adapter ID (what `resolve_address` returns).
+    pub adapter_id: u64,
+    /// Largest registration.
+    pub max_registration_size: usize,
+    /// Largest window.
+    pub max_window_size: usize,
+    /// SGEs per initiator request.
+    pub max_initiator_sge: u32,
+    /// SGEs per receive.
+    pub max_receive_sge: u32,
+    /// SGEs per RDMA READ.
+    pub max_read_sge: u32,
+    /// Largest transfer.
+    pub max_transfer_length: u32,
+    /// Largest inline send.
+    pub max_inline_data_size: u32,
+    /// Most inbound READ/atomics per QP.
+    pub max_inbound_read_limit: u32,
+    /// Most outbound READ/atomics per QP.
+    pub max_outbound_read_limit: u32,
+    /// Receive queue depth.
+    pub max_receive_queue_depth: u32,
+    /// Initiator queue depth.
+    pub max_initiator_queue_depth: u32,
+    /// SRQ depth.
+    pub max_shared_receive_queue_depth: u32,
+    /// CQ depth.
+    pub max_completion_queue_depth: u32,
+    /// Below this, sends go inline.
+    pub inline_request_threshold: u32,
+    /// Above this, zero-copy pays.
+    pub large_request_threshold: u32,
+    /// Connect private data limit.
+    pub max_caller_data: u32,
+    /// Accept/Reject private data limit.
+    pub max_callee_data: u32,
+    /// Adapter flags.
+    pub adapter_flags: u32,
+}
+
+/// The adapter ID for an address (stable, distinct per address).
+pub fn adapter_id(addr: IpAddr) -> u64 {
+    match addr {
+        IpAddr::V4(a) => u64::from(u32::from(a)),
+        IpAddr::V6(a) => {
+            let o = a.octets();
+            (1 << 63) | u64::from_be_bytes([0, o[9], o[10], o[11], o[12], o[13], o[14], o[15]])
+        }
+    }
+}
+
+/// The entry point: local addresses and adapters.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Provider;
+
+impl Provider {
+    /// Every local IP address that can host an adapter (`QueryAddressList`).
+    pub fn query_address_list(&self) -> NdResult<Vec<IpAddr>> {
+        let mut out = Vec::new();
+        let mut ifa: *mut libc::ifaddrs = std::ptr::null_mut();
+        // SAFETY: getifaddrs fills `ifa` with a list we free below.
+        if unsafe { libc::getifaddrs(&mut ifa) } != 0 {
+            return Err(NdError::new(
+                NdStatus::INSUFFICIENT_RESOURCES,
+                "getifaddrs failed",
+            ));
+        }
+        let mut p = ifa;
+        while !p.is_null() {
+            // SAFETY: `p` walks the list getifaddrs returned.
+            let a = unsafe { &*p };
+            if !a.ifa_addr.is_null() && a.ifa_flags & libc::IFF_UP as u32 != 0 {
+                // SAFETY: the family says which sockaddr this is.
+                let fam = i32::from(unsafe { (*a.ifa_addr).sa_family });
+                if fam == libc::AF_INET {
+                    // SAFETY: AF_INET ⇒ sockaddr_in.
+                    let s = unsafe { &*(a.ifa_addr as *const libc::sockaddr_in) };
+                    out.push(IpAddr::from(u32::from_be(s.sin_addr.s_addr).to_be_bytes()));
+                } else if fam == libc::AF_INET6 {
+                    // SAFETY: AF_INET6 ⇒ sockaddr_in6.
+                    let s = unsafe { &*(a.ifa_addr as *const libc::sockaddr_in6) };
+                    out.push(IpAddr::from(s.sin6_addr.s6_addr));
+                }
+            }
+            p = a.ifa_next;
+        }
+        // SAFETY: allocated by getifaddrs above.
+        unsafe { libc::freeifaddrs(ifa) };
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// The local address an adapter must have to reach `remote` (`ResolveAddress`).
+    pub fn resolve_address(&self, remote: SocketAddr) -> NdResult<IpAddr> {
+        let any: SocketAddr = if remote.is_ipv4() {
+            "0.0.0.0:0".parse().expect("addr")
+        } else {
+            "[::]:0".parse().expect("addr")
+        };
+        let s = UdpSocket::bind(any)
+            .map_err(|e| NdError::new(NdStatus::INSUFFICIENT_RESOURCES, e.to_string()))?;
+        s.connect(SocketAddr::new(remote.ip(), remote.port().max(1)))
+            .map_err(|e| NdError::new(NdStatus::NETWORK_UNREACHABLE, e.to_string()))?;
+        Ok(s.local_addr()
+            .map_err(|e| NdError::new(NdStatus::INTERNAL_ERROR, e.to_string()))?
+            .ip())
+    }
+
+    /// Opens the adapter of local address `addr` (engine thread progress).
+    pub fn open_adapter(&self, addr: IpAddr) -> NdResult<Adapter> {
+        Adapter::open(addr, Progress::Thread)
+    }
+}
+
+pub(crate) struct AdapterInner {
+    pub(crate) dev: Device,
+    pub(crate) pd: Pd,
+    pub(crate) addr: IpAddr,
+    /// Ports bound by listeners and connectors.
+    pub(crate) ports: Mutex<HashSet<u16>>,
+    next_port: Mutex<u16>,
+}
+
+/// An ND adapter. Cheap to clone.
+#[derive(Clone)]
+pub struct Adapter {
+    pub(crate) inner: Arc<AdapterInner>,
+}
+
+impl std::fmt::Debug for Adapter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Adapter")
+            .field("addr", &self.inner.addr)
+            .finish()
+    }
+}
+
+/// Maps a verbs error to an ND status.
+pub(crate) fn nd_err(e: VerbsError) -> NdError {
+    use ndverbs_verbs::EngineError as E;
+    let status = match &e {
+        VerbsError::DeviceRemoved => NdStatus::DEVICE_REMOVED,
+        VerbsError::Access(_) => NdStatus::ACCESS_VIOLATION,
+        VerbsError::Engine(e) => match e {
+            E::Removed => NdStatus::DEVICE_REMOVED,
+            E::NotFound { .. } => NdStatus::INVALID_HANDLE,
+            E::Busy(_) => NdStatus::DEVICE_BUSY,
+            E::InvalidArgument(_) => NdStatus::INVALID_PARAMETER,
+            E::NotConnected => NdStatus::CONNECTION_INVALID,
+            E::Io(_) => NdStatus::INSUFFICIENT_RESOURCES,
+            E::Modify(_) => NdStatus::INVALID_DEVICE_STATE,
+            E::Post(p) => post_status(p),
+            E::Mem(m) => match m {
+                ndverbs_verbs::MemError::Busy(_) => NdStatus::DEVICE_BUSY,
+                ndverbs_verbs::MemError::Empty => NdStatus::INVALID_BUFFER_SIZE,
+                ndverbs_verbs::MemError::NoMemory(_) => NdStatus::NO_MEMORY,
+                _ => NdStatus::INVALID_PARAMETER,
+            },
+        },
+    };
+    NdError::new(status, e.to_string())
+}
+
+fn post_status(p: &ndverbs_verbs::PostError) -> NdStatus {
+    use ndverbs_verbs::PostError as P;
+    match p {
+        P::InvalidState(_) => NdStatus::CONNECTION_INVALID,
+        P::QueueFull(_) => NdStatus::NO_MORE_ENTRIES,
+        P::TooManySges { .. } => NdStatus::DATA_OVERRUN,
+        P::InlineTooLarge { .. } => NdStatus::BUFFER_OVERFLOW,
+        _ => NdStatus::INVALID_PARAMETER,
+    }
+}
+
+impl Adapter {
+    /// Opens the adapter of `addr` with the given progress model.
+    pub fn open(addr: IpAddr, progress: Progress) -> NdResult<Adapter> {
+        let dev = Device::open_with(addr, progress).map_err(|e| {
+            let mut err = nd_err(e);
+            if !err.status.is_error() || err.status == NdStatus::INSUFFICIENT_RESOURCES {
+                err.status = NdStatus::INVALID_ADDRESS;
+            }
+            err
+        })?;
+        let pd = dev.alloc_pd().map_err(nd_err)?;
+        Ok(Adapter {
+            inner: Arc::new(AdapterInner {
+                dev,
+                pd,
+                addr,
+                ports: Mutex::new(HashSet::new()),
+                next_port: Mutex::new(49152),
+            }),
+        })
+    }
+
+    /// The local address.
+    pub fn address(&self) -> IpAddr {
+        self.inner.addr
+    }
+
+    /// The verbs device underneath.
+    pub fn device(&self) -> &Device {
+        &self.inner.dev
+    }
+
+    /// `Query`: the adapter's limits (`info_version` 1 or `ND_VERSION_2` accepted).
+    pub fn query(&self, info_version: u32) -> NdResult<AdapterInfo> {
+        if info_version != 1 && info_version != ND_VERSION_2 {
+            return Err(NdError::new(
+                NdStatus::INVALID_PARAMETER,
+                "InfoVersion must be 1 or ND_VERSION_2",
+            ));
+        }
+        if self.inner.dev.is_removed() {
+            return Err(NdError::new(NdStatus::DEVICE_REMOVED, "adapter removed"));
+        }
+        Ok(AdapterInfo {
+            info_version: 1,
+            vendor_id: 0x4e44,
+            device_id: 2,
+            adapter_id: adapter_id(self.inner.addr),
+            max_registration_size: 1 << 40,
+            max_window_size: 1 << 40,
+            max_initiator_sge: LIMITS.max_sge,
+            max_receive_sge: LIMITS.max_sge,
+            max_read_sge: LIMITS.max_sge,
+            max_transfer_length: LIMITS.max_msg_size as u32,
+            max_inline_data_size: LIMITS.max_inline_data,
+            max_inbound_read_limit: u32::from(LIMITS.max_qp_rd_atom),
+            max_outbound_read_limit: u32::from(LIMITS.max_qp_rd_atom),
+            max_receive_queue_depth: LIMITS.max_qp_wr,
+            max_initiator_queue_depth: LIMITS.max_qp_wr,
+            max_shared_receive_queue_depth: LIMITS.max_qp_wr,
+            max_completion_queue_depth: LIMITS.max_cqe,
+            inline_request_threshold: 160,
+            large_request_threshold: 64 * 1024,
+            max_caller_data: MAX_CALLER_DATA as u32,
+            max_callee_data: MAX_CALLEE_DATA as u32,
+            adapter_flags: adapter_flags::IN_ORDER_DMA_SUPPORTED
+                | adapter_flags::CQ_RESIZE_SUPPORTED
+                | adapter_flags::LOOPBACK_CONNECTIONS_SUPPORTED,
+        })
+    }
+
+    /// Local addresses (`QueryAddressList` on the adapter: its own).
+    pub fn query_address_list(&self) -> Vec<IpAddr> {
+        vec![self.inner.addr]
+    }
+
+    /// A completion queue of `depth` entries.
+    pub fn create_completion_queue(&self, depth: u32) -> NdResult<CompletionQueue> {
+        CompletionQueue::create(self, depth)
+    }
+
+    /// An unregistered memory region.
+    pub fn create_memory_region(&self) -> NdResult<MemoryRegion> {
+        MemoryRegion::create(self)
+    }
+
+    /// A memory window.
+    pub fn create_memory_window(&self) -> NdResult<MemoryWindow> {
+        MemoryWindow::create(self)
+    }
+
+    /// A queue pair in INIT (receives may be posted before it connects).
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_queue_pair(
+        &self,
+        receive_cq: &CompletionQueue,
+        initiator_cq: &CompletionQueue,
+        context: u64,
+        receive_queue_depth: u32,
+        initiator_queue_depth: u32,
+        max_receive_sge: u32,
+        max_initiator_sge: u32,
+        inline_data_size: u32,
+    ) -> NdResult<QueuePair> {
+        QueuePair::create(
+            self,
+            receive_cq,
+            initiator_cq,
+            None,
+            context,
+            (
+                receive_queue_depth,
+                initiator_queue_depth,
+                max_receive_sge,
+                max_initiator_sge,
+                inline_data_size,
+            ),
+        )
+    }
+
+    /// A queue pair that receives through `srq`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_queue_pair_with_srq(
+        &self,
+        receive_cq: &CompletionQueue,
+        initiator_cq: &CompletionQueue,
+        srq: &SharedReceiveQueue,
+        context: u64,
+        initiator_queue_depth: u32,
+        max_initiator_sge: u32,
+        inline_data_size: u32,
+    ) -> NdResult<QueuePair> {
+        QueuePair::create(
+            self,
+            receive_cq,
+            initiator_cq,
+            Some(srq),
+            context,
+            (
+                1,
+                initiator_queue_depth,
+                1,
+                max_initiator_sge,
+                inline_data_size,
+            ),
+        )
+    }
+
+    /// A shared receive queue.
+    pub fn create_shared_receive_queue(
+        &self,
+        depth: u32,
+        max_sge: u32,
+    ) -> NdResult<SharedReceiveQueue> {
+        SharedReceiveQueue::create(self, depth, max_sge)
+    }
+
+    /// A connector.
+    pub fn create_connector(&self) -> NdResult<Connector> {
+        Connector::create(self)
+    }
+
+    /// A listener.
+    pub fn create_listener(&self) -> NdResult<Listener> {
+        Listener::create(self)
+    }
+
+    /// Removes the adapter (as if the device went away): every pending request
+    /// of every object completes with `ND_DEVICE_REMOVED`, every outstanding work
+    /// request too, and later calls fail with it.
+    pub fn remove(&self) {
+        self.inner.dev.remove();
+    }
+
+    /// True once removed.
+    pub fn is_removed(&self) -> bool {
+        self.inner.dev.is_removed()
+    }
+
+    /// Reserves `port` (or an ephemeral one for 0) in the adapter's port space.
+    pub(crate) fn reserve_port(&self, port: u16) -> NdResult<u16> {
+        let mut ports = self.inner.ports.lock().unwrap_or_else(|e| e.into_inner());
+        if port != 0 {
+            if !ports.insert(port) {
+                return Err(NdError::new(
+                    NdStatus::ADDRESS_ALREADY_ASSOCIATED,
+                    format!("port {port} is in use"),
+                ));
+            }
+            return Ok(port);
+        }
+        let mut next = self
+            .inner
+            .next_port
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for _ in 0..(65536 - 49152) {
+            let p = *next;
+            *next = if p == 65535 { 49152 } else { p + 1 };
+            if ports.insert(p) {
+                return Ok(p);
+            }
+        }
+        Err(NdError::new(
+            NdStatus::TOO_MANY_ADDRESSES,
+            "no ephemeral port left",
+        ))
+    }
+
+    pub(crate) fn release_port(&self, port: u16) {
+        self.inner
+            .ports
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&port);
+    }
+
+    /// Checks that `addr` is this adapter's (or unspecified).
+    pub(crate) fn check_local(&self, addr: IpAddr) -> NdResult<()> {
+        if addr.is_unspecified() || addr == self.inner.addr {
+            Ok(())
+        } else {
+            Err(NdError::new(
+                NdStatus::INVALID_ADDRESS,
+                format!("{addr} is not this adapter's address"),
+            ))
+        }
+    }
+}

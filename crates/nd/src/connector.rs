@@ -1,0 +1,386 @@
+//! Connectors and listeners: connection set-up and teardown (networkdirect.md
+//! §5–§6).
+//!
+//! A connector remembers the *id* of the queue pair given to Connect or
+//! Accept, never the queue pair itself, and hands it to each phased request
+//! (rule D8). Status mapping of the requests:
+//!
+//! | request | outcome → status |
+//! |---|---|
+//! | Connect | REP → `ND_SUCCESS`; REQ retries exhausted → `ND_TIMEOUT` (success class: retry on the same connector); REJ → `ND_CONNECTION_REFUSED` |
+//! | Accept | RTU → `ND_SUCCESS`; no RTU → `ND_IO_TIMEOUT`; REJ → `ND_CONNECTION_REFUSED`; peer gone → `ND_CONNECTION_ABORTED` |
+//! | Disconnect | DREP received or sent → `ND_SUCCESS`; DREQ timed out → `ND_TIMEOUT`; not connected → `ND_CONNECTION_INVALID` |
+//! | NotifyDisconnect | DREQ arrived (or the connection is already over) → `ND_SUCCESS`; our own Disconnect finished first → `STATUS_CONNECTION_DISCONNECTED` |
+//! | any | cancelled → `ND_CANCELED`; adapter removed → `ND_DEVICE_REMOVED` |
+
+use crate::adapter::{nd_err, Adapter, MAX_CALLEE_DATA, MAX_CALLER_DATA};
+use crate::pending::NdPending;
+use crate::qp::QueuePair;
+use crate::status::{NdError, NdResult, NdStatus};
+use ndverbs_verbs::{AcceptArgs, ConnectArgs, Endpoint, EpError, PathMtu, QpId, LIMITS};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+/// RNR retries an ND connection asks of its peer: finite, so a Send that
+/// never meets a Receive ends in `ND_IO_TIMEOUT` (ndsendnoreceive).
+pub const ND_RNR_RETRY: u8 = 6;
+
+fn ep_error(e: EpError, timeout: NdStatus) -> NdError {
+    let status = match &e {
+        EpError::DeviceRemoved => NdStatus::DEVICE_REMOVED,
+        EpError::Canceled => NdStatus::CANCELED,
+        EpError::Timeout => timeout,
+        EpError::Rejected { .. } => NdStatus::CONNECTION_REFUSED,
+        EpError::Aborted => NdStatus::CONNECTION_ABORTED,
+        EpError::Disconnected => NdStatus::CONNECTION_DISCONNECTED,
+        EpError::InvalidState(_) => NdStatus::INVALID_DEVICE_STATE,
+        EpError::ConnectionActive => NdStatus::CONNECTION_ACTIVE,
+        EpError::NoQp(_) => NdStatus::CANCELED,
+        EpError::Modify(_) => NdStatus::INVALID_DEVICE_STATE,
+        EpError::Cm(_) => NdStatus::INVALID_PARAMETER,
+    };
+    NdError::new(status, e.to_string())
+}
+
+fn path_mtu_for(addr: IpAddr) -> PathMtu {
+    // Loopback has a 64 KiB MTU; real links here are 1500 bytes (rxe: 1024).
+    if addr.is_loopback() {
+        PathMtu::Mtu4096
+    } else {
+        PathMtu::Mtu1024
+    }
+}
+
+#[derive(Default)]
+struct ConnState {
+    local_port: Option<u16>,
+    qp: Option<QpId>,
+    connecting: bool,
+}
+
+/// A connector.
+pub struct Connector {
+    adapter: Adapter,
+    pub(crate) ep: Endpoint,
+    state: Arc<Mutex<ConnState>>,
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connector")
+            .field("ep", &self.ep.id())
+            .finish()
+    }
+}
+
+impl Connector {
+    pub(crate) fn create(adapter: &Adapter) -> NdResult<Self> {
+        Ok(Connector {
+            adapter: adapter.clone(),
+            ep: Endpoint::new(adapter.device()).map_err(nd_err)?,
+            state: Arc::new(Mutex::new(ConnState::default())),
+        })
+    }
+
+    fn st(&self) -> std::sync::MutexGuard<'_, ConnState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `Bind` to a local address and port (0: an ephemeral port). A second
+    /// bind fails with 0xC0000238 (`STATUS_ADDRESS_ALREADY_ASSOCIATED`).
+    pub fn bind(&self, local: SocketAddr) -> NdResult<()> {
+        self.adapter.check_local(local.ip())?;
+        let mut st = self.st();
+        if st.local_port.is_some() {
+            return Err(NdError::new(
+                NdStatus::ADDRESS_ALREADY_ASSOCIATED,
+                "connector already bound",
+            ));
+        }
+        st.local_port = Some(self.adapter.reserve_port(local.port())?);
+        Ok(())
+    }
+
+    /// `Connect` `qp` to `remote`. Read limits above the adapter's are
+    /// clamped silently; private data beyond 56 bytes is `ND_INVALID_BUFFER_SIZE`.
+    pub fn connect(
+        &self,
+        qp: &QueuePair,
+        remote: SocketAddr,
+        inbound_read_limit: u32,
+        outbound_read_limit: u32,
+        private_data: &[u8],
+    ) -> NdResult<NdPending<()>> {
+        if private_data.len() > MAX_CALLER_DATA {
+            return Err(NdError::new(
+                NdStatus::INVALID_BUFFER_SIZE,
+                "private data longer than MaxCallerData",
+            ));
+        }
+        if self.adapter.is_removed() {
+            return Err(NdError::new(NdStatus::DEVICE_REMOVED, "adapter removed"));
+        }
+        let local_port = {
+            let mut st = self.st();
+            if st.connecting {
+                return Err(NdError::new(
+                    NdStatus::CONNECTION_ACTIVE,
+                    "a connection is already active",
+                ));
+            }
+            if st.local_port.is_none() {
+                st.local_port = Some(self.adapter.reserve_port(0)?);
+            }
+            st.connecting = true;
+            st.qp = Some(qp.id());
+            st.local_port.unwrap_or(0)
+        };
+        let max = u32::from(LIMITS.max_qp_rd_atom);
+        let args = ConnectArgs {
+            remote: remote.ip(),
+            remote_port: remote.port(),
+            local_port,
+            responder_resources: inbound_read_limit.min(max) as u8,
+            initiator_depth: outbound_read_limit.min(max) as u8,
+            retry_count: 7,
+            rnr_retry_count: ND_RNR_RETRY,
+            path_mtu: path_mtu_for(remote.ip()),
+            private_data: private_data.to_vec(),
+        };
+        let p = match self.ep.connect(qp.id(), args) {
+            Ok(p) => p,
+            Err(e) => {
+                self.st().connecting = false;
+                let mut err = nd_err(e);
+                if err.status == NdStatus::DEVICE_BUSY {
+                    err.status = NdStatus::CONNECTION_ACTIVE;
+                }
+                return Err(err);
+            }
+        };
+        let state = self.state.clone();
+        Ok(NdPending::map(p, move |r| {
+            r.map(|_| ()).map_err(|e| {
+                // A failed Connect leaves QP and connector reusable.
+                state.lock().unwrap_or_else(|e| e.into_inner()).connecting = false;
+                ep_error(e, NdStatus::TIMEOUT)
+            })
+        }))
+    }
+
+    /// `CompleteConnect`: QP to RTS, then RTU.
+    pub fn complete_connect(&self) -> NdResult<NdPending<()>> {
+        let qp = self
+            .st()
+            .qp
+            .ok_or_else(|| NdError::new(NdStatus::CONNECTION_INVALID, "no Connect"))?;
+        let p = self.ep.complete_connect(qp).map_err(nd_err)?;
+        Ok(NdPending::map(p, |r| {
+            r.map_err(|e| ep_error(e, NdStatus::IO_TIMEOUT))
+        }))
+    }
+
+    /// `Accept` a connection request with `qp`; completes on RTU. Read limits
+    /// are clamped to the adapter's and the peer's offer.
+    pub fn accept(
+        &self,
+        qp: &QueuePair,
+        inbound_read_limit: u32,
+        outbound_read_limit: u32,
+        private_data: &[u8],
+    ) -> NdResult<NdPending<()>> {
+        if private_data.len() > MAX_CALLEE_DATA {
+            return Err(NdError::new(
+                NdStatus::INVALID_BUFFER_SIZE,
+                "private data longer than MaxCalleeData",
+            ));
+        }
+        {
+            let mut st = self.st();
+            if st.connecting {
+                return Err(NdError::new(
+                    NdStatus::CONNECTION_ACTIVE,
+                    "a connection is already active",
+                ));
+            }
+            st.connecting = true;
+            st.qp = Some(qp.id());
+        }
+        let max = u32::from(LIMITS.max_qp_rd_atom);
+        let args = AcceptArgs {
+            responder_resources: inbound_read_limit.min(max) as u8,
+            initiator_depth: outbound_read_limit.min(max) as u8,
+            rnr_retry_count: ND_RNR_RETRY,
+            private_data: private_data.to_vec(),
+        };
+        let p = self.ep.accept(qp.id(), args).map_err(nd_err)?;
+        Ok(NdPending::map(p, |r| {
+            r.map_err(|e| ep_error(e, NdStatus::IO_TIMEOUT))
+        }))
+    }
+
+    /// `Reject` the connection request (passive) or the REP (active).
+    pub fn reject(&self, private_data: &[u8]) -> NdResult<()> {
+        if private_data.len() > MAX_CALLEE_DATA {
+            return Err(NdError::new(
+                NdStatus::INVALID_BUFFER_SIZE,
+                "private data longer than MaxCalleeData",
+            ));
+        }
+        self.ep.reject(private_data).map_err(|e| {
+            let mut err = nd_err(e);
+            if err.status == NdStatus::INVALID_PARAMETER {
+                err.status = NdStatus::CONNECTION_INVALID;
+            }
+            err
+        })
+    }
+
+    /// `GetReadLimits`: (inbound, outbound), already clamped.
+    pub fn get_read_limits(&self) -> NdResult<(u32, u32)> {
+        let i = self.ep.info().map_err(nd_err)?;
+        Ok((u32::from(i.read_limits.0), u32::from(i.read_limits.1)))
+    }
+
+    /// `GetPrivateData`: the peer's private data (REQ, REP or REJ).
+    pub fn get_private_data(&self) -> NdResult<Vec<u8>> {
+        Ok(self.ep.info().map_err(nd_err)?.private_data)
+    }
+
+    /// `GetLocalAddress`.
+    pub fn get_local_address(&self) -> NdResult<SocketAddr> {
+        let port = self
+            .st()
+            .local_port
+            .ok_or_else(|| NdError::new(NdStatus::CONNECTION_INVALID, "not bound"))?;
+        Ok(SocketAddr::new(self.adapter.address(), port))
+    }
+
+    /// `GetPeerAddress` (valid on a passive connector before Accept).
+    pub fn get_peer_address(&self) -> NdResult<SocketAddr> {
+        let i = self.ep.info().map_err(nd_err)?;
+        let ip = i
+            .peer
+            .ok_or_else(|| NdError::new(NdStatus::CONNECTION_INVALID, "no peer"))?;
+        Ok(SocketAddr::new(ip, i.peer_port))
+    }
+
+    /// `NotifyDisconnect`: completes when the peer's DREQ arrives. It never
+    /// flushes anything (rule D6).
+    pub fn notify_disconnect(&self) -> NdResult<NdPending<()>> {
+        let p = self.ep.notify_disconnect().map_err(nd_err)?;
+        Ok(NdPending::map(p, |r| {
+            r.map_err(|e| ep_error(e, NdStatus::TIMEOUT))
+        }))
+    }
+
+    /// `Disconnect`: DREQ (or DREP if the peer's DREQ arrived), then the QP
+    /// to ERROR, which flushes every outstanding request (`ND_CANCELED`).
+    pub fn disconnect(&self) -> NdResult<NdPending<()>> {
+        let qp = self
+            .st()
+            .qp
+            .ok_or_else(|| NdError::new(NdStatus::CONNECTION_INVALID, "never connected"))?;
+        let p = self.ep.disconnect(qp).map_err(nd_err)?;
+        Ok(NdPending::map(p, |r| {
+            r.map_err(|e| ep_error(e, NdStatus::TIMEOUT))
+        }))
+    }
+
+    /// `CancelOverlappedRequests`: pending requests complete `ND_CANCELED`.
+    pub fn cancel_overlapped_requests(&self) -> NdResult<()> {
+        self.ep.cancel().map_err(nd_err)
+    }
+}
+
+impl Drop for Connector {
+    fn drop(&mut self) {
+        if let Some(p) = self.st().local_port {
+            self.adapter.release_port(p);
+        }
+    }
+}
+
+/// A listener.
+pub struct Listener {
+    adapter: Adapter,
+    ep: Endpoint,
+    port: Mutex<Option<u16>>,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("ep", &self.ep.id())
+            .finish()
+    }
+}
+
+impl Listener {
+    pub(crate) fn create(adapter: &Adapter) -> NdResult<Self> {
+        Ok(Listener {
+            adapter: adapter.clone(),
+            ep: Endpoint::new(adapter.device()).map_err(nd_err)?,
+            port: Mutex::new(None),
+        })
+    }
+
+    /// `Bind`: a second listener on the same port fails with 0xC0000238.
+    pub fn bind(&self, local: SocketAddr) -> NdResult<()> {
+        self.adapter.check_local(local.ip())?;
+        let mut p = self.port.lock().unwrap_or_else(|e| e.into_inner());
+        if p.is_some() {
+            return Err(NdError::new(
+                NdStatus::ADDRESS_ALREADY_ASSOCIATED,
+                "listener already bound",
+            ));
+        }
+        *p = Some(self.adapter.reserve_port(local.port())?);
+        Ok(())
+    }
+
+    /// `Listen` with room for `backlog` unanswered requests (needs a bound port).
+    pub fn listen(&self, backlog: u32) -> NdResult<()> {
+        let port = self
+            .port
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .ok_or_else(|| NdError::new(NdStatus::INVALID_DEVICE_STATE, "listener not bound"))?;
+        self.ep.listen(port, backlog.max(1) as usize).map_err(|e| {
+            let mut err = nd_err(e);
+            if err.status == NdStatus::DEVICE_BUSY {
+                err.status = NdStatus::ADDRESS_ALREADY_ASSOCIATED;
+            }
+            err
+        })
+    }
+
+    /// `GetConnectionRequest`: the next request is handed to `connector`
+    /// (several may be outstanding).
+    pub fn get_connection_request(&self, connector: &Connector) -> NdResult<NdPending<()>> {
+        let p = self.ep.get_request(&connector.ep).map_err(nd_err)?;
+        Ok(NdPending::map(p, |r| {
+            r.map(|_| ()).map_err(|e| ep_error(e, NdStatus::TIMEOUT))
+        }))
+    }
+
+    /// `GetLocalAddress`.
+    pub fn get_local_address(&self) -> NdResult<SocketAddr> {
+        let p = self.port.lock().unwrap_or_else(|e| e.into_inner());
+        let port = p.ok_or_else(|| NdError::new(NdStatus::INVALID_DEVICE_STATE, "not bound"))?;
+        Ok(SocketAddr::new(self.adapter.address(), port))
+    }
+
+    /// `CancelOverlappedRequests`.
+    pub fn cancel_overlapped_requests(&self) -> NdResult<()> {
+        self.ep.cancel().map_err(nd_err)
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Some(p) = *self.port.lock().unwrap_or_else(|e| e.into_inner()) {
+            self.adapter.release_port(p);
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! Memory regions and memory windows.
+//!
+//! `Register` gives memory a local token (for SGEs) and a remote token (for
+//! the peer's READ/WRITE); flags follow ND: `ALLOW_REMOTE_WRITE` (0x5)
+//! includes local write, `RDMA_READ_SINK` (0x8) is local write,
+//! `DO_NOT_SECURE_VM` is accepted and ignored. Memory the region owns is
+//! reached through copies; raw registration of application memory is `unsafe`.
+
+use crate::adapter::{nd_err, Adapter};
+use crate::pending::NdPending;
+use crate::status::{NdError, NdResult, NdStatus};
+use ndverbs_verbs::{Access, Mr, Mw};
+use std::ptr::NonNull;
+use std::sync::Mutex;
+
+/// `ND_MR_FLAG_*`.
+pub mod mr_flags {
+    /// Local write.
+    pub const ALLOW_LOCAL_WRITE: u32 = 0x1;
+    /// Remote read.
+    pub const ALLOW_REMOTE_READ: u32 = 0x2;
+    /// Remote write (implies local write).
+    pub const ALLOW_REMOTE_WRITE: u32 = 0x5;
+    /// Target of RDMA READs (local write).
+    pub const RDMA_READ_SINK: u32 = 0x8;
+    /// Ignored.
+    pub const DO_NOT_SECURE_VM: u32 = 0x8000_0000;
+}
+
+fn access(flags: u32) -> NdResult<Access> {
+    let known = mr_flags::ALLOW_LOCAL_WRITE
+        | mr_flags::ALLOW_REMOTE_READ
+        | mr_flags::ALLOW_REMOTE_WRITE
+        | mr_flags::RDMA_READ_SINK
+        | mr_flags::DO_NOT_SECURE_VM;
+    if flags & !known != 0 {
+        return Err(NdError::new(
+            NdStatus::INVALID_PARAMETER_3,
+            format!("unknown MR flags {flags:#x}"),
+        ));
+    }
+    let mut a = Access::NONE;
+    if flags & (mr_flags::ALLOW_LOCAL_WRITE | mr_flags::RDMA_READ_SINK) != 0 {
+        a |= Access::LOCAL_WRITE;
+    }
+    if flags & mr_flags::ALLOW_REMOTE_READ != 0 {
+        a |= Access::REMOTE_READ;
+    }
+    if flags & 0x4 != 0 {
+        a |= Access::REMOTE_WRITE | Access::LOCAL_WRITE | Access::REMOTE_ATOMIC;
+    }
+    Ok(a)
+}
+
+/// A memory region (unregistered until [`MemoryRegion::register`]).
+pub struct MemoryRegion {
+    adapter: Adapter,
+    mr: Mutex<Option<Mr>>,
+}
+
+impl std::fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryRegion").finish()
+    }
+}
+
+impl MemoryRegion {
+    pub(crate) fn create(adapter: &Adapter) -> NdResult<Self> {
+        if adapter.is_removed() {
+            return Err(NdError::new(NdStatus::DEVICE_REMOVED, "adapter removed"));
+        }
+        Ok(MemoryRegion {
+            adapter: adapter.clone(),
+            mr: Mutex::new(None),
+        })
+    }
+
+    fn set(&self, r: Result<Mr, ndverbs_verbs::VerbsError>) -> NdPending<()> {
+        let r = r.map_err(nd_err).and_then(|mr| {
+            let mut slot = self.mr.lock().unwrap_or_else(|e| e.into_inner());
+            if slot.is_some() {
+                return Err(NdError::new(
+                    NdStatus::INVALID_DEVICE_STATE,
+                    "already registered",
+                ));
+            }
+            *slot = Some(mr);
+            Ok(())
+        });
+        NdPending::ready(r)
+    }
+
+    /// `Register` of `len` zeroed bytes the region owns. `len == 0` →
+    /// `ND_INVALID_BUFFER_SIZE`.
+    pub fn register(&self, len: usize, flags: u32) -> NdPending<()> {
+        if len == 0 {
+            return NdPending::ready(Err(NdError::new(
+                NdStatus::INVALID_BUFFER_SIZE,
+                "zero-length registration",
+            )));
+        }
+        match access(flags) {
+            Ok(a) => self.set(self.adapter.inner.pd.reg_mr(len, a)),
+            Err(e) => NdPending::ready(Err(e)),
+        }
+    }
+
+    /// `Register` of application memory in place. A null pointer with length
+    /// 0 → `ND_INVALID_PARAMETER`; length 0 → `ND_INVALID_BUFFER_SIZE`.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must stay valid (and not be used through Rust references)
+    /// until the region is deregistered and dropped.
+    pub unsafe fn register_raw(&self, ptr: *mut u8, len: usize, flags: u32) -> NdPending<()> {
+        let Some(p) = NonNull::new(ptr) else {
+            return NdPending::ready(Err(NdError::new(
+                NdStatus::INVALID_PARAMETER,
+                "null buffer",
+            )));
+        };
+        if len == 0 {
+            return NdPending::ready(Err(NdError::new(
+                NdStatus::INVALID_BUFFER_SIZE,
+                "zero-length registration",
+            )));
+        }
+        match access(flags) {
+            // SAFETY: forwarded to the caller.
+            Ok(a) => self.set(unsafe { self.adapter.inner.pd.reg_mr_raw(p, len, a) }),
+            Err(e) => NdPending::ready(Err(e)),
+        }
+    }
+
+    /// `Deregister`; `ND_DEVICE_BUSY` while a window is bound to the region.
+    pub fn deregister(&self) -> NdPending<()> {
+        let mut slot = self.mr.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(mr) = slot.take() else {
+            return NdPending::ready(Err(NdError::new(
+                NdStatus::INVALID_DEVICE_STATE,
+                "not registered",
+            )));
+        };
+        match mr.deregister() {
+            Ok(()) => NdPending::ready(Ok(())),
+            Err((mr, e)) => {
+                *slot = Some(mr);
+                NdPending::ready(Err(nd_err(e)))
+            }
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&Mr) -> T) -> NdResult<T> {
+        let slot = self.mr.lock().unwrap_or_else(|e| e.into_inner());
+        slot.as_ref()
+            .map(f)
+            .ok_or_else(|| NdError::new(NdStatus::INVALID_DEVICE_STATE, "not registered"))
+    }
+
+    /// The local token (0 when unregistered).
+    pub fn local_token(&self) -> u32 {
+        self.with(Mr::lkey).unwrap_or(0)
+    }
+
+    /// The remote token (0 when unregistered).
+    pub fn remote_token(&self) -> u32 {
+        self.with(Mr::rkey).unwrap_or(0)
+    }
+
+    /// The address of the first byte (what SGEs and peers use).
+    pub fn address(&self) -> u64 {
+        self.with(Mr::addr).unwrap_or(0)
+    }
+
+    /// Length.
+    pub fn len(&self) -> usize {
+        self.with(Mr::len).unwrap_or(0)
+    }
+
+    /// True when not registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies bytes out.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> NdResult<()> {
+        self.with(|m| m.read(offset, out))?.map_err(nd_err)
+    }
+
+    /// Copies bytes in.
+    pub fn write(&self, offset: usize, data: &[u8]) -> NdResult<()> {
+        self.with(|m| m.write(offset, data))?.map_err(nd_err)
+    }
+
+    pub(crate) fn with_mr<T>(&self, f: impl FnOnce(&Mr) -> T) -> NdResult<T> {
+        self.with(f)
+    }
+}
+
+/// A memory window.
+pub struct MemoryWindow {
+    pub(crate) mw: Mw,
+}
+
+impl std::fmt::Debug for MemoryWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryWindow")
+            .field("token", &self.mw.rkey())
+            .finish()
+    }
+}
+
+impl MemoryWindow {
+    pub(crate) fn create(adapter: &Adapter) -> NdResult<Self> {
+        Ok(MemoryWindow {
+            mw: adapter.inner.pd.alloc_mw().map_err(nd_err)?,
+        })
+    }
+
+    /// The remote token (changes at every bind).
+    pub fn remote_token(&self) -> u32 {
+        self.mw.rkey()
+    }
+}

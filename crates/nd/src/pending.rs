@@ -1,0 +1,142 @@
+//! Overlapped requests in Rust: [`NdPending`], a future and a blocking wait.
+//!
+//! ND methods that can take time take an OVERLAPPED and return `ND_PENDING`;
+//! the final status arrives later. Here such a method returns an
+//! [`NdPending`] at once (or an error: the request was never queued), which
+//! can be `.await`ed from any runtime or waited on with [`NdPending::wait`].
+
+use crate::status::{NdError, NdStatus};
+use ndverbs_verbs::Pending;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+trait Source<T>: Send {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, NdError>>;
+    fn wait_timeout(&mut self, d: Duration) -> Option<Result<T, NdError>>;
+    fn try_take(&mut self) -> Option<Result<T, NdError>>;
+}
+
+/// Turns the verbs-level result into the ND one.
+type MapFn<U, T> = Box<dyn FnOnce(U) -> Result<T, NdError> + Send>;
+
+struct Mapped<U, T> {
+    p: Pending<U>,
+    f: Option<MapFn<U, T>>,
+}
+
+impl<U: Send + 'static, T> Mapped<U, T> {
+    fn map(&mut self, u: U) -> Result<T, NdError> {
+        match self.f.take() {
+            Some(f) => f(u),
+            None => Err(NdError::new(
+                NdStatus::INVALID_DEVICE_REQUEST,
+                "result already taken",
+            )),
+        }
+    }
+}
+
+impl<U: Send + 'static, T> Source<T> for Mapped<U, T> {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, NdError>> {
+        match Pin::new(&mut self.p).poll(cx) {
+            Poll::Ready(u) => Poll::Ready(self.map(u)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn wait_timeout(&mut self, d: Duration) -> Option<Result<T, NdError>> {
+        let u = self.p.wait_timeout(d)?;
+        Some(self.map(u))
+    }
+
+    fn try_take(&mut self) -> Option<Result<T, NdError>> {
+        let u = self.p.try_take()?;
+        Some(self.map(u))
+    }
+}
+
+struct Ready<T>(Option<Result<T, NdError>>);
+
+impl<T: Send> Source<T> for Ready<T> {
+    fn poll(&mut self, _: &mut Context<'_>) -> Poll<Result<T, NdError>> {
+        Poll::Ready(self.take())
+    }
+
+    fn wait_timeout(&mut self, _: Duration) -> Option<Result<T, NdError>> {
+        Some(self.take())
+    }
+
+    fn try_take(&mut self) -> Option<Result<T, NdError>> {
+        Some(self.take())
+    }
+}
+
+impl<T> Ready<T> {
+    fn take(&mut self) -> Result<T, NdError> {
+        self.0.take().unwrap_or_else(|| {
+            Err(NdError::new(
+                NdStatus::INVALID_DEVICE_REQUEST,
+                "result already taken",
+            ))
+        })
+    }
+}
+
+/// A pending ND request.
+pub struct NdPending<T> {
+    src: Box<dyn Source<T>>,
+}
+
+impl<T> std::fmt::Debug for NdPending<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NdPending")
+    }
+}
+
+impl<T: Send + 'static> NdPending<T> {
+    pub(crate) fn map<U: Send + 'static>(
+        p: Pending<U>,
+        f: impl FnOnce(U) -> Result<T, NdError> + Send + 'static,
+    ) -> Self {
+        NdPending {
+            src: Box::new(Mapped {
+                p,
+                f: Some(Box::new(f)),
+            }),
+        }
+    }
+
+    pub(crate) fn ready(r: Result<T, NdError>) -> Self {
+        NdPending {
+            src: Box::new(Ready(Some(r))),
+        }
+    }
+
+    /// Blocks until the request completes.
+    pub fn wait(mut self) -> Result<T, NdError> {
+        loop {
+            if let Some(r) = self.src.wait_timeout(Duration::from_secs(3600)) {
+                return r;
+            }
+        }
+    }
+
+    /// Blocks up to `d`; `None` if still pending (`GetOverlappedResult` without wait).
+    pub fn wait_timeout(&mut self, d: Duration) -> Option<Result<T, NdError>> {
+        self.src.wait_timeout(d)
+    }
+
+    /// The result if the request already completed.
+    pub fn try_take(&mut self) -> Option<Result<T, NdError>> {
+        self.src.try_take()
+    }
+}
+
+impl<T> Future for NdPending<T> {
+    type Output = Result<T, NdError>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.src.poll(cx)
+    }
+}

@@ -1,0 +1,443 @@
+//! The behaviours networkdirect.md §9 lists for Microsoft's ND tests (ndconn,
+//! ndmemorytest, ndmval, ndcq, ndmw), on loopback adapters.
+
+use ndverbs_nd::*;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(20);
+
+struct Side {
+    ad: Adapter,
+    cq: CompletionQueue,
+    qp: QueuePair,
+    mr: MemoryRegion,
+}
+
+fn side(ip: &str) -> Side {
+    let ad = Provider.open_adapter(ip.parse().unwrap()).unwrap();
+    let cq = ad.create_completion_queue(64).unwrap();
+    let qp = ad.create_queue_pair(&cq, &cq, 7, 16, 16, 2, 2, 64).unwrap();
+    let mr = ad.create_memory_region().unwrap();
+    mr.register(
+        1 << 16,
+        mr_flags::ALLOW_REMOTE_READ | mr_flags::ALLOW_REMOTE_WRITE,
+    )
+    .wait()
+    .unwrap();
+    Side { ad, cq, qp, mr }
+}
+
+fn sa(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+fn status<T: std::fmt::Debug>(r: Result<T, NdError>) -> NdStatus {
+    match r {
+        Ok(_) => NdStatus::SUCCESS,
+        Err(e) => e.status,
+    }
+}
+
+/// Connects a (client) to b (server listening on `port`); returns the connectors.
+fn connect(a: &Side, b: &Side, port: u16) -> (Connector, Connector, Listener) {
+    let l = b.ad.create_listener().unwrap();
+    l.bind(SocketAddr::new(b.ad.address(), port)).unwrap();
+    l.listen(8).unwrap();
+    let cb = b.ad.create_connector().unwrap();
+    let req = l.get_connection_request(&cb).unwrap();
+    let ca = a.ad.create_connector().unwrap();
+    let conn = ca
+        .connect(
+            &a.qp,
+            SocketAddr::new(b.ad.address(), port),
+            4,
+            4,
+            b"caller",
+        )
+        .unwrap();
+    let mut req = req;
+    req.wait_timeout(T).expect("request").unwrap();
+    assert_eq!(&cb.get_private_data().unwrap()[..6], b"caller");
+    assert_eq!(cb.get_peer_address().unwrap().ip(), a.ad.address());
+    let acc = cb.accept(&b.qp, 4, 4, b"callee").unwrap();
+    let mut conn = conn;
+    conn.wait_timeout(T).expect("connect").unwrap();
+    assert_eq!(&ca.get_private_data().unwrap()[..6], b"callee");
+    ca.complete_connect().unwrap().wait().unwrap();
+    let mut acc = acc;
+    acc.wait_timeout(T).expect("accept").unwrap();
+    (ca, cb, l)
+}
+
+fn results(cq: &CompletionQueue, n: usize) -> Vec<NdResultEntry> {
+    let t0 = std::time::Instant::now();
+    let mut v = Vec::new();
+    let mut buf = [NdResultEntry {
+        status: NdStatus::SUCCESS,
+        bytes_transferred: 0,
+        queue_pair_context: 0,
+        request_context: 0,
+        request_type: RequestType::Send,
+    }; 8];
+    while v.len() < n {
+        let k = cq.get_results(&mut buf);
+        v.extend_from_slice(&buf[..k]);
+        if k == 0 {
+            assert!(t0.elapsed() < T, "timed out with {v:?}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    v
+}
+
+#[test]
+fn ndconn_crossing_disconnects_and_notify_cancel() {
+    let (a, b) = (side("127.77.70.1"), side("127.77.70.2"));
+    for round in 0..3u16 {
+        let a2 = Side {
+            qp: a
+                .ad
+                .create_queue_pair(&a.cq, &a.cq, 7, 4, 4, 1, 1, 0)
+                .unwrap(),
+            ..side_from(&a)
+        };
+        let b2 = Side {
+            qp: b
+                .ad
+                .create_queue_pair(&b.cq, &b.cq, 9, 4, 4, 1, 1, 0)
+                .unwrap(),
+            ..side_from(&b)
+        };
+        b2.qp.receive(1, &[]).unwrap();
+        let (ca, cb, _l) = connect(&a2, &b2, 5000 + round);
+        let notify = cb.notify_disconnect().unwrap();
+        // Crossing DREQs: both Disconnects must succeed.
+        let da = ca.disconnect().unwrap();
+        let db = cb.disconnect().unwrap();
+        da.wait().unwrap();
+        db.wait().unwrap();
+        // The server cancels its NotifyDisconnect after its Disconnect: the
+        // completion is SUCCESS (the crossing DREQ arrived), CANCELED or
+        // STATUS_CONNECTION_DISCONNECTED — ndconn accepts the last two, and
+        // success only if the DREQ arrived first, which it did here.
+        cb.cancel_overlapped_requests().unwrap();
+        let s = status(notify.wait());
+        assert!(
+            [
+                NdStatus::SUCCESS,
+                NdStatus::CANCELED,
+                NdStatus::CONNECTION_DISCONNECTED
+            ]
+            .contains(&s),
+            "{s}"
+        );
+        // The server's receive: SUCCESS or CANCELED (here: flushed).
+        let r = results(&b.cq, 1);
+        assert_eq!(
+            (r[0].status, r[0].request_type, r[0].queue_pair_context),
+            (NdStatus::CANCELED, RequestType::Receive, 9)
+        );
+    }
+}
+
+fn side_from(s: &Side) -> Side {
+    let mr = s.ad.create_memory_region().unwrap();
+    mr.register(4096, mr_flags::ALLOW_LOCAL_WRITE)
+        .wait()
+        .unwrap();
+    Side {
+        ad: s.ad.clone(),
+        cq: s.cq.clone(),
+        qp: s
+            .ad
+            .create_queue_pair(&s.cq, &s.cq, 0, 1, 1, 1, 1, 0)
+            .unwrap(),
+        mr,
+    }
+}
+
+#[test]
+fn ndmemorytest_connection_cases() {
+    let (a, b) = (side("127.77.71.1"), side("127.77.71.2"));
+    // ndconnectlistenerclosing: no listener → CONNECTION_REFUSED.
+    let c = a.ad.create_connector().unwrap();
+    let r = c
+        .connect(&a.qp, sa("127.77.71.2:6000"), 1, 1, b"")
+        .unwrap()
+        .wait();
+    assert_eq!(status(r), NdStatus::CONNECTION_REFUSED);
+    // A failed Connect leaves connector and QP reusable (ndconn retries).
+    let l = b.ad.create_listener().unwrap();
+    l.bind(sa("127.77.71.2:6001")).unwrap();
+    l.listen(4).unwrap();
+    // ndduallisten: a second listener on the same address.
+    let l2 = b.ad.create_listener().unwrap();
+    assert_eq!(
+        status(l2.bind(sa("127.77.71.2:6001"))),
+        NdStatus::ADDRESS_ALREADY_ASSOCIATED
+    );
+    assert!(l2.listen(4).is_err());
+    // ndconnrejectclose: the client rejects after its Connect completed.
+    let cb = b.ad.create_connector().unwrap();
+    let req = l.get_connection_request(&cb).unwrap();
+    let p = c.connect(&a.qp, sa("127.77.71.2:6001"), 1, 1, b"").unwrap();
+    req.wait().unwrap();
+    let acc = cb.accept(&b.qp, 1, 1, b"").unwrap();
+    p.wait().unwrap();
+    c.reject(b"").unwrap();
+    assert_eq!(status(acc.wait()), NdStatus::CONNECTION_REFUSED);
+    // nddualconnection: bind again after Connect; a second Connect.
+    let c2 = a.ad.create_connector().unwrap();
+    let qp2 =
+        a.ad.create_queue_pair(&a.cq, &a.cq, 0, 1, 1, 1, 1, 0)
+            .unwrap();
+    let _pending = c2.connect(&qp2, sa("127.77.71.2:6001"), 1, 1, b"").unwrap();
+    assert_eq!(
+        status(c2.bind(sa("127.77.71.1:0"))),
+        NdStatus::ADDRESS_ALREADY_ASSOCIATED
+    );
+    assert_eq!(
+        status(c2.connect(&qp2, sa("127.77.71.2:6001"), 1, 1, b"")),
+        NdStatus::CONNECTION_ACTIVE
+    );
+    // ndlargeprivatedata: max fits, max + 1 does not.
+    let info = a.ad.query(ND_VERSION_2).unwrap();
+    let c3 = a.ad.create_connector().unwrap();
+    let big = vec![1u8; info.max_caller_data as usize + 1];
+    assert_eq!(
+        status(c3.connect(&qp2, sa("127.77.71.2:6001"), 1, 1, &big)),
+        NdStatus::INVALID_BUFFER_SIZE
+    );
+    let cb3 = b.ad.create_connector().unwrap();
+    assert_eq!(
+        status(cb3.accept(&b.qp, 1, 1, &vec![0; info.max_callee_data as usize + 1])),
+        NdStatus::INVALID_BUFFER_SIZE
+    );
+    // Disconnect on a never-connected connector.
+    assert_eq!(status(c3.disconnect()), NdStatus::CONNECTION_INVALID);
+}
+
+#[test]
+fn ndmemorytest_queue_pair_and_memory_cases() {
+    let a = side("127.77.72.1");
+    let info = a.ad.query(ND_VERSION_2).unwrap();
+    // ndlargeqpdepth / ndqpmaxall.
+    assert!(a
+        .ad
+        .create_queue_pair(
+            &a.cq,
+            &a.cq,
+            0,
+            info.max_receive_queue_depth + 1,
+            1,
+            1,
+            1,
+            0
+        )
+        .is_err());
+    let tiny = a.ad.create_completion_queue(1).unwrap();
+    a.ad.create_queue_pair(
+        &tiny,
+        &tiny,
+        0,
+        info.max_receive_queue_depth,
+        info.max_initiator_queue_depth,
+        info.max_receive_sge,
+        info.max_initiator_sge,
+        info.max_inline_data_size,
+    )
+    .expect("all-maximum QP");
+    // ndmrinvalidbuffer.
+    let mr = a.ad.create_memory_region().unwrap();
+    assert_eq!(
+        status(unsafe { mr.register_raw(std::ptr::null_mut(), 0, 0) }.wait()),
+        NdStatus::INVALID_PARAMETER
+    );
+    assert_eq!(
+        status(mr.register(0, 0).wait()),
+        NdStatus::INVALID_BUFFER_SIZE
+    );
+    // Query with a wrong version.
+    assert_eq!(status(a.ad.query(7)), NdStatus::INVALID_PARAMETER);
+    // ndreceiveflushqp: two receives, Flush → one notify, both CANCELED.
+    a.qp.receive(1, &[]).unwrap();
+    a.qp.receive(2, &[]).unwrap();
+    let n = a.cq.notify(NotifyType::Any);
+    a.qp.flush().unwrap();
+    n.wait().unwrap();
+    let r = results(&a.cq, 2);
+    assert!(r
+        .iter()
+        .all(|r| r.status == NdStatus::CANCELED && r.request_type == RequestType::Receive));
+    assert_eq!((r[0].request_context, r[1].request_context), (1, 2));
+    // ndcq: two Notify(ANY), cancel → both CANCELED in order.
+    let n1 = a.cq.notify(NotifyType::Any);
+    let n2 = a.cq.notify(NotifyType::Any);
+    a.cq.cancel_overlapped_requests();
+    assert_eq!(
+        (status(n1.wait()), status(n2.wait())),
+        (NdStatus::CANCELED, NdStatus::CANCELED)
+    );
+    // Resize below the fill fails and keeps everything.
+    a.qp.receive(3, &[]).unwrap();
+    a.qp.receive(4, &[]).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(status(a.cq.resize(1)), NdStatus::BUFFER_OVERFLOW);
+    assert_eq!(results(&a.cq, 2).len(), 2);
+}
+
+#[test]
+fn ndmemorytest_remote_access_cases() {
+    let (a, b) = (side("127.77.73.1"), side("127.77.73.2"));
+    let (_ca, _cb, _l) = connect(&a, &b, 6100);
+    let lsge =
+        |s: &Side, off: u64, len: u32| NdSge::new(s.mr.address() + off, len, s.mr.local_token());
+    // A good WRITE and READ through the MR.
+    a.mr.write(0, b"0123456789").unwrap();
+    a.qp.write(
+        1,
+        &[lsge(&a, 0, 10)],
+        b.mr.address() + 100,
+        b.mr.remote_token(),
+        0,
+    )
+    .unwrap();
+    assert_eq!(results(&a.cq, 1)[0].status, NdStatus::SUCCESS);
+    let mut got = [0u8; 10];
+    b.mr.read(100, &mut got).unwrap();
+    assert_eq!(&got, b"0123456789");
+    // ndmw: bind a read-only window, read through it.
+    let mw = b.ad.create_memory_window().unwrap();
+    b.qp.bind(
+        5,
+        &b.mr,
+        &mw,
+        b.mr.address() + 100,
+        10,
+        op_flags::ALLOW_READ,
+    )
+    .unwrap();
+    let r = results(&b.cq, 1);
+    assert_eq!(
+        (r[0].status, r[0].request_type, r[0].request_context),
+        (NdStatus::SUCCESS, RequestType::Bind, 5)
+    );
+    a.qp.read(
+        2,
+        &[lsge(&a, 1000, 10)],
+        b.mr.address() + 100,
+        mw.remote_token(),
+        0,
+    )
+    .unwrap();
+    assert_eq!(results(&a.cq, 1)[0].status, NdStatus::SUCCESS);
+    // ndmrderegister: a bound window keeps the region busy.
+    assert_eq!(status(b.mr.deregister().wait()), NdStatus::DEVICE_BUSY);
+    // ndwriteviolation: WRITE into the read-only window → ACCESS_VIOLATION at
+    // the writer; the owner's posted zero-SGE receive is flushed (its QP went
+    // to ERROR on the access error).
+    b.qp.receive(9, &[]).unwrap();
+    a.qp.write(
+        3,
+        &[lsge(&a, 0, 4)],
+        b.mr.address() + 100,
+        mw.remote_token(),
+        0,
+    )
+    .unwrap();
+    assert_eq!(results(&a.cq, 1)[0].status, NdStatus::ACCESS_VIOLATION);
+    let r = results(&b.cq, 1);
+    assert_eq!((r[0].status, r[0].request_context), (NdStatus::CANCELED, 9));
+    // Later requests on the dead QP complete CANCELED.
+    a.qp.send(4, &[], 0).unwrap();
+    assert_eq!(results(&a.cq, 1)[0].status, NdStatus::CANCELED);
+}
+
+#[test]
+fn ndmemorytest_overreadwrite_and_invalidated_window() {
+    let (a, b) = (side("127.77.74.1"), side("127.77.74.2"));
+    let (_ca, _cb, _l) = connect(&a, &b, 6200);
+    let sge = NdSge::new(a.mr.address(), 64, a.mr.local_token());
+    // ndinvalidreadwrite: through an invalidated window.
+    let mw = b.ad.create_memory_window().unwrap();
+    b.qp.bind(
+        1,
+        &b.mr,
+        &mw,
+        b.mr.address(),
+        4096,
+        op_flags::ALLOW_READ | op_flags::ALLOW_WRITE,
+    )
+    .unwrap();
+    results(&b.cq, 1);
+    b.qp.invalidate(2, &mw, 0).unwrap();
+    let r = results(&b.cq, 1);
+    assert_eq!(r[0].request_type, RequestType::Invalidate);
+    a.qp.read(3, &[sge], b.mr.address(), mw.remote_token(), 0)
+        .unwrap();
+    assert_eq!(results(&a.cq, 1)[0].status, NdStatus::ACCESS_VIOLATION);
+    a.qp.read(4, &[sge], b.mr.address(), b.mr.remote_token(), 0)
+        .unwrap();
+    assert_eq!(results(&a.cq, 1)[0].status, NdStatus::CANCELED);
+    // ndoverreadwrite on a fresh connection: past the end of the region.
+    let (c, d) = (side("127.77.74.3"), side("127.77.74.4"));
+    let (_cc, _cd, _l2) = connect(&c, &d, 6201);
+    let sge = NdSge::new(c.mr.address(), 64, c.mr.local_token());
+    c.qp.write(
+        5,
+        &[sge],
+        d.mr.address() + (1 << 16) - 32,
+        d.mr.remote_token(),
+        0,
+    )
+    .unwrap();
+    assert_eq!(results(&c.cq, 1)[0].status, NdStatus::ACCESS_VIOLATION);
+}
+
+#[test]
+fn ndmval_oversized_send() {
+    let (a, b) = (side("127.77.75.1"), side("127.77.75.2"));
+    let (_ca, _cb, _l) = connect(&a, &b, 6300);
+    b.qp.receive(1, &[NdSge::new(b.mr.address(), 1023, b.mr.local_token())])
+        .unwrap();
+    a.qp.send(
+        2,
+        &[NdSge::new(a.mr.address(), 1024, a.mr.local_token())],
+        0,
+    )
+    .unwrap();
+    let r = results(&b.cq, 1);
+    assert_eq!(r[0].status, NdStatus::DATA_OVERRUN, "receiver");
+    let s = results(&a.cq, 1)[0].status;
+    assert!(
+        s == NdStatus::SUCCESS || s == NdStatus::DATA_ERROR,
+        "sender {s}"
+    );
+}
+
+#[test]
+fn device_removal_completes_pending_requests() {
+    let (a, b) = (side("127.77.76.1"), side("127.77.76.2"));
+    let (_ca, cb, l) = connect(&a, &b, 6400);
+    let notify = cb.notify_disconnect().unwrap();
+    let next = b.ad.create_connector().unwrap();
+    let req = l.get_connection_request(&next).unwrap();
+    let cqn = b.cq.notify(NotifyType::Errors);
+    b.qp.receive(1, &[]).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    b.ad.remove();
+    for s in [status(notify.wait()), status(req.wait())] {
+        assert_eq!(s, NdStatus::DEVICE_REMOVED);
+    }
+    let r = results(&b.cq, 1);
+    assert_eq!(r[0].status, NdStatus::DEVICE_REMOVED);
+    let s = status(cqn.wait());
+    assert!(
+        s == NdStatus::SUCCESS || s == NdStatus::DEVICE_REMOVED,
+        "{s}"
+    );
+    assert_eq!(status(b.qp.receive(2, &[])), NdStatus::DEVICE_REMOVED);
+    assert_eq!(status(b.ad.create_connector()), NdStatus::DEVICE_REMOVED);
+    assert_eq!(status(b.ad.query(ND_VERSION_2)), NdStatus::DEVICE_REMOVED);
+}

@@ -13,5 +13,8 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 scripts/interop.sh up
 trap 'scripts/interop.sh down' EXIT
 cargo test --workspace
+# 1 GiB each of WRITE, READ and SEND through 10 % loss plus duplication,
+# reordering, delay and corruption, in release mode (debug is too slow for it).
+NDV_LOSSY_MIB=${NDV_LOSSY_MIB:-1024} cargo test --release -p ndverbs-engine --test lossy -- --nocapture
 # The parsers under libFuzzer for a short fixed budget per target.
 scripts/fuzz-short.sh "${FUZZ_SECONDS:-20}"

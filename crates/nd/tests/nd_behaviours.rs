@@ -441,3 +441,93 @@ fn device_removal_completes_pending_requests() {
     assert_eq!(status(b.ad.create_connector()), NdStatus::DEVICE_REMOVED);
     assert_eq!(status(b.ad.query(ND_VERSION_2)), NdStatus::DEVICE_REMOVED);
 }
+
+/// ndmpic: two ranks connect to each other at the same time; the higher rank
+/// keeps its active connection and rejects the peer's request; the lower rank
+/// abandons its own connect and accepts. Private data 39 bytes; shutdown with
+/// close/close_ack and Disconnect from both sides.
+#[test]
+fn ndmpic_simultaneous_connects() {
+    let r0 = side("127.77.77.1");
+    let r1 = side("127.77.77.2");
+    let port = 5200;
+    let listeners: Vec<Listener> = [&r0, &r1]
+        .iter()
+        .map(|s| {
+            let l = s.ad.create_listener().unwrap();
+            l.bind(SocketAddr::new(s.ad.address(), port)).unwrap();
+            l.listen(4).unwrap();
+            l
+        })
+        .collect();
+    let key = |rank: u8| {
+        let mut v = vec![rank];
+        v.extend_from_slice(&[0xab; 38]);
+        v
+    };
+    // Both sides: a passive connector waiting, and an active Connect.
+    let pass0 = r0.ad.create_connector().unwrap();
+    let pass1 = r1.ad.create_connector().unwrap();
+    let req0 = listeners[0].get_connection_request(&pass0).unwrap();
+    let req1 = listeners[1].get_connection_request(&pass1).unwrap();
+    let act0 = r0.ad.create_connector().unwrap();
+    let act1 = r1.ad.create_connector().unwrap();
+    let qp0_active = r0
+        .ad
+        .create_queue_pair(&r0.cq, &r0.cq, 100, 4, 4, 1, 1, 64)
+        .unwrap();
+    let c0 = act0
+        .connect(
+            &qp0_active,
+            SocketAddr::new(r1.ad.address(), port),
+            1,
+            1,
+            &key(0),
+        )
+        .unwrap();
+    let c1 = act1
+        .connect(
+            &r1.qp,
+            SocketAddr::new(r0.ad.address(), port),
+            1,
+            1,
+            &key(1),
+        )
+        .unwrap();
+    req0.wait().unwrap();
+    req1.wait().unwrap();
+    // GetPeerAddress before Accept.
+    assert_eq!(pass0.get_peer_address().unwrap().ip(), r1.ad.address());
+    assert_eq!(pass1.get_private_data().unwrap()[..39], key(0)[..]);
+    // Rank 1 (higher) rejects rank 0's request and releases that connector.
+    pass1.reject(&[]).unwrap();
+    drop(pass1);
+    // Rank 0's own Connect ends REFUSED (or CANCELED had it given up first).
+    let s0 = status(c0.wait());
+    assert!(
+        s0 == NdStatus::CONNECTION_REFUSED || s0 == NdStatus::CANCELED,
+        "{s0}"
+    );
+    drop((act0, qp0_active));
+    // Rank 0 accepts rank 1's request.
+    let acc = pass0.accept(&r0.qp, 1, 1, &key(0)).unwrap();
+    c1.wait().expect("rank 1's connect must succeed");
+    act1.complete_connect().unwrap().wait().unwrap();
+    acc.wait().unwrap();
+    // Shutdown: close, close_ack, then Disconnect from both sides.
+    r0.qp
+        .receive(1, &[NdSge::new(r0.mr.address(), 16, r0.mr.local_token())])
+        .unwrap();
+    r1.qp
+        .receive(2, &[NdSge::new(r1.mr.address(), 16, r1.mr.local_token())])
+        .unwrap();
+    r1.qp.send_inline(3, b"close", 0).unwrap();
+    results(&r0.cq, 1);
+    r0.qp.send_inline(4, b"close_ack", 0).unwrap();
+    results(&r1.cq, 2);
+    results(&r0.cq, 1);
+    let d0 = pass0.disconnect().unwrap();
+    let d1 = act1.disconnect().unwrap();
+    d0.wait().expect("rank 0 Disconnect");
+    d1.wait().expect("rank 1 Disconnect");
+}

@@ -945,12 +945,19 @@ impl Adapter {
     /// due, or `timeout` passes — then runs one step.
     pub fn progress_wait(&self, timeout: Duration) -> Result<(), EngineError> {
         self.check()?;
+        let rcvd = &self.shared.counters.rcvd_datagrams;
+        let before = rcvd.load(Ordering::Relaxed);
         let deadline = {
             let mut c = self.shared.core.lock().unwrap_or_else(|e| e.into_inner());
             let now = self.now();
             c.step(&self.shared, now);
             c.next_deadline()
         };
+        // The step just took packets: their completions are out, so return to
+        // the caller instead of sleeping on a socket that is now empty.
+        if rcvd.load(Ordering::Relaxed) != before {
+            return Ok(());
+        }
         let wait = deadline.map_or(timeout, |d| {
             d.saturating_duration_since(self.now()).min(timeout)
         });

@@ -348,16 +348,28 @@ fn dead_peer_disconnect_times_out_and_flushes_once() {
     // The peer dies: its adapter is gone, its port closed (ICMP unreachable).
     b.ad.remove();
     drop(b);
-    a.ad.post_recv(&a.qp, RecvWr::new(1, vec![sge(&a.mr, 0, 64)])).unwrap();
-    a.ad.post_send(&a.qp, SendWr::new(2, SendOp::Send, vec![sge(&a.mr, 0, 8)])).unwrap();
-    let r = a.ad.ep_disconnect(ea, a.qp.qpn()).unwrap().wait_timeout(T).expect("bounded");
+    a.ad.post_recv(&a.qp, RecvWr::new(1, vec![sge(&a.mr, 0, 64)]))
+        .unwrap();
+    a.ad.post_send(&a.qp, SendWr::new(2, SendOp::Send, vec![sge(&a.mr, 0, 8)]))
+        .unwrap();
+    let r =
+        a.ad.ep_disconnect(ea, a.qp.qpn())
+            .unwrap()
+            .wait_timeout(T)
+            .expect("bounded");
     assert_eq!(r, Err(EpError::Timeout));
     let mut w = wait(&a.cq, 2);
     w.sort_by_key(|w| w.wr_id);
     assert_eq!((w[0].wr_id, w[0].status), (1, WcStatus::WrFlushErr));
-    assert!(matches!(w[1].status, WcStatus::WrFlushErr | WcStatus::RetryExcErr), "{w:?}");
+    assert!(
+        matches!(w[1].status, WcStatus::WrFlushErr | WcStatus::RetryExcErr),
+        "{w:?}"
+    );
     settle();
-    assert!(a.cq.poll_one().is_none(), "each request completes exactly once");
+    assert!(
+        a.cq.poll_one().is_none(),
+        "each request completes exactly once"
+    );
     // A second Disconnect on the finished connection is refused.
     assert!(a.ad.ep_disconnect(ea, a.qp.qpn()).is_err());
 }

@@ -16,5 +16,11 @@ cargo test --workspace
 # 1 GiB each of WRITE, READ and SEND through 10 % loss plus duplication,
 # reordering, delay and corruption, in release mode (debug is too slow for it).
 NDV_LOSSY_MIB=${NDV_LOSSY_MIB:-1024} cargo test --release -p ndverbs-engine --test lossy -- --nocapture
+# Reliability (RELIABILITY.md), in release: the whole-connection simulation
+# over 10,000 seeds, a million forged packets at a live connection, and
+# 20,000 connect/transfer/disconnect cycles with RSS and fds flat.
+NDV_SIM_SEEDS=${NDV_SIM_SEEDS:-10000} cargo test --release -p ndverbs-proto --test sim_connection -- --nocapture
+NDV_FLOOD_PACKETS=${NDV_FLOOD_PACKETS:-1000000} cargo test --release -p ndverbs-engine --test hostile_flood -- --nocapture
+NDV_SOAK_CYCLES=${NDV_SOAK_CYCLES:-20000} cargo test --release -p ndverbs-nd --test soak -- --nocapture
 # The parsers under libFuzzer for a short fixed budget per target.
 scripts/fuzz-short.sh "${FUZZ_SECONDS:-20}"

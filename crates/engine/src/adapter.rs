@@ -36,7 +36,9 @@ use crate::faults::{Fate, FaultConfig, FaultCounters, Faults, Held};
 use crate::gsi::Gsi;
 use crate::keys::KeyGen;
 use crate::mr::{MemError, MemTable, Region, RegionBuf};
-use crate::udp::{Drop as UdpDrop, RoceSocket, MAX_TRANSPORT};
+use crate::udp::{
+    Drop as UdpDrop, RoceSocket, MAX_DATAGRAM, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, MAX_TRANSPORT,
+};
 use crossbeam_queue::{ArrayQueue, SegQueue};
 use ndverbs_proto::cm::{CmAgent, CmConfig};
 use ndverbs_proto::mem::{Access, Sge};
@@ -310,6 +312,31 @@ pub(crate) struct Core {
     pub(crate) timewait_qpns: HashSet<u32>,
     /// Request completions to deliver at the end of the step.
     pub(crate) later: crate::ep::Later,
+    /// Counters of destroyed queue pairs (adapter counters are cumulative).
+    pub(crate) retired: ndverbs_proto::rc::Counters,
+    /// Manual progress: plain ACKs held back by the step that made them, so
+    /// that a reply the application posts after seeing the completion leaves
+    /// first (in the same GSO send); sent by the next step at the latest.
+    acks: Vec<HeldAck>,
+    /// The ACKs the previous step held, while this step's `finish_step` runs.
+    acks_due: Vec<HeldAck>,
+}
+
+/// A plain ACK held for one step (see `Core::acks`).
+#[derive(Clone, Copy)]
+struct HeldAck {
+    qpn: u32,
+    peer: IpAddr,
+    len: u8,
+    bytes: [u8; HELD_ACK_MAX],
+}
+
+/// Room for a held ACK: BTH + AETH + ICRC (20 bytes).
+const HELD_ACK_MAX: usize = 32;
+
+/// True for an RC ACKNOWLEDGE whose AETH says ACK (not RNR NAK or NAK).
+fn is_plain_ack(pkt: &[u8]) -> bool {
+    pkt.len() <= HELD_ACK_MAX && pkt.len() >= 16 && pkt[0] == 0x11 && pkt[12] >> 5 == 0
 }
 
 pub(crate) struct Shared {
@@ -324,6 +351,8 @@ pub(crate) struct Shared {
     epoch: std::time::Instant,
     counters: AdapterCounters,
     sock_fd: i32,
+    /// Packet capture (off unless switched on; see [`crate::capture`]).
+    pub(crate) capture: crate::capture::Slot,
 }
 
 /// An adapter: the engine for one local IP address. Cheap to clone.
@@ -365,10 +394,12 @@ impl Adapter {
     }
 
     fn open_inner(
-        sock: RoceSocket,
+        mut sock: RoceSocket,
         mode: Progress,
         timers: Option<CmTimers>,
     ) -> Result<Adapter, EngineError> {
+        // Coalesced receives (split again in `Core::step`); fine if refused.
+        sock.enable_gro();
         let local = sock.local();
         let sock_fd = sock.fd();
         let mut keys = KeyGen::new();
@@ -390,6 +421,9 @@ impl Adapter {
             eps: EpTable::default(),
             timewait_qpns: HashSet::new(),
             later: Vec::new(),
+            retired: Default::default(),
+            acks: Vec::new(),
+            acks_due: Vec::new(),
             next_id: 1,
             pds: HashMap::new(),
             cqs: HashMap::new(),
@@ -397,8 +431,9 @@ impl Adapter {
             srqs: HashMap::new(),
             timers: BinaryHeap::new(),
             touched: Vec::new(),
-            rx: vec![0u8; MAX_TRANSPORT].into_boxed_slice(),
-            tx: vec![0u8; MAX_TRANSPORT].into_boxed_slice(),
+            rx: vec![0u8; MAX_DATAGRAM].into_boxed_slice(),
+            // A GSO batch, with room for one more packet past its limit.
+            tx: vec![0u8; MAX_GSO_BYTES + MAX_TRANSPORT].into_boxed_slice(),
             faults: match FaultConfig::from_env() {
                 Ok(c) => c.filter(|c| !c.is_off()).map(Faults::new),
                 Err(e) => {
@@ -419,7 +454,9 @@ impl Adapter {
             epoch: std::time::Instant::now(),
             counters: AdapterCounters::default(),
             sock_fd,
+            capture: Default::default(),
         });
+        crate::capture::from_env(&shared.capture, local)?;
         let thread = if mode == Progress::Thread {
             let s = shared.clone();
             Some(
@@ -430,10 +467,12 @@ impl Adapter {
         } else {
             None
         };
-        Ok(Adapter {
+        let adapter = Adapter {
             shared,
             thread: Arc::new(Mutex::new(thread)),
-        })
+        };
+        crate::stats::publish_from_env(&adapter);
+        Ok(adapter)
     }
 
     /// The local address.
@@ -802,7 +841,9 @@ impl Adapter {
         }
         c.touched.push(qpn);
         c.finish_step(&self.shared, now);
-        c.qps.remove(&qpn);
+        if let Some(e) = c.qps.remove(&qpn) {
+            crate::stats::add(&mut c.retired, e.qp.counters());
+        }
         Ok(())
     }
 
@@ -951,6 +992,7 @@ impl Adapter {
             let mut c = self.shared.core.lock().unwrap_or_else(|e| e.into_inner());
             let now = self.now();
             c.step(&self.shared, now);
+            c.flush_acks(&self.shared);
             c.next_deadline()
         };
         // The step just took packets: their completions are out, so return to
@@ -1203,30 +1245,31 @@ impl Core {
                 }
             }
         }
+        // Send what was just posted before looking at the socket: a reply
+        // leaves one receive syscall earlier.
+        if !self.touched.is_empty() {
+            self.finish_step(shared, now);
+        }
         self.release_held(shared, now);
-        // 2. Received packets (a bounded batch, so timers and sends interleave).
-        for _ in 0..64 {
-            match self.sock.recv(&mut self.rx) {
+        // 2. Received datagrams (a bounded batch, so timers and sends
+        // interleave); a GRO datagram carries several packets of one peer.
+        // In manual progress one datagram per step: the caller polls again
+        // at once, and the completion it may be waiting for is not delayed
+        // by a receive that finds the socket empty.
+        let batch = if shared.mode == Progress::Manual {
+            1
+        } else {
+            64
+        };
+        for _ in 0..batch {
+            match self.sock.recv_datagram(&mut self.rx) {
                 Ok(None) => break,
-                Ok(Some(r)) => {
-                    shared
-                        .counters
-                        .rcvd_datagrams
-                        .fetch_add(1, Ordering::Relaxed);
-                    match r {
-                        Ok(r) => self.dispatch(shared, now, r.src.ip(), r.len),
-                        Err(UdpDrop::BadIcrc) => {
-                            shared
-                                .counters
-                                .drop_bad_icrc
-                                .fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(_) => {
-                            shared
-                                .counters
-                                .drop_malformed
-                                .fetch_add(1, Ordering::Relaxed);
-                        }
+                Ok(Some(d)) => {
+                    let mut off = 0;
+                    while off < d.len {
+                        let end = (off + d.seg).min(d.len);
+                        self.receive_one(shared, now, &d, off, end);
+                        off = end;
                     }
                 }
                 Err(e) => {
@@ -1254,8 +1297,41 @@ impl Core {
         self.finish_step(shared, now);
     }
 
-    fn dispatch(&mut self, shared: &Shared, now: Instant, src: IpAddr, len: usize) {
-        let pkt = match Packet::parse(&self.rx[..len]) {
+    /// Verifies and dispatches the packet at `self.rx[off..end]` of datagram `d`.
+    fn receive_one(
+        &mut self,
+        shared: &Shared,
+        now: Instant,
+        d: &crate::udp::Datagram,
+        off: usize,
+        end: usize,
+    ) {
+        shared
+            .counters
+            .rcvd_datagrams
+            .fetch_add(1, Ordering::Relaxed);
+        match self.sock.verify_segment(&self.rx[off..end], d.src, d.dst) {
+            Ok(r) => {
+                shared.capture.rx(&r, self.sock.port(), &self.rx[off..end]);
+                self.dispatch(shared, now, r.src.ip(), off, r.len)
+            }
+            Err(UdpDrop::BadIcrc) => {
+                shared
+                    .counters
+                    .drop_bad_icrc
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                shared
+                    .counters
+                    .drop_malformed
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn dispatch(&mut self, shared: &Shared, now: Instant, src: IpAddr, off: usize, len: usize) {
+        let pkt = match Packet::parse(&self.rx[off..off + len]) {
             Ok(p) => p,
             Err(_) => {
                 shared
@@ -1300,6 +1376,98 @@ impl Core {
         self.touched.push(qpn);
     }
 
+    /// Sends everything queue pair `qpn` has to send to `peer`: runs of
+    /// equal-size packets (the last of a run may be shorter) go out as one
+    /// UDP GSO send of up to [`MAX_GSO_BYTES`]. One packet at a time when the
+    /// fault layer is on or the kernel has no GSO.
+    fn drain_qp(&mut self, shared: &Shared, now: Instant, qpn: u32, peer: IpAddr) {
+        if self.faults.is_some() || !self.sock.gso() {
+            while let Some(n) = self
+                .qps
+                .get_mut(&qpn)
+                .and_then(|e| e.qp.poll_transmit(now, &mut self.mem, &mut self.tx))
+            {
+                self.transmit(shared, now, peer, n);
+            }
+            return;
+        }
+        let hold_acks = shared.mode == Progress::Manual;
+        // `tx[..off]` holds `count` packets of `seg` bytes (the last may be shorter).
+        let (mut off, mut seg, mut count) = (0usize, 0usize, 0usize);
+        loop {
+            let Some(e) = self.qps.get_mut(&qpn) else {
+                break;
+            };
+            let Some(n) = e.qp.poll_transmit(now, &mut self.mem, &mut self.tx[off..]) else {
+                break;
+            };
+            if hold_acks && is_plain_ack(&self.tx[off..off + n]) {
+                // ACKs are cumulative: a newer one replaces a held one.
+                let mut h = HeldAck {
+                    qpn,
+                    peer,
+                    len: n as u8,
+                    bytes: [0; HELD_ACK_MAX],
+                };
+                h.bytes[..n].copy_from_slice(&self.tx[off..off + n]);
+                self.acks.retain(|a| a.qpn != qpn);
+                self.acks_due.retain(|a| a.qpn != qpn);
+                self.acks.push(h);
+                continue;
+            }
+            if count == 0 {
+                (off, seg, count) = (n, n, 1);
+            } else if n <= seg && off + n <= MAX_GSO_BYTES && count < MAX_GSO_SEGMENTS {
+                off += n;
+                count += 1;
+                if n < seg {
+                    // A shorter packet ends a GSO run.
+                    send_batch(&self.sock, shared, &mut self.tx[..off], seg, peer);
+                    (off, count) = (0, 0);
+                }
+            } else {
+                // It does not join the run: send the run, start a new one.
+                send_batch(&self.sock, shared, &mut self.tx[..off], seg, peer);
+                self.tx.copy_within(off..off + n, 0);
+                (off, seg, count) = (n, n, 1);
+            }
+        }
+        // The ACK the previous step held for this QP leaves after its data.
+        if let Some(i) = self.acks_due.iter().position(|a| a.qpn == qpn) {
+            let a = self.acks_due.swap_remove(i);
+            let n = a.len as usize;
+            if count > 0 && n <= seg && off + n <= MAX_GSO_BYTES && count < MAX_GSO_SEGMENTS {
+                self.tx[off..off + n].copy_from_slice(&a.bytes[..n]);
+                off += n;
+                count += 1;
+            } else {
+                if count > 0 {
+                    send_batch(&self.sock, shared, &mut self.tx[..off], seg, peer);
+                }
+                self.tx[..n].copy_from_slice(&a.bytes[..n]);
+                (off, seg, count) = (n, n, 1);
+            }
+        }
+        if count > 0 {
+            send_batch(&self.sock, shared, &mut self.tx[..off], seg, peer);
+        }
+    }
+
+    /// Sends ACKs held from the previous step whose QPs had nothing else to
+    /// send in this one.
+    fn send_due_acks(&mut self, shared: &Shared) {
+        while let Some(mut a) = self.acks_due.pop() {
+            let n = a.len as usize;
+            send_batch(&self.sock, shared, &mut a.bytes[..n], n, a.peer);
+        }
+    }
+
+    /// Sends every held ACK now (before the engine sleeps).
+    pub(crate) fn flush_acks(&mut self, shared: &Shared) {
+        self.acks_due.append(&mut self.acks);
+        self.send_due_acks(shared);
+    }
+
     /// Sends what touched queue pairs have to send, delivers their
     /// completions, and re-arms their timers.
     pub(crate) fn finish_step(&mut self, shared: &Shared, now: Instant) {
@@ -1308,16 +1476,12 @@ impl Core {
         self.pump_cm(shared, now);
         self.touched.sort_unstable();
         self.touched.dedup();
+        // ACKs held by the previous step go out in this one.
+        self.acks_due.append(&mut self.acks);
         let touched = std::mem::take(&mut self.touched);
         for &qpn in &touched {
             if let Some(peer) = self.qps.get(&qpn).and_then(|e| e.peer) {
-                while let Some(n) = self
-                    .qps
-                    .get_mut(&qpn)
-                    .and_then(|e| e.qp.poll_transmit(now, &mut self.mem, &mut self.tx))
-                {
-                    self.transmit(shared, now, peer, n);
-                }
+                self.drain_qp(shared, now, qpn, peer);
             }
             let Some(e) = self.qps.get_mut(&qpn) else {
                 continue;
@@ -1340,6 +1504,7 @@ impl Core {
                 self.timers.push(Reverse((t, qpn)));
             }
         }
+        self.send_due_acks(shared);
         // Receives consumed from SRQs (any QP may have taken one).
         for s in self.srqs.values() {
             let queued = s.rq.len() as u32 + s.shared.rq_in.len() as u32;
@@ -1362,6 +1527,7 @@ fn send(sock: &RoceSocket, shared: &Shared, pkt: &mut [u8], peer: IpAddr, flip: 
     for attempt in 0..2 {
         match sock.send_to_flipped(pkt, peer, ROCEV2_PORT, flip) {
             Ok(()) => {
+                shared.capture.tx(sock, peer, ROCEV2_PORT, 0, pkt);
                 shared
                     .counters
                     .sent_datagrams
@@ -1391,6 +1557,51 @@ fn send(sock: &RoceSocket, shared: &Shared, pkt: &mut [u8], peer: IpAddr, flip: 
             }
         }
     }
+}
+
+/// Sends a run of packets (see [`RoceSocket::send_segments`]), waiting a
+/// moment once if the socket buffer is full.
+fn send_batch(sock: &RoceSocket, shared: &Shared, buf: &mut [u8], seg: usize, peer: IpAddr) {
+    let count = buf.len().div_ceil(seg) as u64;
+    for attempt in 0..2 {
+        match sock.send_segments(buf, seg, peer, ROCEV2_PORT) {
+            Ok(()) => {
+                shared
+                    .capture
+                    .tx_segments(sock, peer, ROCEV2_PORT, buf, seg);
+                shared
+                    .counters
+                    .sent_datagrams
+                    .fetch_add(count, Ordering::Relaxed);
+                return;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && attempt == 0 => {
+                wait_writable(sock);
+            }
+            Err(e) => {
+                if e.kind() == io::ErrorKind::WouldBlock {
+                    shared
+                        .counters
+                        .send_would_block
+                        .fetch_add(count, Ordering::Relaxed);
+                } else {
+                    tracing::debug!(error = %e, %peer, "send failed");
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// Waits up to a millisecond for room in the socket's send buffer.
+fn wait_writable(sock: &RoceSocket) {
+    let mut p = libc::pollfd {
+        fd: sock.fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd.
+    unsafe { libc::poll(&mut p, 1, 1) };
 }
 
 /// The worker thread: step, then sleep until a packet, a post or a deadline.
@@ -1429,4 +1640,35 @@ pub fn sge(region: &Region, offset: usize, len: u32) -> Sge {
 pub fn node_guid(addr: IpAddr) -> u64 {
     let o = ndverbs_wire::cma::gid_of(addr).octets();
     u64::from_be_bytes([0x02, 0x00, 0x6e, 0x64, o[12], o[13], o[14], o[15]])
+}
+
+/// A weak adapter handle (the stats publisher's): alive while the
+/// application holds any [`Adapter`] clone (the worker's own reference to the
+/// shared state does not count).
+#[derive(Clone)]
+pub(crate) struct WeakAdapter {
+    shared: std::sync::Weak<Shared>,
+    thread: std::sync::Weak<Mutex<Option<JoinHandle<()>>>>,
+}
+
+impl WeakAdapter {
+    pub(crate) fn is_alive(&self) -> bool {
+        self.thread.strong_count() > 0
+    }
+
+    pub(crate) fn upgrade(&self) -> Option<Adapter> {
+        Some(Adapter {
+            shared: self.shared.upgrade()?,
+            thread: self.thread.upgrade()?,
+        })
+    }
+}
+
+impl Adapter {
+    pub(crate) fn downgrade(&self) -> WeakAdapter {
+        WeakAdapter {
+            shared: Arc::downgrade(&self.shared),
+            thread: Arc::downgrade(&self.thread),
+        }
+    }
 }

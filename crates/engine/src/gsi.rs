@@ -188,10 +188,40 @@ fn grh(src: IpAddr, dst: IpAddr, pkt: &Packet<'_>) -> [u8; GRH_LEN] {
     g
 }
 
+/// The source address in a GRH area filled by [`grh`] (or by rxe).
+///
+/// The IPv6 layout starts with version 6; the IPv4 layout starts with 20 zero
+/// bytes. Byte 20 alone cannot tell them apart: in an IPv6 header it is byte
+/// 12 of the source address, which may well be `0x4_` (`fd00::4a00:1`).
 fn grh_source(g: &[u8]) -> Option<IpAddr> {
-    if g[20] >> 4 == 4 {
+    if g[0] >> 4 == 6 {
+        Ipv6Header::parse(g).ok().map(|h| addr_of_gid(h.src))
+    } else if g[20] >> 4 == 4 {
         Ipv4Header::parse(&g[20..]).ok().map(|h| IpAddr::V4(h.src))
     } else {
-        Ipv6Header::parse(g).ok().map(|h| addr_of_gid(h.src))
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndverbs_wire::bth::Bth;
+    use ndverbs_wire::opcode::Opcode;
+
+    #[test]
+    fn grh_source_round_trips_both_families() {
+        let pkt = Packet::new(Bth::new(Opcode::UD_SEND_ONLY, 0xffff, 1));
+        for (s, d) in [
+            ("10.0.0.1", "10.0.0.2"),
+            ("fd00::1", "fd00::2"),
+            // Byte 12 of the source is 0x4a: looks like IPv4 at GRH byte 20.
+            ("fd00::4a00:1", "fd00::2"),
+            ("::1", "fd00::4500:2"),
+        ] {
+            let (s, d): (IpAddr, IpAddr) = (s.parse().unwrap(), d.parse().unwrap());
+            assert_eq!(grh_source(&grh(s, d, &pkt)), Some(s), "{s} -> {d}");
+        }
+        assert_eq!(grh_source(&[0u8; GRH_LEN]), None);
     }
 }

@@ -9,6 +9,7 @@
 //!   receive by solving for the ID the socket hides.
 
 pub mod adapter;
+pub mod capture;
 pub mod cq;
 pub mod ep;
 pub mod event;
@@ -17,4 +18,5 @@ pub mod gsi;
 pub mod keys;
 pub mod mr;
 pub mod pending;
+pub mod stats;
 pub mod udp;

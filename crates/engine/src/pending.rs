@@ -5,7 +5,7 @@
 //! waiting for a disconnect or a connection request) returns a [`Pending`].
 //! The engine keeps the matching [`Completion`] and fills it exactly once —
 //! dropping an unfilled `Completion` is a bug the type makes loud: it fills the
-//! pending request with the value given by [`Completion::or_else`]. The
+//! pending request with the fallback value given to [`pending`]. The
 //! application can `.await` the `Pending` from any async runtime (it stores a
 //! `Waker`, nothing runtime-specific), or block on [`Pending::wait`].
 

@@ -30,6 +30,17 @@ use std::os::fd::{AsRawFd, RawFd};
 pub const SOCKET_BUFFER: usize = 8 << 20;
 /// Largest RoCEv2 transport packet: 4096-byte MTU plus the largest header set.
 pub const MAX_TRANSPORT: usize = 4096 + 64;
+/// Most bytes handed to the kernel in one UDP GSO send (the IPv4 UDP payload
+/// limit is 65,507; 15 segments of a 4096-MTU packet fit).
+pub const MAX_GSO_BYTES: usize = 65_000;
+/// Most segments in one GSO send (the kernel's `UDP_MAX_SEGMENTS`).
+pub const MAX_GSO_SEGMENTS: usize = 64;
+/// Receive buffer that holds any datagram, GRO-coalesced ones included.
+pub const MAX_DATAGRAM: usize = 65_536;
+/// `UDP_SEGMENT` (linux/udp.h): GSO segment size, socket option or cmsg.
+const UDP_SEGMENT: libc::c_int = 103;
+/// `UDP_GRO` (linux/udp.h): receive coalesced datagrams, segment size in a cmsg.
+const UDP_GRO: libc::c_int = 104;
 
 /// Why a received datagram was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,12 +66,39 @@ pub struct Received {
     pub ipv4_id: Option<u16>,
 }
 
+/// One received datagram, possibly several RoCEv2 packets coalesced by GRO,
+/// before any ICRC check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Datagram {
+    /// Sender's address and UDP port.
+    pub src: SocketAddr,
+    /// The local address it was sent to (`IP_PKTINFO`).
+    pub dst: Option<IpAddr>,
+    /// Bytes received.
+    pub len: usize,
+    /// Size of each coalesced packet (the last may be shorter); `len` when
+    /// the datagram is one packet.
+    pub seg: usize,
+}
+
 /// A UDP socket bound to `<ip>:4791` that sends and receives RoCEv2.
+///
+/// **Batching.** [`RoceSocket::send_segments`] sends equal-size packets to one
+/// peer in one call with UDP GSO; the kernel gives segment `i` the IPv4 ID
+/// `i` (software segmentation counts up from the socket's ID 0), so each
+/// segment's ICRC is computed with that ID. With `UDP_GRO` on
+/// ([`RoceSocket::enable_gro`]) [`RoceSocket::recv_datagram`] may return
+/// several packets at once, split by the reported segment size; each is
+/// verified on its own ([`RoceSocket::verify_segment`]) and its ID recovered.
 #[derive(Debug)]
 pub struct RoceSocket {
     sock: Socket,
     local: IpAddr,
     port: u16,
+    gso: std::sync::atomic::AtomicBool,
+    gro: bool,
+    /// ID solvers by the number of CRC bytes after the ID (one per packet length).
+    solvers: std::sync::Mutex<Vec<(usize, icrc::IdSolver)>>,
 }
 
 impl RoceSocket {
@@ -107,7 +145,34 @@ impl RoceSocket {
         sock.bind(&SocketAddr::new(local, port).into())?;
         sock.set_nonblocking(true)?;
         let port = sock.local_addr()?.as_socket().map_or(port, |a| a.port());
-        Ok(RoceSocket { sock, local, port })
+        // GSO is asked for per call; a kernel that knows the option accepts 0.
+        let gso = setsockopt(fd, libc::SOL_UDP, UDP_SEGMENT, 0).is_ok();
+        Ok(RoceSocket {
+            sock,
+            local,
+            port,
+            gso: gso.into(),
+            gro: false,
+            solvers: Default::default(),
+        })
+    }
+
+    /// Turns on `UDP_GRO`: received packets of one flow may arrive coalesced
+    /// (read them with [`RoceSocket::recv_datagram`] into a [`MAX_DATAGRAM`]
+    /// buffer). Returns whether the kernel accepted it.
+    pub fn enable_gro(&mut self) -> bool {
+        self.gro = setsockopt(self.sock.as_raw_fd(), libc::SOL_UDP, UDP_GRO, 1).is_ok();
+        self.gro
+    }
+
+    /// Whether sends may use UDP GSO (off after the kernel refused one).
+    pub fn gso(&self) -> bool {
+        self.gso.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Turns GSO off (or back on, if the kernel supports it).
+    pub fn set_gso(&self, on: bool) {
+        self.gso.store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The bound local address.
@@ -173,17 +238,173 @@ impl RoceSocket {
         Ok(())
     }
 
+    /// Sends the packets in `buf` — consecutive transport packets of `seg`
+    /// bytes each but the last, which may be shorter — to `dst`, with one GSO
+    /// call when possible, filling in every ICRC (segment `i` with IPv4 ID
+    /// `i`). `buf` holds at most [`MAX_GSO_BYTES`] and [`MAX_GSO_SEGMENTS`]
+    /// packets. Returns `WouldBlock` when the socket buffer is full (nothing
+    /// was sent). Falls back to one send per packet, for good, if the kernel
+    /// refuses GSO.
+    pub fn send_segments(
+        &self,
+        buf: &mut [u8],
+        seg: usize,
+        dst: IpAddr,
+        dst_port: u16,
+    ) -> io::Result<()> {
+        if seg < 12 + ICRC_LEN || buf.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "RoCEv2 packet shorter than BTH + ICRC",
+            ));
+        }
+        let count = buf.len().div_ceil(seg);
+        if count == 1 || !self.gso() || count > MAX_GSO_SEGMENTS || buf.len() > MAX_GSO_BYTES {
+            return self.send_each(buf, seg, dst, dst_port);
+        }
+        for (i, p) in buf.chunks_mut(seg).enumerate() {
+            self.fill_icrc(p, dst, dst_port, i as u16)?;
+        }
+        match sendmsg_gso(
+            self.sock.as_raw_fd(),
+            buf,
+            SocketAddr::new(dst, dst_port),
+            seg,
+        ) {
+            Ok(n) if n == buf.len() => Ok(()),
+            Ok(_) => Err(io::Error::other("short UDP send")),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(e),
+            Err(e) => {
+                tracing::warn!(error = %e, "UDP GSO refused; sending one datagram per packet from now on");
+                self.set_gso(false);
+                self.send_each(buf, seg, dst, dst_port)
+            }
+        }
+    }
+
+    /// One `sendto` per packet of `buf` (see [`RoceSocket::send_segments`]).
+    fn send_each(&self, buf: &mut [u8], seg: usize, dst: IpAddr, dst_port: u16) -> io::Result<()> {
+        for p in buf.chunks_mut(seg) {
+            self.send_to(p, dst, dst_port)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the ICRC of `transport` as sent to `dst` with IPv4 ID `id`.
+    fn fill_icrc(
+        &self,
+        transport: &mut [u8],
+        dst: IpAddr,
+        dst_port: u16,
+        id: u16,
+    ) -> io::Result<()> {
+        let mut env = self.envelope(dst, dst_port, transport.len());
+        if let IpHeader::V4(h) = &mut env.ip {
+            h.id = id;
+        }
+        let mut hdr = [0u8; 48];
+        let n = env.write(&mut hdr).map_err(invalid)?;
+        let body = transport.len() - ICRC_LEN;
+        let c = icrc::compute_split(&hdr[..n], &transport[..body]).map_err(invalid)?;
+        transport[body..].copy_from_slice(&c.to_le_bytes());
+        Ok(())
+    }
+
+    /// Receives one datagram (with GRO on, possibly several coalesced packets)
+    /// into `buf` without checking it; `Ok(None)` when nothing is waiting.
+    /// Check each packet with [`RoceSocket::verify_segment`].
+    pub fn recv_datagram(&self, buf: &mut [u8]) -> io::Result<Option<Datagram>> {
+        match recvmsg_pktinfo(self.sock.as_raw_fd(), buf) {
+            Ok((len, src, dst, seg)) => Ok(Some(Datagram {
+                src,
+                dst,
+                len,
+                seg: seg.filter(|&s| s > 0 && s < len).unwrap_or(len),
+            })),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Verifies the ICRC of one packet of a [`Datagram`], recovering its IPv4 ID.
+    pub fn verify_segment(
+        &self,
+        transport: &[u8],
+        src: SocketAddr,
+        dst: Option<IpAddr>,
+    ) -> Result<Received, Drop> {
+        let mut cache = self.solvers.lock().unwrap_or_else(|e| e.into_inner());
+        verify_cached(transport, src, dst, self.local, self.port, &mut cache)
+    }
+
     /// Receives one datagram into `buf` and verifies its ICRC.
     ///
     /// `Ok(None)` when nothing is waiting; `Ok(Some(Err(drop)))` for a datagram
     /// that arrived but must be dropped (the caller counts it).
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<Result<Received, Drop>>> {
-        let (len, src, dst) = match recvmsg_pktinfo(self.sock.as_raw_fd(), buf) {
+        let (len, src, dst, _) = match recvmsg_pktinfo(self.sock.as_raw_fd(), buf) {
             Ok(x) => x,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
             Err(e) => return Err(e),
         };
         Ok(Some(verify(&buf[..len], src, dst, self.local, self.port)))
+    }
+}
+
+/// Solvers kept per socket (packet lengths seen most recently).
+const SOLVER_CACHE: usize = 8;
+
+/// [`verify`] with ID 0 tried first and the ID solver cached per length.
+fn verify_cached(
+    transport: &[u8],
+    src: SocketAddr,
+    dst: Option<IpAddr>,
+    local: IpAddr,
+    local_port: u16,
+    cache: &mut Vec<(usize, icrc::IdSolver)>,
+) -> Result<Received, Drop> {
+    if transport.len() < 12 + ICRC_LEN || !src.is_ipv4() {
+        return verify(transport, src, dst, local, local_port);
+    }
+    let dst = match dst {
+        Some(d) => d,
+        None if !local.is_unspecified() => local,
+        None => return Err(Drop::NoDestination),
+    };
+    let mut env = Envelope::new_rocev2(src.ip(), dst, src.port(), transport.len());
+    env.udp.dst_port = local_port;
+    let mut hdr = [0u8; 48];
+    let n = env.write(&mut hdr).map_err(|_| Drop::Runt)?;
+    let body = transport.len() - ICRC_LEN;
+    let carried = u32::from_le_bytes(transport[body..].try_into().map_err(|_| Drop::Runt)?);
+    let delta =
+        icrc::compute_split(&hdr[..n], &transport[..body]).map_err(|_| Drop::Runt)? ^ carried;
+    let ok = |id| {
+        Ok(Received {
+            src,
+            dst,
+            len: transport.len(),
+            ipv4_id: Some(id),
+        })
+    };
+    if delta == 0 {
+        return ok(0);
+    }
+    // Bytes after the ID field inside the CRC input (as icrc::recover_ipv4_id_split).
+    let after_id = n - 6 + body;
+    let i = match cache.iter().position(|(k, _)| *k == after_id) {
+        Some(i) => i,
+        None => {
+            if cache.len() >= SOLVER_CACHE {
+                cache.remove(0);
+            }
+            cache.push((after_id, icrc::IdSolver::new(after_id)));
+            cache.len() - 1
+        }
+    };
+    match cache[i].1.solve(delta) {
+        Some(id) => ok(id),
+        None => Err(Drop::BadIcrc),
     }
 }
 
@@ -262,16 +483,55 @@ fn setsockopt(
     }
 }
 
+/// `sendmsg` of `buf` to `dst` with a `UDP_SEGMENT` control message: the
+/// kernel cuts it into datagrams of `seg` bytes (the last may be shorter).
+fn sendmsg_gso(fd: RawFd, buf: &[u8], dst: SocketAddr, seg: usize) -> io::Result<usize> {
+    let addr: socket2::SockAddr = dst.into();
+    let mut iov = libc::iovec {
+        iov_base: buf.as_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; 4];
+    // SAFETY: msghdr is plain data; zeroed is a valid initial value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = addr.as_ptr() as *mut libc::c_void;
+    msg.msg_namelen = addr.len();
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE is a pure computation.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as _;
+    // SAFETY: the control buffer is 32 bytes, more than CMSG_SPACE(2); the
+    // first header lies within it.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_UDP;
+        (*c).cmsg_type = UDP_SEGMENT;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg as u16);
+    }
+    // SAFETY: every pointer in `msg` refers to a live buffer of the stated size.
+    let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// What `recvmsg_pktinfo` returns: length, source, destination, GRO segment size.
+type RecvInfo = (usize, SocketAddr, Option<IpAddr>, Option<usize>);
+
 /// `recvmsg` that also returns the destination address from `IP_PKTINFO` /
-/// `IPV6_PKTINFO`.
-fn recvmsg_pktinfo(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, SocketAddr, Option<IpAddr>)> {
+/// `IPV6_PKTINFO` and the segment size of a GRO-coalesced datagram.
+fn recvmsg_pktinfo(fd: RawFd, buf: &mut [u8]) -> io::Result<RecvInfo> {
     let mut addr: MaybeUninit<libc::sockaddr_storage> = MaybeUninit::zeroed();
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
     };
-    // Room for one in_pktinfo or in6_pktinfo control message, 8-byte aligned.
-    let mut control = [0u64; 8];
+    // Room for an in_pktinfo or in6_pktinfo and a UDP_GRO message, 8-byte aligned.
+    let mut control = [0u64; 16];
     // SAFETY: msghdr is plain data; zeroed is a valid initial value.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_name = addr.as_mut_ptr().cast();
@@ -296,6 +556,7 @@ fn recvmsg_pktinfo(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, SocketAddr, 
         io::Error::new(io::ErrorKind::InvalidData, "unknown source address family")
     })?;
     let mut dst = None;
+    let mut seg = None;
     // SAFETY: CMSG_* walk the control buffer the kernel filled, within msg_controllen.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&msg);
@@ -309,11 +570,22 @@ fn recvmsg_pktinfo(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, SocketAddr, 
             } else if h.cmsg_level == libc::IPPROTO_IPV6 && h.cmsg_type == libc::IPV6_PKTINFO {
                 let info = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::in6_pktinfo>());
                 dst = Some(IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr)));
+            } else if h.cmsg_level == libc::SOL_UDP && h.cmsg_type == UDP_GRO {
+                let s = std::ptr::read_unaligned(cmsg_int(c));
+                seg = usize::try_from(s).ok();
             }
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    Ok((n as usize, src, dst))
+    Ok((n as usize, src, dst, seg))
+}
+
+/// The `int` payload of a control message.
+///
+/// # Safety
+/// `c` must be a valid control message header inside a live buffer.
+unsafe fn cmsg_int(c: *const libc::cmsghdr) -> *const libc::c_int {
+    libc::CMSG_DATA(c).cast::<libc::c_int>()
 }
 
 /// # Safety
@@ -419,6 +691,79 @@ mod tests {
             ),
             Err(Drop::Runt)
         );
+    }
+
+    /// Packets of `sizes` bytes (BTH + payload + ICRC), distinct payloads.
+    fn packets(sizes: &[usize]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            let payload = vec![i as u8 + 1; n - 16];
+            let p = send_only(&payload);
+            assert_eq!(p.len(), n);
+            out.extend_from_slice(&p);
+        }
+        out
+    }
+
+    /// A GSO send reaches a plain receiver as separate datagrams whose ICRCs
+    /// verify with IDs 0, 1, 2… (the kernel's software segmentation), and a
+    /// GRO receiver as one buffer that splits into the same packets.
+    #[test]
+    fn gso_send_gro_receive() {
+        let port = 48010 + (std::process::id() % 40) as u16;
+        let a = RoceSocket::bind_port("127.0.0.5".parse().unwrap(), port).unwrap();
+        let b = RoceSocket::bind_port("127.0.0.6".parse().unwrap(), port).unwrap();
+        let mut g = RoceSocket::bind_port("127.0.0.7".parse().unwrap(), port).unwrap();
+        if !a.gso() || !g.enable_gro() {
+            eprintln!("SKIPPED: gso_send_gro_receive — no UDP GSO/GRO in this kernel");
+            return;
+        }
+        let sizes = [1040, 1040, 1040, 500];
+        let mut batch = packets(&sizes);
+        a.send_segments(&mut batch, 1040, b.local(), port).unwrap();
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let mut off = 0;
+        for (i, &n) in sizes.iter().enumerate() {
+            let r = recv_wait(&b, &mut buf).unwrap();
+            assert_eq!(r.len, n);
+            assert_eq!(r.ipv4_id, Some(i as u16), "segment {i}");
+            assert_eq!(&buf[..n - ICRC_LEN], &batch[off..off + n - ICRC_LEN]);
+            off += n;
+        }
+        let mut batch = packets(&sizes);
+        a.send_segments(&mut batch, 1040, g.local(), port).unwrap();
+        let t0 = Instant::now();
+        let mut got = Vec::new();
+        while got.len() < sizes.len() {
+            assert!(t0.elapsed() < Duration::from_secs(5), "nothing received");
+            let Some(d) = g.recv_datagram(&mut buf).unwrap() else {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            };
+            for p in buf[..d.len].chunks(d.seg) {
+                got.push(g.verify_segment(p, d.src, d.dst).unwrap());
+            }
+        }
+        let ids: Vec<_> = got.iter().map(|r| r.ipv4_id).collect();
+        assert_eq!(ids, [Some(0), Some(1), Some(2), Some(3)]);
+        let lens: Vec<_> = got.iter().map(|r| r.len).collect();
+        assert_eq!(lens, sizes);
+        // A corrupted segment is caught on its own.
+        let mut batch = packets(&sizes);
+        a.send_segments(&mut batch, 1040, g.local(), port).unwrap();
+        let d = loop {
+            if let Some(d) = g.recv_datagram(&mut buf).unwrap() {
+                break d;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        buf[d.seg + 20] ^= 1;
+        let verdicts: Vec<_> = buf[..d.len]
+            .chunks(d.seg)
+            .map(|p| g.verify_segment(p, d.src, d.dst).map(|r| r.ipv4_id))
+            .collect();
+        assert_eq!(verdicts[1], Err(Drop::BadIcrc));
+        assert_eq!(verdicts[0], Ok(Some(0)));
     }
 
     #[test]

@@ -48,6 +48,7 @@ mod adapter;
 mod connector;
 mod cq;
 mod mr;
+mod observe;
 mod pending;
 mod qp;
 mod status;

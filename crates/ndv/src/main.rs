@@ -1,7 +1,9 @@
 //! `ndv`: the ndverbs command-line tools.
 
+mod bench;
 mod decode;
 mod demo;
+mod devinfo;
 #[allow(dead_code)]
 mod oob;
 mod perf;
@@ -9,6 +11,7 @@ mod ping;
 mod pingpong;
 #[allow(dead_code)]
 mod report;
+mod stat;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -21,6 +24,11 @@ use std::process::ExitCode;
     about = "ndverbs: a userspace RoCEv2 RDMA stack"
 )]
 struct Cli {
+    /// Write every RoCEv2 packet the command's devices send and receive to
+    /// this pcap file (raw IP, as on the wire; Wireshark/tshark decode it as
+    /// RoCE). Same as setting NDV_PCAP=FILE.
+    #[arg(long, global = true, value_name = "FILE")]
+    pcap: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -35,6 +43,12 @@ enum Command {
     Ping(ping::Args),
     /// perftest-compatible bandwidth and latency tests (ib_send_bw … ib_atomic_lat).
     Perf(perf::Args),
+    /// Benchmarks against baselines (iperf3, UDP ping-pong, TCP connect), as ratios.
+    Bench(bench::Args),
+    /// ibv_devinfo for ndverbs devices (one per local IP address; binds nothing).
+    Devinfo(devinfo::Args),
+    /// Counters of running ndverbs processes (rxe's names), like `rdma statistic`.
+    Stat(stat::Args),
     /// Print every RoCEv2 packet (UDP port 4791) of a pcap or pcapng file.
     Decode {
         /// One JSON object per packet instead of text.
@@ -47,12 +61,24 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if std::env::var_os(ndverbs_verbs::STAT_ENV).is_none() {
+        // Every adapter a tool opens publishes its counters for `ndv stat`.
+        std::env::set_var(ndverbs_verbs::STAT_ENV, "1");
+    }
+    if let Some(p) = &cli.pcap {
+        // Read by every adapter the command opens (ndverbs_engine::capture),
+        // wherever the tool opens it. Set before any thread starts.
+        std::env::set_var(ndverbs_verbs::PCAP_ENV, p);
+    }
     let result = match cli.command {
         Command::Decode { json, file } => decode::run(&file, json),
         Command::Ping(a) => ping::run(&a),
+        Command::Devinfo(a) => devinfo::run(&a),
+        Command::Stat(a) => stat::run(&a),
         Command::Demo(a) => demo::run(&a),
         Command::Pingpong(a) => pingpong::run(&a),
         Command::Perf(a) => perf::run(&a),
+        Command::Bench(a) => bench::run(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

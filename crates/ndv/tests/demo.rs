@@ -5,7 +5,15 @@ use std::process::Command;
 #[test]
 fn demo_exits_zero_with_a_report() {
     let out = Command::new(env!("CARGO_BIN_EXE_ndv"))
-        .args(["demo", "--bytes", "8388608"])
+        .args([
+            "demo",
+            "--bytes",
+            "8388608",
+            "--server",
+            "127.77.90.1",
+            "--client",
+            "127.77.90.2",
+        ])
         .output()
         .unwrap();
     let text =

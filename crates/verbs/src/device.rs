@@ -3,7 +3,7 @@
 use crate::memory::{Mr, Mw};
 use crate::qp::{Qp, QpInitAttr, Srq};
 use crate::{Result, VerbsError};
-use ndverbs_engine::adapter::{Adapter, Limits, Progress, LIMITS};
+use ndverbs_engine::adapter::{node_guid, Adapter, Limits, Progress, LIMITS};
 use ndverbs_engine::cq::{CompletionQueue, NotifyOn, ResizeError};
 use ndverbs_engine::mr::RegionBuf;
 use ndverbs_proto::mem::Access;
@@ -27,7 +27,8 @@ pub struct DeviceAttr {
     pub addr: IpAddr,
     /// Its GID (IPv4-mapped for IPv4).
     pub gid: Ipv6Addr,
-    /// Node GUID (EUI-64 style, derived from the address).
+    /// Node GUID, derived from the address: the CA GUID the connection
+    /// manager sends ([`ndverbs_engine::adapter::node_guid`]).
     pub node_guid: u64,
     /// Enforced limits.
     pub limits: Limits,
@@ -106,13 +107,6 @@ impl Device {
     pub fn is_removed(&self) -> bool {
         self.adapter.is_removed()
     }
-}
-
-/// A node GUID for an address: stable, and distinct per address.
-fn node_guid(addr: IpAddr) -> u64 {
-    let o = gid_of(addr).octets();
-    // 02:nd:v0 OUI-like prefix + the low 5 bytes of the address.
-    0x0200_0000_0000_0000 | u64::from_be_bytes([0, 0x6e, 0x64, o[11], o[12], o[13], o[14], o[15]])
 }
 
 #[derive(Debug)]

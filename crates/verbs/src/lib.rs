@@ -35,6 +35,7 @@
 mod device;
 mod ep;
 mod memory;
+mod observe;
 mod qp;
 
 pub use device::{Cq, Device, DeviceAttr, Pd};
@@ -42,9 +43,11 @@ pub use ep::{
     AcceptArgs, ConnectArgs, ConnectInfo, Endpoint, EpError, EpInfo, EpPending, RequestInfo,
 };
 pub use memory::{Mr, Mw};
-pub use ndverbs_engine::adapter::{Limits, Progress, LIMITS};
+pub use ndverbs_engine::adapter::{node_guid, Limits, Progress, LIMITS};
+pub use ndverbs_engine::capture::PCAP_ENV;
 pub use ndverbs_engine::cq::{NotifyError, NotifyOn};
 pub use ndverbs_engine::pending::Pending;
+pub use ndverbs_engine::stats::{stat_dir, Stats, RXE_COUNTERS, STAT_ENV};
 pub use ndverbs_proto::mem::{Access, Sge};
 pub use ndverbs_proto::rc::{
     AddressVector, AttrMask, Counters as QpCounters, PathMtu, QpAttr, QpCaps, QpState, RecvWr,

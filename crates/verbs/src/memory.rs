@@ -11,11 +11,18 @@ use std::sync::Arc;
 pub struct Mr {
     region: Arc<Region>,
     pd: Arc<PdInner>,
+    /// False once [`Mr::deregister`] succeeded: drop must not deregister the
+    /// key again (it may belong to a newer region by then).
+    registered: bool,
 }
 
 impl Mr {
     pub(crate) fn new(region: Arc<Region>, pd: Arc<PdInner>) -> Self {
-        Mr { region, pd }
+        Mr {
+            region,
+            pd,
+            registered: true,
+        }
     }
 
     /// Local key.
@@ -91,7 +98,10 @@ impl Mr {
     pub fn deregister(self) -> std::result::Result<(), (Mr, VerbsError)> {
         match self.pd.dev.adapter().dereg_mr(self.region.lkey()) {
             Ok(()) => {
-                std::mem::forget(self);
+                // Dropped here: the region's memory and the PD reference are
+                // released (`mem::forget` used to leak both).
+                let mut this = self;
+                this.registered = false;
                 Ok(())
             }
             Err(e) => Err((self, e.into())),
@@ -103,7 +113,9 @@ impl Drop for Mr {
     fn drop(&mut self) {
         // A region with bound windows stays registered until they are gone;
         // its memory is freed with the last reference either way.
-        let _ = self.pd.dev.adapter().dereg_mr(self.region.lkey());
+        if self.registered {
+            let _ = self.pd.dev.adapter().dereg_mr(self.region.lkey());
+        }
     }
 }
 

@@ -25,6 +25,10 @@ fn check_of(target: &str) -> Option<fn(&[u8])> {
     }
 }
 
+/// Targets of other crates, replayed by their own tests
+/// (`engine_ingress`: `crates/proto/tests/fuzz_ingress.rs`).
+const REPLAYED_ELSEWHERE: &[&str] = &["engine_ingress"];
+
 /// Sorted files of `dir` (not recursive); none if it does not exist.
 fn files_in(dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -58,6 +62,9 @@ fn replay(kind: &str) -> Vec<(String, usize)> {
             .and_then(|n| n.to_str())
             .expect("UTF-8 target directory name")
             .to_owned();
+        if REPLAYED_ELSEWHERE.contains(&target.as_str()) {
+            continue;
+        }
         let check = check_of(&target)
             .unwrap_or_else(|| panic!("{}: no fuzz target named {target:?}", dir.display()));
         let files = files_in(&dir);

@@ -167,13 +167,17 @@ fn run_sender(r: &RunParams, recv: bool) -> Result<BwReport, String> {
             while (scnt[q] < iters || dur.is_some()) && scnt[q] - ccnt[q] < tx_depth {
                 let m = scnt[q];
                 let signaled = m % cq_mod == cq_mod - 1 || (dur.is_none() && m == iters - 1);
+                let wr = send_wr(r, q, signaled)?;
                 if !no_peak {
                     tposted[totscnt as usize] = now_ns(t0);
                 }
-                let wr = send_wr(r, q, signaled)?;
-                r.res.qps[q]
-                    .post_send(wr)
-                    .map_err(|e| format!("Couldn't post send: qp {q} scnt={m}: {e}"))?;
+                match r.res.qps[q].post_send(wr) {
+                    Ok(()) => {}
+                    // With an engine thread a completion can be polled a moment
+                    // before its send queue slot is released: poll, post later.
+                    Err(e) if e.to_string().starts_with("queue full") => break,
+                    Err(e) => return Err(format!("Couldn't post send: qp {q} scnt={m}: {e}")),
+                }
                 scnt[q] += 1;
                 totscnt += 1;
             }
@@ -210,7 +214,7 @@ fn run_sender(r: &RunParams, recv: bool) -> Result<BwReport, String> {
                 }
                 let q = (wc.wr_id as usize).min(nq - 1);
                 rcnt += 1;
-                if rposted[q] < iters {
+                if dur.is_some() || rposted[q] < iters {
                     super::bw::post_recv(r.res, p, q, r.size)?;
                     rposted[q] += 1;
                 }

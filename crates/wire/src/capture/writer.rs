@@ -43,6 +43,13 @@ impl<W: Write> PcapWriter<W> {
         Ok(PcapWriter { out })
     }
 
+    /// Continues a pcap file whose header is already written (`out` positioned
+    /// at its end, e.g. opened in append mode); records must match that
+    /// header's link type.
+    pub fn append(out: W) -> Self {
+        PcapWriter { out }
+    }
+
     /// Appends one packet captured at `ts_nanos` (nanoseconds since the Unix
     /// epoch).
     ///

@@ -1,0 +1,41 @@
+//! Looking at an adapter from outside: packet capture and counters.
+
+use crate::adapter::{nd_err, Adapter};
+use crate::status::NdResult;
+use ndverbs_verbs::Stats;
+use std::path::{Path, PathBuf};
+
+impl Adapter {
+    /// Writes every RoCEv2 packet of this adapter to the pcap file `path`
+    /// (Wireshark decodes it as RoCE), or stops with `None`. See
+    /// [`ndverbs_verbs::Device::set_capture`]; `NDV_PCAP=FILE` does the same
+    /// for every adapter the process opens.
+    ///
+    /// ```no_run
+    /// use ndverbs_nd::Provider;
+    /// let ad = Provider.open_adapter("127.0.0.1".parse().unwrap())?;
+    /// ad.set_capture(Some("roce.pcap".as_ref()))?;
+    /// # Ok::<(), ndverbs_nd::NdError>(())
+    /// ```
+    pub fn set_capture(&self, path: Option<&Path>) -> NdResult<()> {
+        self.inner.dev.set_capture(path).map_err(nd_err)
+    }
+
+    /// The capture file this adapter writes to, if any.
+    pub fn capture_path(&self) -> Option<PathBuf> {
+        self.inner.dev.capture_path()
+    }
+
+    /// A snapshot of the adapter's counters, with Linux rxe's names (see
+    /// [`ndverbs_verbs::Device::stats`]).
+    ///
+    /// ```no_run
+    /// use ndverbs_nd::Provider;
+    /// let ad = Provider.open_adapter("127.0.0.1".parse().unwrap())?;
+    /// assert_eq!(ad.stats().get("link_downed"), 0);
+    /// # Ok::<(), ndverbs_nd::NdError>(())
+    /// ```
+    pub fn stats(&self) -> Stats {
+        self.inner.dev.stats()
+    }
+}

@@ -1,0 +1,134 @@
+//! Child-process plumbing: line protocol on stdin/stdout, and the parent's
+//! handle on a child.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// The next line of stdin without its newline; `None` at EOF.
+fn next_line() -> Option<std::io::Result<String>> {
+    let mut l = String::new();
+    match std::io::stdin().read_line(&mut l) {
+        Ok(0) => None,
+        Ok(_) => Some(Ok(l.trim_end().to_string())),
+        Err(e) => Some(Err(e)),
+    }
+}
+
+/// Prints one protocol line to the parent.
+pub fn emit(line: &str) {
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "{line}");
+    let _ = o.flush();
+}
+
+/// Reads the next line from the parent; it must start with `word`.
+pub fn expect(word: &str) -> Result<String, String> {
+    let l = next_line()
+        .ok_or_else(|| format!("parent closed stdin before {word:?}"))?
+        .map_err(|e| e.to_string())?;
+    if l.split_whitespace().next() == Some(word) {
+        Ok(l)
+    } else {
+        Err(format!("expected {word:?} from the parent, got {l:?}"))
+    }
+}
+
+/// A flag set when the parent writes `stop` or closes stdin.
+pub fn stop_flag() -> Arc<AtomicBool> {
+    let f = Arc::new(AtomicBool::new(false));
+    let g = f.clone();
+    std::thread::spawn(move || {
+        loop {
+            match next_line() {
+                Some(Ok(l)) if l.trim() != "stop" => continue,
+                _ => break,
+            }
+        }
+        g.store(true, Ordering::Relaxed);
+    });
+    f
+}
+
+/// The parent's side of a child process speaking the line protocol.
+pub struct Peer {
+    child: Child,
+    input: Option<ChildStdin>,
+    output: BufReader<ChildStdout>,
+    name: String,
+}
+
+impl Peer {
+    /// Starts `program args…` with piped stdin/stdout (stderr inherited).
+    pub fn spawn(name: &str, program: &std::path::Path, args: &[String]) -> Result<Peer, String> {
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("{name}: cannot start {}: {e}", program.display()))?;
+        let input = child.stdin.take();
+        let output = BufReader::new(child.stdout.take().expect("piped"));
+        Ok(Peer {
+            child,
+            input,
+            output,
+            name: name.to_string(),
+        })
+    }
+
+    /// Sends one line.
+    pub fn send(&mut self, line: &str) -> Result<(), String> {
+        let i = self.input.as_mut().ok_or("stdin closed")?;
+        writeln!(i, "{line}")
+            .and_then(|_| i.flush())
+            .map_err(|e| format!("{}: {e}", self.name))
+    }
+
+    /// Reads lines until one starts with `word`; returns the words after it.
+    pub fn expect(&mut self, word: &str) -> Result<Vec<String>, String> {
+        let mut l = String::new();
+        loop {
+            l.clear();
+            let n = self
+                .output
+                .read_line(&mut l)
+                .map_err(|e| format!("{}: {e}", self.name))?;
+            if n == 0 {
+                let st = self.child.wait().map_err(|e| e.to_string())?;
+                return Err(format!("{} exited ({st}) before {word:?}", self.name));
+            }
+            let mut w = l.split_whitespace();
+            if w.next() == Some(word) {
+                return Ok(w.map(str::to_string).collect());
+            }
+        }
+    }
+
+    /// Closes stdin (a server then stops) and waits for the exit.
+    pub fn finish(mut self) -> Result<(), String> {
+        let _ = self.send("stop");
+        self.input = None;
+        let st = self.child.wait().map_err(|e| e.to_string())?;
+        if st.success() {
+            Ok(())
+        } else {
+            Err(format!("{} failed ({st})", self.name))
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.input = None;
+        if let Ok(None) = self.child.try_wait() {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            if let Ok(None) = self.child.try_wait() {
+                let _ = self.child.kill();
+            }
+            let _ = self.child.wait();
+        }
+    }
+}

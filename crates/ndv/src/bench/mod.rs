@@ -1,0 +1,392 @@
+//! `ndv bench`: ndverbs against its baselines, interleaved in one run.
+//!
+//! | | ndverbs | baseline | goal |
+//! |---|---|---|---|
+//! | P1 | RDMA WRITE bandwidth, 64 KiB, 1 QP, MTU 4096 | one iperf3 TCP stream | ≥ 1.5× (milestone 1.0×) |
+//! | P2 | 8-byte SEND ping-pong, half round trip | raw UDP ping-pong | ≤ 1.1× (milestone 1.5×) |
+//! | P3 | connect + accept + one SEND + disconnect per second (CM) | TCP connect/accept/8 bytes/close | ≥ 0.5× |
+//! | P4 | 10,000 connected QP pairs: RSS per QP, idle CPU | — | ~0 idle CPU |
+//!
+//! Every measurement runs two fresh processes on loopback (127.0.0.1 ↔
+//! 127.0.0.2), ndverbs and baseline alternating within each round (the order
+//! flips every round), so each ratio compares runs seconds apart on the same
+//! machine. The table shows the median ratio and the spread (min–max) over
+//! the rounds. `-a` sweeps WRITE bandwidth over message sizes next to iperf3
+//! with the same write size and writes a CSV and an SVG plot.
+//!
+//! The sides are this binary again (`ndv bench --role …`), speaking a line
+//! protocol on stdin/stdout ([`child`]).
+
+mod base;
+mod child;
+mod plot;
+mod rdma;
+
+use child::Peer;
+use ndverbs_verbs::{PathMtu, Progress};
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+/// Command-line options.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Rounds of P1–P3 (each round runs every ndverbs test and its baseline).
+    #[arg(short = 'r', long, default_value_t = 3)]
+    rounds: u32,
+    /// Seconds per bandwidth and connection-rate run.
+    #[arg(short = 'D', long, default_value_t = 2.0)]
+    secs: f64,
+    /// Ping-pong iterations per latency run.
+    #[arg(short = 'n', long, default_value_t = 20_000)]
+    iters: u64,
+    /// Queue pairs of P4 (pairs: twice as many QPs exist).
+    #[arg(long, default_value_t = 10_000)]
+    qps: u32,
+    /// Only these tests (comma-separated: p1,p2,p3,p4).
+    #[arg(long, default_value = "p1,p2,p3,p4")]
+    only: String,
+    /// Progress model of the P3 sides: manual (busy-polling) or thread.
+    #[arg(long, default_value = "thread")]
+    conn_progress: String,
+    /// Sweep WRITE bandwidth over message sizes (64 B … 4 MiB) next to TCP;
+    /// writes CSV and SVG to --out.
+    #[arg(short = 'a', long)]
+    all: bool,
+    /// Directory for the sweep's bench-sweep.csv and bench-sweep.svg.
+    #[arg(long, default_value = ".")]
+    out: PathBuf,
+    /// WRITE message size of P1.
+    #[arg(short = 's', long, default_value_t = 65536)]
+    size: usize,
+    /// WRITEs in flight in P1.
+    #[arg(short = 't', long = "tx-depth", default_value_t = 16)]
+    depth: u32,
+    /// Address of the client sides (and of iperf3's client).
+    #[arg(long, default_value = "127.0.0.1")]
+    client_ip: IpAddr,
+    /// Address of the server sides; another loopback address than the
+    /// client's, as each RoCE adapter owns UDP 4791 on its address.
+    #[arg(long, default_value = "127.0.0.2")]
+    server_ip: IpAddr,
+    /// Internal: run one side of a test.
+    #[arg(long, hide = true)]
+    role: Option<String>,
+    /// Internal: local address of a side.
+    #[arg(long, hide = true)]
+    ip: Option<IpAddr>,
+    /// Internal: the other side's address.
+    #[arg(long, hide = true)]
+    peer: Option<IpAddr>,
+}
+
+/// Runs `ndv bench`.
+pub fn run(args: &Args) -> Result<(), String> {
+    if let Some(role) = &args.role {
+        return run_role(role, args);
+    }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let b = Bench { exe, args };
+    if args.all {
+        return b.sweep();
+    }
+    b.table()
+}
+
+fn progress_of(s: &str) -> Result<Progress, String> {
+    match s {
+        "manual" => Ok(Progress::Manual),
+        "thread" => Ok(Progress::Thread),
+        _ => Err(format!("progress {s:?}: manual or thread")),
+    }
+}
+
+fn run_role(role: &str, a: &Args) -> Result<(), String> {
+    let ip = a.ip.ok_or("--ip")?;
+    let peer = a.peer.unwrap_or(ip);
+    let mtu = PathMtu::Mtu4096;
+    match role {
+        "write-server" => rdma::write_server(ip, peer, mtu, a.size),
+        "write-client" => rdma::write_client(ip, peer, mtu, a.size, a.depth, a.secs),
+        "lat-server" => rdma::lat(ip, peer, 8, a.iters, false),
+        "lat-client" => rdma::lat(ip, peer, 8, a.iters, true),
+        "conn-server" => rdma::conn_server(ip, progress_of(&a.conn_progress)?),
+        "conn-client" => rdma::conn_client(ip, peer, progress_of(&a.conn_progress)?, a.secs),
+        "scale" => rdma::scale(ip, peer, a.qps, a.secs),
+        "udp-echo" => base::udp_echo(ip),
+        "udp-ping" => base::udp_ping(ip, peer, 8, a.iters),
+        "tcp-accept" => base::tcp_accept(ip),
+        "tcp-connect" => base::tcp_connect(ip, peer, a.secs),
+        _ => Err(format!("unknown role {role}")),
+    }
+}
+
+struct Bench<'a> {
+    exe: PathBuf,
+    args: &'a Args,
+}
+
+/// One measurement of each kind in a round.
+#[derive(Default, Clone)]
+struct Samples {
+    rdma: Vec<f64>,
+    base: Vec<f64>,
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    if s.is_empty() {
+        return f64::NAN;
+    }
+    let m = s.len() / 2;
+    if s.len() % 2 == 1 {
+        s[m]
+    } else {
+        (s[m - 1] + s[m]) / 2.0
+    }
+}
+
+fn min_max(v: &[f64]) -> (f64, f64) {
+    v.iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
+            (a.min(x), b.max(x))
+        })
+}
+
+impl Bench<'_> {
+    fn common(&self, role: &str, client: bool) -> Vec<String> {
+        let a = self.args;
+        let (ip, peer) = if client {
+            (a.client_ip, a.server_ip)
+        } else {
+            (a.server_ip, a.client_ip)
+        };
+        let (ip, peer) = (ip.to_string(), peer.to_string());
+        [
+            "bench",
+            "--role",
+            role,
+            "--ip",
+            &ip,
+            "--peer",
+            &peer,
+            "-D",
+            &a.secs.to_string(),
+            "-n",
+            &a.iters.to_string(),
+            "-s",
+            &a.size.to_string(),
+            "-t",
+            &a.depth.to_string(),
+            "--qps",
+            &a.qps.to_string(),
+            "--conn-progress",
+            &a.conn_progress,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    }
+
+    /// Runs a server role and a client role against each other; returns the
+    /// client's `result` words.
+    fn pair(&self, server: &str, client: &str, extra: &[&str]) -> Result<Vec<f64>, String> {
+        let mut sa = self.common(server, false);
+        let mut ca = self.common(client, true);
+        // Extra `flag value` pairs override the common ones.
+        for kv in extra.chunks(2) {
+            for v in [&mut sa, &mut ca] {
+                match v.iter().position(|x| x == kv[0]) {
+                    Some(i) => v[i + 1] = kv[1].to_string(),
+                    None => v.extend(kv.iter().map(|x| x.to_string())),
+                }
+            }
+        }
+        let mut s = Peer::spawn(server, &self.exe, &sa)?;
+        let si = s.expect("info")?;
+        let mut c = Peer::spawn(client, &self.exe, &ca)?;
+        let ci = c.expect("info")?;
+        s.send(&format!("peer {}", ci.join(" ")))?;
+        c.send(&format!("peer {}", si.join(" ")))?;
+        s.expect("ready")?;
+        c.expect("ready")?;
+        c.send("go")?;
+        let r = c.expect("result")?;
+        c.finish()?;
+        s.finish()?;
+        r.iter()
+            .map(|x| x.parse::<f64>().map_err(|e| e.to_string()))
+            .collect()
+    }
+
+    fn p1_rdma(&self, size: usize) -> Result<f64, String> {
+        let s = size.to_string();
+        let r = self.pair("write-server", "write-client", &["-s", &s])?;
+        Ok(r[0] / r[1])
+    }
+
+    fn p1_tcp(&self, len: Option<usize>) -> Result<f64, String> {
+        let a = self.args;
+        base::iperf3(a.client_ip, a.server_ip, a.secs.max(1.0), len)
+    }
+
+    /// Half round trip in microseconds: the median of the round trips
+    /// (perftest's `t_typical`), halved — robust to the scheduling hiccups
+    /// of a shared machine; the mean goes to the log.
+    fn p2(&self, rdma: bool) -> Result<f64, String> {
+        let r = if rdma {
+            self.pair("lat-server", "lat-client", &[])?
+        } else {
+            self.pair("udp-echo", "udp-ping", &[])?
+        };
+        eprintln!("    (mean half RTT {:.2} µs)", r[1] / r[0] / 2.0 * 1e6);
+        Ok(r[2] / 2.0 / 1e3)
+    }
+
+    /// Cycles per second.
+    fn p3(&self, rdma: bool) -> Result<f64, String> {
+        let r = if rdma {
+            self.pair("conn-server", "conn-client", &[])?
+        } else {
+            self.pair("tcp-accept", "tcp-connect", &[])?
+        };
+        Ok(r[0] / r[1])
+    }
+
+    fn p4(&self) -> Result<Vec<f64>, String> {
+        let a = self.common("scale", true);
+        let mut p = Peer::spawn("scale", &self.exe, &a)?;
+        let r = p.expect("result")?;
+        p.finish()?;
+        r.iter()
+            .map(|x| x.parse::<f64>().map_err(|e| e.to_string()))
+            .collect()
+    }
+
+    fn table(&self) -> Result<(), String> {
+        let a = self.args;
+        let only: Vec<&str> = a.only.split(',').map(str::trim).collect();
+        let want = |t: &str| only.contains(&t);
+        if want("p1") && !base::have_iperf3() {
+            return Err("iperf3 not found: run scripts/setup.sh (as root) to install it".into());
+        }
+        let mut s = [Samples::default(), Samples::default(), Samples::default()];
+        for round in 0..a.rounds {
+            eprintln!("round {}/{}", round + 1, a.rounds);
+            let flip = round % 2 == 1;
+            for (i, t) in ["p1", "p2", "p3"].iter().enumerate() {
+                if !want(t) {
+                    continue;
+                }
+                for rdma in [flip, !flip] {
+                    let v = match (i, rdma) {
+                        (0, true) => self.p1_rdma(a.size)? / 1e9 * 8.0,
+                        (0, false) => self.p1_tcp(None)? / 1e9 * 8.0,
+                        (1, r) => self.p2(r)?,
+                        (2, r) => self.p3(r)?,
+                        _ => unreachable!(),
+                    };
+                    eprintln!(
+                        "  {t} {}: {v:.3}",
+                        if rdma { "ndverbs" } else { "baseline" }
+                    );
+                    if rdma {
+                        s[i].rdma.push(v);
+                    } else {
+                        s[i].base.push(v);
+                    }
+                }
+            }
+        }
+        println!(
+            "ndv bench: {} round(s), {} s per BW/rate run, {} ping-pongs per latency run",
+            a.rounds, a.secs, a.iters
+        );
+        println!("{}", machine());
+        println!();
+        println!("| test | ndverbs (median) | baseline (median) | ratio median | ratio min–max | goal (milestone) |");
+        println!("|---|---|---|---|---|---|");
+        let rows = [
+            (
+                "P1 WRITE 64 KiB BW, Gb/s (vs 1 iperf3 TCP stream)",
+                "≥ 1.5× (1.0×)",
+            ),
+            (
+                "P2 8 B SEND half RTT (median), µs (vs UDP ping-pong)",
+                "≤ 1.1× (1.5×)",
+            ),
+            ("P3 connect+accept+1 msg+disconnect /s (vs TCP)", "≥ 0.5×"),
+        ];
+        for (i, (name, goal)) in rows.iter().enumerate() {
+            let x = &s[i];
+            if x.rdma.is_empty() {
+                continue;
+            }
+            let ratios: Vec<f64> = x.rdma.iter().zip(&x.base).map(|(r, b)| r / b).collect();
+            let (lo, hi) = min_max(&ratios);
+            println!(
+                "| {name} | {:.2} | {:.2} | **{:.2}×** | {lo:.2}–{hi:.2} | {goal} |",
+                median(&x.rdma),
+                median(&x.base),
+                median(&ratios),
+            );
+        }
+        if want("p4") {
+            let r = self.p4()?;
+            println!(
+                "| P4 {} connected QP pairs (2 adapters, engine threads) | {:.1} KiB RSS per QP; idle CPU {:.2} % (no QPs: {:.2} %); set-up {:.1} s | — | — | — | idle ≈ 0 % |",
+                r[0] as u64,
+                r[1] / 1024.0,
+                r[2],
+                r[3],
+                r[4]
+            );
+        }
+        Ok(())
+    }
+
+    fn sweep(&self) -> Result<(), String> {
+        if !base::have_iperf3() {
+            return Err("iperf3 not found: run scripts/setup.sh (as root) to install it".into());
+        }
+        let mut rows = Vec::new();
+        let mut size = 64usize;
+        while size <= 4 << 20 {
+            let r = self.p1_rdma(size)? * 8.0 / 1e9;
+            let t = self.p1_tcp(Some(size))? * 8.0 / 1e9;
+            eprintln!("{size:>8} B  ndverbs {r:8.3} Gb/s  TCP {t:8.3} Gb/s");
+            rows.push((size, r, t));
+            size *= 2;
+        }
+        std::fs::create_dir_all(&self.args.out).map_err(|e| e.to_string())?;
+        let csv = self.args.out.join("bench-sweep.csv");
+        let mut text = String::from("bytes,ndverbs_gbps,tcp_gbps\n");
+        for (s, r, t) in &rows {
+            text.push_str(&format!("{s},{r:.4},{t:.4}\n"));
+        }
+        std::fs::write(&csv, text).map_err(|e| format!("{}: {e}", csv.display()))?;
+        let svg = self.args.out.join("bench-sweep.svg");
+        std::fs::write(&svg, plot::svg(&rows, &machine()))
+            .map_err(|e| format!("{}: {e}", svg.display()))?;
+        println!("wrote {} and {}", csv.display(), svg.display());
+        Ok(())
+    }
+}
+
+/// One line describing the machine.
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let n = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    format!("machine: {cpu}, {n} CPUs, Linux {kernel}")
+}

@@ -1,0 +1,616 @@
+//! The ndverbs sides of the benchmarks, each run as a child process
+//! (`ndv bench --role …`) that talks to the orchestrator over stdin/stdout.
+//!
+//! Protocol: a side prints `info <qpn> <psn> <rkey> <va>` (or `info <port>`),
+//! reads `peer …`, prints `ready`, reads `go`, runs, prints `result …`; a
+//! server runs until it reads `stop` (or its stdin closes).
+
+use super::child::{emit, expect, stop_flag};
+use ndverbs_verbs::{
+    AcceptArgs, Access, AttrMask, ConnectArgs, Cq, Device, Endpoint, EpPending, Mr, PathMtu, Pd,
+    Progress, Qp, QpAttr, QpCaps, QpInitAttr, QpState, RecvWr, RemoteAddr, SendOp, SendWr,
+    WcStatus, WorkCompletion,
+};
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+type R<T> = Result<T, String>;
+
+fn e2s<E: std::fmt::Display>(e: E) -> String {
+    e.to_string()
+}
+
+/// One RC QP with its CQ and a buffer.
+#[allow(dead_code)] // `dev` and `pd` keep the device and PD alive.
+pub struct Side {
+    pub dev: Device,
+    pub pd: Pd,
+    pub cq: Cq,
+    pub mr: Mr,
+    pub qp: Qp,
+    pub psn: u32,
+}
+
+impl Side {
+    pub fn new(ip: IpAddr, mode: Progress, buf: usize, depth: u32) -> R<Side> {
+        let dev = Device::open_with(ip, mode).map_err(|e| format!("open {ip}: {e}"))?;
+        let pd = dev.alloc_pd().map_err(e2s)?;
+        let cq = dev.create_cq(4 * depth + 16).map_err(e2s)?;
+        let mr = pd
+            .reg_mr(
+                buf.max(64),
+                Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+            )
+            .map_err(e2s)?;
+        let qp = new_qp(&pd, &cq, depth)?;
+        Ok(Side {
+            dev,
+            pd,
+            cq,
+            mr,
+            qp,
+            psn: 0x1000 + (std::process::id() & 0xffff),
+        })
+    }
+
+    pub fn info_line(&self) -> String {
+        format!(
+            "info {} {} {} {}",
+            self.qp.qpn(),
+            self.psn,
+            self.mr.rkey(),
+            self.mr.addr()
+        )
+    }
+
+    /// Reads `peer qpn psn rkey va`, connects, returns the peer's buffer.
+    pub fn connect_from_stdin(&self, peer_ip: IpAddr, mtu: PathMtu) -> R<RemoteAddr> {
+        let l = expect("peer")?;
+        let f: Vec<u64> = l
+            .split_whitespace()
+            .skip(1)
+            .map(|x| x.parse::<u64>().map_err(e2s))
+            .collect::<R<_>>()?;
+        if f.len() != 4 {
+            return Err(format!("bad peer line {l:?}"));
+        }
+        connect_qp(&self.qp, self.psn, peer_ip, f[0] as u32, f[1] as u32, mtu)?;
+        Ok(RemoteAddr {
+            va: f[3],
+            rkey: f[2] as u32,
+        })
+    }
+}
+
+pub fn new_qp(pd: &Pd, cq: &Cq, depth: u32) -> R<Qp> {
+    let mut init = QpInitAttr::new(cq, cq);
+    init.caps = QpCaps {
+        max_send_wr: depth,
+        max_send_sge: 1,
+        max_inline_data: 64,
+        sq_sig_all: false,
+    };
+    init.max_recv_wr = depth;
+    init.max_recv_sge = 1;
+    let qp = pd.create_qp(&init).map_err(e2s)?;
+    qp.modify(
+        &QpAttr {
+            qp_state: QpState::Init,
+            qp_access_flags: Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+            ..QpAttr::default()
+        },
+        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
+    )
+    .map_err(|e| format!("INIT: {e}"))?;
+    Ok(qp)
+}
+
+/// INIT → RTR → RTS by hand (no CM), as `ibv_rc_pingpong` does.
+pub fn connect_qp(
+    qp: &Qp,
+    my_psn: u32,
+    peer: IpAddr,
+    peer_qpn: u32,
+    peer_psn: u32,
+    mtu: PathMtu,
+) -> R<()> {
+    let mut a = QpAttr {
+        qp_state: QpState::Rtr,
+        path_mtu: mtu,
+        dest_qp_num: peer_qpn,
+        rq_psn: peer_psn,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        ..QpAttr::default()
+    };
+    a.av.dgid = ndverbs_wire::cma::gid_of(peer).octets();
+    a.av.hop_limit = 1;
+    qp.modify(
+        &a,
+        AttrMask::STATE
+            | AttrMask::AV
+            | AttrMask::PATH_MTU
+            | AttrMask::DEST_QPN
+            | AttrMask::RQ_PSN
+            | AttrMask::MAX_DEST_RD_ATOMIC
+            | AttrMask::MIN_RNR_TIMER,
+    )
+    .map_err(|e| format!("RTR: {e}"))?;
+    a.qp_state = QpState::Rts;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.sq_psn = my_psn;
+    a.max_rd_atomic = 1;
+    qp.modify(
+        &a,
+        AttrMask::STATE
+            | AttrMask::TIMEOUT
+            | AttrMask::RETRY_CNT
+            | AttrMask::RNR_RETRY
+            | AttrMask::SQ_PSN
+            | AttrMask::MAX_QP_RD_ATOMIC,
+    )
+    .map_err(|e| format!("RTS: {e}"))
+}
+
+/// Polls a CQ in manual progress; after [`SPIN`] without completions it
+/// sleeps in the engine (socket, doorbell, timers) for up to a millisecond
+/// per call, so a side that waits does not take a core from its peer.
+struct Poller {
+    idle_since: Option<Instant>,
+}
+
+/// How long a bandwidth side spins before it sleeps.
+const SPIN: Duration = Duration::from_micros(50);
+
+impl Poller {
+    fn new() -> Self {
+        Poller { idle_since: None }
+    }
+
+    fn poll(&mut self, dev: &Device, cq: &Cq, out: &mut [WorkCompletion]) -> usize {
+        let n = cq.poll(out);
+        if n > 0 {
+            self.idle_since = None;
+            return n;
+        }
+        let t = *self.idle_since.get_or_insert_with(Instant::now);
+        if t.elapsed() > SPIN {
+            let _ = dev.adapter().progress_wait(Duration::from_millis(1));
+        }
+        0
+    }
+}
+
+fn check(wc: &WorkCompletion) -> R<()> {
+    if wc.status == WcStatus::Success {
+        Ok(())
+    } else {
+        Err(format!("completion {:?} for wr {}", wc.status, wc.wr_id))
+    }
+}
+
+/// With `NDV_BENCH_DEBUG` set, prints the QP's and adapter's counters.
+fn debug_counters(s: &Side) {
+    if std::env::var_os("NDV_BENCH_DEBUG").is_none() {
+        return;
+    }
+    if let Ok(c) = s.qp.counters() {
+        let nz: Vec<String> = c
+            .pairs()
+            .into_iter()
+            .filter(|(_, v)| *v != 0)
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        eprintln!("qp {:#x}: {}", s.qp.qpn(), nz.join(" "));
+    }
+    let a = s.dev.adapter().counters();
+    eprintln!(
+        "adapter: rcvd {} sent {} would_block {}",
+        a.rcvd_datagrams.load(Ordering::Relaxed),
+        a.sent_datagrams.load(Ordering::Relaxed),
+        a.send_would_block.load(Ordering::Relaxed)
+    );
+}
+
+/// Passive side of the WRITE bandwidth test: drives the engine until `stop`.
+pub fn write_server(ip: IpAddr, peer: IpAddr, mtu: PathMtu, size: usize) -> R<()> {
+    let s = Side::new(ip, Progress::Manual, size, 16)?;
+    emit(&s.info_line());
+    s.connect_from_stdin(peer, mtu)?;
+    let stop = stop_flag();
+    emit("ready");
+    let mut wc = [WorkCompletion::default_for_bench(); 16];
+    let mut p = Poller::new();
+    while !stop.load(Ordering::Relaxed) {
+        p.poll(&s.dev, &s.cq, &mut wc);
+    }
+    debug_counters(&s);
+    Ok(())
+}
+
+/// Active side: keeps `depth` WRITEs of `size` bytes in flight for `secs`
+/// (after a quarter-second warm-up); prints `result <bytes> <seconds>`.
+pub fn write_client(
+    ip: IpAddr,
+    peer: IpAddr,
+    mtu: PathMtu,
+    size: usize,
+    depth: u32,
+    secs: f64,
+) -> R<()> {
+    let s = Side::new(ip, Progress::Manual, size, depth)?;
+    emit(&s.info_line());
+    let remote = s.connect_from_stdin(peer, mtu)?;
+    emit("ready");
+    expect("go")?;
+    // Signal every `sig`-th WRITE: completions are moderated as in perftest.
+    let sig = (depth / 4).max(1) as u64;
+    let sge = s.mr.sge(0, size as u32);
+    let mut posted = 0u64;
+    let mut done = 0u64;
+    let mut wc = [WorkCompletion::default_for_bench(); 32];
+    let warm = Duration::from_millis(250);
+    let t_start = Instant::now();
+    let mut t0: Option<(Instant, u64)> = None;
+    let end = warm + Duration::from_secs_f64(secs);
+    let mut p = Poller::new();
+    loop {
+        while posted - done < depth as u64 {
+            let signaled = posted % sig == sig - 1;
+            let mut wr = SendWr::new(posted, SendOp::Write(remote), vec![sge]);
+            wr.signaled = signaled;
+            s.qp.post_send(wr).map_err(e2s)?;
+            posted += 1;
+        }
+        let n = p.poll(&s.dev, &s.cq, &mut wc);
+        for w in &wc[..n] {
+            check(w)?;
+            done = w.wr_id + 1;
+        }
+        let el = t_start.elapsed();
+        if t0.is_none() && el >= warm {
+            t0 = Some((Instant::now(), done));
+        }
+        if el >= end {
+            break;
+        }
+    }
+    let (t0, d0) = t0.unwrap_or((t_start, 0));
+    let secs = t0.elapsed().as_secs_f64();
+    emit(&format!("result {} {secs}", (done - d0) * size as u64));
+    debug_counters(&s);
+    // Drain so the peer sees no half-finished message.
+    let t = Instant::now();
+    while done < posted && t.elapsed() < Duration::from_secs(2) {
+        let n = s.cq.poll(&mut wc);
+        for w in &wc[..n] {
+            done = w.wr_id + 1;
+        }
+        if done + sig > posted {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// SEND ping-pong, both roles busy-polling in manual progress (as
+/// `ib_send_lat`: sends are unsignaled but every 64th; each side waits only
+/// for the peer's message). The client prints `result <iters> <seconds>`.
+pub fn lat(ip: IpAddr, peer: IpAddr, size: usize, iters: u64, client: bool) -> R<()> {
+    let depth = 128;
+    let s = Side::new(ip, Progress::Manual, 2 * size, depth)?;
+    for i in 0..depth as u64 {
+        s.qp.post_recv(RecvWr::new(i, vec![s.mr.sge(size, size as u32)]))
+            .map_err(e2s)?;
+    }
+    emit(&s.info_line());
+    s.connect_from_stdin(peer, PathMtu::Mtu4096)?;
+    let stop = if client { None } else { Some(stop_flag()) };
+    emit("ready");
+    if client {
+        expect("go")?;
+    }
+    let warm = iters / 10 + 100;
+    let mut sent = 0u64;
+    let mut wc = [WorkCompletion::default_for_bench(); 16];
+    let sge = s.mr.sge(0, size as u32);
+    let send = |n: u64| -> R<()> {
+        let mut wr = SendWr::new(u64::MAX - n, SendOp::Send, vec![sge]);
+        wr.signaled = n % 64 == 63;
+        s.qp.post_send(wr).map_err(e2s)
+    };
+    let mut t_sent = Instant::now();
+    if client {
+        send(sent)?;
+        sent += 1;
+    }
+    let mut got = 0u64;
+    let mut t0 = Instant::now();
+    let mut last = Instant::now();
+    let mut rtt = Vec::with_capacity(if client { iters as usize } else { 0 });
+    loop {
+        let n = s.cq.poll(&mut wc);
+        if n == 0 {
+            if let Some(f) = &stop {
+                if f.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+            }
+            if last.elapsed() > Duration::from_secs(10) {
+                return Err(format!("ping-pong stalled after {got} messages"));
+            }
+            continue;
+        }
+        last = Instant::now();
+        for w in &wc[..n] {
+            check(w)?;
+            if w.wr_id >= depth as u64 {
+                continue; // a send completion
+            }
+            s.qp.post_recv(RecvWr::new(w.wr_id, vec![s.mr.sge(size, size as u32)]))
+                .map_err(e2s)?;
+            got += 1;
+            if client && got > warm {
+                rtt.push(last.duration_since(t_sent).as_nanos() as u64);
+            }
+            if client && got == warm {
+                t0 = Instant::now();
+            }
+            if client && got == warm + iters {
+                let secs = t0.elapsed().as_secs_f64();
+                let med = super::base::median_ns(&mut rtt);
+                emit(&format!("result {iters} {secs} {med}"));
+                return Ok(());
+            }
+            t_sent = Instant::now();
+            send(sent)?;
+            sent += 1;
+        }
+    }
+}
+
+/// Waits for an endpoint request, driving the engine in manual mode.
+fn drive<T>(dev: &Device, p: EpPending<T>, what: &str) -> R<T> {
+    let t = Instant::now();
+    loop {
+        if let Some(v) = p.try_take() {
+            return v.map_err(|e| format!("{what}: {e}"));
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            return Err(format!("{what}: no answer in 10 s"));
+        }
+        if dev.adapter().mode() == Progress::Manual {
+            dev.progress();
+        } else if let Some(v) = p.wait_timeout(Duration::from_millis(100)) {
+            return v.map_err(|e| format!("{what}: {e}"));
+        }
+    }
+}
+
+fn wait_wc(dev: &Device, cq: &Cq, what: &str) -> R<WorkCompletion> {
+    let t = Instant::now();
+    loop {
+        if let Some(w) = cq.poll_one() {
+            check(&w)?;
+            return Ok(w);
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            return Err(format!("{what}: no completion in 10 s"));
+        }
+        if dev.adapter().mode() == Progress::Thread {
+            if let Some(w) = cq.wait_one(Duration::from_millis(100)).map_err(e2s)? {
+                check(&w)?;
+                return Ok(w);
+            }
+        }
+    }
+}
+
+const CM_PORT: u16 = 7471;
+
+/// Server of the connection-rate test: accepts, receives one message, waits
+/// for the peer's DREQ and answers it; until `stop`.
+pub fn conn_server(ip: IpAddr, mode: Progress) -> R<()> {
+    let dev = Device::open_with(ip, mode).map_err(e2s)?;
+    let pd = dev.alloc_pd().map_err(e2s)?;
+    let cq = dev.create_cq(64).map_err(e2s)?;
+    let mr = pd.reg_mr(64, Access::LOCAL_WRITE).map_err(e2s)?;
+    let listener = Endpoint::new(&dev).map_err(e2s)?;
+    listener.listen(CM_PORT, 64).map_err(e2s)?;
+    emit(&format!("info {CM_PORT}"));
+    let stop = stop_flag();
+    emit("ready");
+    while !stop.load(Ordering::Relaxed) {
+        let ep = Endpoint::new(&dev).map_err(e2s)?;
+        let qp = new_qp(&pd, &cq, 4)?;
+        qp.post_recv(RecvWr::new(1, vec![mr.sge(0, 8)]))
+            .map_err(e2s)?;
+        let req = listener.get_request(&ep).map_err(e2s)?;
+        // Wait for a request, checking `stop` now and then.
+        let got = loop {
+            if let Some(v) = req.try_take() {
+                break Some(v);
+            }
+            if stop.load(Ordering::Relaxed) {
+                break None;
+            }
+            if mode == Progress::Manual {
+                dev.progress();
+            } else if let Some(v) = req.wait_timeout(Duration::from_millis(50)) {
+                break Some(v);
+            }
+        };
+        let Some(got) = got else { break };
+        if got.is_err() {
+            continue;
+        }
+        let acc = ep
+            .accept(
+                &qp,
+                AcceptArgs {
+                    responder_resources: 0,
+                    initiator_depth: 0,
+                    rnr_retry_count: 7,
+                    private_data: vec![],
+                },
+            )
+            .map_err(e2s)?;
+        if drive(&dev, acc, "accept").is_err() {
+            continue;
+        }
+        let dn = ep.notify_disconnect().map_err(e2s)?;
+        if wait_wc(&dev, &cq, "receive").is_err() {
+            continue;
+        }
+        let _ = drive(&dev, dn, "notify disconnect");
+        let _ = ep.disconnect(&qp).map(|p| drive(&dev, p, "disconnect"));
+        while cq.poll_one().is_some() {}
+    }
+    Ok(())
+}
+
+/// Client of the connection-rate test: connect + complete + one 8-byte SEND
+/// (until its ACK) + disconnect (until the DREP), for `secs`; prints
+/// `result <cycles> <seconds>`.
+pub fn conn_client(ip: IpAddr, server: IpAddr, mode: Progress, secs: f64) -> R<()> {
+    let dev = Device::open_with(ip, mode).map_err(e2s)?;
+    let pd = dev.alloc_pd().map_err(e2s)?;
+    let cq = dev.create_cq(64).map_err(e2s)?;
+    let mr = pd.reg_mr(64, Access::LOCAL_WRITE).map_err(e2s)?;
+    emit("info 0");
+    expect("peer")?;
+    emit("ready");
+    expect("go")?;
+    let t0 = Instant::now();
+    let mut n = 0u64;
+    let mut port = 40000u16;
+    while t0.elapsed().as_secs_f64() < secs {
+        let ep = Endpoint::new(&dev).map_err(e2s)?;
+        let qp = new_qp(&pd, &cq, 4)?;
+        port = if port >= 65000 { 40000 } else { port + 1 };
+        let args = ConnectArgs {
+            remote: server,
+            remote_port: CM_PORT,
+            local_port: port,
+            responder_resources: 0,
+            initiator_depth: 0,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            path_mtu: PathMtu::Mtu4096,
+            private_data: vec![],
+        };
+        drive(&dev, ep.connect(&qp, args).map_err(e2s)?, "connect")?;
+        drive(
+            &dev,
+            ep.complete_connect(&qp).map_err(e2s)?,
+            "complete connect",
+        )?;
+        qp.post_send(SendWr::new(7, SendOp::Send, vec![mr.sge(0, 8)]))
+            .map_err(e2s)?;
+        wait_wc(&dev, &cq, "send")?;
+        drive(&dev, ep.disconnect(&qp).map_err(e2s)?, "disconnect")?;
+        while cq.poll_one().is_some() {}
+        n += 1;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    emit(&format!("result {n} {secs}"));
+    Ok(())
+}
+
+/// Resident memory (`VmRSS`) in bytes.
+fn rss() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .unwrap_or(0)
+        * 1024
+}
+
+/// CPU time (user + system) of this process so far.
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// P4: `qps` connected pairs between 127.0.0.1 and 127.0.0.2 in this process
+/// (engine threads); prints `result <qps> <rss bytes per QP> <idle cpu %>
+/// <idle cpu % with no QPs> <setup seconds>`.
+pub fn scale(a: IpAddr, b: IpAddr, qps: u32, idle_secs: f64) -> R<()> {
+    let da = Device::open_with(a, Progress::Thread).map_err(e2s)?;
+    let db = Device::open_with(b, Progress::Thread).map_err(e2s)?;
+    // An idle adapter pair with nothing on it.
+    std::thread::sleep(Duration::from_millis(200));
+    let (c0, t0) = (cpu_time(), Instant::now());
+    std::thread::sleep(Duration::from_secs_f64(idle_secs));
+    let empty = (cpu_time() - c0).as_secs_f64() / t0.elapsed().as_secs_f64() * 100.0;
+    let (pa, pb) = (da.alloc_pd().map_err(e2s)?, db.alloc_pd().map_err(e2s)?);
+    let (ca, cb) = (
+        da.create_cq(1 << 16).map_err(e2s)?,
+        db.create_cq(1 << 16).map_err(e2s)?,
+    );
+    let ma = pa.reg_mr(4096, Access::LOCAL_WRITE).map_err(e2s)?;
+    let mb = pb.reg_mr(4096, Access::LOCAL_WRITE).map_err(e2s)?;
+    let before = rss();
+    let setup = Instant::now();
+    let mut pairs = Vec::with_capacity(qps as usize);
+    for _ in 0..qps {
+        // perftest/rc_pingpong-like defaults: 128 sends, 128 receives.
+        let qa = new_qp(&pa, &ca, 128)?;
+        let qb = new_qp(&pb, &cb, 128)?;
+        connect_qp(&qa, 1, b, qb.qpn(), 2, PathMtu::Mtu4096)?;
+        connect_qp(&qb, 2, a, qa.qpn(), 1, PathMtu::Mtu4096)?;
+        pairs.push((qa, qb));
+    }
+    let setup = setup.elapsed().as_secs_f64();
+    // Prove the first and last pair carry traffic.
+    for (qa, qb) in [pairs.first(), pairs.last()].into_iter().flatten() {
+        qb.post_recv(RecvWr::new(1, vec![mb.sge(0, 64)]))
+            .map_err(e2s)?;
+        qa.post_send(SendWr::new(2, SendOp::Send, vec![ma.sge(0, 64)]))
+            .map_err(e2s)?;
+        wait_wc(&da, &ca, "scale send")?;
+        wait_wc(&db, &cb, "scale receive")?;
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let after = rss();
+    let (c0, t0) = (cpu_time(), Instant::now());
+    std::thread::sleep(Duration::from_secs_f64(idle_secs));
+    let idle = (cpu_time() - c0).as_secs_f64() / t0.elapsed().as_secs_f64() * 100.0;
+    let per_qp = after.saturating_sub(before) / (2 * qps.max(1) as u64);
+    emit(&format!("result {qps} {per_qp} {idle} {empty} {setup}"));
+    drop(pairs);
+    Ok(())
+}
+
+/// A zeroed completion for output arrays.
+trait BenchDefault {
+    fn default_for_bench() -> Self;
+}
+
+impl BenchDefault for WorkCompletion {
+    fn default_for_bench() -> Self {
+        WorkCompletion {
+            wr_id: 0,
+            status: WcStatus::Success,
+            opcode: ndverbs_verbs::WcOpcode::Send,
+            queue: ndverbs_verbs::WcQueue::Send,
+            byte_len: 0,
+            imm: None,
+            invalidated_rkey: None,
+            qpn: 0,
+            src_qp: 0,
+            solicited: false,
+        }
+    }
+}

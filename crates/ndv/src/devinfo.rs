@@ -1,0 +1,353 @@
+//! `ndv devinfo`: `ibv_devinfo` for ndverbs devices.
+//!
+//! One device per local IP address that can host an adapter (the ND
+//! provider's address list, minus IPv6 link-local addresses, which need a
+//! scope), named `ndv0`, `ndv1`, … in address order. Each has one port whose
+//! GID table holds its address (IPv4 as `::ffff:a.b.c.d`), RoCE v2. The layout
+//! is `ibv_devinfo`'s (rdma-core `libibverbs/examples/devinfo.c`) to the tab;
+//! values come from the engine (limits, node GUID) and the interface (state,
+//! MTU). Nothing is opened: devinfo binds no socket, so it runs next to the
+//! processes that own the devices.
+
+use ndverbs_verbs::{node_guid, PathMtu, LIMITS};
+use std::fmt::Write as _;
+use std::net::IpAddr;
+
+/// `ibv_devinfo` options.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Only this device (a name such as `ndv0`, or its IP address).
+    #[arg(short = 'd', long = "ib-dev")]
+    pub dev: Option<String>,
+    /// Only this port (every ndverbs device has port 1).
+    #[arg(short = 'i', long = "ib-port")]
+    pub port: Option<u32>,
+    /// List device names only.
+    #[arg(short = 'l', long = "list")]
+    pub list: bool,
+    /// Everything: device limits, port details, the GID table.
+    #[arg(short = 'v', long = "verbose")]
+    pub verbose: bool,
+}
+
+/// One device as devinfo shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DevInfo {
+    /// `ndvN`.
+    pub name: String,
+    /// The address (its GID).
+    pub addr: IpAddr,
+    /// Interface the address is on.
+    pub ifname: String,
+    /// Interface MTU.
+    pub if_mtu: u32,
+    /// Interface up and running.
+    pub up: bool,
+}
+
+/// Every local address that can host a device, with its interface.
+pub fn devices() -> Vec<DevInfo> {
+    let mut v: Vec<(IpAddr, String, bool)> = interfaces()
+        .into_iter()
+        .filter(|(a, _, _)| !is_link_local_v6(a))
+        .collect();
+    v.sort_by_key(|x| x.0);
+    v.dedup_by(|a, b| a.0 == b.0);
+    v.into_iter()
+        .enumerate()
+        .map(|(i, (addr, ifname, up))| DevInfo {
+            name: format!("ndv{i}"),
+            addr,
+            if_mtu: if_mtu(&ifname).unwrap_or(1500),
+            ifname,
+            up,
+        })
+        .collect()
+}
+
+fn is_link_local_v6(a: &IpAddr) -> bool {
+    matches!(a, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)
+}
+
+/// (address, interface, running) for every address of an interface that is up.
+fn interfaces() -> Vec<(IpAddr, String, bool)> {
+    let mut out = Vec::new();
+    let mut ifa: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `ifa` with a list freed below.
+    if unsafe { libc::getifaddrs(&mut ifa) } != 0 {
+        return out;
+    }
+    let mut p = ifa;
+    while !p.is_null() {
+        // SAFETY: `p` walks the list getifaddrs returned.
+        let a = unsafe { &*p };
+        p = a.ifa_next;
+        if a.ifa_addr.is_null() || a.ifa_flags & libc::IFF_UP as u32 == 0 {
+            continue;
+        }
+        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+        let name = unsafe { std::ffi::CStr::from_ptr(a.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
+        let running = a.ifa_flags & libc::IFF_RUNNING as u32 != 0;
+        // SAFETY: the family says which sockaddr this is.
+        let fam = i32::from(unsafe { (*a.ifa_addr).sa_family });
+        let addr = if fam == libc::AF_INET {
+            // SAFETY: AF_INET ⇒ sockaddr_in.
+            let s = unsafe { &*(a.ifa_addr as *const libc::sockaddr_in) };
+            IpAddr::from(u32::from_be(s.sin_addr.s_addr).to_be_bytes())
+        } else if fam == libc::AF_INET6 {
+            // SAFETY: AF_INET6 ⇒ sockaddr_in6.
+            let s = unsafe { &*(a.ifa_addr as *const libc::sockaddr_in6) };
+            IpAddr::from(s.sin6_addr.s6_addr)
+        } else {
+            continue;
+        };
+        out.push((addr, name, running));
+    }
+    // SAFETY: allocated by getifaddrs above.
+    unsafe { libc::freeifaddrs(ifa) };
+    out
+}
+
+/// The MTU of interface `name` (`SIOCGIFMTU`).
+fn if_mtu(name: &str) -> Option<u32> {
+    // SAFETY: a plain datagram socket, closed below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: ifreq is plain data; zeroed is valid.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req
+        .ifr_name
+        .iter_mut()
+        .zip(name.bytes().take(libc::IFNAMSIZ - 1))
+    {
+        *d = s as libc::c_char;
+    }
+    // SAFETY: `req` is a valid ifreq naming the interface.
+    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFMTU, &mut req) };
+    // SAFETY: closing the socket opened above.
+    unsafe { libc::close(fd) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: SIOCGIFMTU filled the mtu member of the union.
+    Some(unsafe { req.ifr_ifru.ifru_mtu } as u32)
+}
+
+/// The active MTU of a port on an interface of MTU `if_mtu`, as rxe computes
+/// it: the largest IB MTU that fits after 80 bytes of headers (IPv6 + UDP +
+/// BTH + RETH + ICRC), at most 4096, at least 256.
+pub fn active_mtu(if_mtu: u32) -> PathMtu {
+    match if_mtu.saturating_sub(80) {
+        m if m >= 4096 => PathMtu::Mtu4096,
+        m if m >= 2048 => PathMtu::Mtu2048,
+        m if m >= 1024 => PathMtu::Mtu1024,
+        m if m >= 512 => PathMtu::Mtu512,
+        _ => PathMtu::Mtu256,
+    }
+}
+
+fn guid(g: u64) -> String {
+    format!(
+        "{:04x}:{:04x}:{:04x}:{:04x}",
+        g >> 48,
+        (g >> 32) & 0xffff,
+        (g >> 16) & 0xffff,
+        g & 0xffff
+    )
+}
+
+fn gid_text(addr: IpAddr) -> String {
+    ndverbs_wire::cma::gid_of(addr).to_string()
+}
+
+/// `IBV_DEVICE_*` capability bits ndverbs has, with devinfo's names.
+const CAPS: [(u32, &str); 3] = [
+    (1 << 11, "SYS_IMAGE_GUID"),
+    (1 << 12, "RC_RNR_NAK_GEN"),
+    (1 << 17, "MEM_WINDOW"),
+];
+
+/// The text `ibv_devinfo [-v]` prints for `d` (`port` limits the ports).
+pub fn render(d: &DevInfo, verbose: bool, port: Option<u32>) -> String {
+    let mut s = String::new();
+    let g = guid(node_guid(d.addr));
+    let w = &mut s;
+    let _ = writeln!(w, "hca_id:\t{}", d.name);
+    let _ = writeln!(w, "\ttransport:\t\t\tInfiniBand (0)");
+    let _ = writeln!(w, "\tfw_ver:\t\t\t\t{}", env!("CARGO_PKG_VERSION"));
+    let _ = writeln!(w, "\tnode_guid:\t\t\t{g}");
+    let _ = writeln!(w, "\tsys_image_guid:\t\t\t{g}");
+    let _ = writeln!(w, "\tvendor_id:\t\t\t0xffffff");
+    let _ = writeln!(w, "\tvendor_part_id:\t\t\t0");
+    let _ = writeln!(w, "\thw_ver:\t\t\t\t0x0");
+    let _ = writeln!(w, "\tphys_port_cnt:\t\t\t1");
+    if verbose {
+        let l = LIMITS;
+        let caps: u32 = CAPS.iter().map(|c| c.0).sum();
+        let _ = writeln!(w, "\tmax_mr_size:\t\t\t0x{:x}", 1u64 << 40);
+        let _ = writeln!(w, "\tpage_size_cap:\t\t\t0xfffff000");
+        let _ = writeln!(w, "\tmax_qp:\t\t\t\t{}", l.max_qp);
+        let _ = writeln!(w, "\tmax_qp_wr:\t\t\t{}", l.max_qp_wr);
+        let _ = writeln!(w, "\tdevice_cap_flags:\t\t0x{caps:08x}");
+        for (_, name) in CAPS {
+            let _ = writeln!(w, "\t\t\t\t\t{name}");
+        }
+        let _ = writeln!(w, "\tmax_sge:\t\t\t{}", l.max_sge);
+        let _ = writeln!(w, "\tmax_sge_rd:\t\t\t{}", l.max_sge);
+        let _ = writeln!(w, "\tmax_cq:\t\t\t\t{}", 1u32 << 20);
+        let _ = writeln!(w, "\tmax_cqe:\t\t\t{}", l.max_cqe);
+        let _ = writeln!(w, "\tmax_mr:\t\t\t\t{}", 1u32 << 20);
+        let _ = writeln!(w, "\tmax_pd:\t\t\t\t{}", 1u32 << 20);
+        let _ = writeln!(w, "\tmax_qp_rd_atom:\t\t\t{}", l.max_qp_rd_atom);
+        let _ = writeln!(w, "\tmax_ee_rd_atom:\t\t\t0");
+        let _ = writeln!(
+            w,
+            "\tmax_res_rd_atom:\t\t{}",
+            u64::from(l.max_qp_rd_atom) * u64::from(l.max_qp)
+        );
+        let _ = writeln!(w, "\tmax_qp_init_rd_atom:\t\t{}", l.max_qp_rd_atom);
+        let _ = writeln!(w, "\tmax_ee_init_rd_atom:\t\t0");
+        let _ = writeln!(w, "\tatomic_cap:\t\t\tATOMIC_HCA (1)");
+        let _ = writeln!(w, "\tmax_ee:\t\t\t\t0");
+        let _ = writeln!(w, "\tmax_rdd:\t\t\t0");
+        let _ = writeln!(w, "\tmax_mw:\t\t\t\t{}", 1u32 << 20);
+        let _ = writeln!(w, "\tmax_raw_ipv6_qp:\t\t0");
+        let _ = writeln!(w, "\tmax_raw_ethy_qp:\t\t0");
+        let _ = writeln!(w, "\tmax_mcast_grp:\t\t\t0");
+        let _ = writeln!(w, "\tmax_mcast_qp_attach:\t\t0");
+        let _ = writeln!(w, "\tmax_total_mcast_qp_attach:\t0");
+        let _ = writeln!(w, "\tmax_ah:\t\t\t\t0");
+        let _ = writeln!(w, "\tmax_fmr:\t\t\t0");
+        let _ = writeln!(w, "\tmax_srq:\t\t\t{}", 1u32 << 20);
+        let _ = writeln!(w, "\tmax_srq_wr:\t\t\t{}", l.max_qp_wr);
+        let _ = writeln!(w, "\tmax_srq_sge:\t\t\t{}", l.max_sge);
+        let _ = writeln!(w, "\tmax_pkeys:\t\t\t1");
+        let _ = writeln!(w, "\tlocal_ca_ack_delay:\t\t15");
+        let _ = writeln!(w, "\tgeneral_odp_caps:");
+        for t in ["rc", "uc", "ud", "xrc"] {
+            let _ = writeln!(w, "\t{t}_odp_caps:");
+            let _ = writeln!(w, "\t\t\t\t\tNO SUPPORT");
+        }
+        let _ = writeln!(w, "\tcompletion_timestamp_mask not supported");
+        let _ = writeln!(w, "\tcore clock not supported");
+        let _ = writeln!(w, "\tdevice_cap_flags_ex:\t\t0x{caps:X}");
+        let _ = writeln!(w, "\ttso_caps:");
+        let _ = writeln!(w, "\t\tmax_tso:\t\t\t0");
+        let _ = writeln!(w, "\trss_caps:");
+        let _ = writeln!(w, "\t\tmax_rwq_indirection_tables:\t\t\t0");
+        let _ = writeln!(w, "\t\tmax_rwq_indirection_table_size:\t\t\t0");
+        let _ = writeln!(w, "\t\trx_hash_function:\t\t\t\t0x0");
+        let _ = writeln!(w, "\t\trx_hash_fields_mask:\t\t\t\t0x0");
+        let _ = writeln!(w, "\tmax_wq_type_rq:\t\t\t0");
+        let _ = writeln!(w, "\tpacket_pacing_caps:");
+        let _ = writeln!(w, "\t\tqp_rate_limit_min:\t0kbps");
+        let _ = writeln!(w, "\t\tqp_rate_limit_max:\t0kbps");
+        let _ = writeln!(w, "\ttag matching not supported");
+        let _ = writeln!(w, "\tnum_comp_vectors:\t\t1");
+    }
+    if port.is_none_or(|p| p == 1) {
+        let mtu = active_mtu(d.if_mtu);
+        let (state, phys) = if d.up {
+            ("PORT_ACTIVE (4)", "LINK_UP (5)")
+        } else {
+            ("PORT_DOWN (1)", "DISABLED (3)")
+        };
+        let _ = writeln!(w, "\t\tport:\t1");
+        let _ = writeln!(w, "\t\t\tstate:\t\t\t{state}");
+        let _ = writeln!(w, "\t\t\tmax_mtu:\t\t4096 (5)");
+        let _ = writeln!(w, "\t\t\tactive_mtu:\t\t{} ({})", mtu.bytes(), mtu as u8);
+        let _ = writeln!(w, "\t\t\tsm_lid:\t\t\t0");
+        let _ = writeln!(w, "\t\t\tport_lid:\t\t0");
+        let _ = writeln!(w, "\t\t\tport_lmc:\t\t0x00");
+        let _ = writeln!(w, "\t\t\tlink_layer:\t\tEthernet");
+        if verbose {
+            let _ = writeln!(w, "\t\t\tmax_msg_sz:\t\t0x{:x}", LIMITS.max_msg_size);
+            let _ = writeln!(w, "\t\t\tport_cap_flags:\t\t0x00010000");
+            let _ = writeln!(w, "\t\t\tport_cap_flags2:\t0x0000");
+            let _ = writeln!(w, "\t\t\tmax_vl_num:\t\t1 (1)");
+            let _ = writeln!(w, "\t\t\tbad_pkey_cntr:\t\t0x0");
+            let _ = writeln!(w, "\t\t\tqkey_viol_cntr:\t\t0x0");
+            let _ = writeln!(w, "\t\t\tsm_sl:\t\t\t0");
+            let _ = writeln!(w, "\t\t\tpkey_tbl_len:\t\t1");
+            let _ = writeln!(w, "\t\t\tgid_tbl_len:\t\t1");
+            let _ = writeln!(w, "\t\t\tsubnet_timeout:\t\t0");
+            let _ = writeln!(w, "\t\t\tinit_type_reply:\t0");
+            let _ = writeln!(w, "\t\t\tactive_width:\t\t1X (1)");
+            let _ = writeln!(w, "\t\t\tactive_speed:\t\t10.0 Gbps (8)");
+            let _ = writeln!(w, "\t\t\tphys_state:\t\t{phys}");
+            let _ = writeln!(w, "\t\t\tGID[  0]:\t\t{}, RoCE v2", gid_text(d.addr));
+        }
+    }
+    s.push('\n');
+    s
+}
+
+/// Runs `ndv devinfo`.
+pub fn run(a: &Args) -> Result<(), String> {
+    let devs = devices();
+    if a.list {
+        let n = devs.len();
+        println!("{n} HCA{} found:", if n == 1 { "" } else { "s" });
+        for d in &devs {
+            println!("\t{}", d.name);
+        }
+        println!();
+        return Ok(());
+    }
+    let chosen: Vec<&DevInfo> = match &a.dev {
+        None => devs.iter().collect(),
+        Some(want) => {
+            let ip: Option<IpAddr> = want.parse().ok();
+            let v: Vec<&DevInfo> = devs
+                .iter()
+                .filter(|d| &d.name == want || Some(d.addr) == ip)
+                .collect();
+            if v.is_empty() {
+                eprintln!("IB device '{want}' wasn't found");
+                std::process::exit(255);
+            }
+            v
+        }
+    };
+    if chosen.is_empty() {
+        println!("No IB devices found");
+        return Ok(());
+    }
+    if let Some(p) = a.port {
+        if p != 1 {
+            return Err(format!(
+                "invalid port {p} (every ndverbs device has port 1)"
+            ));
+        }
+    }
+    let mut out = String::new();
+    for d in chosen {
+        out.push_str(&render(d, a.verbose, a.port));
+    }
+    print!("{out}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mtu_like_rxe() {
+        assert_eq!(active_mtu(1500), PathMtu::Mtu1024);
+        assert_eq!(active_mtu(9000), PathMtu::Mtu4096);
+        assert_eq!(active_mtu(65536), PathMtu::Mtu4096);
+        assert_eq!(active_mtu(2200), PathMtu::Mtu2048);
+        assert_eq!(active_mtu(1280), PathMtu::Mtu1024);
+        assert_eq!(active_mtu(100), PathMtu::Mtu256);
+    }
+
+    #[test]
+    fn guid_groups() {
+        assert_eq!(guid(0x5054_00ff_fe77_0002), "5054:00ff:fe77:0002");
+    }
+}

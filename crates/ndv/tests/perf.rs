@@ -1,0 +1,491 @@
+//! `ndv perf` on loopback (all eight tests, a few options) and against
+//! perftest 4.5 (`ib_*_bw`, `ib_*_lat`) in the Linux Soft-RoCE guest, in
+//! both roles, with the TCP exchange and with `-R` (rdma_cm).
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+use support::*;
+
+fn ndv() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ndv"))
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
+
+/// The result rows (lines starting with a blank and a digit).
+fn rows(out: &str) -> Vec<Vec<f64>> {
+    out.lines()
+        .filter(|l| l.starts_with(' ') && l[1..].starts_with(|c: char| c.is_ascii_digit()))
+        .map(|l| {
+            l.split_whitespace()
+                .map(|w| w.parse::<f64>().unwrap_or(f64::NAN))
+                .collect()
+        })
+        .collect()
+}
+
+/// Checks the header block and the address lines perftest prints.
+fn check_shape(out: &str, title: &str, rdma: bool) {
+    assert!(
+        out.contains(&format!("                    {title}\n")),
+        "{out}"
+    );
+    assert!(
+        out.contains(" Dual-port       : OFF\t\tDevice         : "),
+        "{out}"
+    );
+    assert!(out.contains(" Connection type : RC\t\tUsing SRQ      : OFF\n"));
+    assert!(out.contains(" Link type       : Ethernet\n"), "{out}");
+    assert!(out.contains(" local address: LID 0000 QPN 0x"), "{out}");
+    assert!(out.contains(" remote address: LID 0000 QPN 0x"), "{out}");
+    assert_eq!(out.contains(" RKey 0x"), rdma, "{out}");
+    assert!(
+        out.contains(" GID: 00:00:00:00:00:00:00:00:00:00:255:255:"),
+        "{out}"
+    );
+}
+
+/// Runs `ndv perf TEST ARGS` as server on `127.0.N.1` and client on
+/// `127.0.N.2` (each test its own pair: the devices bind UDP 4791).
+fn loopback(test: &str, port: u16, net: u8, args: &[&str]) -> (String, String) {
+    let (s_ip, c_ip) = (format!("127.0.{net}.1"), format!("127.0.{net}.2"));
+    let port = port.to_string();
+    let mut common = vec!["perf", test, "-p", &port];
+    common.extend_from_slice(args);
+    let server = ndv()
+        .args(&common)
+        .args(["--ip", &s_ip])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let client = ndv()
+        .args(&common)
+        .args(["--ip", &c_ip, &s_ip])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (ok_c, out_c) = wait_child(client, Duration::from_secs(60));
+    let (ok_s, out_s) = wait_child(server, Duration::from_secs(60));
+    assert!(ok_c && ok_s, "client:\n{out_c}\nserver:\n{out_s}");
+    (out_c, out_s)
+}
+
+#[test]
+fn loopback_send_bw() {
+    let (c, s) = loopback("send_bw", 18801, 21, &["-n", "200", "-s", "4096"]);
+    check_shape(&c, "Send BW Test", false);
+    check_shape(&s, "Send BW Test", false);
+    assert!(c.contains(" TX depth        : 128\n"), "{c}");
+    assert!(s.contains(" RX depth        : 200\n"), "{s}");
+    let (rc, rs) = (rows(&c), rows(&s));
+    assert_eq!((rc.len(), rs.len()), (1, 1), "{c}\n{s}");
+    assert_eq!(&rc[0][..2], &[4096.0, 200.0]);
+    assert!(rc[0][3] > 0.0, "{c}");
+    // The receiver has no peak.
+    assert_eq!(rs[0][2], 0.0, "{s}");
+    assert!(
+        s.starts_with("\n************************************\n"),
+        "{s}"
+    );
+}
+
+#[test]
+fn loopback_write_bw() {
+    let (c, s) = loopback("write_bw", 18802, 22, &["-n", "300", "-s", "8192"]);
+    check_shape(&c, "RDMA_Write BW Test", true);
+    check_shape(&s, "RDMA_Write BW Test", true);
+    // The server prints the client's result.
+    assert_eq!(rows(&c), rows(&s), "{c}\n{s}");
+    assert_eq!(&rows(&c)[0][..2], &[8192.0, 300.0]);
+}
+
+#[test]
+fn loopback_read_bw() {
+    let (c, s) = loopback("read_bw", 18803, 23, &["-n", "200"]);
+    check_shape(&c, "RDMA_Read BW Test", true);
+    assert!(c.contains(" Outstand reads  : 128\n"), "{c}");
+    assert!(c.contains(" OUT 0x80 RKey 0x"), "{c}");
+    assert!(c.starts_with("---------"), "{c}");
+    assert!(c.contains("Device not recognized to implement inline feature"));
+    assert_eq!(rows(&c), rows(&s));
+    assert_eq!(&rows(&c)[0][..2], &[65536.0, 200.0]);
+}
+
+#[test]
+fn loopback_atomic_bw() {
+    let (c, s) = loopback("atomic_bw", 18804, 24, &["-n", "200"]);
+    check_shape(&c, "Atomic FETCH_AND_ADD BW Test", false);
+    assert_eq!(rows(&c), rows(&s));
+    assert_eq!(&rows(&c)[0][..2], &[8.0, 200.0]);
+}
+
+fn check_lat(out: &str, size: f64, iters: f64) {
+    assert!(out.contains(" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]"));
+    let r = rows(out);
+    assert_eq!(r.len(), 1, "{out}");
+    assert_eq!(&r[0][..2], &[size, iters]);
+    assert_eq!(r[0].len(), 9, "{out}");
+    // t_min <= t_typical <= t_max, all positive.
+    assert!(
+        r[0][2] > 0.0 && r[0][2] <= r[0][4] && r[0][4] <= r[0][3],
+        "{out}"
+    );
+}
+
+#[test]
+fn loopback_send_lat() {
+    let (c, s) = loopback("send_lat", 18805, 25, &["-n", "300"]);
+    check_shape(&c, "Send Latency Test", false);
+    check_lat(&c, 2.0, 300.0);
+    check_lat(&s, 2.0, 300.0);
+}
+
+#[test]
+fn loopback_write_lat() {
+    let (c, s) = loopback("write_lat", 18806, 26, &["-n", "300", "-s", "64"]);
+    check_shape(&c, "RDMA_Write Latency Test", true);
+    assert!(c.contains(" PCIe relax order: OFF\n"), "{c}");
+    check_lat(&c, 64.0, 300.0);
+    check_lat(&s, 64.0, 300.0);
+}
+
+#[test]
+fn loopback_read_lat() {
+    let (c, s) = loopback("read_lat", 18807, 27, &["-n", "300"]);
+    check_shape(&c, "RDMA_Read Latency Test", true);
+    check_lat(&c, 2.0, 300.0);
+    // Only the client measures.
+    assert!(rows(&s).is_empty(), "{s}");
+    assert!(s.contains(" remote address: LID 0000"), "{s}");
+}
+
+#[test]
+fn loopback_atomic_lat() {
+    let (c, s) = loopback("atomic_lat", 18808, 28, &["-n", "300"]);
+    check_shape(&c, "Atomic FETCH_AND_ADD Latency Test", false);
+    check_lat(&c, 8.0, 300.0);
+    assert!(rows(&s).is_empty(), "{s}");
+}
+
+#[test]
+fn loopback_options() {
+    // Several QPs, CQ moderation, Gb/s.
+    let (c, s) = loopback(
+        "write_bw",
+        18809,
+        29,
+        &[
+            "-n",
+            "100",
+            "-q",
+            "3",
+            "-s",
+            "4096",
+            "-Q",
+            "10",
+            "--report_gbits",
+        ],
+    );
+    assert!(
+        c.contains(" Number of qps   : 3\t\tTransport type : IB\n"),
+        "{c}"
+    );
+    assert_eq!(c.matches(" local address:").count(), 3, "{c}");
+    assert_eq!(s.matches(" remote address:").count(), 3, "{s}");
+    assert!(c.contains("BW peak[Gb/sec]"), "{c}");
+    assert_eq!(&rows(&c)[0][..2], &[4096.0, 300.0], "{c}");
+    // -a: one row per size, 2 … 2^23.
+    let (c, _) = loopback("send_bw", 18810, 30, &["-a", "-n", "5"]);
+    let r = rows(&c);
+    assert_eq!(r.len(), 23, "{c}");
+    assert_eq!((r[0][0], r[22][0]), (2.0, 8_388_608.0));
+    // -D: time-based, no peak; -b: bidirectional sums.
+    let (c, _) = loopback("write_bw", 18811, 31, &["-D", "2", "-s", "4096"]);
+    assert_eq!(rows(&c)[0][2], 0.0, "{c}");
+    assert!(rows(&c)[0][1] > 0.0, "{c}");
+    let (c, s) = loopback("send_bw", 18812, 32, &["-b", "-n", "200", "-s", "4096"]);
+    assert!(c.contains("Send Bidirectional BW Test"), "{c}");
+    assert_eq!(rows(&c), rows(&s));
+    let (c, _) = loopback("send_lat", 18813, 33, &["-D", "2"]);
+    assert!(c.contains(" #bytes        #iterations       t_avg[usec]    tps average"));
+    // -R on loopback: the control channel and the data QP through the CM.
+    let (c, s) = loopback("write_bw", 18814, 34, &["-R", "-n", "100", "-s", "4096"]);
+    assert!(c.contains(" Data ex. method : rdma_cm"), "{c}");
+    assert!(
+        s.contains(" Waiting for client rdma_cm QP to connect"),
+        "{s}"
+    );
+    assert_eq!(rows(&c), rows(&s));
+}
+
+#[test]
+fn bad_options_fail() {
+    for args in [
+        &["perf", "flood_bw"][..],
+        &["perf", "write_bw", "-c", "UD"],
+        &["perf", "write_lat", "-q", "2"],
+        &["perf", "write_bw", "-m", "1500"],
+    ] {
+        let o = ndv().args(args).output().unwrap();
+        assert!(!o.status.success(), "{args:?}: {}", text(&o));
+    }
+    let o = ndv().args(["perf", "send_bw", "-V"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "Version: 6.06\n");
+}
+
+/// A perftest-speaking peer that sends a malformed key message: the client
+/// must fail cleanly (no panic, non-zero exit).
+#[test]
+fn malformed_keys_are_an_error() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let peer = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut buf = [0u8; 108];
+        for n in [16usize, 4, 4, 2] {
+            s.read_exact(&mut buf[..n]).unwrap();
+            s.write_all(&buf[..n]).unwrap();
+        }
+        s.read_exact(&mut buf).unwrap();
+        let mut junk = b"0000:0001:zzzzzz:".to_vec();
+        junk.resize(108, b'7');
+        s.write_all(&junk).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+    });
+    let o = ndv()
+        .args([
+            "perf",
+            "write_bw",
+            "-p",
+            &port,
+            "--ip",
+            "127.0.35.2",
+            "127.0.0.1",
+        ])
+        .output()
+        .unwrap();
+    peer.join().unwrap();
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(t.contains("malformed perftest key message"), "{t}");
+    assert!(!t.contains("panicked"), "{t}");
+}
+
+/// A man in the middle corrupts the RKey in the server's key message: the
+/// client's first WRITE is NAKed (remote access error) and the client prints
+/// perftest's completion error and fails; the server fails when the client
+/// goes away.
+#[test]
+fn completion_error_is_reported() {
+    let server = ndv()
+        .args([
+            "perf",
+            "write_bw",
+            "-n",
+            "10",
+            "-p",
+            "18815",
+            "--ip",
+            "127.0.36.1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    std::thread::spawn(move || {
+        let (mut c, _) = l.accept().unwrap();
+        let mut s = std::net::TcpStream::connect("127.0.36.1:18815").unwrap();
+        let (mut c2, mut s2) = (c.try_clone().unwrap(), s.try_clone().unwrap());
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut c2, &mut s2);
+            let _ = s2.shutdown(std::net::Shutdown::Both);
+        });
+        // The preamble block by block (each is a barrier), then the keys.
+        let mut pre = [0u8; 16];
+        for n in [16usize, 4, 4, 2] {
+            s.read_exact(&mut pre[..n]).unwrap();
+            c.write_all(&pre[..n]).unwrap();
+        }
+        // The three hand shakes before the run (the last keys are the ones used).
+        for _ in 0..3 {
+            let mut keys = [0u8; 108];
+            s.read_exact(&mut keys).unwrap();
+            keys[24..32].copy_from_slice(b"deadbeef");
+            c.write_all(&keys).unwrap();
+        }
+        let _ = std::io::copy(&mut s, &mut c);
+    });
+    let o = ndv()
+        .args([
+            "perf",
+            "write_bw",
+            "-n",
+            "10",
+            "-p",
+            &port,
+            "--ip",
+            "127.0.36.2",
+            "127.0.0.1",
+        ])
+        .output()
+        .unwrap();
+    let t = text(&o);
+    let (ok_s, out_s) = wait_child(server, Duration::from_secs(30));
+    assert!(!out_s.contains("TIMED OUT"), "{out_s}");
+    assert!(!o.status.success(), "{t}\nserver:\n{out_s}");
+    assert!(t.contains(" RKey 0xdeadbeef"), "{t}");
+    assert!(
+        t.contains(" Completion with error at client\n Failed status 10: wr_id 0"),
+        "{t}"
+    );
+    assert!(!ok_s, "{out_s}");
+    assert!(!out_s.contains("panicked"), "{out_s}");
+}
+
+// ---- Against perftest in the Linux guest -----------------------------------
+
+/// perftest in the guest is the server, `ndv perf` the client.
+fn guest_server(h: &Harness, test: &str, port: u16, args: &str) -> (String, String) {
+    let job = h.guest_bg(&format!(
+        "timeout 90 ib_{test} -d rxe0 -x 1 -p {port} {args}"
+    ));
+    let mut nargs = vec!["perf", test, "-x", "1"];
+    let port_s = port.to_string();
+    nargs.extend(["-p", &port_s]);
+    nargs.extend(args.split_whitespace());
+    nargs.push(GUEST);
+    let out = retry(Duration::from_secs(30), || {
+        let o = h.ndv(&nargs).output().unwrap();
+        let t = text(&o);
+        // Not listening yet: TCP refused, or (-R) the CM request rejected.
+        if !o.status.success()
+            && (t.contains("Couldn't connect") || t.contains("rdma_client function"))
+        {
+            None
+        } else {
+            Some((o.status.success(), t))
+        }
+    })
+    .expect("the guest server never listened");
+    let (ok_g, out_g) = h.wait(&job);
+    assert!(out.0, "ndv client:\n{}\nguest server:\n{out_g}", out.1);
+    assert!(ok_g, "guest server:\n{out_g}\nndv client:\n{}", out.1);
+    (out.1, out_g)
+}
+
+/// `ndv perf` is the server, perftest in the guest the client.
+fn guest_client(h: &Harness, test: &str, port: u16, args: &str) -> (String, String) {
+    let port_s = port.to_string();
+    let mut nargs = vec!["perf", test, "-x", "1", "-p", &port_s];
+    nargs.extend(args.split_whitespace());
+    let server = h.spawn_ndv(&nargs);
+    std::thread::sleep(Duration::from_millis(500));
+    let o = h.guest(&format!(
+        "timeout 90 ib_{test} -d rxe0 -x 1 -p {port} {args} {HOST}"
+    ));
+    let out_g = text(&o);
+    let (ok_s, out_s) = wait_child(server, Duration::from_secs(90));
+    assert!(
+        o.status.success(),
+        "guest client:\n{out_g}\nndv server:\n{out_s}"
+    );
+    assert!(ok_s, "ndv server:\n{out_s}\nguest client:\n{out_g}");
+    (out_s, out_g)
+}
+
+/// Both sides printed the same result row (the client's, for READ/WRITE).
+fn same_rows(a: &str, b: &str) {
+    assert_eq!(rows(a), rows(b), "ndv:\n{a}\nguest:\n{b}");
+    assert_eq!(rows(a).len(), 1, "{a}");
+}
+
+#[test]
+fn guest_write_bw_both_roles() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(h) = Harness::get() else { return };
+    let (n, g) = guest_server(&h, "write_bw", 18821, "-n 300 -s 16384");
+    same_rows(&n, &g);
+    assert!(n.contains(" remote address: LID 0000 QPN 0x"), "{n}");
+    assert!(n.contains(":255:255:10:77:00:02\n"), "{n}");
+    let (n, g) = guest_client(&h, "write_bw", 18822, "-n 300 -s 16384");
+    same_rows(&n, &g);
+    assert_eq!(&rows(&n)[0][..2], &[16384.0, 300.0]);
+}
+
+#[test]
+fn guest_send_bw_both_roles() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(h) = Harness::get() else { return };
+    let (n, g) = guest_server(&h, "send_bw", 18823, "-n 300 -s 8192");
+    assert_eq!(&rows(&n)[0][..2], &[8192.0, 300.0], "{n}");
+    assert_eq!(&rows(&g)[0][..2], &[8192.0, 300.0], "{g}");
+    let (n, g) = guest_client(&h, "send_bw", 18824, "-n 300 -s 8192");
+    assert_eq!(rows(&n)[0][2], 0.0, "{n}");
+    assert_eq!(&rows(&g)[0][..2], &[8192.0, 300.0], "{g}");
+}
+
+#[test]
+fn guest_read_bw_both_roles() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(h) = Harness::get() else { return };
+    let (n, g) = guest_server(&h, "read_bw", 18825, "-n 300 -s 16384");
+    same_rows(&n, &g);
+    let (n, g) = guest_client(&h, "read_bw", 18826, "-n 300 -s 16384");
+    same_rows(&n, &g);
+    assert!(n.contains(" OUT 0x80 RKey 0x"), "{n}");
+}
+
+#[test]
+fn guest_rdma_cm_write_bw_both_roles() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(h) = Harness::get() else { return };
+    let (n, g) = guest_server(&h, "write_bw", 18827, "-R -n 200 -s 4096");
+    same_rows(&n, &g);
+    assert!(n.contains(" Data ex. method : rdma_cm"), "{n}");
+    let (n, g) = guest_client(&h, "write_bw", 18828, "-R -n 200 -s 4096");
+    same_rows(&n, &g);
+    assert!(
+        n.contains(" Waiting for client rdma_cm QP to connect"),
+        "{n}"
+    );
+}
+
+#[test]
+fn guest_rdma_cm_send_bw_both_roles() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(h) = Harness::get() else { return };
+    let (n, g) = guest_server(&h, "send_bw", 18829, "-R -n 200 -s 4096");
+    assert_eq!(&rows(&n)[0][..2], &[4096.0, 200.0], "{n}");
+    assert_eq!(&rows(&g)[0][..2], &[4096.0, 200.0], "{g}");
+    let (n, g) = guest_client(&h, "send_bw", 18830, "-R -n 200 -s 4096");
+    assert_eq!(&rows(&n)[0][..2], &[4096.0, 200.0], "{n}");
+    assert_eq!(&rows(&g)[0][..2], &[4096.0, 200.0], "{g}");
+}
+
+#[test]
+fn guest_latency_tests() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(h) = Harness::get() else { return };
+    let (n, g) = guest_server(&h, "send_lat", 18831, "-n 100");
+    check_lat(&n, 2.0, 100.0);
+    check_lat(&g, 2.0, 100.0);
+    let (n, g) = guest_client(&h, "write_lat", 18832, "-n 100 -s 32");
+    check_lat(&n, 32.0, 100.0);
+    check_lat(&g, 32.0, 100.0);
+    let (n, _) = guest_server(&h, "read_lat", 18833, "-n 100");
+    check_lat(&n, 2.0, 100.0);
+    let (_, g) = guest_client(&h, "atomic_lat", 18834, "-n 100");
+    check_lat(&g, 8.0, 100.0);
+}

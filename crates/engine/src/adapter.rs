@@ -458,7 +458,7 @@ impl Adapter {
         });
         crate::capture::from_env(&shared.capture, local)?;
         let thread = if mode == Progress::Thread {
-            let s = shared.clone();
+            let s = Arc::downgrade(&shared);
             Some(
                 std::thread::Builder::new()
                     .name(format!("ndv-engine-{local}"))
@@ -1489,6 +1489,10 @@ impl Core {
             if e.qp.state() == QpState::Err && e.srq.is_none() {
                 e.qp.flush_recv(&mut e.rq);
             }
+            // Free the queue slots before the completions become visible: an
+            // application that posts as soon as it polls a completion must
+            // find room.
+            e.retire_done();
             while let Some(wc) = e.qp.poll_completion() {
                 let cq = match wc.queue {
                     ndverbs_proto::rc::WcQueue::Send => &e.send_cq,
@@ -1496,7 +1500,6 @@ impl Core {
                 };
                 cq.push(wc);
             }
-            e.retire_done();
             e.shared
                 .state
                 .store(state_to_u8(e.qp.state()), Ordering::Release);
@@ -1605,9 +1608,17 @@ fn wait_writable(sock: &RoceSocket) {
 }
 
 /// The worker thread: step, then sleep until a packet, a post or a deadline.
-fn worker(shared: Arc<Shared>) {
+///
+/// It holds the shared state only weakly between turns: when the application
+/// drops its last handle the state (socket, tables) is freed and the worker
+/// ends at its next wake-up (at most 100 ms later), releasing UDP port 4791.
+fn worker(weak: std::sync::Weak<Shared>) {
     let clock = |s: &Shared| Instant::from_nanos(s.epoch.elapsed().as_nanos() as u64);
-    while !shared.stop.load(Ordering::Acquire) {
+    loop {
+        let Some(shared) = weak.upgrade() else { return };
+        if shared.stop.load(Ordering::Acquire) {
+            return;
+        }
         let deadline = {
             let mut c = shared.core.lock().unwrap_or_else(|e| e.into_inner());
             c.step(&shared, clock(&shared));

@@ -120,11 +120,11 @@ impl RoceSocket {
         if local.is_ipv6() {
             sock.set_only_v6(true)?;
         }
-        // Ask for big buffers; the kernel silently caps them, which only costs
-        // drops under bursts (counted by the kernel as UDP receive errors).
-        let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
-        let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
+        // Ask for big buffers (past `net.core.{r,w}mem_max` with
+        // CAP_NET_ADMIN); the kernel silently caps them otherwise, which
+        // costs drops under bursts — say so once.
         let fd = sock.as_raw_fd();
+        set_buffers(&sock, fd);
         if local.is_ipv4() {
             setsockopt(
                 fd,
@@ -453,6 +453,35 @@ fn verify(
                 Err(Drop::BadIcrc)
             }
         }
+    }
+}
+
+/// Sets both socket buffers to [`SOCKET_BUFFER`] (forcing past the sysctl
+/// caps when privileged) and warns once per process when they were capped.
+fn set_buffers(sock: &Socket, fd: RawFd) {
+    let size = SOCKET_BUFFER as libc::c_int;
+    if setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, size).is_err() {
+        let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+    }
+    if setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, size).is_err() {
+        let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
+    }
+    // Linux reports twice the size it granted.
+    let rcv = sock.recv_buffer_size().unwrap_or(0) / 2;
+    let snd = sock.send_buffer_size().unwrap_or(0) / 2;
+    if rcv < SOCKET_BUFFER || snd < SOCKET_BUFFER {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            tracing::warn!(
+                "UDP socket buffers capped at {} KiB receive / {} KiB send (asked {} KiB): bursts \
+                 beyond them are dropped and retransmitted; raise net.core.rmem_max and \
+                 net.core.wmem_max to at least {} (sysctl -w), or run with CAP_NET_ADMIN",
+                rcv >> 10,
+                snd >> 10,
+                SOCKET_BUFFER >> 10,
+                SOCKET_BUFFER
+            );
+        });
     }
 }
 

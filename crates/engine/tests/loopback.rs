@@ -246,3 +246,34 @@ fn post_errors_destroy_and_removal() {
         Err(EngineError::NotFound { .. })
     ));
 }
+
+/// Dropping every handle of a threaded adapter ends its worker and frees its
+/// UDP port: the same address can be opened again at once.
+#[test]
+fn dropping_an_adapter_releases_its_port() {
+    let ip: std::net::IpAddr = "127.77.4.1".parse().unwrap();
+    for _ in 0..3 {
+        let a = ndverbs_engine::adapter::Adapter::open(ip, Progress::Thread).unwrap();
+        let pd = a.alloc_pd().unwrap();
+        let _ = a.create_cq(8).unwrap();
+        let _ = pd;
+        drop(a);
+        // The worker may hold the state for one more turn (≤ 100 ms).
+        let t0 = std::time::Instant::now();
+        loop {
+            match ndverbs_engine::udp::RoceSocket::bind(ip) {
+                Ok(s) => {
+                    drop(s);
+                    break;
+                }
+                Err(e) => {
+                    assert!(
+                        t0.elapsed() < Duration::from_secs(2),
+                        "port still bound: {e}"
+                    );
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+}

@@ -4,11 +4,13 @@
 # scripts/test.sh).
 #   tshark   decode cross-checks and capture tests
 #   python3  helper scripts (tshark comparison)
+#   iperf3   the TCP baseline of `ndv bench` (P1 and the -a sweep)
 set -euo pipefail
 need=()
 command -v tshark >/dev/null 2>&1 || need+=(tshark)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 command -v editcap >/dev/null 2>&1 || need+=(wireshark-common)
+command -v iperf3 >/dev/null 2>&1 || need+=(iperf3)
 if ((${#need[@]})); then
     if [ "$(id -u)" != 0 ]; then
         echo "setup: missing ${need[*]}; run as root (apt-get) to install" >&2
@@ -18,7 +20,13 @@ if ((${#need[@]})); then
     export DEBIAN_FRONTEND=noninteractive
     # Non-root packet capture is not needed; answer the wireshark-common question.
     echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+    # ndv bench starts its own iperf3 servers; no system daemon.
+    echo "iperf3 iperf3/start_daemon boolean false" | debconf-set-selections
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+if ! iperf3 --version >/dev/null 2>&1; then
+    echo "setup: iperf3 is installed but does not run" >&2
+    exit 1
 fi
 echo "setup: ok"

@@ -541,7 +541,7 @@ impl Node {
             .is_ok()
     }
 
-    fn to_error(&mut self) {
+    fn move_to_error(&mut self) {
         if !matches!(self.qp.state(), QpState::Err | QpState::Reset) {
             self.qp
                 .modify(
@@ -953,7 +953,7 @@ impl World {
             return;
         }
         n.closed = true;
-        n.to_error();
+        n.move_to_error();
         if let Some(ep) = n.ep {
             let _ = n.cm.destroy(now, ep);
         }

@@ -4,6 +4,7 @@
 # scripts/test.sh).
 #   tshark   decode cross-checks and capture tests
 #   python3  helper scripts (tshark comparison)
+#   nftables kernel packet drops between test namespaces (no netem here)
 #   iperf3   the TCP baseline of `ndv bench` (P1 and the -a sweep)
 set -euo pipefail
 need=()
@@ -11,6 +12,8 @@ command -v tshark >/dev/null 2>&1 || need+=(tshark)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 command -v editcap >/dev/null 2>&1 || need+=(wireshark-common)
 command -v iperf3 >/dev/null 2>&1 || need+=(iperf3)
+command -v nft >/dev/null 2>&1 || need+=(nftables)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
 if ((${#need[@]})); then
     if [ "$(id -u)" != 0 ]; then
         echo "setup: missing ${need[*]}; run as root (apt-get) to install" >&2

@@ -320,6 +320,9 @@ pub(crate) struct Core {
     acks: Vec<HeldAck>,
     /// The ACKs the previous step held, while this step's `finish_step` runs.
     acks_due: Vec<HeldAck>,
+    /// Completions and request results delivered so far (`progress_wait`
+    /// does not sleep after a step that delivered something).
+    delivered: u64,
 }
 
 /// A plain ACK held for one step (see `Core::acks`).
@@ -424,6 +427,7 @@ impl Adapter {
             retired: Default::default(),
             acks: Vec::new(),
             acks_due: Vec::new(),
+            delivered: 0,
             next_id: 1,
             pds: HashMap::new(),
             cqs: HashMap::new(),
@@ -988,16 +992,19 @@ impl Adapter {
         self.check()?;
         let rcvd = &self.shared.counters.rcvd_datagrams;
         let before = rcvd.load(Ordering::Relaxed);
-        let deadline = {
+        let (deadline, delivered) = {
             let mut c = self.shared.core.lock().unwrap_or_else(|e| e.into_inner());
             let now = self.now();
+            let d0 = c.delivered;
             c.step(&self.shared, now);
             c.flush_acks(&self.shared);
-            c.next_deadline()
+            (c.next_deadline(), c.delivered != d0)
         };
-        // The step just took packets: their completions are out, so return to
-        // the caller instead of sleeping on a socket that is now empty.
-        if rcvd.load(Ordering::Relaxed) != before {
+        // The step just took packets or delivered completions or request
+        // results (a phase that needed no packet, such as CompleteConnect):
+        // return to the caller instead of sleeping on a socket that is now
+        // empty.
+        if delivered || rcvd.load(Ordering::Relaxed) != before {
             return Ok(());
         }
         let wait = deadline.map_or(timeout, |d| {
@@ -1066,18 +1073,21 @@ impl QpEntry {
         while let Some(wr) = self.shared.sq_in.pop() {
             moved = true;
             self.sq_in_proto += 1;
-            if let Err(e) = self.qp.post_send(wr.clone()) {
+            // No clone on the packet path: the refusal needs only these.
+            let (wr_id, op) = (wr.wr_id, wr.op);
+            if let Err(e) = self.qp.post_send(wr) {
                 // Checked at post time; only a state change in between lands here.
                 tracing::debug!(qpn = self.qp.qpn(), error = %e, "send request refused by the QP");
-                self.send_cq.push(refused(&wr, self.qp.qpn(), e));
+                self.send_cq.push(refused(wr_id, op, self.qp.qpn(), e));
             }
         }
         while let Some(wr) = self.shared.rq_in.pop() {
             moved = true;
             self.rq_in_proto += 1;
-            if let Err(e) = self.qp.post_recv(&mut self.rq, wr.clone()) {
+            let wr_id = wr.wr_id;
+            if let Err(e) = self.qp.post_recv(&mut self.rq, wr) {
                 tracing::debug!(qpn = self.qp.qpn(), error = %e, "receive refused by the QP");
-                self.recv_cq.push(refused_recv(&wr, self.qp.qpn()));
+                self.recv_cq.push(refused_recv(wr_id, self.qp.qpn()));
             }
         }
         moved
@@ -1105,9 +1115,9 @@ fn retire(counter: &AtomicU32, before: usize, after: usize) {
     }
 }
 
-fn refused(wr: &SendWr, qpn: u32, _e: PostError) -> ndverbs_proto::rc::WorkCompletion {
+fn refused(wr_id: u64, op: SendOp, qpn: u32, _e: PostError) -> ndverbs_proto::rc::WorkCompletion {
     use ndverbs_proto::rc::{WcOpcode, WcQueue, WorkCompletion};
-    let opcode = match wr.op {
+    let opcode = match op {
         SendOp::Send | SendOp::SendImm(_) | SendOp::SendInv(_) => WcOpcode::Send,
         SendOp::Write(_) | SendOp::WriteImm(..) => WcOpcode::RdmaWrite,
         SendOp::Read(_) => WcOpcode::RdmaRead,
@@ -1115,7 +1125,7 @@ fn refused(wr: &SendWr, qpn: u32, _e: PostError) -> ndverbs_proto::rc::WorkCompl
         SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
     };
     WorkCompletion {
-        wr_id: wr.wr_id,
+        wr_id,
         status: WcStatus::LocQpOpErr,
         opcode,
         queue: WcQueue::Send,
@@ -1128,10 +1138,10 @@ fn refused(wr: &SendWr, qpn: u32, _e: PostError) -> ndverbs_proto::rc::WorkCompl
     }
 }
 
-fn refused_recv(wr: &RecvWr, qpn: u32) -> ndverbs_proto::rc::WorkCompletion {
+fn refused_recv(wr_id: u64, qpn: u32) -> ndverbs_proto::rc::WorkCompletion {
     use ndverbs_proto::rc::{WcOpcode, WcQueue, WorkCompletion};
     WorkCompletion {
-        wr_id: wr.wr_id,
+        wr_id,
         status: WcStatus::LocQpOpErr,
         opcode: WcOpcode::Recv,
         queue: WcQueue::Recv,
@@ -1394,13 +1404,11 @@ impl Core {
         let hold_acks = shared.mode == Progress::Manual;
         // `tx[..off]` holds `count` packets of `seg` bytes (the last may be shorter).
         let (mut off, mut seg, mut count) = (0usize, 0usize, 0usize);
-        loop {
-            let Some(e) = self.qps.get_mut(&qpn) else {
-                break;
-            };
-            let Some(n) = e.qp.poll_transmit(now, &mut self.mem, &mut self.tx[off..]) else {
-                break;
-            };
+        while let Some(n) = self
+            .qps
+            .get_mut(&qpn)
+            .and_then(|e| e.qp.poll_transmit(now, &mut self.mem, &mut self.tx[off..]))
+        {
             if hold_acks && is_plain_ack(&self.tx[off..off + n]) {
                 // ACKs are cumulative: a newer one replaces a held one.
                 let mut h = HeldAck {
@@ -1499,6 +1507,7 @@ impl Core {
                     ndverbs_proto::rc::WcQueue::Recv => &e.recv_cq,
                 };
                 cq.push(wc);
+                self.delivered += 1;
             }
             e.shared
                 .state
@@ -1520,6 +1529,7 @@ impl Core {
         }
         self.touched = touched;
         self.touched.clear();
+        self.delivered += self.later.len() as u64;
         for f in self.later.drain(..) {
             f();
         }

@@ -105,7 +105,8 @@ pub fn median_ns(v: &mut [u64]) -> u64 {
     *v.select_nth_unstable(m).1
 }
 
-/// TCP server: accept, read the 8-byte message and the FIN, close.
+/// TCP server: accept, read the 8-byte message, close (first, so TIME_WAIT
+/// stays on the server's side and the client never runs out of ports).
 pub fn tcp_accept(ip: IpAddr) -> R<()> {
     let l = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(e2s)?;
     l.set_nonblocking(true).map_err(e2s)?;
@@ -131,16 +132,12 @@ pub fn tcp_accept(ip: IpAddr) -> R<()> {
         };
         c.set_nonblocking(false).map_err(e2s)?;
         c.set_nodelay(true).map_err(e2s)?;
-        while let Ok(n) = c.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-        }
+        let _ = c.read_exact(&mut buf[..8]);
     }
     Ok(())
 }
 
-/// TCP client: connect, write 8 bytes, shut down, read to EOF, close — for
+/// TCP client: connect, write 8 bytes, read to the server's EOF, close — for
 /// `secs`; prints `result <cycles> <seconds>`.
 pub fn tcp_connect(ip: IpAddr, server: IpAddr, secs: f64) -> R<()> {
     emit("info 0");
@@ -159,12 +156,25 @@ pub fn tcp_connect(ip: IpAddr, server: IpAddr, secs: f64) -> R<()> {
     while t0.elapsed().as_secs_f64() < secs {
         let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
             .map_err(e2s)?;
+        // Pick the port at connect time, so that ports in TIME_WAIT are
+        // reused (net.ipv4.tcp_tw_reuse, on for loopback by default) and a
+        // long run does not run out of them.
+        // SAFETY: plain integer option on a live socket.
+        unsafe {
+            let one: libc::c_int = 1;
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&s),
+                libc::IPPROTO_IP,
+                libc::IP_BIND_ADDRESS_NO_PORT,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
         s.bind(&SocketAddr::new(ip, 0).into()).map_err(e2s)?;
         s.connect(&dst.into()).map_err(e2s)?;
         let mut c: TcpStream = s.into();
         c.set_nodelay(true).map_err(e2s)?;
         c.write_all(&[1u8; 8]).map_err(e2s)?;
-        c.shutdown(std::net::Shutdown::Write).map_err(e2s)?;
         let _ = c.read(&mut buf).map_err(e2s)?;
         n += 1;
     }
@@ -182,6 +192,9 @@ pub fn have_iperf3() -> bool {
         .status()
         .is_ok_and(|s| s.success())
 }
+
+/// Largest write iperf3 accepts (`-l`).
+pub const IPERF3_MAX_BLOCK: usize = 1 << 20;
 
 /// A free TCP port on `ip` (bound then released).
 fn free_port(ip: IpAddr) -> R<u16> {
@@ -210,7 +223,8 @@ pub fn iperf3(client: IpAddr, server: IpAddr, secs: f64, len: Option<usize>) -> 
         c.args(["-c", &server.to_string(), "-B", &client.to_string()])
             .args(["-p", &port, "-J", "-t", &format!("{secs}")]);
         if let Some(l) = len {
-            c.args(["-l", &l.to_string()]);
+            // iperf3 refuses blocks over 1 MiB.
+            c.args(["-l", &l.min(IPERF3_MAX_BLOCK).to_string()]);
         }
         let o = c.stderr(Stdio::null()).output().map_err(e2s)?;
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();

@@ -62,7 +62,7 @@ pub fn svg(rows: &[(usize, f64, f64)], subtitle: &str) -> String {
     ));
     for (i, (name, color)) in [
         ("ndverbs RDMA WRITE", "#d62728"),
-        ("TCP (iperf3 -l size)", "#1f77b4"),
+        ("TCP, 1 stream (iperf3 -l size, ≤ 1 MiB)", "#1f77b4"),
     ]
     .iter()
     .enumerate()

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 # One Linux Soft-RoCE guest for the whole run (interop tests skip loudly
 # without it, and fail under CI=true).
 scripts/interop.sh up

@@ -12,7 +12,7 @@
 //!   perftest. The server starts by waiting. Every write is signalled.
 //! * **READ / atomics** (client only): post, wait for the completion, repeat.
 //!
-//! Samples are `tposted[i+1] − tposted[i]`; [`report::rtt_factor`] halves
+//! Samples are `tposted[i+1] − tposted[i]`; [`rtt_factor`](crate::report::perftest::rtt_factor) halves
 //! them for SEND/WRITE. With `-D` the iterations that completed in the SAMPLE
 //! window are counted instead.
 

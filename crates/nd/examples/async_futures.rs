@@ -1,0 +1,86 @@
+//! The same pending requests, awaited as futures: a tiny runtime-agnostic
+//! `block_on` (no dependency) drives connect/accept/disconnect, showing that
+//! `NdPending` needs nothing from any particular async runtime.
+//!
+//! `cargo run -p ndverbs-nd --example async_futures [SERVER_IP CLIENT_IP]`
+
+use ndverbs_nd::*;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+
+/// Runs a future to completion on this thread, sleeping until it is woken.
+fn block_on<F: Future>(f: F) -> F::Output {
+    struct Signal(Mutex<bool>, Condvar);
+    impl Wake for Signal {
+        fn wake(self: Arc<Self>) {
+            *self.0.lock().unwrap() = true;
+            self.1.notify_one();
+        }
+    }
+    let s = Arc::new(Signal(Mutex::new(false), Condvar::new()));
+    let waker = Waker::from(s.clone());
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        let mut woken = s.0.lock().unwrap();
+        while !*woken {
+            woken = s.1.wait(woken).unwrap();
+        }
+        *woken = false;
+    }
+}
+
+fn main() -> NdResult<()> {
+    let mut a = std::env::args().skip(1);
+    let server_ip: IpAddr = a
+        .next()
+        .unwrap_or_else(|| "127.0.0.1".into())
+        .parse()
+        .expect("IP");
+    let client_ip: IpAddr = a
+        .next()
+        .unwrap_or_else(|| "127.0.0.2".into())
+        .parse()
+        .expect("IP");
+    let (server, client) = (
+        Provider.open_adapter(server_ip)?,
+        Provider.open_adapter(client_ip)?,
+    );
+    let (scq, ccq) = (
+        server.create_completion_queue(8)?,
+        client.create_completion_queue(8)?,
+    );
+    let sqp = server.create_queue_pair(&scq, &scq, 0, 2, 2, 1, 1, 0)?;
+    let cqp = client.create_queue_pair(&ccq, &ccq, 0, 2, 2, 1, 1, 0)?;
+    let listener = server.create_listener()?;
+    listener.bind(SocketAddr::new(server_ip, 0))?;
+    listener.listen(1)?;
+    let port = listener.get_local_address()?.port();
+    let (sconn, cconn) = (server.create_connector()?, client.create_connector()?);
+
+    block_on(async {
+        let request = listener.get_connection_request(&sconn)?;
+        let connect = cconn.connect(&cqp, SocketAddr::new(server_ip, port), 0, 0, b"async")?;
+        request.await?;
+        let accept = sconn.accept(&sqp, 0, 0, b"")?;
+        connect.await?;
+        cconn.complete_connect()?.await?;
+        accept.await?;
+        println!(
+            "connected (peer said {:?})",
+            String::from_utf8_lossy(&sconn.get_private_data()?[..5])
+        );
+        let peer_gone = sconn.notify_disconnect()?;
+        let bye = cconn.disconnect()?;
+        peer_gone.await?;
+        sconn.disconnect()?.await?;
+        bye.await?;
+        println!("disconnected on both sides");
+        Ok::<(), NdError>(())
+    })
+}

@@ -1,0 +1,103 @@
+//! RDMA WRITE into the peer's memory and READ it back, with the peer's
+//! address and token exchanged in the connection's private data.
+//!
+//! `cargo run -p ndverbs-nd --example rdma_write_read [SERVER_IP CLIENT_IP]`
+
+use ndverbs_nd::*;
+use std::net::{IpAddr, SocketAddr};
+
+fn done(cq: &CompletionQueue) {
+    let mut r = [NdResultEntry {
+        status: NdStatus::SUCCESS,
+        bytes_transferred: 0,
+        queue_pair_context: 0,
+        request_context: 0,
+        request_type: RequestType::Send,
+    }];
+    while cq.get_results(&mut r) == 0 {
+        let _ = cq.notify(NotifyType::Any).wait();
+    }
+    assert_eq!(r[0].status, NdStatus::SUCCESS, "{:?}", r[0]);
+}
+
+fn main() -> NdResult<()> {
+    let mut a = std::env::args().skip(1);
+    let server_ip: IpAddr = a
+        .next()
+        .unwrap_or_else(|| "127.0.0.1".into())
+        .parse()
+        .expect("IP");
+    let client_ip: IpAddr = a
+        .next()
+        .unwrap_or_else(|| "127.0.0.2".into())
+        .parse()
+        .expect("IP");
+
+    // The server exposes 1 MiB for remote READ and WRITE.
+    let server = Provider.open_adapter(server_ip)?;
+    let scq = server.create_completion_queue(16)?;
+    let sqp = server.create_queue_pair(&scq, &scq, 0, 4, 4, 1, 1, 0)?;
+    let smr = server.create_memory_region()?;
+    smr.register(
+        1 << 20,
+        mr_flags::ALLOW_REMOTE_READ | mr_flags::ALLOW_REMOTE_WRITE,
+    )
+    .wait()?;
+    let listener = server.create_listener()?;
+    listener.bind(SocketAddr::new(server_ip, 0))?;
+    listener.listen(1)?;
+    let port = listener.get_local_address()?.port();
+    let sconn = server.create_connector()?;
+    let req = listener.get_connection_request(&sconn)?;
+
+    let client = Provider.open_adapter(client_ip)?;
+    let ccq = client.create_completion_queue(16)?;
+    let cqp = client.create_queue_pair(&ccq, &ccq, 0, 4, 4, 1, 1, 0)?;
+    let cmr = client.create_memory_region()?;
+    cmr.register(2 << 20, mr_flags::ALLOW_LOCAL_WRITE).wait()?;
+    let cconn = client.create_connector()?;
+    let connecting = cconn.connect(&cqp, SocketAddr::new(server_ip, port), 1, 1, b"")?;
+
+    req.wait()?;
+    // Accept with {address, token} of the exposed region as private data.
+    let mut desc = smr.address().to_le_bytes().to_vec();
+    desc.extend_from_slice(&smr.remote_token().to_le_bytes());
+    let accepting = sconn.accept(&sqp, 1, 1, &desc)?;
+    connecting.wait()?;
+    let pd = cconn.get_private_data()?;
+    let remote = u64::from_le_bytes(pd[..8].try_into().expect("8 bytes"));
+    let token = u32::from_le_bytes(pd[8..12].try_into().expect("4 bytes"));
+    cconn.complete_connect()?.wait()?;
+    accepting.wait()?;
+
+    let data: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
+    cmr.write(0, &data)?;
+    cqp.write(
+        1,
+        &[NdSge::new(cmr.address(), 1 << 20, cmr.local_token())],
+        remote,
+        token,
+        0,
+    )?;
+    done(&ccq);
+    cqp.read(
+        2,
+        &[NdSge::new(
+            cmr.address() + (1 << 20),
+            1 << 20,
+            cmr.local_token(),
+        )],
+        remote,
+        token,
+        0,
+    )?;
+    done(&ccq);
+    let mut back = vec![0u8; 1 << 20];
+    cmr.read(1 << 20, &mut back)?;
+    assert_eq!(back, data);
+    println!("wrote and read back 1 MiB: identical");
+    let d = cconn.disconnect()?;
+    sconn.disconnect()?.wait()?;
+    d.wait()?;
+    Ok(())
+}

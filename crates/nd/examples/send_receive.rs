@@ -1,0 +1,95 @@
+//! SEND/RECEIVE between a server thread and a client thread, then a graceful
+//! disconnect: each side waits for the other's "bye" (NotifyDisconnect on the
+//! server), and both call Disconnect.
+//!
+//! `cargo run -p ndverbs-nd --example send_receive [SERVER_IP CLIENT_IP]`
+
+use ndverbs_nd::*;
+use std::net::{IpAddr, SocketAddr};
+
+fn addrs() -> (IpAddr, IpAddr) {
+    let mut a = std::env::args().skip(1);
+    let s = a
+        .next()
+        .unwrap_or_else(|| "127.0.0.1".into())
+        .parse()
+        .expect("server IP");
+    let c = a
+        .next()
+        .unwrap_or_else(|| "127.0.0.2".into())
+        .parse()
+        .expect("client IP");
+    (s, c)
+}
+
+/// Waits for one completion and checks it succeeded.
+fn one(cq: &CompletionQueue) -> NdResultEntry {
+    let mut r = [NdResultEntry {
+        status: NdStatus::SUCCESS,
+        bytes_transferred: 0,
+        queue_pair_context: 0,
+        request_context: 0,
+        request_type: RequestType::Send,
+    }];
+    loop {
+        // Block on the CQ's Notify rather than spinning.
+        if cq.get_results(&mut r) == 1 {
+            assert_eq!(r[0].status, NdStatus::SUCCESS, "{:?}", r[0]);
+            return r[0];
+        }
+        let _ = cq.notify(NotifyType::Any).wait();
+    }
+}
+
+fn main() -> NdResult<()> {
+    let (server_ip, client_ip) = addrs();
+    let server = Provider.open_adapter(server_ip)?;
+    let listener = server.create_listener()?;
+    listener.bind(SocketAddr::new(server_ip, 0))?;
+    listener.listen(4)?;
+    let port = listener.get_local_address()?.port();
+
+    let srv = std::thread::spawn(move || -> NdResult<String> {
+        let cq = server.create_completion_queue(16)?;
+        let qp = server.create_queue_pair(&cq, &cq, 0, 4, 4, 1, 1, 64)?;
+        let mr = server.create_memory_region()?;
+        mr.register(4096, mr_flags::ALLOW_LOCAL_WRITE).wait()?;
+        let conn = server.create_connector()?;
+        listener.get_connection_request(&conn)?.wait()?;
+        // Post the receive before accepting, so the first SEND finds it.
+        qp.receive(1, &[NdSge::new(mr.address(), 4096, mr.local_token())])?;
+        conn.accept(&qp, 0, 0, b"")?.wait()?;
+        let bye = conn.notify_disconnect()?;
+        let r = one(&cq);
+        let mut text = vec![0u8; r.bytes_transferred as usize];
+        mr.read(0, &mut text)?;
+        qp.send_inline(2, b"hello, client", 0)?;
+        one(&cq);
+        bye.wait()?; // the client said goodbye (its DREQ arrived) …
+        conn.disconnect()?.wait()?; // … and our Disconnect answers with the DREP.
+        Ok(String::from_utf8_lossy(&text).into_owned())
+    });
+
+    let client = Provider.open_adapter(client_ip)?;
+    let cq = client.create_completion_queue(16)?;
+    let qp = client.create_queue_pair(&cq, &cq, 0, 4, 4, 1, 1, 64)?;
+    let mr = client.create_memory_region()?;
+    mr.register(4096, mr_flags::ALLOW_LOCAL_WRITE).wait()?;
+    qp.receive(1, &[NdSge::new(mr.address(), 4096, mr.local_token())])?;
+    let conn = client.create_connector()?;
+    conn.connect(&qp, SocketAddr::new(server_ip, port), 0, 0, b"")?
+        .wait()?;
+    conn.complete_connect()?.wait()?;
+    qp.send_inline(2, b"hello, server", 0)?;
+    let mut got = [one(&cq), one(&cq)];
+    got.sort_by_key(|r| r.request_type as u8);
+    let mut text = vec![0u8; got[0].bytes_transferred as usize];
+    mr.read(0, &mut text)?;
+    conn.disconnect()?.wait()?;
+    let heard = srv.join().expect("server thread")?;
+    println!(
+        "server heard {heard:?}, client heard {:?}",
+        String::from_utf8_lossy(&text)
+    );
+    Ok(())
+}

@@ -1,0 +1,57 @@
+//! The examples in crates/nd/examples run and succeed (cargo builds them
+//! before the tests; each gets addresses of its own).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn example(name: &str) -> PathBuf {
+    // target/<profile>/deps/<this test> → target/<profile>/examples/<name>
+    let exe = std::env::current_exe().unwrap();
+    exe.parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(name)
+}
+
+fn run(name: &str, net: u8, extra: &[&str]) {
+    let path = example(name);
+    if !path.exists() {
+        let st = Command::new(env!("CARGO"))
+            .args(["build", "-p", "ndverbs-nd", "--example", name])
+            .status()
+            .unwrap();
+        assert!(st.success(), "building example {name}");
+    }
+    let s = format!("127.89.{net}.1");
+    let c = format!("127.89.{net}.2");
+    let out = Command::new(&path)
+        .args([s.as_str(), c.as_str()])
+        .args(extra)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "example {name} failed:\n{text}");
+}
+
+#[test]
+fn send_receive() {
+    run("send_receive", 1, &[]);
+}
+
+#[test]
+fn rdma_write_read() {
+    run("rdma_write_read", 2, &[]);
+}
+
+#[test]
+fn many_connections() {
+    run("many_connections", 3, &["16"]);
+}
+
+#[test]
+fn async_futures() {
+    run("async_futures", 4, &[]);
+}

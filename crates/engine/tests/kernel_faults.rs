@@ -15,6 +15,9 @@
 //! losses wait out the 134 ms ACK timeout and go-back-N re-sends whole READ
 //! responses, so it takes a long time; see RELIABILITY.md).
 
+mod common;
+
+use common::pattern;
 use ndverbs_engine::adapter::{sge, Adapter, CmTimers, Progress, QpInit, QpShared};
 use ndverbs_engine::cq::CompletionQueue;
 use ndverbs_engine::ep::{AcceptArgs, ConnectArgs, EpError};
@@ -266,18 +269,6 @@ fn connect(a: &Side, b: &Side, port: u16, retry: u8) -> (u32, u32) {
         .expect("accept")
         .unwrap();
     (ea, eb)
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn mib() -> usize {

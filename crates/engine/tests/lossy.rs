@@ -18,18 +18,6 @@ use std::time::{Duration, Instant};
 const CHUNK: usize = 1 << 20;
 const SLOTS: usize = 16;
 
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 fn volume_mib() -> usize {
     std::env::var("NDV_LOSSY_MIB")
         .ok()

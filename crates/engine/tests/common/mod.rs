@@ -160,3 +160,16 @@ pub fn drive_until(a: &Side, b: &Side, limit: Duration, mut pred: impl FnMut() -
         b.adapter.progress();
     }
 }
+
+/// `len` bytes of a reproducible xorshift pattern for `seed` (bulk-transfer checks).
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}

@@ -37,7 +37,8 @@ use crate::gsi::Gsi;
 use crate::keys::KeyGen;
 use crate::mr::{MemError, MemTable, Region, RegionBuf};
 use crate::udp::{
-    Drop as UdpDrop, RoceSocket, MAX_DATAGRAM, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, MAX_TRANSPORT,
+    Drop as UdpDrop, RoceSocket, Run, MAX_DATAGRAM, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, MAX_RUNS,
+    MAX_TRANSPORT,
 };
 use crossbeam_queue::{ArrayQueue, SegQueue};
 use ndverbs_proto::cm::{CmAgent, CmConfig};
@@ -51,7 +52,10 @@ use ndverbs_wire::cma::addr_of_gid;
 use ndverbs_wire::ip::ROCEV2_PORT;
 use ndverbs_wire::packet::Packet;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+// Object tables are keyed by ids this engine hands out; foldhash is several
+// times cheaper than SipHash on the packet path (every packet looks up its QP).
+use foldhash::HashMap;
+use std::collections::{BinaryHeap, HashSet};
 use std::io;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -256,6 +260,10 @@ pub(crate) struct QpEntry {
     sq_in_proto: usize,
     /// Receives handed to `rq` and not yet seen to retire.
     rq_in_proto: usize,
+    /// The earliest deadline this QP has in the timer heap: a later deadline
+    /// needs no new entry (the armed one re-arms it when it fires), so the
+    /// heap holds about one entry per QP however often timers restart.
+    armed: Option<Instant>,
 }
 
 struct SrqEntry {
@@ -323,6 +331,11 @@ pub(crate) struct Core {
     /// Completions and request results delivered so far (`progress_wait`
     /// does not sleep after a step that delivered something).
     delivered: u64,
+    /// When the last datagram arrived (for busy polling).
+    last_rx: Option<Instant>,
+    /// A packet of this step left a completion or a CM packet to deliver: a
+    /// manual-progress step stops receiving and returns to its caller.
+    completion_ready: bool,
 }
 
 /// A plain ACK held for one step (see `Core::acks`).
@@ -356,6 +369,8 @@ pub(crate) struct Shared {
     sock_fd: i32,
     /// Packet capture (off unless switched on; see [`crate::capture`]).
     pub(crate) capture: crate::capture::Slot,
+    /// Busy-poll window in nanoseconds (0: off): see [`Adapter::set_busy_poll`].
+    busy_poll_ns: AtomicU64,
 }
 
 /// An adapter: the engine for one local IP address. Cheap to clone.
@@ -428,16 +443,19 @@ impl Adapter {
             acks: Vec::new(),
             acks_due: Vec::new(),
             delivered: 0,
+            last_rx: None,
+            completion_ready: false,
             next_id: 1,
-            pds: HashMap::new(),
-            cqs: HashMap::new(),
-            qps: HashMap::new(),
-            srqs: HashMap::new(),
+            pds: HashMap::default(),
+            cqs: HashMap::default(),
+            qps: HashMap::default(),
+            srqs: HashMap::default(),
             timers: BinaryHeap::new(),
             touched: Vec::new(),
             rx: vec![0u8; MAX_DATAGRAM].into_boxed_slice(),
-            // A GSO batch, with room for one more packet past its limit.
-            tx: vec![0u8; MAX_GSO_BYTES + MAX_TRANSPORT].into_boxed_slice(),
+            // Room for a `sendmmsg` batch of GSO runs (a 64 KiB WRITE is two
+            // runs: the first packet is longer than the rest).
+            tx: vec![0u8; TX_BATCH_BYTES].into_boxed_slice(),
             faults: match FaultConfig::from_env() {
                 Ok(c) => c.filter(|c| !c.is_off()).map(Faults::new),
                 Err(e) => {
@@ -459,6 +477,7 @@ impl Adapter {
             counters: AdapterCounters::default(),
             sock_fd,
             capture: Default::default(),
+            busy_poll_ns: AtomicU64::new(busy_poll_from_env()),
         });
         crate::capture::from_env(&shared.capture, local)?;
         let thread = if mode == Progress::Thread {
@@ -787,6 +806,7 @@ impl Adapter {
             peer: None,
             sq_in_proto: 0,
             rq_in_proto: 0,
+            armed: None,
         };
         c.qps.insert(qpn, entry);
         Ok(shared)
@@ -992,19 +1012,24 @@ impl Adapter {
         self.check()?;
         let rcvd = &self.shared.counters.rcvd_datagrams;
         let before = rcvd.load(Ordering::Relaxed);
-        let (deadline, delivered) = {
+        let (deadline, delivered, busy) = {
             let mut c = self.shared.core.lock().unwrap_or_else(|e| e.into_inner());
             let now = self.now();
             let d0 = c.delivered;
             c.step(&self.shared, now);
-            c.flush_acks(&self.shared);
-            (c.next_deadline(), c.delivered != d0)
+            let busy = self.shared.busy(&c, now);
+            if !busy {
+                c.flush_acks(&self.shared);
+            }
+            (c.next_deadline(), c.delivered != d0, busy)
         };
         // The step just took packets or delivered completions or request
         // results (a phase that needed no packet, such as CompleteConnect):
         // return to the caller instead of sleeping on a socket that is now
-        // empty.
-        if delivered || rcvd.load(Ordering::Relaxed) != before {
+        // empty. Within the busy-poll window after traffic, return too: the
+        // caller calls again at once, and the next packet is picked up
+        // without a wake-up.
+        if delivered || busy || rcvd.load(Ordering::Relaxed) != before {
             return Ok(());
         }
         let wait = deadline.map_or(timeout, |d| {
@@ -1019,6 +1044,23 @@ impl Adapter {
         }
         self.progress();
         Ok(())
+    }
+
+    /// Sets the busy-poll window (as Linux's `SO_BUSY_POLL`): for this long
+    /// after the last datagram arrived, the engine thread (or
+    /// [`Adapter::progress_wait`] in manual progress) polls the socket again
+    /// instead of sleeping. A stream of packets then costs its sender no
+    /// wake-ups and its receiver no sleeps, for a core spent spinning while
+    /// traffic flows; an idle adapter still sleeps. Zero (the default, or
+    /// `NDV_BUSY_POLL_US`) turns it off.
+    pub fn set_busy_poll(&self, window: Duration) {
+        let ns = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
+        self.shared.busy_poll_ns.store(ns, Ordering::Relaxed);
+    }
+
+    /// The busy-poll window (see [`Adapter::set_busy_poll`]).
+    pub fn busy_poll(&self) -> Duration {
+        Duration::from_nanos(self.shared.busy_poll_ns.load(Ordering::Relaxed))
     }
 
     /// Removes the adapter: every queue pair goes to ERR (every outstanding
@@ -1263,18 +1305,23 @@ impl Core {
         self.release_held(shared, now);
         // 2. Received datagrams (a bounded batch, so timers and sends
         // interleave); a GRO datagram carries several packets of one peer.
-        // In manual progress one datagram per step: the caller polls again
-        // at once, and the completion it may be waiting for is not delayed
-        // by a receive that finds the socket empty.
-        let batch = if shared.mode == Progress::Manual {
-            1
-        } else {
-            64
-        };
+        // In manual progress the step stops at the first datagram that
+        // leaves a completion (or a CM packet) to deliver: the caller is
+        // likely waiting for it, and a further receive would only find the
+        // socket empty. Datagrams that complete nothing (the bulk of a
+        // transfer into an RDMA WRITE target, ACKs) are taken in a batch,
+        // which also lets one ACK answer all of them.
+        let manual = shared.mode == Progress::Manual;
+        let batch = if manual { MANUAL_RX_BATCH } else { 64 };
+        self.completion_ready = false;
         for _ in 0..batch {
+            if manual && self.completion_ready {
+                break;
+            }
             match self.sock.recv_datagram(&mut self.rx) {
                 Ok(None) => break,
                 Ok(Some(d)) => {
+                    self.last_rx = Some(now);
                     let mut off = 0;
                     while off < d.len {
                         let end = (off + d.seg).min(d.len);
@@ -1295,9 +1342,20 @@ impl Core {
             }
             self.timers.pop();
             if let Some(e) = self.qps.get_mut(&qpn) {
-                if e.qp.poll_timeout().is_some_and(|d| d <= now) {
-                    e.qp.handle_timeout(now);
-                    self.touched.push(qpn);
+                if e.armed == Some(t) {
+                    e.armed = None;
+                }
+                match e.qp.poll_timeout() {
+                    Some(d) if d <= now => {
+                        e.qp.handle_timeout(now);
+                        self.touched.push(qpn);
+                    }
+                    Some(d) if e.armed.is_none_or(|a| d < a) => {
+                        // Restarted since: re-arm for the current deadline.
+                        e.armed = Some(d);
+                        self.timers.push(Reverse((d, qpn)));
+                    }
+                    _ => {}
                 }
             }
         }
@@ -1355,6 +1413,7 @@ impl Core {
         if qpn == ndverbs_wire::mad::GSI_QPN {
             let local = self.sock.local();
             self.gsi.handle_packet(&pkt, src, local, &mut self.mem);
+            self.completion_ready = true;
             return;
         }
         if qpn == 0 {
@@ -1383,13 +1442,15 @@ impl Core {
             None => &mut e.rq,
         };
         e.qp.handle_packet(now, &pkt, &mut self.mem, rq);
+        self.completion_ready |= e.qp.has_completion();
         self.touched.push(qpn);
     }
 
     /// Sends everything queue pair `qpn` has to send to `peer`: runs of
-    /// equal-size packets (the last of a run may be shorter) go out as one
-    /// UDP GSO send of up to [`MAX_GSO_BYTES`]. One packet at a time when the
-    /// fault layer is on or the kernel has no GSO.
+    /// equal-size packets (the last of a run may be shorter) become one UDP
+    /// GSO datagram of up to [`MAX_GSO_BYTES`] each, and up to [`MAX_RUNS`]
+    /// runs leave in one `sendmmsg`. One packet at a time when the fault
+    /// layer is on or the kernel has no GSO.
     fn drain_qp(&mut self, shared: &Shared, now: Instant, qpn: u32, peer: IpAddr) {
         if self.faults.is_some() || !self.sock.gso() {
             while let Some(n) = self
@@ -1402,14 +1463,20 @@ impl Core {
             return;
         }
         let hold_acks = shared.mode == Progress::Manual;
-        // `tx[..off]` holds `count` packets of `seg` bytes (the last may be shorter).
-        let (mut off, mut seg, mut count) = (0usize, 0usize, 0usize);
-        while let Some(n) = self
-            .qps
-            .get_mut(&qpn)
-            .and_then(|e| e.qp.poll_transmit(now, &mut self.mem, &mut self.tx[off..]))
-        {
-            if hold_acks && is_plain_ack(&self.tx[off..off + n]) {
+        let mut runs = RunBatch::default();
+        loop {
+            if !runs.has_room(self.tx.len()) {
+                runs.flush(&self.sock, shared, &mut self.tx, peer);
+            }
+            let end = runs.end;
+            let Some(n) = self
+                .qps
+                .get_mut(&qpn)
+                .and_then(|e| e.qp.poll_transmit(now, &mut self.mem, &mut self.tx[end..]))
+            else {
+                break;
+            };
+            if hold_acks && is_plain_ack(&self.tx[end..end + n]) {
                 // ACKs are cumulative: a newer one replaces a held one.
                 let mut h = HeldAck {
                     qpn,
@@ -1417,48 +1484,25 @@ impl Core {
                     len: n as u8,
                     bytes: [0; HELD_ACK_MAX],
                 };
-                h.bytes[..n].copy_from_slice(&self.tx[off..off + n]);
+                h.bytes[..n].copy_from_slice(&self.tx[end..end + n]);
                 self.acks.retain(|a| a.qpn != qpn);
                 self.acks_due.retain(|a| a.qpn != qpn);
                 self.acks.push(h);
                 continue;
             }
-            if count == 0 {
-                (off, seg, count) = (n, n, 1);
-            } else if n <= seg && off + n <= MAX_GSO_BYTES && count < MAX_GSO_SEGMENTS {
-                off += n;
-                count += 1;
-                if n < seg {
-                    // A shorter packet ends a GSO run.
-                    send_batch(&self.sock, shared, &mut self.tx[..off], seg, peer);
-                    (off, count) = (0, 0);
-                }
-            } else {
-                // It does not join the run: send the run, start a new one.
-                send_batch(&self.sock, shared, &mut self.tx[..off], seg, peer);
-                self.tx.copy_within(off..off + n, 0);
-                (off, seg, count) = (n, n, 1);
-            }
+            runs.add(n);
         }
         // The ACK the previous step held for this QP leaves after its data.
         if let Some(i) = self.acks_due.iter().position(|a| a.qpn == qpn) {
             let a = self.acks_due.swap_remove(i);
             let n = a.len as usize;
-            if count > 0 && n <= seg && off + n <= MAX_GSO_BYTES && count < MAX_GSO_SEGMENTS {
-                self.tx[off..off + n].copy_from_slice(&a.bytes[..n]);
-                off += n;
-                count += 1;
-            } else {
-                if count > 0 {
-                    send_batch(&self.sock, shared, &mut self.tx[..off], seg, peer);
-                }
-                self.tx[..n].copy_from_slice(&a.bytes[..n]);
-                (off, seg, count) = (n, n, 1);
+            if !runs.has_room(self.tx.len()) {
+                runs.flush(&self.sock, shared, &mut self.tx, peer);
             }
+            self.tx[runs.end..runs.end + n].copy_from_slice(&a.bytes[..n]);
+            runs.add(n);
         }
-        if count > 0 {
-            send_batch(&self.sock, shared, &mut self.tx[..off], seg, peer);
-        }
+        runs.flush(&self.sock, shared, &mut self.tx, peer);
     }
 
     /// Sends ACKs held from the previous step whose QPs had nothing else to
@@ -1513,7 +1557,10 @@ impl Core {
                 .state
                 .store(state_to_u8(e.qp.state()), Ordering::Release);
             if let Some(t) = e.qp.poll_timeout() {
-                self.timers.push(Reverse((t, qpn)));
+                if e.armed.is_none_or(|a| t < a) {
+                    e.armed = Some(t);
+                    self.timers.push(Reverse((t, qpn)));
+                }
             }
         }
         self.send_due_acks(shared);
@@ -1572,6 +1619,106 @@ fn send(sock: &RoceSocket, shared: &Shared, pkt: &mut [u8], peer: IpAddr, flip: 
     }
 }
 
+/// Packets laid out back to back in the transmit buffer, grouped into GSO
+/// runs: a packet joins the open run if it is no longer than the run's
+/// segment size (a shorter one closes it) and the run stays within the GSO
+/// limits.
+#[derive(Default)]
+struct RunBatch {
+    runs: [Run; MAX_RUNS],
+    /// Closed runs in `runs`.
+    closed: usize,
+    /// The open run: `tx[start..end]`, `count` packets of `seg` bytes.
+    start: usize,
+    end: usize,
+    seg: usize,
+    count: usize,
+}
+
+impl RunBatch {
+    /// Whether another packet of any size fits behind the batch.
+    fn has_room(&self, cap: usize) -> bool {
+        self.closed + usize::from(self.count > 0) < MAX_RUNS && self.end + MAX_TRANSPORT <= cap
+    }
+
+    /// The packet of `n` bytes just written at `tx[end..]` joins the batch.
+    fn add(&mut self, n: usize) {
+        let fits = self.count > 0
+            && n <= self.seg
+            && self.end + n - self.start <= MAX_GSO_BYTES
+            && self.count < MAX_GSO_SEGMENTS;
+        if !fits {
+            self.close();
+            (self.start, self.seg) = (self.end, n);
+        }
+        self.end += n;
+        self.count += 1;
+        if n < self.seg {
+            // A shorter packet ends a GSO run.
+            self.close();
+        }
+    }
+
+    fn close(&mut self) {
+        if self.count > 0 {
+            self.runs[self.closed] = Run {
+                off: self.start,
+                len: self.end - self.start,
+                seg: self.seg,
+            };
+            self.closed += 1;
+            self.count = 0;
+        }
+        self.start = self.end;
+    }
+
+    /// Sends every run (waiting a moment once if the socket buffer is full)
+    /// and empties the batch.
+    fn flush(&mut self, sock: &RoceSocket, shared: &Shared, tx: &mut [u8], peer: IpAddr) {
+        self.close();
+        let mut done = 0;
+        let mut waited = false;
+        while done < self.closed {
+            let runs = &self.runs[done..self.closed];
+            match sock.send_runs(tx, runs, peer, ROCEV2_PORT) {
+                Ok(k) => {
+                    for r in &runs[..k] {
+                        let b = &tx[r.off..r.off + r.len];
+                        shared
+                            .capture
+                            .tx_segments(sock, peer, ROCEV2_PORT, b, r.seg);
+                        shared
+                            .counters
+                            .sent_datagrams
+                            .fetch_add(r.len.div_ceil(r.seg) as u64, Ordering::Relaxed);
+                    }
+                    done += k;
+                    if k == 0 {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && !waited => {
+                    waited = true;
+                    wait_writable(sock);
+                }
+                Err(e) => {
+                    let lost: usize = runs.iter().map(|r| r.len.div_ceil(r.seg)).sum();
+                    if e.kind() == io::ErrorKind::WouldBlock {
+                        shared
+                            .counters
+                            .send_would_block
+                            .fetch_add(lost as u64, Ordering::Relaxed);
+                    } else {
+                        tracing::debug!(error = %e, %peer, "send failed");
+                    }
+                    break;
+                }
+            }
+        }
+        *self = RunBatch::default();
+    }
+}
+
 /// Sends a run of packets (see [`RoceSocket::send_segments`]), waiting a
 /// moment once if the socket buffer is full.
 fn send_batch(sock: &RoceSocket, shared: &Shared, buf: &mut [u8], seg: usize, peer: IpAddr) {
@@ -1617,6 +1764,31 @@ fn wait_writable(sock: &RoceSocket) {
     unsafe { libc::poll(&mut p, 1, 1) };
 }
 
+/// Transmit buffer: a few full GSO runs.
+const TX_BATCH_BYTES: usize = 4 * (MAX_GSO_BYTES + MAX_TRANSPORT);
+
+/// Most datagrams one manual-progress step receives (it stops earlier at a
+/// datagram that leaves something to deliver).
+const MANUAL_RX_BATCH: usize = 16;
+
+impl Shared {
+    /// Within the busy-poll window after the last datagram.
+    fn busy(&self, c: &Core, now: Instant) -> bool {
+        let window = self.busy_poll_ns.load(Ordering::Relaxed);
+        window > 0
+            && c.last_rx
+                .is_some_and(|t| now.as_nanos().saturating_sub(t.as_nanos()) < window)
+    }
+}
+
+/// `NDV_BUSY_POLL_US`: the default busy-poll window, in microseconds.
+fn busy_poll_from_env() -> u64 {
+    std::env::var("NDV_BUSY_POLL_US")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(0, |us| us.saturating_mul(1000))
+}
+
 /// The worker thread: step, then sleep until a packet, a post or a deadline.
 ///
 /// It holds the shared state only weakly between turns: when the application
@@ -1629,11 +1801,16 @@ fn worker(weak: std::sync::Weak<Shared>) {
         if shared.stop.load(Ordering::Acquire) {
             return;
         }
-        let deadline = {
+        let (deadline, busy) = {
             let mut c = shared.core.lock().unwrap_or_else(|e| e.into_inner());
-            c.step(&shared, clock(&shared));
-            c.next_deadline()
+            let now = clock(&shared);
+            c.step(&shared, now);
+            (c.next_deadline(), shared.busy(&c, now))
         };
+        if busy {
+            std::hint::spin_loop();
+            continue;
+        }
         shared.sleeping.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         if !shared.work.is_empty() || shared.stop.load(Ordering::Acquire) {

@@ -30,9 +30,9 @@
 //! copies ([`Region::read`], [`Region::write`]), never through a `&mut [u8]`.
 
 use crate::keys::KeyGen;
+use foldhash::HashMap;
 use ndverbs_proto::mem::{Access, AccessError, AtomicOp, Memory, Sge};
 use std::alloc::Layout;
-use std::collections::HashMap;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -303,8 +303,8 @@ impl MemTable {
     pub fn new(keys: KeyGen) -> Self {
         MemTable {
             keys,
-            regions: HashMap::new(),
-            windows: HashMap::new(),
+            regions: HashMap::default(),
+            windows: HashMap::default(),
         }
     }
 

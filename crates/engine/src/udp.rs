@@ -132,7 +132,13 @@ impl RoceSocket {
                 libc::IP_MTU_DISCOVER,
                 libc::IP_PMTUDISC_DO,
             )?;
-            setsockopt(fd, libc::IPPROTO_IP, libc::IP_PKTINFO, 1)?;
+            // The destination address enters the ICRC. A socket bound to one
+            // address only receives datagrams sent to it, so the kernel need
+            // not report it (a control message less per receive); a wildcard
+            // bind needs `IP_PKTINFO`.
+            if local.is_unspecified() {
+                setsockopt(fd, libc::IPPROTO_IP, libc::IP_PKTINFO, 1)?;
+            }
         } else {
             setsockopt(
                 fd,
@@ -140,7 +146,9 @@ impl RoceSocket {
                 libc::IPV6_MTU_DISCOVER,
                 libc::IP_PMTUDISC_DO,
             )?;
-            setsockopt(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1)?;
+            if local.is_unspecified() {
+                setsockopt(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1)?;
+            }
         }
         sock.bind(&SocketAddr::new(local, port).into())?;
         sock.set_nonblocking(true)?;
@@ -279,6 +287,61 @@ impl RoceSocket {
                 self.set_gso(false);
                 self.send_each(buf, seg, dst, dst_port)
             }
+        }
+    }
+
+    /// Sends several runs of `buf` (each as [`RoceSocket::send_segments`]
+    /// would) to `dst` with one `sendmmsg`: the transfer path leaves a run per
+    /// change of packet size (a WRITE's first packet carries a RETH and is 16
+    /// bytes longer than the rest), and one system call for all of them
+    /// instead of one each is what batching buys. Returns how many runs the
+    /// kernel took (the rest were not sent; `WouldBlock` when none was).
+    pub fn send_runs(
+        &self,
+        buf: &mut [u8],
+        runs: &[Run],
+        dst: IpAddr,
+        dst_port: u16,
+    ) -> io::Result<usize> {
+        let runs = &runs[..runs.len().min(MAX_RUNS)];
+        for r in runs {
+            let ok = r.seg >= 12 + ICRC_LEN
+                && r.len > 0
+                && r.off + r.len <= buf.len()
+                && r.len <= MAX_GSO_BYTES
+                && r.len.div_ceil(r.seg) <= MAX_GSO_SEGMENTS;
+            if !ok {
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad GSO run"));
+            }
+        }
+        if !self.gso() || runs.len() == 1 {
+            let mut sent = 0;
+            for r in runs {
+                match self.send_segments(&mut buf[r.off..r.off + r.len], r.seg, dst, dst_port) {
+                    Ok(()) => sent += 1,
+                    Err(e) if sent == 0 => return Err(e),
+                    Err(_) => break,
+                }
+            }
+            return Ok(sent);
+        }
+        for r in runs {
+            for (i, p) in buf[r.off..r.off + r.len].chunks_mut(r.seg).enumerate() {
+                self.fill_icrc(p, dst, dst_port, i as u16)?;
+            }
+        }
+        match sendmmsg_gso(
+            self.sock.as_raw_fd(),
+            buf,
+            runs,
+            SocketAddr::new(dst, dst_port),
+        ) {
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock => {
+                tracing::warn!(error = %e, "UDP GSO refused; sending one datagram per packet from now on");
+                self.set_gso(false);
+                self.send_runs(buf, runs, dst, dst_port)
+            }
+            r => r,
         }
     }
 
@@ -546,6 +609,68 @@ fn sendmsg_gso(fd: RawFd, buf: &[u8], dst: SocketAddr, seg: usize) -> io::Result
     } else {
         Ok(n as usize)
     }
+}
+
+/// Most runs one [`RoceSocket::send_runs`] call sends.
+pub const MAX_RUNS: usize = 8;
+
+/// A run of equal-size packets (the last may be shorter) at `buf[off..off + len]`,
+/// sent as one UDP GSO datagram of `seg`-byte segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Run {
+    /// Where the run starts in the buffer.
+    pub off: usize,
+    /// Its length in bytes.
+    pub len: usize,
+    /// Segment (packet) size.
+    pub seg: usize,
+}
+
+/// `sendmmsg` of GSO runs (validated by the caller), one message each.
+fn sendmmsg_gso(fd: RawFd, buf: &[u8], runs: &[Run], dst: SocketAddr) -> io::Result<usize> {
+    let addr: socket2::SockAddr = dst.into();
+    let n = runs.len().min(MAX_RUNS);
+    let mut iovs = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; MAX_RUNS];
+    let mut controls = [[0u64; 4]; MAX_RUNS];
+    // SAFETY: mmsghdr is plain data; zeroed is a valid initial value.
+    let mut msgs: [libc::mmsghdr; MAX_RUNS] = unsafe { std::mem::zeroed() };
+    for i in 0..n {
+        let r = runs[i];
+        iovs[i] = libc::iovec {
+            iov_base: buf[r.off..].as_ptr() as *mut libc::c_void,
+            iov_len: r.len,
+        };
+        let m = &mut msgs[i].msg_hdr;
+        m.msg_name = addr.as_ptr() as *mut libc::c_void;
+        m.msg_namelen = addr.len();
+        m.msg_iov = &mut iovs[i];
+        m.msg_iovlen = 1;
+        if r.len > r.seg {
+            m.msg_control = controls[i].as_mut_ptr().cast();
+            // SAFETY: CMSG_SPACE is a pure computation.
+            m.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as _;
+            // SAFETY: each control buffer is 32 bytes, more than CMSG_SPACE(2);
+            // the first header lies within it.
+            unsafe {
+                let c = libc::CMSG_FIRSTHDR(m);
+                (*c).cmsg_level = libc::SOL_UDP;
+                (*c).cmsg_type = UDP_SEGMENT;
+                (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), r.seg as u16);
+            }
+        }
+    }
+    // SAFETY: the first `n` headers point at live iovecs, control buffers and
+    // the address, all outliving the call.
+    let sent =
+        unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), n as libc::c_uint, libc::MSG_DONTWAIT) };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(sent as usize)
 }
 
 /// What `recvmsg_pktinfo` returns: length, source, destination, GRO segment size.

@@ -384,6 +384,11 @@ impl RcQp {
         }
     }
 
+    /// Whether a completion is waiting for [`RcQp::poll_completion`].
+    pub fn has_completion(&self) -> bool {
+        !self.cq.is_empty()
+    }
+
     /// The next completion.
     pub fn poll_completion(&mut self) -> Option<WorkCompletion> {
         self.cq.pop_front()

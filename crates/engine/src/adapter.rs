@@ -37,18 +37,19 @@ use crate::gsi::Gsi;
 use crate::keys::KeyGen;
 use crate::mr::{MemError, MemTable, Region, RegionBuf};
 use crate::udp::{
-    Drop as UdpDrop, RoceSocket, Run, MAX_DATAGRAM, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, MAX_RUNS,
-    MAX_TRANSPORT,
+    Drop as UdpDrop, IoPiece, RoceSocket, Run, MAX_DATAGRAM, MAX_GSO_BYTES, MAX_GSO_SEGMENTS,
+    MAX_RUNS, MAX_RUN_PIECES, MAX_TRANSPORT,
 };
 use crossbeam_queue::{ArrayQueue, SegQueue};
 use ndverbs_proto::cm::{CmAgent, CmConfig};
-use ndverbs_proto::mem::{Access, Sge};
+use ndverbs_proto::mem::{Access, LentPayload, Sge, MAX_LENT_PIECES};
 use ndverbs_proto::rc::{
     AttrMask, ModifyError, PostError, QpAttr, QpCaps, QpState, RcQp, RecvQueue, RecvWr, SendOp,
     SendWr, WcStatus,
 };
 use ndverbs_proto::time::Instant;
 use ndverbs_wire::cma::addr_of_gid;
+use ndverbs_wire::icrc::ICRC_LEN;
 use ndverbs_wire::ip::ROCEV2_PORT;
 use ndverbs_wire::packet::Packet;
 use std::cmp::Reverse;
@@ -333,6 +334,8 @@ pub(crate) struct Core {
     delivered: u64,
     /// When the last datagram arrived (for busy polling).
     last_rx: Option<Instant>,
+    /// The packets `drain_qp` is sending (kept to reuse its piece list).
+    batch: RunBatch,
     /// A packet of this step left a completion or a CM packet to deliver: a
     /// manual-progress step stops receiving and returns to its caller.
     completion_ready: bool,
@@ -444,6 +447,7 @@ impl Adapter {
             acks_due: Vec::new(),
             delivered: 0,
             last_rx: None,
+            batch: RunBatch::default(),
             completion_ready: false,
             next_id: 1,
             pds: HashMap::default(),
@@ -1463,20 +1467,27 @@ impl Core {
             return;
         }
         let hold_acks = shared.mode == Progress::Manual;
-        let mut runs = RunBatch::default();
+        // Zero-copy sends gather payloads from registered memory; a capture
+        // wants every packet whole in the buffer.
+        let mut lent = LentPayload::default();
+        let lend = !shared.capture.is_on();
+        self.batch.reset();
         loop {
-            if !runs.has_room(self.tx.len()) {
-                runs.flush(&self.sock, shared, &mut self.tx, peer);
+            if !self.batch.has_room(self.tx.len()) {
+                self.batch.flush(&self.sock, shared, &self.tx, peer);
             }
-            let end = runs.end;
-            let Some(n) = self
-                .qps
-                .get_mut(&qpn)
-                .and_then(|e| e.qp.poll_transmit(now, &mut self.mem, &mut self.tx[end..]))
-            else {
+            let end = self.batch.tx_end;
+            let Some(n) = self.qps.get_mut(&qpn).and_then(|e| {
+                e.qp.poll_transmit_lending(
+                    now,
+                    &mut self.mem,
+                    &mut self.tx[end..],
+                    lend.then_some(&mut lent),
+                )
+            }) else {
                 break;
             };
-            if hold_acks && is_plain_ack(&self.tx[end..end + n]) {
+            if hold_acks && lent.is_empty() && is_plain_ack(&self.tx[end..end + n]) {
                 // ACKs are cumulative: a newer one replaces a held one.
                 let mut h = HeldAck {
                     qpn,
@@ -1490,19 +1501,21 @@ impl Core {
                 self.acks.push(h);
                 continue;
             }
-            runs.add(n);
+            self.batch.add(&self.sock, &mut self.tx, n, &lent, peer);
         }
         // The ACK the previous step held for this QP leaves after its data.
         if let Some(i) = self.acks_due.iter().position(|a| a.qpn == qpn) {
             let a = self.acks_due.swap_remove(i);
             let n = a.len as usize;
-            if !runs.has_room(self.tx.len()) {
-                runs.flush(&self.sock, shared, &mut self.tx, peer);
+            if !self.batch.has_room(self.tx.len()) {
+                self.batch.flush(&self.sock, shared, &self.tx, peer);
             }
-            self.tx[runs.end..runs.end + n].copy_from_slice(&a.bytes[..n]);
-            runs.add(n);
+            let end = self.batch.tx_end;
+            self.tx[end..end + n].copy_from_slice(&a.bytes[..n]);
+            lent.clear();
+            self.batch.add(&self.sock, &mut self.tx, n, &lent, peer);
         }
-        runs.flush(&self.sock, shared, &mut self.tx, peer);
+        self.batch.flush(&self.sock, shared, &self.tx, peer);
     }
 
     /// Sends ACKs held from the previous step whose QPs had nothing else to
@@ -1619,78 +1632,160 @@ fn send(sock: &RoceSocket, shared: &Shared, pkt: &mut [u8], peer: IpAddr, flip: 
     }
 }
 
-/// Packets laid out back to back in the transmit buffer, grouped into GSO
-/// runs: a packet joins the open run if it is no longer than the run's
-/// segment size (a shorter one closes it) and the run stays within the GSO
-/// limits.
+/// The packets one `drain_qp` sends, grouped into GSO runs: a packet joins
+/// the open run if it is no longer than the run's segment size (a shorter
+/// one closes it) and the run stays within the GSO limits. Each packet's
+/// headers (or all of it) sit in the transmit buffer; a zero-copy packet's
+/// payload stays in registered memory, and the run gathers both (`pieces`).
+/// ICRCs are filled in as packets join, since a packet's place in its run
+/// decides its IPv4 ID.
 #[derive(Default)]
-struct RunBatch {
+pub(crate) struct RunBatch {
     runs: [Run; MAX_RUNS],
     /// Closed runs in `runs`.
     closed: usize,
-    /// The open run: `tx[start..end]`, `count` packets of `seg` bytes.
-    start: usize,
-    end: usize,
+    pieces: Vec<IoPiece>,
+    /// Bytes of the transmit buffer in use.
+    tx_end: usize,
+    /// The open run: pieces from `iov_start`, `len` bytes, `count` packets
+    /// of `seg` bytes.
+    iov_start: usize,
+    len: usize,
     seg: usize,
     count: usize,
+    /// Packets in the batch (for the counters when a send fails).
+    packets: usize,
 }
 
 impl RunBatch {
-    /// Whether another packet of any size fits behind the batch.
-    fn has_room(&self, cap: usize) -> bool {
-        self.closed + usize::from(self.count > 0) < MAX_RUNS && self.end + MAX_TRANSPORT <= cap
+    fn reset(&mut self) {
+        self.closed = 0;
+        self.pieces.clear();
+        self.tx_end = 0;
+        (self.iov_start, self.len, self.seg, self.count, self.packets) = (0, 0, 0, 0, 0);
     }
 
-    /// The packet of `n` bytes just written at `tx[end..]` joins the batch.
-    fn add(&mut self, n: usize) {
+    /// Whether another packet of any size fits in the batch.
+    fn has_room(&self, cap: usize) -> bool {
+        self.closed + usize::from(self.count > 0) < MAX_RUNS
+            && self.tx_end + MAX_TRANSPORT <= cap
+            && self.pieces.len() - self.iov_start + 2 + MAX_LENT_PIECES <= MAX_RUN_PIECES
+    }
+
+    /// The packet of `n` buffer bytes just written at `tx[tx_end..]` (plus
+    /// `lent`'s payload, if any) joins the batch, its ICRC filled in.
+    fn add(
+        &mut self,
+        sock: &RoceSocket,
+        tx: &mut [u8],
+        n: usize,
+        lent: &LentPayload,
+        peer: IpAddr,
+    ) {
+        let total = n + lent.len();
         let fits = self.count > 0
-            && n <= self.seg
-            && self.end + n - self.start <= MAX_GSO_BYTES
+            && total <= self.seg
+            && self.len + total <= MAX_GSO_BYTES
             && self.count < MAX_GSO_SEGMENTS;
         if !fits {
             self.close();
-            (self.start, self.seg) = (self.end, n);
+            self.seg = total;
         }
-        self.end += n;
+        let id = self.count as u16;
+        let start = self.tx_end;
+        let pkt = &mut tx[start..start + n];
+        if lent.is_empty() {
+            let crc = sock.icrc(peer, ROCEV2_PORT, id, &[&pkt[..n - ICRC_LEN]]);
+            pkt[n - ICRC_LEN..].copy_from_slice(&crc.unwrap_or(0).to_le_bytes());
+            self.piece(IoPiece::of(pkt));
+        } else {
+            let h = lent.hdr_len;
+            let mut parts: [&[u8]; MAX_LENT_PIECES + 2] = [&[]; MAX_LENT_PIECES + 2];
+            parts[0] = &pkt[..h];
+            for (i, &(base, len)) in lent.pieces().iter().enumerate() {
+                // SAFETY: the memory table lent these bytes for this step
+                // (`Memory::lend_local`): they stay mapped until it changes,
+                // which needs the engine lock held throughout the send.
+                parts[1 + i] = unsafe { std::slice::from_raw_parts(base as *const u8, len) };
+            }
+            let k = lent.pieces().len();
+            parts[1 + k] = &pkt[h..n - ICRC_LEN];
+            let crc = sock
+                .icrc(peer, ROCEV2_PORT, id, &parts[..k + 2])
+                .unwrap_or(0);
+            pkt[n - ICRC_LEN..].copy_from_slice(&crc.to_le_bytes());
+            let pkt = &tx[start..start + n];
+            self.piece(IoPiece::of(&pkt[..h]));
+            for &(base, len) in lent.pieces() {
+                self.piece(IoPiece { base, len });
+            }
+            self.piece(IoPiece::of(&pkt[h..]));
+        }
+        self.tx_end += n;
+        self.len += total;
         self.count += 1;
-        if n < self.seg {
+        self.packets += 1;
+        if total < self.seg {
             // A shorter packet ends a GSO run.
             self.close();
         }
     }
 
+    /// Appends a piece, merged with the previous one of the same run when
+    /// they touch (whole packets back to back in the buffer).
+    fn piece(&mut self, p: IoPiece) {
+        if self.pieces.len() > self.iov_start {
+            if let Some(last) = self.pieces.last_mut() {
+                if last.base + last.len == p.base {
+                    last.len += p.len;
+                    return;
+                }
+            }
+        }
+        self.pieces.push(p);
+    }
+
     fn close(&mut self) {
         if self.count > 0 {
             self.runs[self.closed] = Run {
-                off: self.start,
-                len: self.end - self.start,
+                iov: (self.iov_start, self.pieces.len()),
+                len: self.len,
                 seg: self.seg,
             };
             self.closed += 1;
-            self.count = 0;
         }
-        self.start = self.end;
+        self.iov_start = self.pieces.len();
+        (self.len, self.count) = (0, 0);
     }
 
     /// Sends every run (waiting a moment once if the socket buffer is full)
     /// and empties the batch.
-    fn flush(&mut self, sock: &RoceSocket, shared: &Shared, tx: &mut [u8], peer: IpAddr) {
+    fn flush(&mut self, sock: &RoceSocket, shared: &Shared, tx: &[u8], peer: IpAddr) {
         self.close();
         let mut done = 0;
         let mut waited = false;
         while done < self.closed {
             let runs = &self.runs[done..self.closed];
-            match sock.send_runs(tx, runs, peer, ROCEV2_PORT) {
+            // SAFETY: the pieces are the transmit buffer (borrowed for the
+            // call) and regions the memory table lent for this step.
+            match unsafe { sock.send_runs(&self.pieces, runs, peer, ROCEV2_PORT) } {
                 Ok(k) => {
                     for r in &runs[..k] {
-                        let b = &tx[r.off..r.off + r.len];
-                        shared
-                            .capture
-                            .tx_segments(sock, peer, ROCEV2_PORT, b, r.seg);
+                        if shared.capture.is_on() && r.iov.1 - r.iov.0 == 1 {
+                            // Captured packets are never lent: one piece.
+                            let p = self.pieces[r.iov.0];
+                            let off = p.base - tx.as_ptr() as usize;
+                            let b = &tx[off..off + p.len];
+                            shared
+                                .capture
+                                .tx_segments(sock, peer, ROCEV2_PORT, b, r.seg);
+                        }
+                        let pkts = r.len.div_ceil(r.seg);
+                        self.packets -= pkts;
                         shared
                             .counters
                             .sent_datagrams
-                            .fetch_add(r.len.div_ceil(r.seg) as u64, Ordering::Relaxed);
+                            .fetch_add(pkts as u64, Ordering::Relaxed);
                     }
                     done += k;
                     if k == 0 {
@@ -1702,12 +1797,11 @@ impl RunBatch {
                     wait_writable(sock);
                 }
                 Err(e) => {
-                    let lost: usize = runs.iter().map(|r| r.len.div_ceil(r.seg)).sum();
                     if e.kind() == io::ErrorKind::WouldBlock {
                         shared
                             .counters
                             .send_would_block
-                            .fetch_add(lost as u64, Ordering::Relaxed);
+                            .fetch_add(self.packets as u64, Ordering::Relaxed);
                     } else {
                         tracing::debug!(error = %e, %peer, "send failed");
                     }
@@ -1715,7 +1809,7 @@ impl RunBatch {
                 }
             }
         }
-        *self = RunBatch::default();
+        self.reset();
     }
 }
 

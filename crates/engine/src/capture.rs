@@ -297,6 +297,11 @@ impl Slot {
         *g = c.map(|c| (c, local));
     }
 
+    /// Whether a capture is on.
+    pub(crate) fn is_on(&self) -> bool {
+        self.on.load(Ordering::Acquire)
+    }
+
     /// The capture, if on.
     pub(crate) fn get(&self) -> Option<Arc<Capture>> {
         if !self.on.load(Ordering::Acquire) {

@@ -560,6 +560,20 @@ impl Memory for MemTable {
         Ok(())
     }
 
+    fn lend_local(
+        &mut self,
+        pd: u32,
+        sge: &Sge,
+        offset: u32,
+        len: usize,
+    ) -> Result<Option<usize>, AccessError> {
+        // The region stays in the table (so its bytes stay mapped) until the
+        // table is next changed, which takes the engine's lock the send runs
+        // under.
+        let (r, off) = self.local(pd, sge, offset, len, false)?;
+        Ok(Some(r.buf.addr() as usize + off))
+    }
+
     fn check_remote(
         &mut self,
         pd: u32,

@@ -290,15 +290,35 @@ impl RoceSocket {
         }
     }
 
-    /// Sends several runs of `buf` (each as [`RoceSocket::send_segments`]
-    /// would) to `dst` with one `sendmmsg`: the transfer path leaves a run per
-    /// change of packet size (a WRITE's first packet carries a RETH and is 16
-    /// bytes longer than the rest), and one system call for all of them
-    /// instead of one each is what batching buys. Returns how many runs the
-    /// kernel took (the rest were not sent; `WouldBlock` when none was).
-    pub fn send_runs(
+    /// The ICRC of a packet sent to `dst:dst_port` with IPv4 ID `id`, whose
+    /// transport bytes (BTH onwards, without the ICRC) are `parts` in order.
+    pub fn icrc(&self, dst: IpAddr, dst_port: u16, id: u16, parts: &[&[u8]]) -> io::Result<u32> {
+        let body: usize = parts.iter().map(|p| p.len()).sum();
+        let mut env = self.envelope(dst, dst_port, body + ICRC_LEN);
+        if let IpHeader::V4(h) = &mut env.ip {
+            h.id = id;
+        }
+        let mut hdr = [0u8; 48];
+        let n = env.write(&mut hdr).map_err(invalid)?;
+        icrc::compute_parts(&hdr[..n], parts).map_err(invalid)
+    }
+
+    /// Sends up to [`MAX_RUNS`] runs to `dst` with one `sendmmsg`, each run
+    /// one UDP GSO datagram of `seg`-byte packets (ICRCs already filled in,
+    /// segment `i` of a run with IPv4 ID `i`) gathered from `pieces` — packet
+    /// headers in the engine's buffer and, for a zero-copy send, payloads in
+    /// registered memory. The transfer path leaves a run per change of packet
+    /// size (a WRITE's first packet carries a RETH and is 16 bytes longer than
+    /// the rest); one system call for all of them is what batching buys.
+    /// Returns how many runs the kernel took (`WouldBlock` when none). After
+    /// a refusal other than `WouldBlock` GSO is off for good (the caller
+    /// falls back to one packet per send).
+    ///
+    /// # Safety
+    /// Every piece must be readable memory for the duration of the call.
+    pub unsafe fn send_runs(
         &self,
-        buf: &mut [u8],
+        pieces: &[IoPiece],
         runs: &[Run],
         dst: IpAddr,
         dst_port: u16,
@@ -307,42 +327,32 @@ impl RoceSocket {
         for r in runs {
             let ok = r.seg >= 12 + ICRC_LEN
                 && r.len > 0
-                && r.off + r.len <= buf.len()
+                && r.iov.0 < r.iov.1
+                && r.iov.1 <= pieces.len()
+                && r.iov.1 - r.iov.0 <= MAX_RUN_PIECES
                 && r.len <= MAX_GSO_BYTES
                 && r.len.div_ceil(r.seg) <= MAX_GSO_SEGMENTS;
             if !ok {
                 return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad GSO run"));
             }
         }
-        if !self.gso() || runs.len() == 1 {
-            let mut sent = 0;
-            for r in runs {
-                match self.send_segments(&mut buf[r.off..r.off + r.len], r.seg, dst, dst_port) {
-                    Ok(()) => sent += 1,
-                    Err(e) if sent == 0 => return Err(e),
-                    Err(_) => break,
-                }
-            }
-            return Ok(sent);
-        }
-        for r in runs {
-            for (i, p) in buf[r.off..r.off + r.len].chunks_mut(r.seg).enumerate() {
-                self.fill_icrc(p, dst, dst_port, i as u16)?;
-            }
-        }
-        match sendmmsg_gso(
-            self.sock.as_raw_fd(),
-            buf,
-            runs,
-            SocketAddr::new(dst, dst_port),
-        ) {
-            Err(e) if e.kind() != io::ErrorKind::WouldBlock => {
+        // SAFETY: the runs index `pieces` (checked above) and the caller
+        // vouches for the memory they point at.
+        let r = unsafe {
+            sendmmsg_gso(
+                self.sock.as_raw_fd(),
+                pieces,
+                runs,
+                SocketAddr::new(dst, dst_port),
+            )
+        };
+        if let Err(e) = &r {
+            if e.kind() != io::ErrorKind::WouldBlock {
                 tracing::warn!(error = %e, "UDP GSO refused; sending one datagram per packet from now on");
                 self.set_gso(false);
-                self.send_runs(buf, runs, dst, dst_port)
             }
-            r => r,
         }
+        r
     }
 
     /// One `sendto` per packet of `buf` (see [`RoceSocket::send_segments`]).
@@ -613,13 +623,42 @@ fn sendmsg_gso(fd: RawFd, buf: &[u8], dst: SocketAddr, seg: usize) -> io::Result
 
 /// Most runs one [`RoceSocket::send_runs`] call sends.
 pub const MAX_RUNS: usize = 8;
+/// Most pieces one run gathers (the kernel takes at most 1024 per message).
+pub const MAX_RUN_PIECES: usize = 1024;
 
-/// A run of equal-size packets (the last may be shorter) at `buf[off..off + len]`,
-/// sent as one UDP GSO datagram of `seg`-byte segments.
+/// One piece of a datagram to send: `len` bytes at address `base`. Laid out
+/// as the kernel's `struct iovec`, so a slice of them is handed to `sendmmsg`
+/// as is; plain integers, so the tables that hold them stay `Send`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IoPiece {
+    /// Address of the first byte.
+    pub base: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
+const _: () = assert!(
+    std::mem::size_of::<IoPiece>() == std::mem::size_of::<libc::iovec>()
+        && std::mem::align_of::<IoPiece>() == std::mem::align_of::<libc::iovec>()
+);
+
+impl IoPiece {
+    /// The piece covering `bytes`.
+    pub fn of(bytes: &[u8]) -> IoPiece {
+        IoPiece {
+            base: bytes.as_ptr() as usize,
+            len: bytes.len(),
+        }
+    }
+}
+
+/// A run of equal-size packets (the last may be shorter) sent as one UDP GSO
+/// datagram of `seg`-byte segments, gathered from pieces `iov.0 .. iov.1`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Run {
-    /// Where the run starts in the buffer.
-    pub off: usize,
+    /// Its pieces (a range of indices into the piece list).
+    pub iov: (usize, usize),
     /// Its length in bytes.
     pub len: usize,
     /// Segment (packet) size.
@@ -627,27 +666,28 @@ pub struct Run {
 }
 
 /// `sendmmsg` of GSO runs (validated by the caller), one message each.
-fn sendmmsg_gso(fd: RawFd, buf: &[u8], runs: &[Run], dst: SocketAddr) -> io::Result<usize> {
+///
+/// # Safety
+/// Every piece the runs name must be readable memory.
+unsafe fn sendmmsg_gso(
+    fd: RawFd,
+    pieces: &[IoPiece],
+    runs: &[Run],
+    dst: SocketAddr,
+) -> io::Result<usize> {
     let addr: socket2::SockAddr = dst.into();
     let n = runs.len().min(MAX_RUNS);
-    let mut iovs = [libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }; MAX_RUNS];
     let mut controls = [[0u64; 4]; MAX_RUNS];
     // SAFETY: mmsghdr is plain data; zeroed is a valid initial value.
     let mut msgs: [libc::mmsghdr; MAX_RUNS] = unsafe { std::mem::zeroed() };
     for i in 0..n {
         let r = runs[i];
-        iovs[i] = libc::iovec {
-            iov_base: buf[r.off..].as_ptr() as *mut libc::c_void,
-            iov_len: r.len,
-        };
         let m = &mut msgs[i].msg_hdr;
         m.msg_name = addr.as_ptr() as *mut libc::c_void;
         m.msg_namelen = addr.len();
-        m.msg_iov = &mut iovs[i];
-        m.msg_iovlen = 1;
+        // IoPiece has iovec's layout (asserted above); the kernel only reads.
+        m.msg_iov = pieces[r.iov.0..].as_ptr() as *mut libc::iovec;
+        m.msg_iovlen = (r.iov.1 - r.iov.0) as _;
         if r.len > r.seg {
             m.msg_control = controls[i].as_mut_ptr().cast();
             // SAFETY: CMSG_SPACE is a pure computation.
@@ -663,8 +703,8 @@ fn sendmmsg_gso(fd: RawFd, buf: &[u8], runs: &[Run], dst: SocketAddr) -> io::Res
             }
         }
     }
-    // SAFETY: the first `n` headers point at live iovecs, control buffers and
-    // the address, all outliving the call.
+    // SAFETY: the first `n` headers point at live iovecs (readable, by the
+    // caller's promise), control buffers and the address, all outliving the call.
     let sent =
         unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), n as libc::c_uint, libc::MSG_DONTWAIT) };
     if sent < 0 {

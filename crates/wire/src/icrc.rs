@@ -61,6 +61,14 @@ pub fn compute_with_ipv4_id(packet: &[u8], id: u16) -> Result<u32, WireError> {
 /// without the ICRC) held in separate buffers — how a UDP socket user has them:
 /// the kernel writes the headers, the application only the UDP payload.
 pub fn compute_split(ip_udp: &[u8], transport: &[u8]) -> Result<u32, WireError> {
+    compute_parts(ip_udp, &[transport])
+}
+
+/// Like [`compute_split`] with the transport bytes (BTH onwards, without the
+/// ICRC) in several pieces — a packet whose payload a zero-copy send takes
+/// straight from registered memory. The first piece holds at least the BTH.
+pub fn compute_parts(ip_udp: &[u8], parts: &[&[u8]]) -> Result<u32, WireError> {
+    let transport = parts.first().copied().unwrap_or(&[]);
     need("ICRC IP header", ip_udp, 1)?;
     let ip_len = match ip_udp[0] >> 4 {
         4 => IPV4_HEADER_LEN,
@@ -97,6 +105,9 @@ pub fn compute_split(ip_udp: &[u8], transport: &[u8]) -> Result<u32, WireError> 
     let mut h = crc32fast::Hasher::new_with_initial(LRH_PREFIX_CRC);
     h.update(hdr);
     h.update(&transport[BTH_LEN..]);
+    for p in parts.iter().skip(1) {
+        h.update(p);
+    }
     Ok(h.finalize())
 }
 

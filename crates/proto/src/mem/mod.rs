@@ -21,7 +21,7 @@
 mod sg;
 pub mod testing;
 
-pub use sg::{gather, scatter, sgl_len};
+pub use sg::{gather, lend, scatter, sgl_len, LentPayload, MAX_LENT_PIECES};
 
 use std::fmt;
 use std::ops::{BitOr, BitOrAssign};
@@ -257,4 +257,20 @@ pub trait Memory {
 
     /// Invalidates `rkey` (SEND_WITH_INVALIDATE): later accesses with it fail.
     fn invalidate_remote(&mut self, pd: u32, rkey: u32) -> Result<(), AccessError>;
+
+    /// Lends `len` bytes of a local buffer to a zero-copy send: checks them
+    /// as [`Memory::read_local`] does and returns the address of the first,
+    /// or `None` when this memory does not lend (the caller copies instead,
+    /// the default). The bytes must stay readable at that address until the
+    /// memory is next used through `&mut self` — the engine hands them to the
+    /// kernel before it touches its memory table again.
+    fn lend_local(
+        &mut self,
+        _pd: u32,
+        _sge: &Sge,
+        _offset: u32,
+        _len: usize,
+    ) -> Result<Option<usize>, AccessError> {
+        Ok(None)
+    }
 }

@@ -64,6 +64,76 @@ pub fn gather(
     })
 }
 
+/// Most pieces a lent payload has (a packet's payload spread over more SGEs
+/// is copied).
+pub const MAX_LENT_PIECES: usize = 8;
+
+/// A packet payload left in registered memory for a zero-copy send: the
+/// `(address, length)` pieces that follow the packet's headers on the wire.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LentPayload {
+    pieces: [(usize, usize); MAX_LENT_PIECES],
+    n: usize,
+    /// Bytes of headers at the start of the packet buffer; the pad and the
+    /// ICRC placeholder follow them there, the payload goes in between.
+    pub hdr_len: usize,
+}
+
+impl LentPayload {
+    /// The pieces, in order.
+    pub fn pieces(&self) -> &[(usize, usize)] {
+        &self.pieces[..self.n]
+    }
+
+    /// Payload bytes.
+    pub fn len(&self) -> usize {
+        self.pieces().iter().map(|p| p.1).sum()
+    }
+
+    /// True when nothing is lent (the packet is whole in its buffer).
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Forgets the pieces.
+    pub fn clear(&mut self) {
+        self.n = 0;
+        self.hdr_len = 0;
+    }
+}
+
+/// Borrows message bytes `offset .. offset + len` of `sgl` from `mem` into
+/// `out` instead of copying them; `Ok(false)` (with `out` cleared) when the
+/// memory does not lend or the bytes span more than [`MAX_LENT_PIECES`] SGEs.
+pub fn lend(
+    mem: &mut dyn Memory,
+    pd: u32,
+    sgl: &[Sge],
+    offset: u64,
+    len: usize,
+    out: &mut LentPayload,
+) -> Result<bool, AccessError> {
+    out.clear();
+    let mut lent = true;
+    for_each_piece(sgl, offset, len, |sge, off, r| {
+        if !lent {
+            return Ok(());
+        }
+        match mem.lend_local(pd, sge, off, r.len())? {
+            Some(addr) if out.n < MAX_LENT_PIECES => {
+                out.pieces[out.n] = (addr, r.len());
+                out.n += 1;
+            }
+            _ => lent = false,
+        }
+        Ok(())
+    })?;
+    if !lent {
+        out.clear();
+    }
+    Ok(lent)
+}
+
 /// Copies `data` into message bytes `offset .. offset + data.len()` of `sgl`
 /// (the regions need local write access).
 pub fn scatter(

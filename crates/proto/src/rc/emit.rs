@@ -59,3 +59,26 @@ pub(crate) fn write_packet(
     buf[hdr + payload_len..total].fill(0);
     Ok(total)
 }
+
+/// Writes a packet whose payload of `payload_len` bytes stays in registered
+/// memory (a zero-copy send, see [`crate::mem::LentPayload`]): the headers,
+/// then the pad and a zero ICRC right behind them. Returns the header length
+/// and the bytes written; on the wire the payload goes between the two parts.
+pub(crate) fn write_packet_lent(
+    buf: &mut [u8],
+    mut bth: Bth,
+    ext: ExtHeaders,
+    payload_len: usize,
+) -> Result<(usize, usize), EmitError> {
+    bth.pad = Packet::pad_for(payload_len);
+    let mut p = Packet::new(bth);
+    p.ext = ext;
+    let hdr = p.header_len()?;
+    let written = hdr + usize::from(bth.pad) + ICRC_LEN;
+    if buf.len() < written {
+        return Err(EmitError::NoRoom);
+    }
+    // With an empty payload `write` puts the headers, the pad and a zero ICRC.
+    p.write(buf)?;
+    Ok((hdr, written))
+}

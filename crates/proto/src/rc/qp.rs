@@ -11,7 +11,7 @@ use super::{
     AttrMask, Counters, Fatal, ModifyError, Params, PostError, QpAttr, QpCaps, QpErrorCause,
     QpState, RecvQueue, RecvWr, Requester, SendOp, SendWr, WcStatus, WorkCompletion,
 };
-use crate::mem::{sgl_len, Memory};
+use crate::mem::{sgl_len, LentPayload, Memory};
 use crate::time::Instant;
 use ndverbs_wire::bth::MASK24;
 use ndverbs_wire::opcode::Transport;
@@ -405,6 +405,26 @@ impl RcQp {
         mem: &mut dyn Memory,
         buf: &mut [u8],
     ) -> Option<usize> {
+        self.poll_transmit_lending(now, mem, buf, None)
+    }
+
+    /// Like [`RcQp::poll_transmit`], but a request packet with a large payload
+    /// from registered memory may leave the payload there when `lent` is
+    /// given and the memory lends it ([`Memory::lend_local`]): `buf` then
+    /// holds the headers (`lent.hdr_len` bytes), the pad and a zero ICRC, the
+    /// returned length counts only those, and the packet on the wire is
+    /// headers, `lent`'s pieces, pad and ICRC. `lent` is empty after a packet
+    /// that is whole in `buf`.
+    pub fn poll_transmit_lending(
+        &mut self,
+        now: Instant,
+        mem: &mut dyn Memory,
+        buf: &mut [u8],
+        mut lent: Option<&mut LentPayload>,
+    ) -> Option<usize> {
+        if let Some(l) = lent.as_deref_mut() {
+            l.clear();
+        }
         let requester_may = matches!(self.state, QpState::Rts | QpState::Sqd);
         let responder_may = !matches!(self.state, QpState::Reset | QpState::Init);
         let order = if self.responder_first {
@@ -422,7 +442,7 @@ impl RcQp {
                 if !requester_may {
                     continue;
                 }
-                self.poll_requester(now, mem, buf)
+                self.poll_requester(now, mem, buf, lent.as_deref_mut())
             };
             if let Some(n) = out {
                 self.counters.sent_pkts += 1;
@@ -459,12 +479,18 @@ impl RcQp {
         now: Instant,
         mem: &mut dyn Memory,
         buf: &mut [u8],
+        lent: Option<&mut LentPayload>,
     ) -> Option<usize> {
         let draining = self.state == QpState::Sqd;
-        match self
-            .req
-            .poll(&mut self.sq, self.comp.psn, draining, &self.p, mem, buf)
-        {
+        match self.req.poll(
+            &mut self.sq,
+            self.comp.psn,
+            draining,
+            &self.p,
+            mem,
+            buf,
+            lent,
+        ) {
             Ok(ReqOut::Sent(n)) => {
                 self.comp.on_request_sent(now, &self.p, self.req.rnr_wait);
                 Some(n)

@@ -29,11 +29,11 @@
 //! last packet of every message and on every [`MAX_PKT_PER_ACK`]th packet in
 //! between — Linux rxe acknowledges nothing else.
 
-use super::emit::{write_packet, EmitError};
+use super::emit::{write_packet, write_packet_lent, EmitError};
 use super::send_queue::{npkts, Kind, SendQueue, Wqe};
 use super::wr::{SendOp, WcStatus};
 use super::{Fatal, Params, QpErrorCause};
-use crate::mem::{gather, AccessError, Memory};
+use crate::mem::{gather, lend, AccessError, LentPayload, Memory};
 use ndverbs_wire::bth::{psn, Bth};
 use ndverbs_wire::ext::{AtomicEth, Reth};
 use ndverbs_wire::opcode::Opcode;
@@ -47,6 +47,9 @@ pub const MIN_WINDOW: i32 = 8;
 pub const WINDOW_STEP: i32 = 4;
 /// Packets between AckReq flags at most (rxe `RXE_MAX_PKT_PER_ACK`).
 pub const MAX_PKT_PER_ACK: u32 = 64;
+/// Smallest payload lent to a zero-copy send instead of copied: below it, a
+/// copy costs less than the kernel walking extra pieces.
+pub const LEND_MIN: usize = 1024;
 
 /// Requester state.
 #[derive(Debug, Clone, Default)]
@@ -153,6 +156,7 @@ impl Requester {
         p: &Params,
         mem: &mut dyn Memory,
         buf: &mut [u8],
+        lent: Option<&mut LentPayload>,
     ) -> Result<ReqOut, Fatal> {
         let mtu = p.mtu;
         if self.need_retry && !self.rnr_wait {
@@ -250,24 +254,58 @@ impl Requester {
         bth.se = last && w.wr.solicited && matches!(w.kind, Kind::Send | Kind::Write);
 
         let (inline, sgl) = (w.wr.inline.as_deref(), &w.wr.sgl);
-        let written = write_packet(buf, bth, ext, payload as usize, |out| {
-            if out.is_empty() {
-                return Ok(());
-            }
-            match inline {
-                Some(data) => {
-                    let s = offset as usize;
-                    let src = data.get(s..s + out.len()).ok_or(AccessError::SglOverrun {
-                        offset: u64::from(offset),
-                        len: out.len() as u64,
-                        total: data.len() as u64,
-                    })?;
-                    out.copy_from_slice(src);
-                    Ok(())
+        // A large payload from registered memory may stay there: the engine
+        // sends it from the region (no copy into the packet buffer).
+        let lent = match lent {
+            Some(l) if inline.is_none() && payload as usize >= LEND_MIN => {
+                match lend(mem, p.pd, sgl, u64::from(offset), payload as usize, l) {
+                    Ok(true) => Some(l),
+                    Ok(false) => None,
+                    Err(_) => {
+                        if let Some(w) = sq.wqes.get_mut(idx) {
+                            w.error = Some(WcStatus::LocProtErr);
+                        }
+                        return Err(Fatal(QpErrorCause::Requester(WcStatus::LocProtErr)));
+                    }
                 }
-                None => gather(mem, p.pd, sgl, u64::from(offset), out),
             }
-        });
+            Some(l) => {
+                l.clear();
+                None
+            }
+            None => None,
+        };
+        let written = if let Some(l) = lent {
+            match write_packet_lent(buf, bth, ext, payload as usize) {
+                Ok((hdr, n)) => {
+                    l.hdr_len = hdr;
+                    Ok(n)
+                }
+                Err(e) => {
+                    l.clear();
+                    Err(e)
+                }
+            }
+        } else {
+            write_packet(buf, bth, ext, payload as usize, |out| {
+                if out.is_empty() {
+                    return Ok(());
+                }
+                match inline {
+                    Some(data) => {
+                        let s = offset as usize;
+                        let src = data.get(s..s + out.len()).ok_or(AccessError::SglOverrun {
+                            offset: u64::from(offset),
+                            len: out.len() as u64,
+                            total: data.len() as u64,
+                        })?;
+                        out.copy_from_slice(src);
+                        Ok(())
+                    }
+                    None => gather(mem, p.pd, sgl, u64::from(offset), out),
+                }
+            })
+        };
         let n = match written {
             Ok(n) => n,
             Err(EmitError::NoRoom) => return Ok(ReqOut::NoRoom),

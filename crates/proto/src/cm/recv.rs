@@ -120,7 +120,7 @@ impl CmAgent {
 
     /// Whether a message naming endpoint `id` came from its peer's address
     /// (counted as `rx_wrong_source` when not).
-    fn from_peer(&mut self, id: EndpointId, src: IpAddr) -> bool {
+    fn sent_by_peer(&mut self, id: EndpointId, src: IpAddr) -> bool {
         let ok = self
             .endpoints
             .get(&id)
@@ -139,7 +139,7 @@ impl CmAgent {
 
     fn on_req(&mut self, now: Instant, src: IpAddr, tid: u64, req: &Req) {
         if let Some(&id) = self.remote_ids.get(&(req.local_comm_id, req.local_ca_guid)) {
-            if !self.from_peer(id, src) {
+            if !self.sent_by_peer(id, src) {
                 return;
             }
             self.out.counters.rx_duplicates += 1;
@@ -147,7 +147,7 @@ impl CmAgent {
             return;
         }
         if let Some(&old) = self.remote_qpns.get(&(req.local_qpn, req.local_ca_guid)) {
-            if !self.from_peer(old, src) {
+            if !self.sent_by_peer(old, src) {
                 return;
             }
             let rej = format::issue_rej(
@@ -302,7 +302,7 @@ impl CmAgent {
             self.out.counters.rx_unmatched += 1;
             return;
         };
-        if !self.from_peer(id, src) {
+        if !self.sent_by_peer(id, src) {
             return;
         }
         let Some(ep) = self.endpoints.get(&id) else {
@@ -408,7 +408,7 @@ impl CmAgent {
             self.out.counters.rx_unmatched += 1;
             return;
         };
-        if !self.from_peer(id, src) {
+        if !self.sent_by_peer(id, src) {
             return;
         }
         match self.state_of(id) {
@@ -427,7 +427,7 @@ impl CmAgent {
             self.out.counters.rx_unmatched += 1;
             return;
         };
-        if !self.from_peer(id, src) {
+        if !self.sent_by_peer(id, src) {
             return;
         }
         let Some(ep) = self.endpoints.get_mut(&id) else {
@@ -478,7 +478,7 @@ impl CmAgent {
             self.out.counters.rx_unmatched += 1;
             return;
         };
-        if !self.from_peer(id, src) {
+        if !self.sent_by_peer(id, src) {
             return;
         }
         let stale = rej.reason == rej_reason::STALE_CONN;
@@ -525,7 +525,7 @@ impl CmAgent {
             self.issue_drep(src, tid, dreq);
             return;
         };
-        if !self.from_peer(id, src) {
+        if !self.sent_by_peer(id, src) {
             return;
         }
         let Some(ep) = self.endpoints.get_mut(&id) else {
@@ -577,7 +577,7 @@ impl CmAgent {
             self.out.counters.rx_unmatched += 1;
             return;
         };
-        if !self.from_peer(id, src) {
+        if !self.sent_by_peer(id, src) {
             return;
         }
         match self.state_of(id) {

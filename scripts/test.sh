@@ -18,7 +18,8 @@ cargo test --workspace
 # reordering, delay and corruption, in release mode (debug is too slow for it).
 NDV_LOSSY_MIB=${NDV_LOSSY_MIB:-1024} cargo test --release -p ndverbs-engine --test lossy -- --nocapture
 # Reliability (RELIABILITY.md), in release: the whole-connection simulation
-# over 10,000 seeds, a million forged packets at a live connection, and
+# over 10,000 seeds, a million forged packets at each of two live connections
+# (one connected through the CM, with a bystander connection), and
 # 20,000 connect/transfer/disconnect cycles with RSS and fds flat.
 NDV_SIM_SEEDS=${NDV_SIM_SEEDS:-10000} cargo test --release -p ndverbs-proto --test sim_connection -- --nocapture
 NDV_FLOOD_PACKETS=${NDV_FLOOD_PACKETS:-1000000} cargo test --release -p ndverbs-engine --test hostile_flood -- --nocapture

@@ -517,6 +517,11 @@ impl Adapter {
         &self.shared.counters
     }
 
+    /// True if `other` is a handle to this same adapter.
+    pub fn same_as(&self, other: &Adapter) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
     /// True once [`Adapter::remove`] ran.
     pub fn is_removed(&self) -> bool {
         self.shared.removed.load(Ordering::Acquire)
@@ -607,6 +612,14 @@ impl Adapter {
         // Works after removal too: it is cleanup.
         let mut c = self.shared.core.lock().unwrap_or_else(|e| e.into_inner());
         c.mem.deregister(lkey)?;
+        Ok(())
+    }
+
+    /// Deregisters memory even while windows are bound to it (see
+    /// [`MemTable::revoke`]): for a region handle that is being dropped.
+    pub fn revoke_mr(&self, lkey: u32) -> Result<(), EngineError> {
+        let mut c = self.shared.core.lock().unwrap_or_else(|e| e.into_inner());
+        c.mem.revoke(lkey)?;
         Ok(())
     }
 
@@ -907,6 +920,31 @@ impl Adapter {
                 }
                 .into());
             }
+        }
+        // What the protocol would refuse later is refused here, at once, as
+        // rxe's post_send does (EINVAL), not as a completion.
+        let len = match &wr.inline {
+            Some(d) => {
+                let data_op = matches!(
+                    wr.op,
+                    SendOp::Send
+                        | SendOp::SendImm(_)
+                        | SendOp::SendInv(_)
+                        | SendOp::Write(_)
+                        | SendOp::WriteImm(..)
+                );
+                if !data_op || !wr.sgl.is_empty() {
+                    return Err(PostError::InlineNotAllowed.into());
+                }
+                d.len() as u64
+            }
+            None => ndverbs_proto::mem::sgl_len(&wr.sgl),
+        };
+        if len > 1 << 31 {
+            return Err(PostError::MessageTooLong(len).into());
+        }
+        if wr.op.is_atomic() && len != 8 {
+            return Err(PostError::AtomicLength(len).into());
         }
         if qp.sq_outstanding.fetch_add(1, Ordering::AcqRel) >= qp.caps.max_send_wr {
             qp.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
@@ -1558,6 +1596,11 @@ impl Core {
             // application that posts as soon as it polls a completion must
             // find room.
             e.retire_done();
+            // The state first: an application that polls an error
+            // completion must find the QP in ERR already (as in rxe).
+            e.shared
+                .state
+                .store(state_to_u8(e.qp.state()), Ordering::Release);
             while let Some(wc) = e.qp.poll_completion() {
                 let cq = match wc.queue {
                     ndverbs_proto::rc::WcQueue::Send => &e.send_cq,
@@ -1566,9 +1609,6 @@ impl Core {
                 cq.push(wc);
                 self.delivered += 1;
             }
-            e.shared
-                .state
-                .store(state_to_u8(e.qp.state()), Ordering::Release);
             if let Some(t) = e.qp.poll_timeout() {
                 if e.armed.is_none_or(|a| t < a) {
                     e.armed = Some(t);

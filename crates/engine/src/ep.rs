@@ -153,6 +153,8 @@ pub struct EpInfo {
     pub dreq_received: bool,
     /// True while a service ID is being listened on.
     pub listening: bool,
+    /// (our, the peer's) CM communication IDs, once both are known.
+    pub comm_ids: Option<(u32, u32)>,
 }
 
 type Done<T> = Completion<Result<T, EpError>>;
@@ -835,10 +837,14 @@ impl Adapter {
     /// What an endpoint knows (state, peer, private data, read limits).
     pub fn ep_info(&self, ep: u32) -> Result<EpInfo, EngineError> {
         self.with_core(|c, _| {
-            let cm_state = c.ep(ep)?.cm.and_then(|id| c.cm.state(id));
+            let cm = c.ep(ep)?.cm;
+            let cm_state = cm.and_then(|id| c.cm.state(id));
+            let comm_ids =
+                cm.and_then(|id| Some((c.cm.local_comm_id(id)?, c.cm.peer(id)?.comm_id)));
             let e = c.ep(ep)?;
             let mut info = e.info.clone();
             info.cm_state = cm_state;
+            info.comm_ids = comm_ids;
             info.listening = e.listener.is_some();
             Ok(info)
         })

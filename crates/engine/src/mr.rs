@@ -351,6 +351,15 @@ impl MemTable {
         Ok(self.regions.remove(&lkey).expect("present"))
     }
 
+    /// Removes a region even while windows are bound to it: its own keys
+    /// stop working at once; bound windows keep their binding (and the
+    /// memory alive) until they are invalidated, rebound or freed. For a
+    /// region whose owner is gone and cannot retry a refused
+    /// [`MemTable::deregister`].
+    pub fn revoke(&mut self, lkey: u32) -> Result<Arc<Region>, MemError> {
+        self.regions.remove(&lkey).ok_or(MemError::UnknownKey(lkey))
+    }
+
     /// Number of live regions.
     pub fn regions(&self) -> usize {
         self.regions.len()

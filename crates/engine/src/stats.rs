@@ -174,7 +174,7 @@ impl Adapter {
     }
 }
 
-fn cm_pairs(c: &ndverbs_proto::cm::CmCounters) -> [(&'static str, u64); 14] {
+fn cm_pairs(c: &ndverbs_proto::cm::CmCounters) -> [(&'static str, u64); 15] {
     [
         ("rx_mads", c.rx_mads),
         ("rx_malformed", c.rx_malformed),
@@ -183,6 +183,7 @@ fn cm_pairs(c: &ndverbs_proto::cm::CmCounters) -> [(&'static str, u64); 14] {
         ("rx_duplicates", c.rx_duplicates),
         ("rx_wrong_state", c.rx_wrong_state),
         ("rx_dreq_bad_qpn", c.rx_dreq_bad_qpn),
+        ("rx_wrong_source", c.rx_wrong_source),
         ("rx_after_removal", c.rx_after_removal),
         ("rx_req_invalid", c.rx_req_invalid),
         ("tx_mads", c.tx_mads),

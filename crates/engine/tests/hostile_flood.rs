@@ -27,22 +27,46 @@
 //! PSN), the drop counters account for what arrived, both QPs are still in
 //! RTS, and the connection moves data correctly both ways.
 //!
+//! `flood_spares_cm_connections` runs the same flood against QPs connected
+//! through the CM (connection endpoints: listen, connect, accept,
+//! complete-connect) on 127.77.91.x, adding CM messages naming that
+//! connection: exact comm IDs from a wrong source address (DREQ, REJ, DREP,
+//! RTU, MRA, REP, duplicate and "stale connection" REQs), and from the
+//! peer's own address with a wrong remote comm ID or (DREQ) a wrong QPN.
+//! Meanwhile a second, unrelated CM connection to the same adapter (from a
+//! third adapter) exchanges verified SENDs and WRITEs in both directions.
+//! Afterwards no endpoint was notified of a disconnect, all stay
+//! established, the drops are counted (`cm_rx_wrong_source`,
+//! `cm_rx_dreq_bad_qpn`, `cm_rx_unmatched`), memory is unchanged, both
+//! connections carry data and A–B disconnects cleanly.
+//!
 //! What this does not claim: a packet from the peer's address carrying the
 //! exact PSN the responder expects is indistinguishable from the peer's own
 //! (RoCEv2 has no authentication) and is executed within the granted
 //! windows — or, if it violates them, ends the connection as the IBTA
-//! requires.
+//! requires. Likewise a DREQ or REJ with the right comm IDs (and QPN) from
+//! the peer's address is the peer's own: it ends the connection.
 
 mod common;
 
 use common::*;
-use ndverbs_engine::adapter::{sge, Progress};
+use ndverbs_engine::adapter::{node_guid, sge, Adapter, Progress, QpInit, QpShared};
+use ndverbs_engine::cq::CompletionQueue;
+use ndverbs_engine::ep::{AcceptArgs, ConnectArgs};
 use ndverbs_engine::mr::{Region, RegionBuf};
 use ndverbs_engine::udp::RoceSocket;
+use ndverbs_proto::cm::CmState;
 use ndverbs_proto::mem::Access;
-use ndverbs_proto::rc::{PathMtu, QpState, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcStatus};
+use ndverbs_proto::rc::{
+    AttrMask, PathMtu, QpAttr, QpCaps, QpState, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode,
+    WcStatus,
+};
 use ndverbs_wire::bth::Bth;
+use ndverbs_wire::cm::{
+    attr as cm_attr, msg_ref, pdata, rej_reason, CmMessage, Drep, Dreq, Mra, Rej, Rtu,
+};
 use ndverbs_wire::ext::{Aeth, AtomicEth, Deth, Reth, Syndrome};
+use ndverbs_wire::mad::{MAD_DATA_LEN, MAD_LEN};
 use ndverbs_wire::opcode::{Headers, Opcode, Payload};
 use ndverbs_wire::packet::Packet;
 use std::net::{IpAddr, UdpSocket};
@@ -235,18 +259,309 @@ fn forge_mad(r: &mut Rng, buf: &mut [u8]) -> usize {
     mad[3] = r.pick(&[3u8, 2, 0x83, 0x81]);
     let attr: u16 = r.pick(&[0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19]);
     mad[16..18].copy_from_slice(&attr.to_be_bytes());
+    mad_packet(r, &mad, buf)
+}
+
+/// `mad` as a UD SEND to QP1 (random PSN).
+fn mad_packet(r: &mut Rng, mad: &[u8], buf: &mut [u8]) -> usize {
     let mut p = Packet::new(Bth::new(Opcode::UD_SEND_ONLY, 1, r.next() as u32));
     p.ext.deth = Some(Deth {
         qkey: 0x8001_0000,
         resv: 0,
         src_qpn: 1,
     });
-    p.payload = &mad;
+    p.payload = mad;
     p.write(buf).unwrap()
+}
+
+/// A CM message naming the connection `c` (B is its passive side, `b_qpn`
+/// its QP) that B must not act on; returns the MAD and whether it is sent
+/// from the peer's IP address. Either the IDs are exact and the source is
+/// wrong, or the source is the peer's and something else is wrong (the
+/// remote comm ID, the QPN of a DREQ). An exact DREQ or REJ from the peer's
+/// address is the peer's own and is never sent.
+fn forge_cm(r: &mut Rng, c: &CmAim, b_qpn: u32) -> ([u8; MAD_LEN], bool) {
+    let zero = [0u8; MAD_DATA_LEN];
+    let blank = |attr_id| CmMessage::parse_data(attr_id, &zero).expect("zeroed CM message");
+    // A remote comm ID that is not B's.
+    let wrong_b = c.b_comm ^ (1 + r.below(u64::from(u32::MAX)) as u32);
+    let (msg, from_peer) = match r.below(10) {
+        // DREQ, exact IDs and QPN, wrong source.
+        0 => (
+            CmMessage::Dreq(Dreq {
+                local_comm_id: c.a_comm,
+                remote_comm_id: c.b_comm,
+                remote_qpn: b_qpn,
+                private_data: [0; pdata::DREQ],
+            }),
+            false,
+        ),
+        // DREQ from the peer's address with exact IDs but another QPN, or
+        // a wrong remote comm ID (answered with a DREP: "no such connection").
+        1 => {
+            let (remote_comm_id, remote_qpn) = if r.below(2) == 0 {
+                (c.b_comm, b_qpn ^ (1 + r.below(0xff_fffe) as u32))
+            } else {
+                (wrong_b, b_qpn)
+            };
+            (
+                CmMessage::Dreq(Dreq {
+                    local_comm_id: c.a_comm,
+                    remote_comm_id,
+                    remote_qpn,
+                    private_data: [0; pdata::DREQ],
+                }),
+                true,
+            )
+        }
+        // REJ, exact IDs (or reason 4 with A's GUID in the ARI), wrong source;
+        // or from the peer's address with a wrong remote comm ID.
+        2 | 3 => {
+            let from_peer = r.below(3) == 0;
+            let mut ari = [0u8; 72];
+            let reason = if !from_peer && r.below(2) == 0 {
+                ari[..8].copy_from_slice(&c.a_guid.to_be_bytes());
+                rej_reason::TIMEOUT
+            } else {
+                r.below(40) as u16
+            };
+            (
+                CmMessage::Rej(Rej {
+                    local_comm_id: c.a_comm,
+                    remote_comm_id: if from_peer { wrong_b } else { c.b_comm },
+                    message_rejected: r.pick(&[msg_ref::REQ, msg_ref::REP, msg_ref::OTHER]),
+                    rejected_info_length: 8,
+                    reason,
+                    ari,
+                    private_data: [0; pdata::REJ],
+                }),
+                from_peer,
+            )
+        }
+        // REQ from the wrong source: a duplicate of A's (A's comm ID, GUID,
+        // QPN), or a "stale connection" (A's GUID and QPN, a new comm ID).
+        4 | 5 => {
+            let CmMessage::Req(mut q) = blank(cm_attr::REQ) else {
+                unreachable!()
+            };
+            q.local_comm_id = if r.below(2) == 0 {
+                c.a_comm
+            } else {
+                r.next() as u32
+            };
+            q.local_ca_guid = c.a_guid;
+            q.local_qpn = c.a_qpn;
+            q.service_id = c.service_id;
+            q.starting_psn = r.next() as u32 & 0xff_ffff;
+            q.path_mtu = 3;
+            (CmMessage::Req(q), false)
+        }
+        // DREP, RTU, MRA with exact IDs from the wrong source, or from the
+        // peer's address with a wrong remote comm ID.
+        6..=8 => {
+            let from_peer = r.below(3) == 0;
+            let remote = if from_peer { wrong_b } else { c.b_comm };
+            let msg = match r.below(3) {
+                0 => CmMessage::Drep(Drep {
+                    local_comm_id: c.a_comm,
+                    remote_comm_id: remote,
+                    private_data: [0; pdata::DREP],
+                }),
+                1 => CmMessage::Rtu(Rtu {
+                    local_comm_id: c.a_comm,
+                    remote_comm_id: remote,
+                    private_data: [0; pdata::RTU],
+                }),
+                _ => CmMessage::Mra(Mra {
+                    local_comm_id: c.a_comm,
+                    remote_comm_id: remote,
+                    message_mraed: r.pick(&[msg_ref::REQ, msg_ref::REP, msg_ref::OTHER]),
+                    service_timeout: r.below(32) as u8,
+                    private_data: [0; pdata::MRA],
+                }),
+            };
+            (msg, from_peer)
+        }
+        // REP naming B's comm ID, wrong source.
+        _ => {
+            let CmMessage::Rep(mut p) = blank(cm_attr::REP) else {
+                unreachable!()
+            };
+            p.local_comm_id = if r.below(2) == 0 {
+                c.a_comm
+            } else {
+                r.next() as u32
+            };
+            p.remote_comm_id = c.b_comm;
+            p.local_qpn = c.a_qpn;
+            p.local_ca_guid = c.a_guid;
+            (CmMessage::Rep(p), false)
+        }
+    };
+    (msg.to_mad(r.next()), from_peer)
+}
+
+/// The forgers' sockets: a RoCE socket on an address nobody uses, one on the
+/// peer's own IP address (another port), and a plain UDP socket for garbage.
+struct Forgers {
+    other: RoceSocket,
+    from_peer_ip: RoceSocket,
+    raw: UdpSocket,
+}
+
+impl Forgers {
+    fn new(net: u8, peer_ip: IpAddr) -> Self {
+        Forgers {
+            other: RoceSocket::bind(IpAddr::from([127, 77, net, 3])).unwrap(),
+            from_peer_ip: RoceSocket::bind_port(peer_ip, 0).unwrap(),
+            raw: UdpSocket::bind((IpAddr::from([127, 77, net, 4]), 0)).unwrap(),
+        }
+    }
+}
+
+/// The connection under attack: B's address, QP and the PSN it expects.
+struct Aim<'a> {
+    b_ip: IpAddr,
+    b_qpn: u32,
+    epsn: u32,
+    targets: &'a Targets,
+    /// When the QPs were connected through the CM: its identifiers, for
+    /// MADs aimed at that connection.
+    cm: Option<CmAim>,
+}
+
+/// What a forger knows of a CM connection from A (active) to B (passive).
+#[derive(Clone, Copy)]
+struct CmAim {
+    a_comm: u32,
+    b_comm: u32,
+    a_qpn: u32,
+    a_guid: u64,
+    service_id: u64,
+}
+
+/// Sends `n` forged packets at `aim`; returns how many of each kind:
+/// garbage, valid-ICRC random, wrong source, right-but-source, from the
+/// peer's address, random MAD, CM MAD aimed at the connection.
+fn flood(n: u64, f: &Forgers, aim: &Aim<'_>, rng: &mut Rng) -> [u64; 7] {
+    let (b_ip, b_qpn, epsn, targets) = (aim.b_ip, aim.b_qpn, aim.epsn, aim.targets);
+    let mut buf = vec![0u8; 4096];
+    let mut kinds = [0u64; 7];
+    for i in 0..n {
+        let kind = match rng.below(100) {
+            0..=9 => 0,
+            10..=19 => 1,
+            20..=49 => 2,
+            50..=54 => 3,
+            55..=94 => 4,
+            _ => 5,
+        };
+        // With a CM connection, a quarter of the peer-address forgeries and
+        // MADs become MADs naming that connection.
+        let kind = if aim.cm.is_some() && kind >= 4 && rng.below(4) == 0 {
+            6
+        } else {
+            kind
+        };
+        kinds[kind] += 1;
+        match kind {
+            // Garbage: no valid ICRC.
+            0 => {
+                let len = rng.below(200) as usize;
+                let bytes = rng.bytes(len);
+                loop {
+                    match f.raw.send_to(&bytes, (b_ip, 4791)) {
+                        Ok(_) => break,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            std::thread::yield_now()
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+            // Random transport bytes with a valid ICRC.
+            1 => {
+                let len = 16 + rng.below(300) as usize;
+                let mut bytes = rng.bytes(len);
+                bytes[0] = rng.pick(&[bytes[0], 0x04, 0x0a, 0x0c, 0x11, 0x64]);
+                if rng.below(2) == 0 {
+                    bytes[5..8].copy_from_slice(&b_qpn.to_be_bytes()[1..]);
+                }
+                send_valid(&f.other, &mut bytes, b_ip);
+            }
+            // Well-formed, wrong source address, random or B's QPN.
+            2 => {
+                let dqpn = match rng.below(3) {
+                    0 => rng.next() as u32 & 0xff_ffff,
+                    _ => b_qpn,
+                };
+                let psn = if rng.below(2) == 0 {
+                    epsn
+                } else {
+                    rng.next() as u32
+                };
+                let len = forge(rng, dqpn, psn, targets, &mut buf);
+                send_valid(&f.other, &mut buf[..len], b_ip);
+            }
+            // Right everything but the source: a valid WRITE into the
+            // granted region with the expected PSN.
+            3 => {
+                let mut p = Packet::new(Bth::new(Opcode::RC_WRITE_ONLY, b_qpn, epsn));
+                p.bth.ack_req = true;
+                let data = rng.bytes(256);
+                p.ext.reth = Some(Reth {
+                    va: targets.bases[0] + rng.below(1024) * 8,
+                    rkey: targets.keys[0],
+                    len: 256,
+                });
+                p.payload = &data;
+                let len = p.write(&mut buf).unwrap();
+                send_valid(&f.other, &mut buf[..len], b_ip);
+            }
+            // From the peer's address, B's QPN, any PSN but the expected.
+            4 => {
+                let mut psn = match rng.below(4) {
+                    0 => epsn.wrapping_sub(1 + rng.below(64) as u32),
+                    1 => epsn.wrapping_add(1 + rng.below(64) as u32),
+                    _ => rng.next() as u32,
+                } & 0xff_ffff;
+                if psn == epsn {
+                    psn = epsn ^ 0x80_0000;
+                }
+                let len = forge(rng, b_qpn, psn, targets, &mut buf);
+                send_valid(&f.from_peer_ip, &mut buf[..len], b_ip);
+            }
+            // CM MADs to QP1.
+            5 => {
+                let len = forge_mad(rng, &mut buf);
+                let s = if rng.below(2) == 0 {
+                    &f.other
+                } else {
+                    &f.from_peer_ip
+                };
+                send_valid(s, &mut buf[..len], b_ip);
+            }
+            // CM MADs naming the connection.
+            _ => {
+                let cm = aim.cm.expect("kind 6 only with a CM connection");
+                let (mad, from_peer) = forge_cm(rng, &cm, b_qpn);
+                let len = mad_packet(rng, &mad, &mut buf);
+                let s = if from_peer { &f.from_peer_ip } else { &f.other };
+                send_valid(s, &mut buf[..len], b_ip);
+            }
+        }
+        if i % 256 == 255 {
+            // Let the engine keep up (the kernel drops what overflows the
+            // socket buffer, uncounted by the engine).
+            std::thread::yield_now();
+        }
+    }
+    kinds
 }
 
 #[test]
 fn flood_leaves_memory_and_connection_intact() {
+    let _one = FLOOD.lock().unwrap_or_else(|e| e.into_inner());
     let n = packets();
     let (a, b) = pair(NET, Progress::Thread, PathMtu::Mtu1024, LEN);
     let a_ip = a.adapter.local();
@@ -347,108 +662,16 @@ fn flood_leaves_memory_and_connection_intact() {
             0,
         ],
     };
-    let other = RoceSocket::bind(IpAddr::from([127, 77, NET, 3])).unwrap();
-    let from_peer_ip = RoceSocket::bind_port(a_ip, 0).unwrap();
-    let raw = UdpSocket::bind((IpAddr::from([127, 77, NET, 4]), 0)).unwrap();
-    let mut rng = Rng(0xf100d);
-    let mut buf = vec![0u8; 4096];
-    let mut kinds = [0u64; 6];
+    let forgers = Forgers::new(NET, a_ip);
+    let aim = Aim {
+        b_ip,
+        b_qpn,
+        epsn,
+        targets: &targets,
+        cm: None,
+    };
     let t0 = Instant::now();
-    for i in 0..n {
-        let kind = (rng.below(100)) as usize;
-        let kind = match kind {
-            0..=9 => 0,
-            10..=19 => 1,
-            20..=49 => 2,
-            50..=54 => 3,
-            55..=94 => 4,
-            _ => 5,
-        };
-        kinds[kind] += 1;
-        match kind {
-            // Garbage: no valid ICRC.
-            0 => {
-                let len = rng.below(200) as usize;
-                let bytes = rng.bytes(len);
-                loop {
-                    match raw.send_to(&bytes, (b_ip, 4791)) {
-                        Ok(_) => break,
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                            std::thread::yield_now()
-                        }
-                        Err(e) => panic!("{e}"),
-                    }
-                }
-            }
-            // Random transport bytes with a valid ICRC.
-            1 => {
-                let len = 16 + rng.below(300) as usize;
-                let mut bytes = rng.bytes(len);
-                bytes[0] = rng.pick(&[bytes[0], 0x04, 0x0a, 0x0c, 0x11, 0x64]);
-                if rng.below(2) == 0 {
-                    bytes[5..8].copy_from_slice(&b_qpn.to_be_bytes()[1..]);
-                }
-                send_valid(&other, &mut bytes, b_ip);
-            }
-            // Well-formed, wrong source address, random or B's QPN.
-            2 => {
-                let dqpn = match rng.below(3) {
-                    0 => rng.next() as u32 & 0xff_ffff,
-                    _ => b_qpn,
-                };
-                let psn = if rng.below(2) == 0 {
-                    epsn
-                } else {
-                    rng.next() as u32
-                };
-                let len = forge(&mut rng, dqpn, psn, &targets, &mut buf);
-                send_valid(&other, &mut buf[..len], b_ip);
-            }
-            // Right everything but the source: a valid WRITE into the
-            // granted region with the expected PSN.
-            3 => {
-                let mut p = Packet::new(Bth::new(Opcode::RC_WRITE_ONLY, b_qpn, epsn));
-                p.bth.ack_req = true;
-                let data = rng.bytes(256);
-                p.ext.reth = Some(Reth {
-                    va: granted.addr() + rng.below(1024) * 8,
-                    rkey: granted.rkey(),
-                    len: 256,
-                });
-                p.payload = &data;
-                let len = p.write(&mut buf).unwrap();
-                send_valid(&other, &mut buf[..len], b_ip);
-            }
-            // From the peer's address, B's QPN, any PSN but the expected.
-            4 => {
-                let mut psn = match rng.below(4) {
-                    0 => epsn.wrapping_sub(1 + rng.below(64) as u32),
-                    1 => epsn.wrapping_add(1 + rng.below(64) as u32),
-                    _ => rng.next() as u32,
-                } & 0xff_ffff;
-                if psn == epsn {
-                    psn = epsn ^ 0x80_0000;
-                }
-                let len = forge(&mut rng, b_qpn, psn, &targets, &mut buf);
-                send_valid(&from_peer_ip, &mut buf[..len], b_ip);
-            }
-            // CM MADs to QP1.
-            _ => {
-                let len = forge_mad(&mut rng, &mut buf);
-                let s = if rng.below(2) == 0 {
-                    &other
-                } else {
-                    &from_peer_ip
-                };
-                send_valid(s, &mut buf[..len], b_ip);
-            }
-        }
-        if i % 256 == 255 {
-            // Let the engine keep up (the kernel drops what overflows the
-            // socket buffer, uncounted by the engine).
-            std::thread::yield_now();
-        }
-    }
+    let kinds = flood(n, &forgers, &aim, &mut Rng(0xf100d));
     let send_time = t0.elapsed();
     // Wait until the engine has drained its socket.
     let counters = &b.adapter.counters();
@@ -465,8 +688,9 @@ fn flood_leaves_memory_and_connection_intact() {
     let c = b.adapter.qp_counters(b_qpn).unwrap();
     let get = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
     println!(
-        "flood: {n} packets in {:.1} s ({kinds:?} garbage/valid-ICRC-random/wrong-source/right-but-source/peer-address/MAD), {arrived} arrived",
-        send_time.as_secs_f64()
+        "flood: {n} packets in {:.1} s ({:?} garbage/valid-ICRC-random/wrong-source/right-but-source/peer-address/MAD), {arrived} arrived",
+        send_time.as_secs_f64(),
+        &kinds[..6]
     );
     println!(
         "adapter drops: bad ICRC {}, malformed {}, unknown QP {}, wrong source {}, GSI {}",
@@ -608,4 +832,336 @@ fn keys_are_not_predictable() {
     }
     let shared: Vec<_> = keys[0].iter().filter(|k| keys[1].contains(k)).collect();
     assert!(shared.is_empty(), "two adapters produced the same keys");
+}
+
+/// The floods run one at a time (each needs the cores to drain its socket).
+static FLOOD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Where the CM-connected flood runs: 127.77.91.x.
+const CM_NET: u8 = 91;
+
+/// One end of a CM connection: its own CQ, a QP in INIT, a region.
+struct End {
+    cq: Arc<CompletionQueue>,
+    qp: Arc<QpShared>,
+    mr: Arc<Region>,
+}
+
+fn end(ad: &Adapter, pd: u32) -> End {
+    let (cq_id, cq) = ad.create_cq(1024).unwrap();
+    let qp = ad
+        .create_qp(QpInit {
+            pd,
+            send_cq: cq_id,
+            recv_cq: cq_id,
+            srq: None,
+            caps: QpCaps {
+                max_send_wr: 256,
+                max_send_sge: 2,
+                max_inline_data: 64,
+                sq_sig_all: false,
+            },
+            max_recv_wr: 256,
+            max_recv_sge: 2,
+        })
+        .unwrap();
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        qp_access_flags: Access::ALL,
+        ..QpAttr::default()
+    };
+    ad.modify_qp(
+        qp.qpn(),
+        &init,
+        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
+    )
+    .unwrap();
+    let mr = ad
+        .reg_mr(pd, RegionBuf::alloc(LEN).unwrap(), Access::ALL)
+        .unwrap();
+    End { cq, qp, mr }
+}
+
+const CM_T: Duration = Duration::from_secs(30);
+
+/// Connects `a`'s end to `b`'s through the CM (B listens on `listener`,
+/// port `port`); returns (A's endpoint, B's endpoint).
+fn cm_connect(
+    (ad_a, a): (&Adapter, &End),
+    (ad_b, b): (&Adapter, &End),
+    listener: u32,
+    port: u16,
+) -> (u32, u32) {
+    let eb = ad_b.create_ep().unwrap();
+    let req = ad_b.ep_get_request(listener, eb).unwrap();
+    let ea = ad_a.create_ep().unwrap();
+    let args = ConnectArgs {
+        remote: ad_b.local(),
+        remote_port: port,
+        local_port: 40000 + (a.qp.qpn() & 0xfff) as u16,
+        responder_resources: 4,
+        initiator_depth: 4,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        path_mtu: PathMtu::Mtu1024,
+        private_data: Vec::new(),
+    };
+    let conn = ad_a.ep_connect(ea, a.qp.qpn(), args).unwrap();
+    req.wait_timeout(CM_T).expect("request").unwrap();
+    let acc = ad_b
+        .ep_accept(
+            eb,
+            b.qp.qpn(),
+            AcceptArgs {
+                responder_resources: 4,
+                initiator_depth: 4,
+                rnr_retry_count: 7,
+                private_data: Vec::new(),
+            },
+        )
+        .unwrap();
+    conn.wait_timeout(CM_T).expect("connect").unwrap();
+    ad_a.ep_complete_connect(ea, a.qp.qpn())
+        .unwrap()
+        .wait_timeout(CM_T)
+        .expect("complete connect")
+        .unwrap();
+    acc.wait_timeout(CM_T).expect("accept").unwrap();
+    (ea, eb)
+}
+
+fn wait_cq(cq: &CompletionQueue, n: usize) -> Vec<ndverbs_proto::rc::WorkCompletion> {
+    let t0 = Instant::now();
+    let mut v = Vec::new();
+    while v.len() < n {
+        match cq.poll_one() {
+            Some(w) => v.push(w),
+            None => {
+                assert!(t0.elapsed() < CM_T, "timed out with {v:?}");
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+    v
+}
+
+/// One verified exchange from `x` to `y`: a SEND of `len` bytes of pattern
+/// `seed` into `y`'s region at 0 and a WRITE of the same bytes to `y`'s
+/// region at `LEN / 2`; every completion succeeds and the bytes arrive.
+fn exchange((ad_x, x): (&Adapter, &End), (ad_y, y): (&Adapter, &End), seed: u64, len: usize) {
+    let data = pattern(seed, len);
+    x.mr.write(0, &data).unwrap();
+    ad_y.post_recv(&y.qp, RecvWr::new(seed, vec![sge(&y.mr, 0, len as u32)]))
+        .unwrap();
+    let remote = RemoteAddr {
+        va: y.mr.addr() + (LEN / 2) as u64,
+        rkey: y.mr.rkey(),
+    };
+    let mut wr = SendWr::new(1, SendOp::Write(remote), vec![sge(&x.mr, 0, len as u32)]);
+    wr.signaled = true;
+    ad_x.post_send(&x.qp, wr).unwrap();
+    let mut wr = SendWr::new(2, SendOp::Send, vec![sge(&x.mr, 0, len as u32)]);
+    wr.signaled = true;
+    ad_x.post_send(&x.qp, wr).unwrap();
+    for wc in wait_cq(&x.cq, 2) {
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    }
+    let wc = wait_cq(&y.cq, 1)[0];
+    assert_eq!(
+        (wc.status, wc.wr_id, wc.byte_len),
+        (WcStatus::Success, seed, len as u32),
+        "{wc:?}"
+    );
+    let mut got = vec![0u8; len];
+    y.mr.read(0, &mut got).unwrap();
+    assert!(got == data, "SEND {seed} corrupted");
+    y.mr.read(LEN / 2, &mut got).unwrap();
+    assert!(got == data, "WRITE {seed} corrupted");
+}
+
+/// The flood against QPs connected through the CM (connection endpoints),
+/// with MADs aimed at that connection among the forgeries, while a second,
+/// unrelated connection on the same adapter moves verified data.
+///
+/// B (127.77.91.2) listens; A (.1) connects to it, and so does C (.5), the
+/// bystander. The forgers also send, besides everything of
+/// [`flood_leaves_memory_and_connection_intact`], CM messages naming the
+/// A–B connection: DREQ, REJ (also reason 4 with A's GUID), DREP, RTU, MRA
+/// and REP with the exact comm IDs from an address that is not A's; REQs
+/// from there that duplicate A's REQ or claim A's QPN and GUID (a "stale
+/// connection"); and from A's own address DREQs with the exact IDs but
+/// another QPN, and DREQ/REJ/DREP/RTU/MRA with a wrong remote comm ID.
+/// Afterwards: no endpoint saw a disconnect, the regions of B are unchanged,
+/// both connections still carry data both ways and A–B still disconnects
+/// cleanly; the bystander kept exchanging verified data during the flood.
+#[test]
+fn flood_spares_cm_connections() {
+    let _one = FLOOD.lock().unwrap_or_else(|e| e.into_inner());
+    let n = packets();
+    let open =
+        |host: u8| Adapter::open(IpAddr::from([127, 77, CM_NET, host]), Progress::Thread).unwrap();
+    let (ad_a, ad_b, ad_c) = (open(1), open(2), open(5));
+    let pd_a = ad_a.alloc_pd().unwrap();
+    let pd_b = ad_b.alloc_pd().unwrap();
+    let pd_c = ad_c.alloc_pd().unwrap();
+    let (a, b, c, b2) = (
+        end(&ad_a, pd_a),
+        end(&ad_b, pd_b),
+        end(&ad_c, pd_c),
+        end(&ad_b, pd_b),
+    );
+    let port = 7190;
+    let listener = ad_b.create_ep().unwrap();
+    ad_b.ep_listen(listener, port, 8).unwrap();
+    let (ea, eb) = cm_connect((&ad_a, &a), (&ad_b, &b), listener, port);
+    let (ec, eb2) = cm_connect((&ad_c, &c), (&ad_b, &b2), listener, port);
+    exchange((&ad_a, &a), (&ad_b, &b), 1, 4096);
+    exchange((&ad_b, &b), (&ad_a, &a), 2, 4096);
+    // Every endpoint waits for a disconnect that must not come.
+    let notified: Vec<_> = [(&ad_a, ea), (&ad_b, eb), (&ad_c, ec), (&ad_b, eb2)]
+        .into_iter()
+        .map(|(ad, ep)| ad.ep_notify_disconnect(ep).unwrap())
+        .collect();
+
+    let (b_comm, a_comm) = ad_b.ep_info(eb).unwrap().comm_ids.unwrap();
+    assert_eq!(ad_a.ep_info(ea).unwrap().comm_ids, Some((a_comm, b_comm)));
+    let private = ad_b
+        .reg_mr(pd_b, RegionBuf::alloc(LEN).unwrap(), Access::LOCAL_WRITE)
+        .unwrap();
+    private.write(0, &pattern(3, LEN)).unwrap();
+    b.mr.write(0, &pattern(4, LEN)).unwrap();
+    let regions = [("granted", &b.mr), ("private", &private)];
+    let before: Vec<Vec<u8>> = regions.iter().map(|(_, r)| snapshot(r)).collect();
+    let b_qpn = b.qp.qpn();
+    let targets = Targets {
+        keys: vec![b.mr.rkey(), private.rkey(), b2.mr.rkey(), 0],
+        bases: vec![b.mr.addr(), private.addr(), b2.mr.addr(), 0],
+    };
+    let aim = Aim {
+        b_ip: ad_b.local(),
+        b_qpn,
+        epsn: ad_b.query_qp(b_qpn).unwrap().rq_psn,
+        targets: &targets,
+        cm: Some(CmAim {
+            a_comm,
+            b_comm,
+            a_qpn: a.qp.qpn(),
+            a_guid: node_guid(ad_a.local()),
+            service_id: ndverbs_wire::cma::service_id(ndverbs_wire::cma::RDMA_PS_TCP, port),
+        }),
+    };
+    let forgers = Forgers::new(CM_NET, ad_a.local());
+    let b_stats0 = ad_b.stats();
+    let counters = ad_b.counters();
+    let rcvd0 = counters.rcvd_datagrams.load(Ordering::Relaxed);
+
+    // The flood, with the bystander C–B exchanging data throughout.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let t0 = Instant::now();
+    let (kinds, rounds) = std::thread::scope(|s| {
+        let bystander = s.spawn(|| {
+            let mut rounds = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                rounds += 1;
+                let (x, y) = if rounds % 2 == 0 {
+                    ((&ad_c, &c), (&ad_b, &b2))
+                } else {
+                    ((&ad_b, &b2), (&ad_c, &c))
+                };
+                exchange(x, y, 1000 + rounds, 2048);
+            }
+            rounds
+        });
+        let kinds = flood(n, &forgers, &aim, &mut Rng(0xc0ffee));
+        stop.store(true, Ordering::Relaxed);
+        (kinds, bystander.join().expect("bystander"))
+    });
+    let send_time = t0.elapsed();
+    let mut last = u64::MAX;
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = counters.rcvd_datagrams.load(Ordering::Relaxed);
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    let arrived = last - rcvd0;
+    let st = ad_b.stats();
+    let delta = |name: &str| st.get(name) - b_stats0.get(name);
+    println!(
+        "CM flood: {n} packets in {:.1} s ({kinds:?} garbage/valid-ICRC-random/wrong-source/right-but-source/peer-address/MAD/CM-aimed), {arrived} datagrams arrived (bystander's included); bystander: {rounds} verified exchanges during the flood",
+        send_time.as_secs_f64()
+    );
+    println!(
+        "CM: {:?}",
+        st.pairs()
+            .iter()
+            .filter(|(n, _)| n.starts_with("cm_rx") || n.starts_with("cm_tx_drep"))
+            .map(|(n, _)| (n.as_str(), delta(n)))
+            .filter(|(_, v)| *v > 0)
+            .collect::<Vec<_>>()
+    );
+    println!(
+        "adapter drops: bad ICRC {}, malformed {}, unknown QP {}, wrong source {}",
+        delta("drop_bad_icrc"),
+        delta("drop_malformed"),
+        delta("drop_unknown_qp"),
+        delta("drop_wrong_source"),
+    );
+    assert!(
+        arrived >= n / 2,
+        "only {arrived} of {n} forged packets reached the engine"
+    );
+    assert!(
+        rounds >= 2,
+        "the bystander connection stalled: {rounds} rounds"
+    );
+    // No disconnect anywhere, every connection established.
+    for (p, name) in notified.iter().zip(["A", "B", "C", "B (bystander)"]) {
+        assert!(
+            !p.is_done(),
+            "{name} was told of a disconnect: {:?}",
+            p.try_take()
+        );
+    }
+    for (ad, ep) in [(&ad_a, ea), (&ad_b, eb), (&ad_c, ec), (&ad_b, eb2)] {
+        let info = ad.ep_info(ep).unwrap();
+        assert_eq!(info.cm_state, Some(CmState::Established), "{info:?}");
+        assert!(!info.dreq_received);
+    }
+    for e in [&a, &b, &c, &b2] {
+        assert_eq!(e.qp.state(), QpState::Rts);
+    }
+    assert!(a.cq.poll_one().is_none() && b.cq.poll_one().is_none());
+    // Nothing forged reached memory.
+    for ((name, r), old) in regions.iter().zip(&before) {
+        if let Some(i) = snapshot(r).iter().zip(old).position(|(x, y)| x != y) {
+            panic!("{name} region changed at byte {i}");
+        }
+    }
+    // The forgeries naming the connection were seen and dropped.
+    for counter in [
+        "cm_rx_wrong_source",
+        "cm_rx_dreq_bad_qpn",
+        "cm_rx_unmatched",
+    ] {
+        assert!(delta(counter) > 0, "{counter} did not move");
+    }
+    assert!(delta("drop_wrong_source") > 0);
+
+    // Both connections carry data both ways.
+    exchange((&ad_a, &a), (&ad_b, &b), 5, 32768);
+    exchange((&ad_b, &b), (&ad_a, &a), 6, 32768);
+    exchange((&ad_c, &c), (&ad_b, &b2), 7, 32768);
+    // And A–B still ends cleanly: A's DREQ, B's DREP.
+    let da = ad_a.ep_disconnect(ea, a.qp.qpn()).unwrap();
+    notified[1].wait_timeout(CM_T).expect("B notified").unwrap();
+    ad_b.ep_disconnect(eb, b_qpn)
+        .unwrap()
+        .wait_timeout(CM_T)
+        .expect("B disconnect")
+        .unwrap();
+    da.wait_timeout(CM_T).expect("A disconnect").unwrap();
+    assert!(!notified[2].is_done() && !notified[3].is_done());
 }

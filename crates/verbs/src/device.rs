@@ -262,7 +262,15 @@ impl Cq {
         &self,
         on: NotifyOn,
     ) -> crate::Pending<std::result::Result<(), ndverbs_engine::cq::NotifyError>> {
-        self.inner.cq.notify(on)
+        let p = self.inner.cq.notify(on);
+        // Removal ends the waiters it finds; one registered after that would
+        // wait forever. (Removal sets the flag before ending waiters.)
+        if self.inner.dev.is_removed() {
+            self.inner
+                .cq
+                .end_waiters(Err(ndverbs_engine::cq::NotifyError::DeviceRemoved));
+        }
+        p
     }
 
     /// Completes every pending notification request with `Canceled`, in order.

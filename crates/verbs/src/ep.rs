@@ -10,7 +10,8 @@
 
 use crate::device::Device;
 use crate::qp::QpId;
-use crate::Result;
+use crate::{Result, VerbsError};
+use ndverbs_engine::adapter::EngineError;
 pub use ndverbs_engine::ep::{
     AcceptArgs, ConnectArgs, ConnectInfo, EpError, EpInfo, EpPending, RequestInfo,
 };
@@ -49,6 +50,12 @@ impl Endpoint {
 
     /// Waits for a connection request and binds it to `into`.
     pub fn get_request(&self, into: &Endpoint) -> Result<EpPending<RequestInfo>> {
+        // Endpoint ids are per device: another device's would name one of ours.
+        if !self.dev.adapter.same_as(&into.dev.adapter) && !self.dev.is_removed() {
+            return Err(VerbsError::Engine(EngineError::InvalidArgument(
+                "the endpoint belongs to another device",
+            )));
+        }
         Ok(self.dev.adapter.ep_get_request(self.id, into.id)?)
     }
 

@@ -58,7 +58,8 @@ pub use qp::{Qp, QpId, QpInitAttr, Srq};
 pub use ndverbs_engine::adapter::EngineError;
 pub use ndverbs_engine::cq::ResizeError;
 pub use ndverbs_engine::mr::MemError;
-pub use ndverbs_proto::rc::PostError;
+pub use ndverbs_proto::mem::AccessError;
+pub use ndverbs_proto::rc::{ModifyError, PostError};
 
 /// Errors of verbs calls. Nothing was done when a call returns one.
 #[derive(Debug, thiserror::Error)]

@@ -2,8 +2,9 @@
 
 use crate::device::PdInner;
 use crate::{Result, VerbsError};
+use ndverbs_engine::adapter::EngineError;
 use ndverbs_engine::mr::Region;
-use ndverbs_proto::mem::{Access, Sge};
+use ndverbs_proto::mem::{Access, AccessError, Sge};
 use std::sync::Arc;
 
 /// A registered memory region. Dropping it deregisters it.
@@ -73,6 +74,14 @@ impl Mr {
 
     /// `len` bytes at `offset` as a vector.
     pub fn to_vec(&self, offset: usize, len: usize) -> Result<Vec<u8>> {
+        // Bounds first: `len` must not decide an allocation (a huge one panics).
+        if offset.checked_add(len).is_none_or(|end| end > self.len()) {
+            return Err(VerbsError::Access(AccessError::OutOfBounds {
+                key: self.lkey(),
+                addr: self.addr().wrapping_add(offset as u64),
+                len: len as u64,
+            }));
+        }
         let mut v = vec![0u8; len];
         self.read(offset, &mut v)?;
         Ok(v)
@@ -111,10 +120,12 @@ impl Mr {
 
 impl Drop for Mr {
     fn drop(&mut self) {
-        // A region with bound windows stays registered until they are gone;
-        // its memory is freed with the last reference either way.
+        // The region's keys die with the handle, even with windows bound
+        // (nobody could deregister it later: its R_Key would stay a live
+        // grant). Bound windows keep their grant, and the memory, until they
+        // are invalidated or freed.
         if self.registered {
-            let _ = self.pd.dev.adapter().dereg_mr(self.region.lkey());
+            let _ = self.pd.dev.adapter().revoke_mr(self.region.lkey());
         }
     }
 }
@@ -143,6 +154,12 @@ impl Mw {
     /// Grants `len` bytes at `addr` of `mr` with `access` (remote rights);
     /// returns the new R_Key.
     pub fn bind(&self, mr: &Mr, addr: u64, len: u64, access: Access) -> Result<u32> {
+        let dev = self.pd.dev.adapter();
+        if !dev.same_as(mr.pd.dev.adapter()) && !dev.is_removed() {
+            return Err(VerbsError::Engine(EngineError::InvalidArgument(
+                "the region belongs to another device",
+            )));
+        }
         let k = self
             .pd
             .dev

@@ -1,7 +1,8 @@
 //! Queue pairs and shared receive queues.
 
 use crate::device::{Cq, CqInner, Pd, PdInner};
-use crate::Result;
+use crate::{Result, VerbsError};
+use ndverbs_engine::adapter::EngineError;
 use ndverbs_engine::adapter::{QpInit, QpShared, SrqShared};
 use ndverbs_proto::rc::{AttrMask, Counters, QpAttr, QpCaps, QpState, RecvWr, SendWr};
 use std::sync::Arc;
@@ -65,6 +66,19 @@ pub struct Qp {
 
 impl Qp {
     pub(crate) fn create(pd: &Pd, init: &QpInitAttr<'_>) -> Result<Qp> {
+        // Ids are per device: another device's CQ or SRQ would name some
+        // object of this one (ibv_create_qp fails with EINVAL).
+        let dev = &pd.inner.dev.adapter;
+        let foreign = !dev.same_as(&init.send_cq.inner.dev.adapter)
+            || !dev.same_as(&init.recv_cq.inner.dev.adapter)
+            || init
+                .srq
+                .is_some_and(|s| !dev.same_as(&s.inner.pd.dev.adapter));
+        if foreign && !dev.is_removed() {
+            return Err(VerbsError::Engine(EngineError::InvalidArgument(
+                "the CQs and SRQ must belong to the QP's device",
+            )));
+        }
         let shared = pd.inner.dev.adapter.create_qp(QpInit {
             pd: pd.inner.id,
             send_cq: init.send_cq.inner.id,

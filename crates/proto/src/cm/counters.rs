@@ -21,6 +21,9 @@ pub struct CmCounters {
     pub rx_wrong_state: u64,
     /// Dropped: a DREQ whose remote QPN is not our QPN.
     pub rx_dreq_bad_qpn: u64,
+    /// Dropped: names an endpoint but comes from another address than its
+    /// peer's (a forgery, or a peer that changed address).
+    pub rx_wrong_source: u64,
     /// Dropped: after `remove_device`.
     pub rx_after_removal: u64,
     /// REQs refused by the passive rdma_cm checks (REJ sent).

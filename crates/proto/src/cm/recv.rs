@@ -13,6 +13,13 @@
 //! A DREQ is also checked against our QPN (`DREQ.RemoteQPN`); a mismatch is
 //! dropped silently, as Linux does.
 //!
+//! Every message that names an endpoint with a known peer (all of the above,
+//! and a REQ matched as a duplicate or a stale connection) must come from
+//! that peer's address — the one we sent our REQ to, or the one its REQ came
+//! from; otherwise it is dropped and counted (`rx_wrong_source`). Comm IDs
+//! travel in the clear, so without this anybody who saw or guessed them could
+//! end a connection with one forged DREQ or REJ from anywhere.
+//!
 //! ## Answers without an endpoint
 //!
 //! * REQ for a service ID nobody listens on ⇒ REJ 8.
@@ -43,6 +50,10 @@
 //! * A DREQ for a connection that went back to IDLE (REP or REQ retries
 //!   exhausted) is answered with a DREP, as if it were unknown; Linux drops it.
 //! * A DREQ in time-wait is answered with a DREP echoing *that* DREQ's TID.
+//! * Messages naming an endpoint from another address than its peer's are
+//!   dropped (Linux matches by comm ID alone); so is a REQ that claims a live
+//!   connection's (CA GUID, QPN) from another address — it is not treated as
+//!   that peer's reboot.
 
 use super::agent::CmAgent;
 use super::config::{cm_ack_timeout, cm_convert_to_ms};
@@ -89,11 +100,11 @@ impl CmAgent {
         match msg {
             CmMessage::Req(r) => self.on_req(now, src, tid, &r),
             CmMessage::Rep(r) => self.on_rep(now, src, tid, &r),
-            CmMessage::Rtu(r) => self.on_rtu(&r),
-            CmMessage::Mra(r) => self.on_mra(now, &r),
-            CmMessage::Rej(r) => self.on_rej(now, &r),
+            CmMessage::Rtu(r) => self.on_rtu(src, &r),
+            CmMessage::Mra(r) => self.on_mra(now, src, &r),
+            CmMessage::Rej(r) => self.on_rej(now, src, &r),
             CmMessage::Dreq(r) => self.on_dreq(now, src, tid, &r),
-            CmMessage::Drep(r) => self.on_drep(now, &r),
+            CmMessage::Drep(r) => self.on_drep(now, src, &r),
             CmMessage::SidrReq(_) | CmMessage::SidrRep(_) => {
                 self.out.counters.rx_unsupported += 1;
             }
@@ -107,6 +118,19 @@ impl CmAgent {
         (self.endpoints.get(&id)?.remote_comm_id == remote).then_some(id)
     }
 
+    /// Whether a message naming endpoint `id` came from its peer's address
+    /// (counted as `rx_wrong_source` when not).
+    fn sent_by_peer(&mut self, id: EndpointId, src: IpAddr) -> bool {
+        let ok = self
+            .endpoints
+            .get(&id)
+            .is_none_or(|e| e.remote_addr.to_canonical() == src.to_canonical());
+        if !ok {
+            self.out.counters.rx_wrong_source += 1;
+        }
+        ok
+    }
+
     fn state_of(&self, id: EndpointId) -> CmState {
         self.endpoints.get(&id).map_or(CmState::Idle, |e| e.state)
     }
@@ -115,11 +139,17 @@ impl CmAgent {
 
     fn on_req(&mut self, now: Instant, src: IpAddr, tid: u64, req: &Req) {
         if let Some(&id) = self.remote_ids.get(&(req.local_comm_id, req.local_ca_guid)) {
+            if !self.sent_by_peer(id, src) {
+                return;
+            }
             self.out.counters.rx_duplicates += 1;
             self.dup_req(id);
             return;
         }
         if let Some(&old) = self.remote_qpns.get(&(req.local_qpn, req.local_ca_guid)) {
+            if !self.sent_by_peer(old, src) {
+                return;
+            }
             let rej = format::issue_rej(
                 req.vendor_id,
                 req.local_comm_id,
@@ -272,6 +302,9 @@ impl CmAgent {
             self.out.counters.rx_unmatched += 1;
             return;
         };
+        if !self.sent_by_peer(id, src) {
+            return;
+        }
         let Some(ep) = self.endpoints.get(&id) else {
             return;
         };
@@ -370,18 +403,21 @@ impl CmAgent {
         }
     }
 
-    fn on_rtu(&mut self, rtu: &Rtu) {
+    fn on_rtu(&mut self, src: IpAddr, rtu: &Rtu) {
         let Some(id) = self.find(rtu.remote_comm_id, rtu.local_comm_id) else {
             self.out.counters.rx_unmatched += 1;
             return;
         };
+        if !self.sent_by_peer(id, src) {
+            return;
+        }
         match self.state_of(id) {
             CmState::RepSent | CmState::MraRepRcvd => self.establish(id),
             _ => self.out.counters.rx_duplicates += 1,
         }
     }
 
-    fn on_mra(&mut self, now: Instant, mra: &Mra) {
+    fn on_mra(&mut self, now: Instant, src: IpAddr, mra: &Mra) {
         let id = match mra.message_mraed {
             msg_ref::REQ => self.find(mra.remote_comm_id, 0),
             msg_ref::REP | msg_ref::OTHER => self.find(mra.remote_comm_id, mra.local_comm_id),
@@ -391,6 +427,9 @@ impl CmAgent {
             self.out.counters.rx_unmatched += 1;
             return;
         };
+        if !self.sent_by_peer(id, src) {
+            return;
+        }
         let Some(ep) = self.endpoints.get_mut(&id) else {
             return;
         };
@@ -423,7 +462,7 @@ impl CmAgent {
 
     // ---- REJ -------------------------------------------------------------
 
-    fn on_rej(&mut self, now: Instant, rej: &Rej) {
+    fn on_rej(&mut self, now: Instant, src: IpAddr, rej: &Rej) {
         let id = if rej.reason == rej_reason::TIMEOUT {
             let mut g = [0u8; 8];
             g.copy_from_slice(&rej.ari[..8]);
@@ -439,6 +478,9 @@ impl CmAgent {
             self.out.counters.rx_unmatched += 1;
             return;
         };
+        if !self.sent_by_peer(id, src) {
+            return;
+        }
         let stale = rej.reason == rej_reason::STALE_CONN;
         let event = CmEvent::Rejected {
             endpoint: id,
@@ -483,6 +525,9 @@ impl CmAgent {
             self.issue_drep(src, tid, dreq);
             return;
         };
+        if !self.sent_by_peer(id, src) {
+            return;
+        }
         let Some(ep) = self.endpoints.get_mut(&id) else {
             return;
         };
@@ -527,11 +572,14 @@ impl CmAgent {
         self.out.send(src, &msg, tid);
     }
 
-    fn on_drep(&mut self, now: Instant, drep: &Drep) {
+    fn on_drep(&mut self, now: Instant, src: IpAddr, drep: &Drep) {
         let Some(id) = self.find(drep.remote_comm_id, drep.local_comm_id) else {
             self.out.counters.rx_unmatched += 1;
             return;
         };
+        if !self.sent_by_peer(id, src) {
+            return;
+        }
         match self.state_of(id) {
             CmState::DreqSent => {
                 self.enter_timewait(now, id);

@@ -4,7 +4,7 @@
 
 use super::harness::*;
 use ndverbs_proto::cm::*;
-use ndverbs_wire::cm::{msg_ref, pdata, CmMessage, Drep, Mra, Rej, Rep, Rtu};
+use ndverbs_wire::cm::{msg_ref, pdata, CmMessage, Drep, Dreq, Mra, Rej, Rep, Rtu};
 
 #[test]
 fn random_bytes_are_counted_not_acted_on() {
@@ -136,4 +136,92 @@ fn messages_in_the_wrong_state_are_dropped() {
     assert_eq!(net.a.state(ea), Some(CmState::Established));
     assert_eq!(net.b.state(eb), Some(CmState::Established));
     assert_eq!(net.sent(Side::A, RTU).len(), 2);
+}
+
+#[test]
+fn exact_ids_from_another_address_are_dropped() {
+    let mut net = Net::new(64, Faults::default());
+    let (ea, eb) = established(&mut net);
+    let (ca, cb) = (
+        net.a.local_comm_id(ea).unwrap(),
+        net.b.local_comm_id(eb).unwrap(),
+    );
+    let now = net.now;
+    let forger = ip("10.0.0.66");
+    // Everything that names B's connection exactly (comm IDs, QPN), sent to
+    // B from an address that is not A's.
+    let msgs = [
+        CmMessage::Dreq(Dreq {
+            local_comm_id: ca,
+            remote_comm_id: cb,
+            remote_qpn: 0x22,
+            private_data: [0; pdata::DREQ],
+        }),
+        CmMessage::Rej(Rej {
+            local_comm_id: ca,
+            remote_comm_id: cb,
+            message_rejected: msg_ref::OTHER,
+            rejected_info_length: 0,
+            reason: 28,
+            ari: [0; 72],
+            private_data: [0; pdata::REJ],
+        }),
+        CmMessage::Drep(Drep {
+            local_comm_id: ca,
+            remote_comm_id: cb,
+            private_data: [0; pdata::DREP],
+        }),
+        CmMessage::Rtu(Rtu {
+            local_comm_id: ca,
+            remote_comm_id: cb,
+            private_data: [0; pdata::RTU],
+        }),
+        CmMessage::Mra(Mra {
+            local_comm_id: ca,
+            remote_comm_id: cb,
+            message_mraed: msg_ref::OTHER,
+            service_timeout: 31,
+            private_data: [0; pdata::MRA],
+        }),
+    ];
+    let before = *net.b.counters();
+    for m in &msgs {
+        net.b.handle_mad(now, forger, &m.to_mad(9));
+    }
+    // A's own REQ replayed (a duplicate) and with A's QPN but a fresh comm ID
+    // (a "stale connection"), both from the forger.
+    let CmMessage::Req(req) = net.sent(Side::A, REQ)[0].msg else {
+        panic!()
+    };
+    net.b
+        .handle_mad(now, forger, &CmMessage::Req(req).to_mad(9));
+    let mut fresh = req;
+    fresh.local_comm_id ^= 0x5555;
+    net.b
+        .handle_mad(now, forger, &CmMessage::Req(fresh).to_mad(9));
+    net.flush();
+    assert!(net.take(Side::B).is_empty());
+    assert!(net.b.poll_transmit().is_none(), "nothing answers a forgery");
+    assert_eq!(net.b.state(eb), Some(CmState::Established));
+    let c = *net.b.counters();
+    assert_eq!(c.rx_wrong_source - before.rx_wrong_source, 7, "{c:?}");
+    // A REJ naming A's connection from the forger does not end it either.
+    let rej = CmMessage::Rej(Rej {
+        local_comm_id: cb,
+        remote_comm_id: ca,
+        message_rejected: msg_ref::OTHER,
+        rejected_info_length: 0,
+        reason: 28,
+        ari: [0; 72],
+        private_data: [0; pdata::REJ],
+    });
+    net.a.handle_mad(now, forger, &rej.to_mad(9));
+    assert_eq!(net.a.state(ea), Some(CmState::Established));
+    assert_eq!(net.a.counters().rx_wrong_source, 1);
+    // The same DREQ from A's address is A's: it is acted on.
+    net.b.handle_mad(now, ip(A_IP), &msgs[0].to_mad(9));
+    assert_eq!(
+        net.b.poll_event(),
+        Some(CmEvent::DreqReceived { endpoint: eb })
+    );
 }

@@ -55,3 +55,8 @@ fn many_connections() {
 fn async_futures() {
     run("async_futures", 4, &[]);
 }
+
+#[test]
+fn tokio_echo() {
+    run("tokio_echo", 5, &["8"]);
+}

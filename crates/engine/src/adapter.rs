@@ -1288,9 +1288,9 @@ impl Core {
         loop {
             let mut busy = false;
             while let Some((src, mad)) = self.gsi.poll_mad() {
-                let before = *self.cm.counters();
+                let before = tracing::enabled!(tracing::Level::DEBUG).then(|| *self.cm.counters());
                 self.cm.handle_mad(now, src, &mad);
-                if tracing::enabled!(tracing::Level::DEBUG) {
+                if let Some(before) = before {
                     log_mad_received(src, &mad, &before, self.cm.counters());
                 }
                 busy = true;

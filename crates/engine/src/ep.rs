@@ -21,11 +21,12 @@
 //!
 //! **Tracing.** Each request is a `debug` span (`ep_connect`,
 //! `ep_complete_connect`, `ep_accept`, `ep_disconnect`,
-//! `ep_notify_disconnect`, `ep_get_request`) with the endpoint id `ep` and the
-//! QP number `qp`, open from the call until the request completes; its phases
-//! are child spans `cm_phase` and `qp_phase`, in the order they run. CM events
-//! and CM state transitions (`from`, `to`) are `debug` events with the `ep`
-//! field; timeouts are `warn`.
+//! `ep_notify_disconnect`, `ep_get_request`) with the endpoint id `ep` and,
+//! for the four that name one, the QP number `qp`, open from the call until
+//! the request completes (inside the adapter's `adapter` span, field `local`);
+//! its phases are child spans `cm_phase` and `qp_phase`, in the order they
+//! run. CM events and CM state transitions (`from`, `to`) are `debug` events
+//! with the `ep` field; CM timeouts are `warn`.
 
 use crate::adapter::{Adapter, Core, EngineError, Shared};
 use crate::pending::{pending, Completion, Pending};

@@ -2,8 +2,9 @@
 //! loopback connect, a SEND and a disconnect as the spans and events the
 //! adapter documentation promises — request spans with the endpoint and QP
 //! ids, their CM and QP phases in order, QP state changes, CM state changes,
-//! MADs, flushes — and nothing per packet at `debug`; an unanswered SEND warns
-//! when its retries run out; device removal is an `info` span.
+//! MADs, flushes, the adapter's opening and closing — and nothing per packet
+//! at `debug`; an unanswered SEND warns when its retries run out; device
+//! removal is an `info` span.
 
 use ndverbs_engine::adapter::{sge, Adapter, CmTimers, Progress, QpInit, QpShared};
 use ndverbs_engine::cq::CompletionQueue;
@@ -156,8 +157,16 @@ struct Side {
     mr: Arc<Region>,
 }
 
-fn side(ip: &str) -> Side {
-    let ad = Adapter::open_with_timers(ip.parse().unwrap(), Progress::Thread, FAST).unwrap();
+/// An adapter with one QP in INIT; `fast`: short CM timers, hence short
+/// transport timeouts (else Linux's, so that a loaded machine does not make
+/// the transport retransmit).
+fn side(ip: &str, fast: bool) -> Side {
+    let ip = ip.parse().unwrap();
+    let ad = if fast {
+        Adapter::open_with_timers(ip, Progress::Thread, FAST).unwrap()
+    } else {
+        Adapter::open(ip, Progress::Thread).unwrap()
+    };
     let pd = ad.alloc_pd().unwrap();
     let (cq_id, cq) = ad.create_cq(256).unwrap();
     let caps = QpCaps {
@@ -293,11 +302,12 @@ fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
 fn connect_send_disconnect_as_spans_and_events() {
     recorder();
     let (ia, ib) = ("127.79.1.1", "127.79.1.2");
-    let (a, b) = (side(ia), side(ib));
+    let (a, b) = (side(ia, false), side(ib, false));
     let (qa, qb) = (a.qp.qpn(), b.qp.qpn());
     let (ea, eb) = connect(&a, &b, 7201, 7);
 
-    // Data: 200 SENDs must not add a single event at debug or above.
+    // Data: 200 SENDs (and as many ACKs) must not add a single event at
+    // debug or above: nothing is logged per packet.
     let before = records().len();
     for i in 0..200u64 {
         b.ad.post_recv(&b.qp, RecvWr::new(i, vec![sge(&b.mr, 0, 64)]))
@@ -457,11 +467,26 @@ fn connect_send_disconnect_as_spans_and_events() {
     assert_eq!(flush.field("qp"), Some(qb.to_string().as_str()));
     assert_eq!(flush.field("requests"), Some("1"));
     assert_eq!(flush.level, Level::DEBUG);
-    // Both adapters' opening was a span of its own.
+    // Both adapters' opening was a span of its own, and so is their closing
+    // once the application lets go of them.
     for local in [ia, ib] {
         assert!(recs
             .iter()
             .any(|r| r.span && r.name == "adapter_open" && r.field("local") == Some(local)));
+    }
+    drop((a, b));
+    let t0 = std::time::Instant::now();
+    let closed = |local: &str| {
+        records().iter().any(|r| {
+            !r.span
+                && r.name == "adapter closed"
+                && r.within("adapter_close").and_then(|f| f.get("local"))
+                    == Some(&local.to_string())
+        })
+    };
+    while !(closed(ia) && closed(ib)) {
+        assert!(t0.elapsed() < T, "no adapter_close span for {ia} and {ib}");
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -469,7 +494,7 @@ fn connect_send_disconnect_as_spans_and_events() {
 fn exhausted_retries_warn_and_removal_is_a_span() {
     recorder();
     let (ia, ib) = ("127.79.2.1", "127.79.2.2");
-    let (a, b) = (side(ia), side(ib));
+    let (a, b) = (side(ia, true), side(ib, true));
     let (qa, qb) = (a.qp.qpn(), b.qp.qpn());
     connect(&a, &b, 7202, 1);
     b.ad.post_recv(&b.qp, RecvWr::new(5, vec![sge(&b.mr, 0, 64)]))

@@ -28,6 +28,16 @@
 //! **Removal.** [`Adapter::remove`] flushes every queue pair (every outstanding
 //! work request completes, with a flush status) and stops the worker; every
 //! later call returns [`EngineError::Removed`].
+//!
+//! **Tracing.** The engine never prints; it reports through `tracing`:
+//! `debug` spans `adapter_open` (field `local`), `modify_qp` and `destroy_qp`
+//! (field `qp`) and an `info` span `remove_device`; `debug` events for QP
+//! state changes (`qp`, `from`, `to`), flushes, error completions,
+//! retransmissions, RNR and sequence NAKs and MADs sent and received; `warn`
+//! for exhausted retries, a full CQ and a full socket buffer (once);
+//! `trace` for each dropped packet with its cause. Connection endpoints add
+//! their request spans (see [`crate::ep`]). Per-packet paths only test
+//! whether a level is on.
 
 use crate::cq::CompletionQueue;
 use crate::ep::EpTable;
@@ -265,6 +275,9 @@ pub(crate) struct QpEntry {
     /// needs no new entry (the armed one re-arms it when it fires), so the
     /// heap holds about one entry per QP however often timers restart.
     armed: Option<Instant>,
+    /// The counters as last reported in the logs (updated only while
+    /// `debug` is on).
+    logged: ndverbs_proto::rc::Counters,
 }
 
 struct SrqEntry {
@@ -374,6 +387,9 @@ pub(crate) struct Shared {
     pub(crate) capture: crate::capture::Slot,
     /// Busy-poll window in nanoseconds (0: off): see [`Adapter::set_busy_poll`].
     busy_poll_ns: AtomicU64,
+    /// The `adapter` span (field `local`), entered by every engine step and
+    /// control call, so that ids in the logs name their adapter.
+    pub(crate) span: tracing::Span,
 }
 
 /// An adapter: the engine for one local IP address. Cheap to clone.
@@ -419,9 +435,11 @@ impl Adapter {
         mode: Progress,
         timers: Option<CmTimers>,
     ) -> Result<Adapter, EngineError> {
-        // Coalesced receives (split again in `Core::step`); fine if refused.
-        sock.enable_gro();
         let local = sock.local();
+        let _span =
+            tracing::debug_span!("adapter_open", %local, port = sock.port(), ?mode).entered();
+        // Coalesced receives (split again in `Core::step`); fine if refused.
+        let gro = sock.enable_gro();
         let sock_fd = sock.fd();
         let mut keys = KeyGen::new();
         let mut mem = MemTable::new(KeyGen::new());
@@ -482,6 +500,7 @@ impl Adapter {
             sock_fd,
             capture: Default::default(),
             busy_poll_ns: AtomicU64::new(busy_poll_from_env()),
+            span: tracing::debug_span!(parent: None, "adapter", %local),
         });
         crate::capture::from_env(&shared.capture, local)?;
         let thread = if mode == Progress::Thread {
@@ -499,6 +518,7 @@ impl Adapter {
             thread: Arc::new(Mutex::new(thread)),
         };
         crate::stats::publish_from_env(&adapter);
+        tracing::debug!(gro, gso = adapter.core_lock().sock.gso(), "adapter open");
         Ok(adapter)
     }
 
@@ -738,6 +758,7 @@ impl Adapter {
 
     /// Creates an RC queue pair in RESET with an unpredictable QPN.
     pub fn create_qp(&self, init: QpInit) -> Result<Arc<QpShared>, EngineError> {
+        let _adapter = self.shared.span.enter();
         let caps = init.caps;
         if caps.max_send_wr == 0 || caps.max_send_wr > LIMITS.max_qp_wr {
             return Err(EngineError::InvalidArgument("max_send_wr out of range"));
@@ -824,14 +845,17 @@ impl Adapter {
             sq_in_proto: 0,
             rq_in_proto: 0,
             armed: None,
+            logged: Default::default(),
         };
         c.qps.insert(qpn, entry);
+        tracing::debug!(qp = qpn, pd = init.pd, "QP created");
         Ok(shared)
     }
 
     /// Modifies a queue pair. The peer's address comes from `attr.av.dgid`
     /// (an IPv4-mapped or IPv6 GID) when [`AttrMask::AV`] is given.
     pub fn modify_qp(&self, qpn: u32, attr: &QpAttr, mask: AttrMask) -> Result<(), EngineError> {
+        let _adapter = self.shared.span.enter();
         let now = self.now();
         let mut c = self.core()?;
         let e = c.qps.get_mut(&qpn).ok_or(EngineError::NotFound {
@@ -840,7 +864,7 @@ impl Adapter {
         })?;
         // Pending posts are ordered before the modification.
         e.absorb_posts();
-        e.qp.modify(attr, mask)?;
+        e.modify(attr, mask)?;
         if mask.contains(AttrMask::AV) {
             e.peer = Some(addr_of_gid(Ipv6Addr::from(attr.av.dgid)));
         }
@@ -865,6 +889,8 @@ impl Adapter {
     /// Destroys a queue pair. Its outstanding requests are flushed to its CQs
     /// first, so each completes exactly once.
     pub fn destroy_qp(&self, qpn: u32) -> Result<(), EngineError> {
+        let _adapter = self.shared.span.enter();
+        let _span = tracing::debug_span!("destroy_qp", qp = qpn).entered();
         let now = self.now();
         let mut c = self.shared.core.lock().unwrap_or_else(|e| e.into_inner());
         let e = c.qps.get_mut(&qpn).ok_or(EngineError::NotFound {
@@ -878,7 +904,7 @@ impl Adapter {
         };
         if e.qp.state() != QpState::Err && e.qp.state() != QpState::Reset {
             // Always legal from any state but RESET.
-            let _ = e.qp.modify(&to_err, AttrMask::STATE);
+            let _ = e.modify(&to_err, AttrMask::STATE);
         }
         c.touched.push(qpn);
         c.finish_step(&self.shared, now);
@@ -1040,6 +1066,7 @@ impl Adapter {
         }
         match self.shared.core.try_lock() {
             Ok(mut c) => {
+                let _adapter = self.shared.span.enter();
                 let now = self.now();
                 c.step(&self.shared, now);
                 true
@@ -1055,6 +1082,7 @@ impl Adapter {
         let rcvd = &self.shared.counters.rcvd_datagrams;
         let before = rcvd.load(Ordering::Relaxed);
         let (deadline, delivered, busy) = {
+            let _adapter = self.shared.span.enter();
             let mut c = self.shared.core.lock().unwrap_or_else(|e| e.into_inner());
             let now = self.now();
             let d0 = c.delivered;
@@ -1112,6 +1140,9 @@ impl Adapter {
         if self.shared.removed.swap(true, Ordering::AcqRel) {
             return;
         }
+        let _adapter = self.shared.span.enter();
+        let _span = tracing::info_span!("remove_device", local = %self.shared.local).entered();
+        tracing::info!("device removed: flushing every queue pair, failing every request");
         self.shared.stop.store(true, Ordering::Release);
         self.shared.doorbell.signal();
         if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
@@ -1124,7 +1155,7 @@ impl Adapter {
             let e = c.qps.get_mut(&qpn).expect("listed");
             e.absorb_posts();
             if !matches!(e.qp.state(), QpState::Err | QpState::Reset) {
-                let _ = e.qp.modify(
+                let _ = e.modify(
                     &QpAttr {
                         qp_state: QpState::Err,
                         ..QpAttr::default()
@@ -1145,10 +1176,87 @@ impl Adapter {
 impl Drop for Shared {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
+        let _span = tracing::debug_span!("adapter_close", local = %self.local).entered();
+        tracing::debug!(
+            sent = self.counters.sent_datagrams.load(Ordering::Relaxed),
+            received = self.counters.rcvd_datagrams.load(Ordering::Relaxed),
+            "adapter closed"
+        );
     }
 }
 
 impl QpEntry {
+    /// Modifies the QP in a `modify_qp` span and reports a state change.
+    /// The state the application sees is updated at once, so the end of the
+    /// step does not report the change a second time.
+    pub(crate) fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
+        let qpn = self.qp.qpn();
+        let from = self.qp.state();
+        let to = mask
+            .contains(AttrMask::STATE)
+            .then(|| tracing::field::debug(attr.qp_state));
+        let _span = tracing::debug_span!("modify_qp", qp = qpn, to).entered();
+        if let Err(e) = self.qp.modify(attr, mask) {
+            tracing::debug!(error = %e, "QP modification refused");
+            return Err(e);
+        }
+        let to = self.qp.state();
+        if to != from {
+            tracing::debug!(qp = qpn, ?from, ?to, "QP state");
+        }
+        self.shared.state.store(state_to_u8(to), Ordering::Release);
+        Ok(())
+    }
+
+    /// Reports what the protocol counted since the last report: retries and
+    /// NAKs at `debug`, drops by cause at `trace` (exhausted retries are
+    /// reported with their completion). Called only while `debug` is on.
+    #[cold]
+    fn log_counters(&mut self) {
+        let (old, new) = (&self.logged, self.qp.counters());
+        if old == new {
+            return;
+        }
+        let qp = self.qp.qpn();
+        let d = |a: u64, b: u64| b.wrapping_sub(a);
+        let n = d(old.completer_retry_err, new.completer_retry_err);
+        if n > 0 {
+            tracing::debug!(qp, retries = n, "retransmitting (timeout or sequence NAK)");
+        }
+        let n = d(old.rcvd_rnr_err, new.rcvd_rnr_err);
+        if n > 0 {
+            tracing::debug!(
+                qp,
+                naks = n,
+                "RNR NAK received: the peer had no receive posted"
+            );
+        }
+        let n = d(old.send_rnr_err, new.send_rnr_err);
+        if n > 0 {
+            tracing::debug!(qp, naks = n, "RNR NAK sent: no receive posted");
+        }
+        let n = d(old.rcvd_seq_err, new.rcvd_seq_err);
+        if n > 0 {
+            tracing::debug!(qp, naks = n, "sequence NAK received");
+        }
+        let n = d(old.out_of_seq_request, new.out_of_seq_request);
+        if n > 0 {
+            tracing::debug!(qp, naks = n, "sequence NAK sent: PSN gap");
+        }
+        let n = d(old.duplicate_request, new.duplicate_request);
+        if n > 0 {
+            tracing::debug!(qp, requests = n, "duplicate requests answered");
+        }
+        if old.drops != new.drops && tracing::enabled!(tracing::Level::TRACE) {
+            for ((cause, a), (_, b)) in old.drops.pairs().into_iter().zip(new.drops.pairs()) {
+                if b != a {
+                    tracing::trace!(qp, cause, packets = d(a, b), "packets dropped");
+                }
+            }
+        }
+        self.logged = *new;
+    }
+
     /// Moves WRs the application posted into the protocol state machine.
     /// Returns true if anything moved.
     pub(crate) fn absorb_posts(&mut self) -> bool {
@@ -1264,7 +1372,11 @@ impl Core {
         loop {
             let mut busy = false;
             while let Some((src, mad)) = self.gsi.poll_mad() {
+                let before = tracing::enabled!(tracing::Level::DEBUG).then(|| *self.cm.counters());
                 self.cm.handle_mad(now, src, &mad);
+                if let Some(before) = before {
+                    log_mad_received(src, &mad, &before, self.cm.counters());
+                }
                 busy = true;
             }
             while let Some(ev) = self.cm.poll_event() {
@@ -1272,6 +1384,7 @@ impl Core {
                 busy = true;
             }
             while let Some(t) = self.cm.poll_transmit() {
+                tracing::debug!(to = %t.dst, mad = mad_name(&t.mad), tid = mad_tid(&t.mad), "MAD sent");
                 self.gsi.send(t.dst, &t.mad);
                 busy = true;
             }
@@ -1402,7 +1515,12 @@ impl Core {
             }
         }
         if self.cm.poll_timeout().is_some_and(|t| t <= now) {
+            let retries = self.cm.counters().tx_retries;
             self.cm.handle_timeout(now);
+            let n = self.cm.counters().tx_retries - retries;
+            if n > 0 {
+                tracing::debug!(mads = n, "CM timeout: retransmitting");
+            }
         }
         self.finish_step(shared, now);
     }
@@ -1430,12 +1548,14 @@ impl Core {
                     .counters
                     .drop_bad_icrc
                     .fetch_add(1, Ordering::Relaxed);
+                tracing::trace!(src = %d.src, cause = "bad ICRC", "packet dropped");
             }
             Err(_) => {
                 shared
                     .counters
                     .drop_malformed
                     .fetch_add(1, Ordering::Relaxed);
+                tracing::trace!(src = %d.src, cause = "malformed", "packet dropped");
             }
         }
     }
@@ -1448,6 +1568,7 @@ impl Core {
                     .counters
                     .drop_malformed
                     .fetch_add(1, Ordering::Relaxed);
+                tracing::trace!(%src, cause = "malformed transport headers", "packet dropped");
                 return;
             }
         };
@@ -1460,6 +1581,7 @@ impl Core {
         }
         if qpn == 0 {
             shared.counters.drop_gsi.fetch_add(1, Ordering::Relaxed);
+            tracing::trace!(%src, cause = "QP0", "packet dropped");
             return;
         }
         let Some(e) = self.qps.get_mut(&qpn) else {
@@ -1467,6 +1589,7 @@ impl Core {
                 .counters
                 .drop_unknown_qp
                 .fetch_add(1, Ordering::Relaxed);
+            tracing::trace!(%src, qp = qpn, cause = "unknown QP", "packet dropped");
             return;
         };
         if e.peer != Some(src) {
@@ -1474,6 +1597,7 @@ impl Core {
                 .counters
                 .drop_wrong_source
                 .fetch_add(1, Ordering::Relaxed);
+            tracing::trace!(%src, qp = qpn, cause = "not the QP's peer", "packet dropped");
             return;
         }
         let rq = match e.srq {
@@ -1597,17 +1721,33 @@ impl Core {
             // find room.
             e.retire_done();
             // The state first: an application that polls an error
-            // completion must find the QP in ERR already (as in rxe).
-            e.shared
-                .state
-                .store(state_to_u8(e.qp.state()), Ordering::Release);
+            // completion must find the QP in ERR already (as in rxe). A
+            // change the protocol made by itself (an exhausted retry, a
+            // drained send queue) is logged here; modifications report their
+            // own.
+            let state = state_to_u8(e.qp.state());
+            if e.shared.state.load(Ordering::Relaxed) != state {
+                let from = state_from_u8(e.shared.state.load(Ordering::Relaxed));
+                tracing::debug!(qp = qpn, ?from, to = ?e.qp.state(), "QP state");
+                e.shared.state.store(state, Ordering::Release);
+            }
+            let mut flushed = 0u32;
             while let Some(wc) = e.qp.poll_completion() {
+                if wc.status != WcStatus::Success {
+                    flushed += log_error_completion(&wc);
+                }
                 let cq = match wc.queue {
                     ndverbs_proto::rc::WcQueue::Send => &e.send_cq,
                     ndverbs_proto::rc::WcQueue::Recv => &e.recv_cq,
                 };
                 cq.push(wc);
                 self.delivered += 1;
+            }
+            if flushed > 0 {
+                tracing::debug!(qp = qpn, requests = flushed, "work requests flushed");
+            }
+            if tracing::enabled!(tracing::Level::DEBUG) {
+                e.log_counters();
             }
             if let Some(t) = e.qp.poll_timeout() {
                 if e.armed.is_none_or(|a| t < a) {
@@ -1634,6 +1774,43 @@ impl Core {
             f();
         }
     }
+}
+
+/// Reports a completion with an error status; returns 1 for a flush (counted
+/// and reported per step by the caller), else 0.
+#[cold]
+fn log_error_completion(wc: &ndverbs_proto::rc::WorkCompletion) -> u32 {
+    match wc.status {
+        WcStatus::WrFlushErr => return 1,
+        WcStatus::RetryExcErr | WcStatus::RnrRetryExcErr => tracing::warn!(
+            qp = wc.qpn,
+            wr_id = wc.wr_id,
+            status = ?wc.status,
+            "retries exhausted: the request failed and the QP went to error"
+        ),
+        _ => tracing::debug!(
+            qp = wc.qpn,
+            wr_id = wc.wr_id,
+            status = ?wc.status,
+            opcode = ?wc.opcode,
+            "work request completed with an error"
+        ),
+    }
+    0
+}
+
+/// Warns, once per process, that a socket's send buffer was full after a
+/// wait (the packets are dropped; the transport retransmits them).
+#[cold]
+fn warn_send_buffer_full(peer: IpAddr) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        tracing::warn!(
+            %peer,
+            "UDP send buffer full: packets dropped and left to retransmission (counted in \
+             send_would_block; raise net.core.wmem_max)"
+        )
+    });
 }
 
 fn send(sock: &RoceSocket, shared: &Shared, pkt: &mut [u8], peer: IpAddr, flip: Option<usize>) {
@@ -1663,6 +1840,7 @@ fn send(sock: &RoceSocket, shared: &Shared, pkt: &mut [u8], peer: IpAddr, flip: 
                         .counters
                         .send_would_block
                         .fetch_add(1, Ordering::Relaxed);
+                    warn_send_buffer_full(peer);
                 } else {
                     tracing::debug!(error = %e, %peer, "send failed");
                 }
@@ -1842,6 +2020,7 @@ impl RunBatch {
                             .counters
                             .send_would_block
                             .fetch_add(self.packets as u64, Ordering::Relaxed);
+                        warn_send_buffer_full(peer);
                     } else {
                         tracing::debug!(error = %e, %peer, "send failed");
                     }
@@ -1878,6 +2057,7 @@ fn send_batch(sock: &RoceSocket, shared: &Shared, buf: &mut [u8], seg: usize, pe
                         .counters
                         .send_would_block
                         .fetch_add(count, Ordering::Relaxed);
+                    warn_send_buffer_full(peer);
                 } else {
                     tracing::debug!(error = %e, %peer, "send failed");
                 }
@@ -1936,6 +2116,7 @@ fn worker(weak: std::sync::Weak<Shared>) {
             return;
         }
         let (deadline, busy) = {
+            let _adapter = shared.span.enter();
             let mut c = shared.core.lock().unwrap_or_else(|e| e.into_inner());
             let now = clock(&shared);
             c.step(&shared, now);
@@ -1959,6 +2140,72 @@ fn worker(weak: std::sync::Weak<Shared>) {
         let _ = wait_readable(&[shared.sock_fd, shared.doorbell.fd()], Some(wait));
         shared.sleeping.store(false, Ordering::SeqCst);
         shared.doorbell.drain();
+    }
+}
+
+/// The CM message name of a MAD (its attribute ID), for the logs.
+fn mad_name(mad: &[u8]) -> &'static str {
+    use ndverbs_wire::cm::attr;
+    // Attribute ID: bytes 16..18 of the MAD header.
+    match u16::from_be_bytes([mad[16], mad[17]]) {
+        attr::REQ => "REQ",
+        attr::MRA => "MRA",
+        attr::REJ => "REJ",
+        attr::REP => "REP",
+        attr::RTU => "RTU",
+        attr::DREQ => "DREQ",
+        attr::DREP => "DREP",
+        attr::SIDR_REQ => "SIDR_REQ",
+        attr::SIDR_REP => "SIDR_REP",
+        attr::LAP => "LAP",
+        attr::APR => "APR",
+        attr::CLASS_PORT_INFO => "ClassPortInfo",
+        _ => "unknown",
+    }
+}
+
+/// The transaction ID of a MAD (bytes 8..16 of its header).
+fn mad_tid(mad: &[u8]) -> u64 {
+    u64::from_be_bytes(mad[8..16].try_into().expect("8 bytes"))
+}
+
+/// Reports a MAD the CM agent took, and why it dropped it if it did.
+#[cold]
+fn log_mad_received(
+    src: IpAddr,
+    mad: &[u8],
+    before: &ndverbs_proto::cm::CmCounters,
+    after: &ndverbs_proto::cm::CmCounters,
+) {
+    let (name, tid) = (mad_name(mad), mad_tid(mad));
+    let drop = [
+        (before.rx_malformed, after.rx_malformed, "malformed"),
+        (before.rx_unsupported, after.rx_unsupported, "unsupported"),
+        (
+            before.rx_unmatched,
+            after.rx_unmatched,
+            "no such connection",
+        ),
+        (before.rx_wrong_state, after.rx_wrong_state, "wrong state"),
+        (
+            before.rx_dreq_bad_qpn,
+            after.rx_dreq_bad_qpn,
+            "DREQ for another QP",
+        ),
+        (
+            before.rx_after_removal,
+            after.rx_after_removal,
+            "device removed",
+        ),
+    ]
+    .into_iter()
+    .find(|(b, a, _)| a != b);
+    match drop {
+        Some((_, _, cause)) => tracing::debug!(from = %src, mad = name, tid, cause, "MAD dropped"),
+        None if after.rx_duplicates != before.rx_duplicates => {
+            tracing::debug!(from = %src, mad = name, tid, "MAD received (a retransmission)")
+        }
+        None => tracing::debug!(from = %src, mad = name, tid, "MAD received"),
     }
 }
 

@@ -157,8 +157,12 @@ impl CompletionQueue {
             let _g = self.producer.lock().unwrap_or_else(|e| e.into_inner());
             self.ring.load().push(wc).is_ok()
         };
-        if !ok {
-            self.overflowed.store(true, Ordering::Release);
+        if !ok && !self.overflowed.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                depth = self.depth(),
+                qp = wc.qpn,
+                "completion queue overflow: completions are being lost (poll faster or make the CQ deeper)"
+            );
         }
         if (fire || !ok) && self.armed.swap(DISARMED, Ordering::AcqRel) != DISARMED {
             self.events.fetch_add(1, Ordering::Relaxed);

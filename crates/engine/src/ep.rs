@@ -18,6 +18,15 @@
 //! an endpoint: each QP phase looks the QP up by number, and a QP that is gone
 //! is a status, not a crash. Device removal completes every parked request
 //! with [`EpError::DeviceRemoved`].
+//!
+//! **Tracing.** Each request is a `debug` span (`ep_connect`,
+//! `ep_complete_connect`, `ep_accept`, `ep_disconnect`,
+//! `ep_notify_disconnect`, `ep_get_request`) with the endpoint id `ep` and,
+//! for the four that name one, the QP number `qp`, open from the call until
+//! the request completes (inside the adapter's `adapter` span, field `local`);
+//! its phases are child spans `cm_phase` and `qp_phase`, in the order they
+//! run. CM events and CM state transitions (`from`, `to`) are `debug` events
+//! with the `ep` field; CM timeouts are `warn`.
 
 use crate::adapter::{Adapter, Core, EngineError, Shared};
 use crate::pending::{pending, Completion, Pending};
@@ -30,6 +39,7 @@ use ndverbs_proto::time::Instant;
 use ndverbs_wire::cma::{self, gid_of, CmaHeader};
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
+use tracing::Span;
 
 /// How an endpoint request ended badly.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -169,6 +179,55 @@ fn defer<T: Send + 'static>(later: &mut Later, done: Done<T>, v: Result<T, EpErr
     later.push(Box::new(move || done.complete(v)));
 }
 
+/// Completes a request (see [`defer`]) and says how it ended, in its span.
+fn finish<T: Send + 'static>(later: &mut Later, span: &Span, done: Done<T>, v: Result<T, EpError>) {
+    span.in_scope(|| match &v {
+        Ok(_) => tracing::debug!("request completed"),
+        Err(e) => tracing::debug!(error = %e, "request failed"),
+    });
+    defer(later, done, v);
+}
+
+/// A parked NotifyDisconnect: its span and its completion.
+type Notify = (Span, Done<()>);
+
+/// Completes every parked NotifyDisconnect of `list` with `v`.
+fn end_notifies(later: &mut Later, list: &mut Vec<Notify>, v: Result<(), EpError>) {
+    for (span, done) in list.drain(..) {
+        finish(later, &span, done, v.clone());
+    }
+}
+
+/// A CM state for the logs (`none` when the endpoint has no CM endpoint).
+struct CmStateField(Option<ndverbs_proto::cm::CmState>);
+
+impl std::fmt::Debug for CmStateField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(s) => write!(f, "{s:?}"),
+            None => f.write_str("none"),
+        }
+    }
+}
+
+/// The name of a CM event, for the logs.
+fn cm_event_name(ev: &CmEvent) -> &'static str {
+    match ev {
+        CmEvent::ConnectRequest(_) => "connect request",
+        CmEvent::RepReceived { .. } => "REP received",
+        CmEvent::Established { .. } => "established",
+        CmEvent::Rejected { .. } => "rejected",
+        CmEvent::ConnectTimeout { .. } => "connect timeout",
+        CmEvent::AcceptTimeout { .. } => "accept timeout",
+        CmEvent::MraReceived { .. } => "MRA received",
+        CmEvent::DreqReceived { .. } => "DREQ received",
+        CmEvent::DisconnectDone { .. } => "disconnect done",
+        CmEvent::StaleConnection { .. } => "stale connection",
+        CmEvent::TimewaitExit { .. } => "time-wait exit",
+        CmEvent::DeviceRemoved { .. } => "device removed",
+    }
+}
+
 /// Result of an endpoint request.
 pub type EpPending<T> = Pending<Result<T, EpError>>;
 
@@ -187,23 +246,39 @@ enum Request {
         args: ConnectArgs,
         done: Done<ConnectInfo>,
         phase: Phase,
+        span: Span,
     },
     CompleteConnect {
         qpn: u32,
         done: Done<()>,
+        span: Span,
     },
     Accept {
         qpn: u32,
         args: AcceptArgs,
         done: Done<()>,
         phase: Phase,
+        span: Span,
     },
     Disconnect {
         qpn: u32,
         done: Done<()>,
         phase: Phase,
         outcome: Result<(), EpError>,
+        span: Span,
     },
+}
+
+impl Request {
+    /// The request's span (open until the request completes).
+    fn span(&self) -> &Span {
+        match self {
+            Request::Connect { span, .. }
+            | Request::CompleteConnect { span, .. }
+            | Request::Accept { span, .. }
+            | Request::Disconnect { span, .. } => span,
+        }
+    }
 }
 
 /// One connection endpoint.
@@ -212,13 +287,15 @@ pub(crate) struct Ep {
     cm: Option<EndpointId>,
     listener: Option<Listener>,
     requests: VecDeque<Request>,
-    notify: Vec<Done<()>>,
+    notify: Vec<Notify>,
     info: EpInfo,
     setup: Option<QpSetup>,
     /// Our receive PSN, chosen at Connect/Accept.
     local_psn: u32,
     /// The connection has been torn down (DisconnectDone or a failed setup).
     closed: bool,
+    /// The CM state last reported in the logs.
+    cm_seen: Option<ndverbs_proto::cm::CmState>,
 }
 
 struct Listener {
@@ -226,7 +303,7 @@ struct Listener {
     cm: EndpointId,
     backlog: usize,
     queue: VecDeque<ndverbs_proto::cm::ConnectRequest>,
-    waiters: VecDeque<(u32, Done<RequestInfo>)>,
+    waiters: VecDeque<(u32, Span, Done<RequestInfo>)>,
 }
 
 /// The endpoint table.
@@ -264,7 +341,7 @@ impl Core {
         a.av.hop_limit = s.hop_limit;
         a.av.flow_label = s.flow_label;
         a.av.traffic_class = s.traffic_class;
-        e.qp.modify(
+        e.modify(
             &a,
             AttrMask::STATE
                 | AttrMask::AV
@@ -281,7 +358,7 @@ impl Core {
         a.retry_cnt = s.retry_cnt;
         a.rnr_retry = s.rnr_retry;
         a.max_rd_atomic = s.max_rd_atomic;
-        e.qp.modify(
+        e.modify(
             &a,
             AttrMask::STATE
                 | AttrMask::SQ_PSN
@@ -302,7 +379,7 @@ impl Core {
         };
         e.absorb_posts();
         if !matches!(e.qp.state(), QpState::Err | QpState::Reset) {
-            let _ = e.qp.modify(
+            let _ = e.modify(
                 &QpAttr {
                     qp_state: QpState::Err,
                     ..QpAttr::default()
@@ -323,7 +400,9 @@ impl Core {
             let Some(req) = ep.requests.pop_front() else {
                 return;
             };
-            match self.step_request(id, req, now) {
+            let parked = self.step_request(id, req, now);
+            self.note_cm_state(id);
+            match parked {
                 Some(parked) => {
                     if let Some(ep) = self.eps.eps.get_mut(&id) {
                         ep.requests.push_front(parked);
@@ -335,15 +414,36 @@ impl Core {
         }
     }
 
+    /// Reports endpoint `id`'s CM state if it changed since the last report.
+    fn note_cm_state(&mut self, id: u32) {
+        let Some(ep) = self.eps.eps.get_mut(&id) else {
+            return;
+        };
+        let state = ep.cm.and_then(|c| self.cm.state(c));
+        if state != ep.cm_seen {
+            tracing::debug!(
+                ep = id,
+                from = ?CmStateField(ep.cm_seen),
+                to = ?CmStateField(state),
+                "CM state"
+            );
+            ep.cm_seen = state;
+        }
+    }
+
     /// Advances one request; returns it if it must wait for a CM event.
     fn step_request(&mut self, id: u32, req: Request, now: Instant) -> Option<Request> {
+        let span = req.span().clone();
+        let _in_request = span.enter();
         match req {
             Request::Connect {
                 qpn,
                 args,
                 done,
                 phase: Phase::Start,
+                span,
             } => {
+                let _phase = tracing::debug_span!("cm_phase").entered();
                 let psn = self.keys.psn();
                 let service_id = cma::service_id(cma::RDMA_PS_TCP, args.remote_port);
                 let mut p = ConnectParams::new(service_id, args.remote, qpn, psn);
@@ -363,15 +463,17 @@ impl Core {
                         ep.info.peer = Some(args.remote);
                         ep.info.peer_port = args.remote_port;
                         self.eps.by_cm.insert(cm_id, id);
+                        tracing::debug!(peer = %args.remote, port = args.remote_port, "REQ sent; waiting for the REP");
                         Some(Request::Connect {
                             qpn,
                             args,
                             done,
                             phase: Phase::Parked,
+                            span,
                         })
                     }
                     Err(e) => {
-                        defer(&mut self.later, done, Err(e.into()));
+                        finish(&mut self.later, &span, done, Err(e.into()));
                         None
                     }
                 }
@@ -380,11 +482,12 @@ impl Core {
                 phase: Phase::Parked,
                 ..
             } => Some(r),
-            Request::CompleteConnect { qpn, done } => {
+            Request::CompleteConnect { qpn, done, span } => {
                 let ep = self.eps.eps.get(&id)?;
                 let (Some(setup), Some(cm_id)) = (ep.setup, ep.cm) else {
-                    defer(
+                    finish(
                         &mut self.later,
+                        &span,
                         done,
                         Err(EpError::InvalidState(
                             "CompleteConnect before Connect completed",
@@ -392,10 +495,15 @@ impl Core {
                     );
                     return None;
                 };
-                let r = self
-                    .qp_to_rts(qpn, &setup, now)
-                    .and_then(|()| Ok(self.cm.complete_connect(now, cm_id, &[])?));
-                defer(&mut self.later, done, r);
+                let r = tracing::debug_span!("qp_phase")
+                    .in_scope(|| self.qp_to_rts(qpn, &setup, now))
+                    .and_then(|()| {
+                        let _phase = tracing::debug_span!("cm_phase").entered();
+                        self.cm.complete_connect(now, cm_id, &[])?;
+                        tracing::debug!("RTU sent");
+                        Ok(())
+                    });
+                finish(&mut self.later, &span, done, r);
                 None
             }
             Request::Accept {
@@ -403,11 +511,13 @@ impl Core {
                 args,
                 done,
                 phase: Phase::Start,
+                span,
             } => {
                 let ep = self.eps.eps.get(&id)?;
                 let Some(cm_id) = ep.cm else {
-                    defer(
+                    finish(
                         &mut self.later,
+                        &span,
                         done,
                         Err(EpError::InvalidState("Accept without a connection request")),
                     );
@@ -420,33 +530,37 @@ impl Core {
                 a.rnr_retry_count = args.rnr_retry_count;
                 a.private_data = args.private_data.clone();
                 // QP phase first: the QP must answer before the peer sees the REP.
-                let r = self
-                    .cm
-                    .accept_qp_setup(cm_id, &a)
-                    .map_err(EpError::from)
-                    .and_then(|s| self.qp_to_rts(qpn, &s, now).map(|()| s));
+                let r = tracing::debug_span!("qp_phase").in_scope(|| {
+                    self.cm
+                        .accept_qp_setup(cm_id, &a)
+                        .map_err(EpError::from)
+                        .and_then(|s| self.qp_to_rts(qpn, &s, now).map(|()| s))
+                });
                 let setup = match r {
                     Ok(s) => s,
                     Err(e) => {
-                        defer(&mut self.later, done, Err(e));
+                        finish(&mut self.later, &span, done, Err(e));
                         return None;
                     }
                 };
+                let _phase = tracing::debug_span!("cm_phase").entered();
                 match self.cm.accept(now, cm_id, a) {
                     Ok(_) => {
                         let ep = self.eps.eps.get_mut(&id)?;
                         ep.setup = Some(setup);
                         ep.local_psn = psn;
                         ep.info.read_limits = (setup.max_dest_rd_atomic, setup.max_rd_atomic);
+                        tracing::debug!("REP sent; waiting for the RTU");
                         Some(Request::Accept {
                             qpn,
                             args,
                             done,
                             phase: Phase::Parked,
+                            span,
                         })
                     }
                     Err(e) => {
-                        defer(&mut self.later, done, Err(e.into()));
+                        finish(&mut self.later, &span, done, Err(e.into()));
                         None
                     }
                 }
@@ -459,29 +573,43 @@ impl Core {
                 qpn,
                 done,
                 phase: Phase::Start,
+                span,
                 ..
             } => {
                 let ep = self.eps.eps.get(&id)?;
-                let started = match ep.cm {
-                    Some(cm_id) if !ep.closed => self.cm.disconnect(now, cm_id),
-                    _ => Ok(DisconnectStarted::AlreadyDone),
-                };
+                let started = tracing::debug_span!("cm_phase").in_scope(|| {
+                    let started = match ep.cm {
+                        Some(cm_id) if !ep.closed => self.cm.disconnect(now, cm_id),
+                        _ => Ok(DisconnectStarted::AlreadyDone),
+                    };
+                    match &started {
+                        Ok(DisconnectStarted::DreqSent) => {
+                            tracing::debug!("DREQ sent; waiting for the DREP")
+                        }
+                        Ok(DisconnectStarted::DrepSent) => tracing::debug!("DREP sent"),
+                        Ok(DisconnectStarted::AlreadyDone) => {
+                            tracing::debug!("connection already over")
+                        }
+                        Err(e) => tracing::debug!(error = %e, "nothing to disconnect on the wire"),
+                    }
+                    started
+                });
                 match started {
                     Ok(DisconnectStarted::DreqSent) => Some(Request::Disconnect {
                         qpn,
                         done,
                         phase: Phase::Parked,
                         outcome: Ok(()),
+                        span,
                     }),
                     Ok(DisconnectStarted::DrepSent) | Ok(DisconnectStarted::AlreadyDone) => {
-                        self.finish_disconnect(id, qpn, done, Ok(()));
+                        self.finish_disconnect(id, qpn, done, &span, Ok(()));
                         None
                     }
-                    Err(e) => {
+                    Err(_) => {
                         // Not connected (yet): nothing to say on the wire; the QP
                         // phase still runs so outstanding requests flush.
-                        let _ = e;
-                        self.finish_disconnect(id, qpn, done, Ok(()));
+                        self.finish_disconnect(id, qpn, done, &span, Ok(()));
                         None
                     }
                 }
@@ -491,11 +619,12 @@ impl Core {
                 done,
                 phase: Phase::Parked,
                 outcome,
+                span,
             } => {
                 // Resumed by DisconnectDone (see on_cm_event), which set `outcome`.
                 let ep = self.eps.eps.get(&id)?;
                 if ep.closed {
-                    self.finish_disconnect(id, qpn, done, outcome);
+                    self.finish_disconnect(id, qpn, done, &span, outcome);
                     None
                 } else {
                     Some(Request::Disconnect {
@@ -503,6 +632,7 @@ impl Core {
                         done,
                         phase: Phase::Parked,
                         outcome,
+                        span,
                     })
                 }
             }
@@ -515,21 +645,49 @@ impl Core {
         id: u32,
         qpn: u32,
         done: Done<()>,
+        span: &Span,
         outcome: Result<(), EpError>,
     ) {
-        self.qp_to_error(qpn);
+        tracing::debug_span!("qp_phase").in_scope(|| {
+            if !self.qp_to_error(qpn) {
+                tracing::debug!("the QP is gone; nothing to flush");
+            }
+        });
         self.timewait_qpns.insert(qpn);
         if let Some(ep) = self.eps.eps.get_mut(&id) {
             ep.closed = true;
-            for n in ep.notify.drain(..) {
-                defer(&mut self.later, n, Err(EpError::Disconnected));
-            }
+            end_notifies(&mut self.later, &mut ep.notify, Err(EpError::Disconnected));
         }
-        defer(&mut self.later, done, outcome);
+        finish(&mut self.later, span, done, outcome);
     }
 
     /// Routes one CM event to its endpoint and resumes what waited for it.
     pub(crate) fn on_cm_event(&mut self, ev: CmEvent, now: Instant) {
+        let cm_id = match &ev {
+            CmEvent::ConnectRequest(req) => req.listener,
+            ev => ev.endpoint(),
+        };
+        let id = self.eps.by_cm.get(&cm_id).copied();
+        match &ev {
+            CmEvent::ConnectTimeout { .. } | CmEvent::AcceptTimeout { .. } => {
+                tracing::warn!(ep = id, event = cm_event_name(&ev), "CM event")
+            }
+            CmEvent::DisconnectDone {
+                how: DisconnectHow::DreqTimedOut,
+                ..
+            } => tracing::warn!(ep = id, event = "disconnect done", "DREQ timed out"),
+            CmEvent::Rejected { reason, .. } => {
+                tracing::debug!(ep = id, event = "rejected", reason, "CM event")
+            }
+            _ => tracing::debug!(ep = id, event = cm_event_name(&ev), "CM event"),
+        }
+        self.handle_cm_event(ev, now);
+        if let Some(id) = id {
+            self.note_cm_state(id);
+        }
+    }
+
+    fn handle_cm_event(&mut self, ev: CmEvent, now: Instant) {
         match ev {
             CmEvent::ConnectRequest(req) => {
                 let Some(&lid) = self.eps.by_cm.get(&req.listener) else {
@@ -540,6 +698,11 @@ impl Core {
                     return;
                 };
                 if l.queue.len() >= l.backlog {
+                    tracing::debug!(
+                        ep = lid,
+                        backlog = l.backlog,
+                        "connection request rejected: backlog full"
+                    );
                     let _ = self.cm.reject(now, req.endpoint, &[]);
                     return;
                 }
@@ -561,9 +724,10 @@ impl Core {
                     ..
                 }) = ep.requests.front()
                 {
-                    if let Some(Request::Connect { done, .. }) = ep.requests.pop_front() {
-                        defer(
+                    if let Some(Request::Connect { done, span, .. }) = ep.requests.pop_front() {
+                        finish(
                             &mut self.later,
+                            &span,
                             done,
                             Ok(ConnectInfo {
                                 private_data: peer.private_data.clone(),
@@ -619,9 +783,7 @@ impl Core {
                 };
                 ep.info.dreq_received = true;
                 // NotifyDisconnect completes; the QP is not touched (rule D6).
-                for n in ep.notify.drain(..) {
-                    defer(&mut self.later, n, Ok(()));
-                }
+                end_notifies(&mut self.later, &mut ep.notify, Ok(()));
                 // A DREQ while the REP waits for its RTU: the connection is
                 // up and already closing; the Accept has done its job (WV).
                 if let Some(Request::Accept {
@@ -629,8 +791,8 @@ impl Core {
                     ..
                 }) = ep.requests.front()
                 {
-                    if let Some(Request::Accept { done, .. }) = ep.requests.pop_front() {
-                        defer(&mut self.later, done, Ok(()));
+                    if let Some(Request::Accept { done, span, .. }) = ep.requests.pop_front() {
+                        finish(&mut self.later, &span, done, Ok(()));
                     }
                     self.run_ep(id, now);
                 }
@@ -692,14 +854,17 @@ impl Core {
             return;
         }
         match ep.requests.pop_front() {
-            Some(Request::Connect { done, .. }) => defer(
+            Some(Request::Connect { done, span, .. }) => finish(
                 &mut self.later,
+                &span,
                 done,
                 result.and(Err(EpError::InvalidState(
                     "connection established without a REP",
                 ))),
             ),
-            Some(Request::Accept { done, .. }) => defer(&mut self.later, done, result),
+            Some(Request::Accept { done, span, .. }) => {
+                finish(&mut self.later, &span, done, result)
+            }
             _ => {}
         }
         self.run_ep(id, now);
@@ -713,9 +878,7 @@ impl Core {
             .copied()
             .and_then(|id| self.eps.eps.get_mut(&id))
         {
-            for n in ep.notify.drain(..) {
-                defer(&mut self.later, n, Err(err.clone()));
-            }
+            end_notifies(&mut self.later, &mut ep.notify, Err(err));
         }
     }
 
@@ -725,21 +888,20 @@ impl Core {
             return;
         };
         for r in ep.requests.drain(..) {
+            let l = &mut self.later;
             match r {
-                Request::Connect { done, .. } => defer(&mut self.later, done, Err(err.clone())),
-                Request::CompleteConnect { done, .. } => {
-                    defer(&mut self.later, done, Err(err.clone()))
+                Request::Connect { done, span, .. } => finish(l, &span, done, Err(err.clone())),
+                Request::CompleteConnect { done, span, .. } => {
+                    finish(l, &span, done, Err(err.clone()))
                 }
-                Request::Accept { done, .. } => defer(&mut self.later, done, Err(err.clone())),
-                Request::Disconnect { done, .. } => defer(&mut self.later, done, Err(err.clone())),
+                Request::Accept { done, span, .. } => finish(l, &span, done, Err(err.clone())),
+                Request::Disconnect { done, span, .. } => finish(l, &span, done, Err(err.clone())),
             }
         }
-        for n in ep.notify.drain(..) {
-            defer(&mut self.later, n, Err(err.clone()));
-        }
+        end_notifies(&mut self.later, &mut ep.notify, Err(err.clone()));
         if let Some(l) = ep.listener.as_mut() {
-            for (_, w) in l.waiters.drain(..) {
-                defer(&mut self.later, w, Err(err.clone()));
+            for (_, span, w) in l.waiters.drain(..) {
+                finish(&mut self.later, &span, w, Err(err.clone()));
             }
         }
     }
@@ -754,14 +916,14 @@ impl Core {
                 return;
             }
             let req = l.queue.pop_front().expect("non-empty");
-            let (new_id, done) = l.waiters.pop_front().expect("non-empty");
+            let (new_id, span, done) = l.waiters.pop_front().expect("non-empty");
             let local = self.cm.config().local_addr;
             let Some(ep) = self.eps.eps.get_mut(&new_id) else {
                 // The waiting endpoint was destroyed meanwhile: put the request back.
                 if let Some(l) = self.eps.eps.get_mut(&lid).and_then(|e| e.listener.as_mut()) {
                     l.queue.push_front(req);
                 }
-                defer(&mut self.later, done, Err(EpError::Canceled));
+                finish(&mut self.later, &span, done, Err(EpError::Canceled));
                 continue;
             };
             let peer_port = req.cma.map_or(0, |h: CmaHeader| h.src_port);
@@ -780,7 +942,11 @@ impl Core {
             ep.info.private_data = req.peer.private_data.clone();
             ep.info.read_limits = (req.peer.responder_resources, req.peer.initiator_depth);
             self.eps.by_cm.insert(req.endpoint, new_id);
-            defer(&mut self.later, done, Ok(info));
+            span.in_scope(|| {
+                tracing::debug!(peer = %info.peer, port = info.peer_port, "connection request handed over")
+            });
+            finish(&mut self.later, &span, done, Ok(info));
+            self.note_cm_state(new_id);
         }
     }
 
@@ -800,6 +966,7 @@ impl Adapter {
         &self,
         f: impl FnOnce(&mut Core, Instant) -> Result<T, EngineError>,
     ) -> Result<T, EngineError> {
+        let _adapter = self.shared().span.enter();
         let now = self.now();
         let mut c = self.core_guard()?;
         let r = f(&mut c, now);
@@ -830,6 +997,7 @@ impl Adapter {
             c.eps.next += 1;
             let id = c.eps.next;
             c.eps.eps.insert(id, Ep::default());
+            tracing::debug!(ep = id, "endpoint created");
             Ok(id)
         })
     }
@@ -872,6 +1040,7 @@ impl Adapter {
                 queue: VecDeque::new(),
                 waiters: VecDeque::new(),
             });
+            tracing::debug!(ep, port, backlog, "listening");
             Ok(())
         })
     }
@@ -892,7 +1061,8 @@ impl Adapter {
                 ));
             };
             let (p, done) = pending::<Result<RequestInfo, EpError>>(removed);
-            l.waiters.push_back((new_ep, done));
+            let span = tracing::debug_span!("ep_get_request", ep = listener, new_ep);
+            l.waiters.push_back((new_ep, span, done));
             c.serve_listener(listener);
             Ok(p)
         })
@@ -927,12 +1097,17 @@ impl Adapter {
             args,
             done,
             phase: Phase::Start,
+            span: tracing::debug_span!("ep_connect", ep, qp = qpn),
         })
     }
 
     /// Active side, after Connect completed: QP to RTS, then RTU.
     pub fn ep_complete_connect(&self, ep: u32, qpn: u32) -> Result<EpPending<()>, EngineError> {
-        self.submit(ep, |done| Request::CompleteConnect { qpn, done })
+        self.submit(ep, |done| Request::CompleteConnect {
+            qpn,
+            done,
+            span: tracing::debug_span!("ep_complete_connect", ep, qp = qpn),
+        })
     }
 
     /// Passive side: QP to RTS, then REP; completes when the RTU arrives.
@@ -947,6 +1122,7 @@ impl Adapter {
             args,
             done,
             phase: Phase::Start,
+            span: tracing::debug_span!("ep_accept", ep, qp = qpn),
         })
     }
 
@@ -958,9 +1134,11 @@ impl Adapter {
                 return Err(EngineError::InvalidArgument("no connection to reject"));
             };
             e.closed = true;
+            tracing::debug!(ep, "rejecting the connection");
             c.cm.reject(now, cm_id, private_data)
                 .map_err(|e| EngineError::InvalidArgument(leak_cm(e)))?;
             c.fail_ep(ep, EpError::Canceled);
+            c.note_cm_state(ep);
             Ok(())
         })
     }
@@ -991,6 +1169,7 @@ impl Adapter {
             done,
             phase: Phase::Start,
             outcome: Ok(()),
+            span: tracing::debug_span!("ep_disconnect", ep, qp = qpn),
         })
     }
 
@@ -1005,10 +1184,12 @@ impl Adapter {
                 return Err(EngineError::NotConnected);
             }
             let (p, done) = pending::<Result<(), EpError>>(removed);
+            let span = tracing::debug_span!("ep_notify_disconnect", ep);
             if e.info.dreq_received || e.closed {
-                defer(&mut c.later, done, Ok(()));
+                finish(&mut c.later, &span, done, Ok(()));
             } else {
-                e.notify.push(done);
+                span.in_scope(|| tracing::debug!("waiting for the peer's DREQ"));
+                e.notify.push((span, done));
             }
             Ok(p)
         })
@@ -1030,7 +1211,9 @@ impl Adapter {
                     let _ = c.cm.destroy(now, cm_id);
                 }
             }
+            tracing::debug!(ep, setting_up, "canceling the endpoint's requests");
             c.fail_ep(ep, EpError::Canceled);
+            c.note_cm_state(ep);
             Ok(())
         })
     }
@@ -1039,8 +1222,10 @@ impl Adapter {
     /// and the CM endpoint goes the Linux way (REJ, DREQ or DREP as its state
     /// demands).
     pub fn destroy_ep(&self, ep: u32) -> Result<(), EngineError> {
+        let _adapter = self.shared().span.enter();
         let now = self.now();
         let mut c = self.core_lock();
+        tracing::debug!(ep, "destroying the endpoint");
         c.fail_ep(ep, EpError::Canceled);
         let Some(e) = c.eps.eps.remove(&ep) else {
             return Err(EngineError::NotFound {

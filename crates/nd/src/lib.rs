@@ -30,6 +30,23 @@
 //! object with `ND_DEVICE_REMOVED` (work requests too) and later calls fail
 //! with it.
 //!
+//! **Async and event loops.** Pending requests are plain futures: any
+//! executor runs them, or none ([`NdPending::wait`]). A
+//! [`CompletionQueue`] is also a file descriptor ([`std::os::fd::AsRawFd`],
+//! [`std::os::fd::AsFd`]) that [`CompletionQueue::arm`] makes fire on the
+//! next completion, so epoll, mio or tokio's `AsyncFd` can wait on it.
+//!
+//! **Examples** (in `examples/`, run by the tests): `send_receive` (threads,
+//! graceful disconnect), `rdma_write_read`, `many_connections` (one server
+//! thread, many clients), `async_futures` (the futures under a dependency-free
+//! `block_on`), `tokio_echo` (an echo server and clients as tokio tasks,
+//! completions awaited through `AsyncFd` on the CQ's descriptor).
+//!
+//! **Logging.** The library never prints: it reports through `tracing`
+//! (spans per connection request and phase with endpoint and QP ids, QP and
+//! CM state changes, MADs, retries, flushes, drops); install a subscriber,
+//! such as `tracing-subscriber`'s `EnvFilter` reading `RUST_LOG`, to see it.
+//!
 //! ```no_run
 //! use ndverbs_nd::*;
 //! let adapter = Provider.open_adapter("127.0.0.1".parse().unwrap())?;
@@ -47,6 +64,7 @@
 mod adapter;
 mod connector;
 mod cq;
+mod cq_fd;
 mod mr;
 mod observe;
 mod pending;

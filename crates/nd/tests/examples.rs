@@ -1,5 +1,6 @@
 //! The examples in crates/nd/examples run and succeed (cargo builds them
-//! before the tests; each gets addresses of its own).
+//! before the tests; each gets addresses of its own), and the libraries
+//! print nothing on their own (no tracing subscriber is installed).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -34,6 +35,12 @@ fn run(name: &str, net: u8, extra: &[&str]) {
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "example {name} failed:\n{text}");
+    // No subscriber is installed: the libraries must not print a thing.
+    assert!(
+        out.stderr.is_empty(),
+        "example {name} wrote to stderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -54,4 +61,9 @@ fn many_connections() {
 #[test]
 fn async_futures() {
     run("async_futures", 4, &[]);
+}
+
+#[test]
+fn tokio_echo() {
+    run("tokio_echo", 5, &["8"]);
 }

@@ -21,7 +21,9 @@ use std::process::ExitCode;
 #[command(
     name = "ndv",
     version,
-    about = "ndverbs: a userspace RoCEv2 RDMA stack"
+    about = "ndverbs: a userspace RoCEv2 RDMA stack",
+    after_help = "Logging: RUST_LOG filters the libraries' tracing output on stderr \
+                  (e.g. RUST_LOG=ndverbs_engine=debug); warnings only when unset."
 )]
 struct Cli {
     /// Write every RoCEv2 packet the command's devices send and receive to
@@ -59,8 +61,25 @@ enum Command {
     },
 }
 
+/// Logs of the ndverbs libraries (and of ndv) on stderr, filtered by
+/// `RUST_LOG` (`RUST_LOG=ndverbs_engine=debug`, `RUST_LOG=trace`, …);
+/// warnings only when it is unset.
+fn init_logging() {
+    use std::io::IsTerminal;
+    use tracing_subscriber::filter::{EnvFilter, LevelFilter};
+    let filter = EnvFilter::builder()
+        .with_default_directive(LevelFilter::WARN.into())
+        .from_env_lossy();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_logging();
     if std::env::var_os(ndverbs_verbs::STAT_ENV).is_none() {
         // Every adapter a tool opens publishes its counters for `ndv stat`.
         std::env::set_var(ndverbs_verbs::STAT_ENV, "1");

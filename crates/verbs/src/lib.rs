@@ -61,6 +61,29 @@ pub use ndverbs_engine::mr::MemError;
 pub use ndverbs_proto::rc::PostError;
 
 /// Errors of verbs calls. Nothing was done when a call returns one.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_verbs::*;
+/// let dev = Device::open("127.92.12.1".parse().unwrap())?;
+/// let pd = dev.alloc_pd()?;
+/// let mr = pd.reg_mr(16, Access::LOCAL_WRITE)?;
+/// // Outside the region: an access error, nothing copied.
+/// match mr.read(10, &mut [0; 10]) {
+///     Err(VerbsError::Access(e)) => println!("{e}"),
+///     other => panic!("{other:?}"),
+/// }
+/// // A send on a QP that was never connected: the engine refuses it.
+/// let cq = dev.create_cq(4)?;
+/// let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq))?;
+/// let err = qp.post_send(SendWr::new(1, SendOp::Send, vec![])).unwrap_err();
+/// assert!(matches!(err, VerbsError::Engine(_)), "{err}");
+/// // After removal only cleanup works.
+/// dev.remove();
+/// assert!(matches!(dev.create_cq(4), Err(VerbsError::DeviceRemoved)));
+/// # Ok::<(), VerbsError>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum VerbsError {
     /// The device was removed: only cleanup works.

@@ -35,6 +35,22 @@ pub mod adapter_flags {
 }
 
 /// `ND2_ADAPTER_INFO`, field for field.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_nd::*;
+/// let adapter = Provider.open_adapter("127.91.3.1".parse().unwrap())?;
+/// let info: AdapterInfo = adapter.query(ND_VERSION_2)?;
+/// // Size queues and private data within the limits.
+/// let depth = 256.min(info.max_completion_queue_depth);
+/// let cq = adapter.create_completion_queue(depth)?;
+/// assert_eq!(info.max_caller_data as usize, MAX_CALLER_DATA);
+/// assert_ne!(info.adapter_flags & adapter_flags::LOOPBACK_CONNECTIONS_SUPPORTED, 0);
+/// assert_ne!(info.adapter_flags & adapter_flags::CQ_RESIZE_SUPPORTED, 0);
+/// cq.resize(depth / 2)?;
+/// # Ok::<(), NdError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AdapterInfo {
     /// Info version.
@@ -95,6 +111,24 @@ pub fn adapter_id(addr: IpAddr) -> u64 {
 }
 
 /// The entry point: local addresses and adapters.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_nd::*;
+/// use std::net::IpAddr;
+/// // QueryAddressList: the local addresses, each of which can host an adapter.
+/// let addresses = Provider.query_address_list()?;
+/// assert!(addresses.contains(&IpAddr::from([127, 0, 0, 1])));
+/// // ResolveAddress: which local address reaches a peer.
+/// let local = Provider.resolve_address("127.91.1.2:4791".parse().unwrap())?;
+/// assert!(local.is_loopback());
+/// // OpenAdapter: the RoCEv2 port of one address (it binds UDP 4791 there;
+/// // on Linux every 127.x.y.z is local, so tests use one address per adapter).
+/// let adapter = Provider.open_adapter("127.91.1.1".parse().unwrap())?;
+/// assert_eq!(adapter.address(), IpAddr::from([127, 91, 1, 1]));
+/// # Ok::<(), NdError>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Provider;
 
@@ -168,6 +202,26 @@ pub(crate) struct AdapterInner {
 }
 
 /// An ND adapter. Cheap to clone.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_nd::*;
+/// let adapter = Provider.open_adapter("127.91.2.1".parse().unwrap())?;
+/// assert_eq!(adapter.query(ND_VERSION_2)?.adapter_id, adapter_id(adapter.address()));
+/// // Every other object is made by the adapter (and shares its protection domain).
+/// let cq = adapter.create_completion_queue(16)?;
+/// let qp = adapter.create_queue_pair(&cq, &cq, 0, 4, 4, 1, 1, 0)?;
+/// let mr = adapter.create_memory_region()?;
+/// mr.register(4096, mr_flags::ALLOW_LOCAL_WRITE).wait()?;
+/// qp.receive(1, &[NdSge::new(mr.address(), 4096, mr.local_token())])?;
+/// // Removal: pending requests complete ND_DEVICE_REMOVED, later calls fail with it.
+/// adapter.remove();
+/// assert!(adapter.is_removed());
+/// let err = adapter.create_completion_queue(16).unwrap_err();
+/// assert_eq!(err.status, NdStatus::DEVICE_REMOVED);
+/// # Ok::<(), NdError>(())
+/// ```
 #[derive(Clone)]
 pub struct Adapter {
     pub(crate) inner: Arc<AdapterInner>,

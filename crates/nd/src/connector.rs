@@ -59,6 +59,61 @@ struct ConnState {
 }
 
 /// A connector.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_nd::*;
+/// use std::net::SocketAddr;
+/// # fn one(cq: &CompletionQueue) -> NdResultEntry {
+/// #     let mut r = [NdResultEntry {
+/// #         status: NdStatus::SUCCESS,
+/// #         bytes_transferred: 0,
+/// #         queue_pair_context: 0,
+/// #         request_context: 0,
+/// #         request_type: RequestType::Send,
+/// #     }];
+/// #     while cq.get_results(&mut r) == 0 {
+/// #         cq.notify(NotifyType::Any).wait().unwrap();
+/// #     }
+/// #     r[0]
+/// # }
+/// let server = Provider.open_adapter("127.91.12.1".parse().unwrap())?;
+/// let client = Provider.open_adapter("127.91.12.2".parse().unwrap())?;
+/// let (scq, ccq) = (server.create_completion_queue(8)?, client.create_completion_queue(8)?);
+/// let sqp = server.create_queue_pair(&scq, &scq, 0, 4, 4, 1, 1, 0)?;
+/// let cqp = client.create_queue_pair(&ccq, &ccq, 0, 4, 4, 1, 1, 0)?;
+/// sqp.receive(1, &[])?;
+/// let listener = server.create_listener()?;
+/// listener.bind(SocketAddr::new(server.address(), 0))?;
+/// listener.listen(1)?;
+/// // Passive side: a connector takes the next connection request.
+/// let passive = server.create_connector()?;
+/// let request = listener.get_connection_request(&passive)?;
+/// // Active side: Connect (REQ, completes on the REP) …
+/// let active = client.create_connector()?;
+/// let rep = active.connect(&cqp, listener.get_local_address()?, 0, 0, b"hi")?;
+/// request.wait()?;
+/// assert!(passive.get_private_data()?.starts_with(b"hi"));
+/// let rtu = passive.accept(&sqp, 0, 0, b"")?;
+/// rep.wait()?;
+/// // … then CompleteConnect (QP to RTS, RTU), which completes the Accept.
+/// active.complete_connect()?.wait()?;
+/// rtu.wait()?;
+/// // Teardown. NotifyDisconnect completes when the peer's DREQ arrives.
+/// let dreq = passive.notify_disconnect()?;
+/// let bye = active.disconnect()?; // DREQ; completes on the DREP
+/// dreq.wait()?;
+/// // An incoming DREQ flushes nothing: the server's receive is still posted …
+/// # let mut r = [NdResultEntry { status: NdStatus::SUCCESS, bytes_transferred: 0,
+/// #     queue_pair_context: 0, request_context: 0, request_type: RequestType::Send }];
+/// assert_eq!(scq.get_results(&mut r), 0);
+/// // … until its own Disconnect, which sends the DREP and flushes its QP.
+/// passive.disconnect()?.wait()?;
+/// bye.wait()?;
+/// assert_eq!(one(&scq).status, NdStatus::CANCELED);
+/// # Ok::<(), NdError>(())
+/// ```
 pub struct Connector {
     adapter: Adapter,
     pub(crate) ep: Endpoint,
@@ -302,6 +357,36 @@ impl Drop for Connector {
 }
 
 /// A listener.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_nd::*;
+/// use std::net::SocketAddr;
+/// let server = Provider.open_adapter("127.91.13.1".parse().unwrap())?;
+/// let client = Provider.open_adapter("127.91.13.2".parse().unwrap())?;
+/// let (scq, ccq) = (server.create_completion_queue(8)?, client.create_completion_queue(8)?);
+/// let listener = server.create_listener()?;
+/// listener.bind(SocketAddr::new(server.address(), 0))?; // port 0: an ephemeral one
+/// listener.listen(4)?;
+/// let addr = listener.get_local_address()?;
+/// // A port has one listener.
+/// let err = server.create_listener()?.bind(addr).unwrap_err();
+/// assert_eq!(err.status, NdStatus::ADDRESS_ALREADY_ASSOCIATED);
+/// // Each GetConnectionRequest hands the next request to a connector.
+/// let passive = server.create_connector()?;
+/// let request = listener.get_connection_request(&passive)?;
+/// let qp = client.create_queue_pair(&ccq, &ccq, 0, 1, 1, 1, 1, 0)?;
+/// let active = client.create_connector()?;
+/// let rep = active.connect(&qp, addr, 0, 0, b"")?;
+/// request.wait()?;
+/// // Who is asking? Accept, or turn the request down.
+/// assert_eq!(passive.get_peer_address()?.ip(), client.address());
+/// passive.reject(b"busy")?;
+/// assert_eq!(rep.wait().unwrap_err().status, NdStatus::CONNECTION_REFUSED);
+/// # let _ = scq;
+/// # Ok::<(), NdError>(())
+/// ```
 pub struct Listener {
     adapter: Adapter,
     ep: Endpoint,

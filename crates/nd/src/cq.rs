@@ -27,6 +27,66 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// `ND2_REQUEST_TYPE`.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_nd::*;
+/// # fn one(cq: &CompletionQueue) -> NdResultEntry {
+/// #     let mut r = [NdResultEntry {
+/// #         status: NdStatus::SUCCESS,
+/// #         bytes_transferred: 0,
+/// #         queue_pair_context: 0,
+/// #         request_context: 0,
+/// #         request_type: RequestType::Send,
+/// #     }];
+/// #     while cq.get_results(&mut r) == 0 {
+/// #         cq.notify(NotifyType::Any).wait().unwrap();
+/// #     }
+/// #     r[0]
+/// # }
+/// # fn connect(
+/// #     (server, sqp): (&Adapter, &QueuePair),
+/// #     (client, cqp): (&Adapter, &QueuePair),
+/// # ) -> NdResult<(Connector, Connector)> {
+/// #     let listener = server.create_listener()?;
+/// #     listener.bind(std::net::SocketAddr::new(server.address(), 0))?;
+/// #     listener.listen(1)?;
+/// #     let (sc, cc) = (server.create_connector()?, client.create_connector()?);
+/// #     let request = listener.get_connection_request(&sc)?;
+/// #     let rep = cc.connect(cqp, listener.get_local_address()?, 1, 1, b"")?;
+/// #     request.wait()?;
+/// #     let rtu = sc.accept(sqp, 1, 1, b"")?;
+/// #     rep.wait()?;
+/// #     cc.complete_connect()?.wait()?;
+/// #     rtu.wait()?;
+/// #     Ok((sc, cc))
+/// # }
+/// let server = Provider.open_adapter("127.91.6.1".parse().unwrap())?;
+/// let client = Provider.open_adapter("127.91.6.2".parse().unwrap())?;
+/// let (scq, ccq) = (server.create_completion_queue(8)?, client.create_completion_queue(8)?);
+/// let sqp = server.create_queue_pair(&scq, &scq, 0, 4, 4, 1, 1, 0)?;
+/// let cqp = client.create_queue_pair(&ccq, &ccq, 0, 4, 4, 1, 1, 0)?;
+/// let target = server.create_memory_region()?;
+/// target.register(64, mr_flags::ALLOW_REMOTE_WRITE | mr_flags::ALLOW_REMOTE_READ).wait()?;
+/// let local = client.create_memory_region()?;
+/// local.register(64, mr_flags::ALLOW_LOCAL_WRITE).wait()?;
+/// local.write(0, b"ping")?;
+/// # let _connectors = connect((&server, &sqp), (&client, &cqp))?;
+/// // An RDMA WRITE of 4 bytes into the server's region, then a READ of them back.
+/// let out = [NdSge::new(local.address(), 4, local.local_token())];
+/// cqp.write(1, &out, target.address(), target.remote_token(), 0)?;
+/// let back = [NdSge::new(local.address() + 8, 4, local.local_token())];
+/// cqp.read(2, &back, target.address(), target.remote_token(), 0)?;
+/// // Each completion says which kind of request it ends.
+/// let (w, r) = (one(&ccq), one(&ccq));
+/// assert_eq!((w.request_type, w.request_context), (RequestType::Write, 1));
+/// assert_eq!((r.request_type, r.request_context), (RequestType::Read, 2));
+/// let mut got = [0u8; 4];
+/// local.read(8, &mut got)?;
+/// assert_eq!(&got, b"ping");
+/// # Ok::<(), NdError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RequestType {
     /// A receive.
@@ -73,6 +133,61 @@ pub(crate) fn wr_id(t: RequestType, context: u64) -> NdResult<u64> {
 }
 
 /// `ND2_RESULT`.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_nd::*;
+/// # fn connect(
+/// #     (server, sqp): (&Adapter, &QueuePair),
+/// #     (client, cqp): (&Adapter, &QueuePair),
+/// # ) -> NdResult<(Connector, Connector)> {
+/// #     let listener = server.create_listener()?;
+/// #     listener.bind(std::net::SocketAddr::new(server.address(), 0))?;
+/// #     listener.listen(1)?;
+/// #     let (sc, cc) = (server.create_connector()?, client.create_connector()?);
+/// #     let request = listener.get_connection_request(&sc)?;
+/// #     let rep = cc.connect(cqp, listener.get_local_address()?, 1, 1, b"")?;
+/// #     request.wait()?;
+/// #     let rtu = sc.accept(sqp, 1, 1, b"")?;
+/// #     rep.wait()?;
+/// #     cc.complete_connect()?.wait()?;
+/// #     rtu.wait()?;
+/// #     Ok((sc, cc))
+/// # }
+/// let server = Provider.open_adapter("127.91.5.1".parse().unwrap())?;
+/// let client = Provider.open_adapter("127.91.5.2".parse().unwrap())?;
+/// let (scq, ccq) = (server.create_completion_queue(8)?, client.create_completion_queue(8)?);
+/// // Contexts: 100 for the server's QP, 7 for its receive.
+/// let sqp = server.create_queue_pair(&scq, &scq, 100, 4, 4, 1, 1, 0)?;
+/// let cqp = client.create_queue_pair(&ccq, &ccq, 200, 4, 4, 1, 1, 64)?;
+/// let mr = server.create_memory_region()?;
+/// mr.register(64, mr_flags::ALLOW_LOCAL_WRITE).wait()?;
+/// sqp.receive(7, &[NdSge::new(mr.address(), 64, mr.local_token())])?;
+/// # let _connectors = connect((&server, &sqp), (&client, &cqp))?;
+/// cqp.send_inline(8, b"hello", 0)?;
+/// let mut r = [NdResultEntry {
+///     status: NdStatus::SUCCESS,
+///     bytes_transferred: 0,
+///     queue_pair_context: 0,
+///     request_context: 0,
+///     request_type: RequestType::Send,
+/// }];
+/// while scq.get_results(&mut r) == 0 {
+///     scq.notify(NotifyType::Any).wait()?;
+/// }
+/// assert_eq!(
+///     r[0],
+///     NdResultEntry {
+///         status: NdStatus::SUCCESS,
+///         bytes_transferred: 5,
+///         queue_pair_context: 100,
+///         request_context: 7,
+///         request_type: RequestType::Receive,
+///     }
+/// );
+/// # Ok::<(), NdError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NdResultEntry {
     /// Outcome.
@@ -88,6 +203,23 @@ pub struct NdResultEntry {
 }
 
 /// `CQ notify` types.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_nd::*;
+/// let adapter = Provider.open_adapter("127.91.7.1".parse().unwrap())?;
+/// let cq = adapter.create_completion_queue(8)?;
+/// let qp = adapter.create_queue_pair(&cq, &cq, 0, 4, 4, 1, 1, 0)?;
+/// // Errors: only a completion with an error status wakes this Notify
+/// // (Solicited: a receive whose send set SEND_AND_SOLICIT_EVENT, or an error;
+/// // Any: every completion).
+/// let on_error = cq.notify(NotifyType::Errors);
+/// qp.receive(1, &[])?;
+/// qp.flush()?; // the receive completes ND_CANCELED: an error
+/// on_error.wait()?;
+/// # Ok::<(), NdError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NotifyType {
     /// `ND_CQ_NOTIFY_ERRORS` (0).
@@ -99,6 +231,47 @@ pub enum NotifyType {
 }
 
 /// A completion queue.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_nd::*;
+/// let adapter = Provider.open_adapter("127.91.4.1".parse().unwrap())?;
+/// let cq = adapter.create_completion_queue(8)?;
+/// // The QP's context (42) comes back with each of its completions.
+/// let qp = adapter.create_queue_pair(&cq, &cq, 42, 4, 4, 1, 1, 0)?;
+/// qp.receive(1, &[])?;
+/// qp.receive(2, &[])?;
+/// // Notify completes on the next completion (at once if some are waiting).
+/// let notify = cq.notify(NotifyType::Any);
+/// qp.flush()?; // every outstanding request completes ND_CANCELED
+/// notify.wait()?;
+/// # let blank = NdResultEntry {
+/// #     status: NdStatus::SUCCESS,
+/// #     bytes_transferred: 0,
+/// #     queue_pair_context: 0,
+/// #     request_context: 0,
+/// #     request_type: RequestType::Send,
+/// # };
+/// let mut results = [blank; 4];
+/// let mut n = 0;
+/// while n < 2 {
+///     // GetResults never blocks: sleep on Notify when the queue is empty.
+///     n += cq.get_results(&mut results[n..]);
+///     if n < 2 {
+///         cq.notify(NotifyType::Any).wait()?;
+///     }
+/// }
+/// for (r, context) in results[..2].iter().zip([1, 2]) {
+///     assert_eq!((r.status, r.request_type), (NdStatus::CANCELED, RequestType::Receive));
+///     assert_eq!((r.request_context, r.queue_pair_context), (context, 42));
+/// }
+/// // A pending Notify can be cancelled.
+/// let notify = cq.notify(NotifyType::Any);
+/// cq.cancel_overlapped_requests();
+/// assert_eq!(notify.wait().unwrap_err().status, NdStatus::CANCELED);
+/// # Ok::<(), NdError>(())
+/// ```
 #[derive(Clone)]
 pub struct CompletionQueue {
     pub(crate) cq: Cq,

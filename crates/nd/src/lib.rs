@@ -1,13 +1,29 @@
 //! # ndverbs-nd: the NetworkDirect v2 surface
 //!
 //! Microsoft NetworkDirect's objects and status rules, in Rust, over the
-//! ndverbs verbs layer (and nothing else):
+//! ndverbs verbs layer (and nothing else).
+//!
+//! **Layers.** An application of this crate talks RoCEv2 to Linux Soft-RoCE
+//! (or to another ndverbs) through, from the top:
+//!
+//! | crate | job |
+//! |---|---|
+//! | `ndverbs-nd` (this) | ND v2 objects, overlapped requests, ND statuses |
+//! | `ndverbs-verbs` | verbs handles: device, PD, MR/MW, CQ, QP, SRQ, CM endpoint |
+//! | `ndverbs-engine` | the worker: one UDP socket on port 4791 per local address, timers, object tables |
+//! | `ndverbs-proto` | sans-IO state machines: RC requester/responder, connection manager |
+//! | `ndverbs-wire` | the bytes: BTH and extension headers, ICRC, MADs, CM messages |
+//!
+//! **Objects.** Everything starts at the [`Provider`]: one [`Adapter`] per
+//! local IP address, which makes all the rest. Objects are cheap handles
+//! that keep what they use alive, and each is shown at work in its own
+//! example:
 //!
 //! | ND interface | here |
 //! |---|---|
 //! | IND2Provider | [`Provider`]: address list, resolve, open |
-//! | IND2Adapter | [`Adapter`]: query, create everything below |
-//! | IND2CompletionQueue | [`CompletionQueue`]: get results, notify, resize |
+//! | IND2Adapter | [`Adapter`]: query ([`AdapterInfo`]), create everything below |
+//! | IND2CompletionQueue | [`CompletionQueue`]: get results ([`NdResultEntry`]), notify ([`NotifyType`]), resize |
 //! | IND2MemoryRegion / IND2MemoryWindow | [`MemoryRegion`], [`MemoryWindow`] |
 //! | IND2QueuePair / IND2SharedReceiveQueue | [`QueuePair`], [`SharedReceiveQueue`] |
 //! | IND2Connector / IND2Listener | [`Connector`], [`Listener`] |
@@ -17,14 +33,19 @@
 //! at once, meaning it was never queued. Every status other than
 //! `ND_SUCCESS` is an [`NdError`] carrying the ND value ([`NdStatus`]);
 //! `ND_TIMEOUT` is one of them even though ND counts it as success class.
+//! Work requests (Send, Receive, Read, Write, Bind, Invalidate) return at once
+//! and end as a completion on the queue pair's CQ.
 //!
 //! **The disconnect rules.** `Disconnect` sends DREQ, or DREP if the peer's DREQ
 //! already arrived, completes when a DREP arrives, the DREQ times out
 //! (`ND_TIMEOUT`) or the DREP is sent, and then the QP moves to error and
-//! every outstanding request completes `ND_CANCELED`. `NotifyDisconnect`
-//! completes when a DREQ arrives and flushes nothing. Connect, Accept,
-//! CompleteConnect and Disconnect run on the engine's worker in phases (CM,
-//! then QP — or the other way round), naming the QP by id only.
+//! every outstanding request completes `ND_CANCELED`. `NotifyDisconnect` is
+//! optional: it completes when a DREQ arrives and flushes nothing — an
+//! incoming DREQ never flushes, so requests stay posted until this side's
+//! own Disconnect (or Flush). Both sides call Disconnect; the side that heard
+//! the DREQ answers with the DREP. Connect, Accept, CompleteConnect and
+//! Disconnect run on the engine's worker in phases (CM, then QP — or the
+//! other way round), naming the QP by id only.
 //!
 //! **Removal.** [`Adapter::remove`] completes every pending request of every
 //! object with `ND_DEVICE_REMOVED` (work requests too) and later calls fail
@@ -47,15 +68,64 @@
 //! CM state changes, MADs, retries, flushes, drops); install a subscriber,
 //! such as `tracing-subscriber`'s `EnvFilter` reading `RUST_LOG`, to see it.
 //!
-//! ```no_run
+//! A whole connection on loopback — server on a thread, client on this one:
+//!
+//! ```
 //! use ndverbs_nd::*;
-//! let adapter = Provider.open_adapter("127.0.0.1".parse().unwrap())?;
-//! let cq = adapter.create_completion_queue(64)?;
-//! let qp = adapter.create_queue_pair(&cq, &cq, 1, 16, 16, 1, 1, 0)?;
-//! let conn = adapter.create_connector()?;
-//! conn.connect(&qp, "127.0.0.2:5000".parse().unwrap(), 1, 1, b"hello")?.wait()?;
+//! use std::net::SocketAddr;
+//!
+//! /// Waits for one completion (sleeping on the CQ's Notify) and checks it.
+//! fn one(cq: &CompletionQueue) -> NdResult<NdResultEntry> {
+//!     let mut r = [NdResultEntry {
+//!         status: NdStatus::SUCCESS,
+//!         bytes_transferred: 0,
+//!         queue_pair_context: 0,
+//!         request_context: 0,
+//!         request_type: RequestType::Send,
+//!     }];
+//!     while cq.get_results(&mut r) == 0 {
+//!         cq.notify(NotifyType::Any).wait()?;
+//!     }
+//!     match r[0].status {
+//!         NdStatus::SUCCESS => Ok(r[0]),
+//!         s => Err(NdError::new(s, format!("{:?}", r[0]))),
+//!     }
+//! }
+//!
+//! let server = Provider.open_adapter("127.91.0.1".parse().unwrap())?;
+//! let listener = server.create_listener()?;
+//! listener.bind(SocketAddr::new(server.address(), 0))?;
+//! listener.listen(4)?;
+//! let at = listener.get_local_address()?;
+//!
+//! let srv = std::thread::spawn(move || -> NdResult<Vec<u8>> {
+//!     let cq = server.create_completion_queue(16)?;
+//!     let qp = server.create_queue_pair(&cq, &cq, 0, 4, 4, 1, 1, 0)?;
+//!     let mr = server.create_memory_region()?;
+//!     mr.register(4096, mr_flags::ALLOW_LOCAL_WRITE).wait()?;
+//!     qp.receive(1, &[NdSge::new(mr.address(), 4096, mr.local_token())])?;
+//!     let conn = server.create_connector()?;
+//!     listener.get_connection_request(&conn)?.wait()?;
+//!     conn.accept(&qp, 0, 0, b"")?.wait()?;
+//!     let dreq = conn.notify_disconnect()?;
+//!     let r = one(&cq)?;
+//!     let mut text = vec![0; r.bytes_transferred as usize];
+//!     mr.read(0, &mut text)?;
+//!     dreq.wait()?; // the client is done …
+//!     conn.disconnect()?.wait()?; // … and our Disconnect sends the DREP.
+//!     Ok(text)
+//! });
+//!
+//! let client = Provider.open_adapter("127.91.0.2".parse().unwrap())?;
+//! let cq = client.create_completion_queue(16)?;
+//! let qp = client.create_queue_pair(&cq, &cq, 0, 4, 4, 1, 1, 64)?;
+//! let conn = client.create_connector()?;
+//! conn.connect(&qp, at, 0, 0, b"")?.wait()?;
 //! conn.complete_connect()?.wait()?;
-//! conn.disconnect()?.wait()?;
+//! qp.send_inline(1, b"hello, server", 0)?;
+//! one(&cq)?;
+//! conn.disconnect()?.wait()?; // DREQ … DREP
+//! assert_eq!(srv.join().unwrap()?, b"hello, server");
 //! # Ok::<(), NdError>(())
 //! ```
 

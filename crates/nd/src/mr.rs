@@ -53,6 +53,31 @@ fn access(flags: u32) -> NdResult<Access> {
 }
 
 /// A memory region (unregistered until [`MemoryRegion::register`]).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_nd::*;
+/// let adapter = Provider.open_adapter("127.91.8.1".parse().unwrap())?;
+/// let mr = adapter.create_memory_region()?;
+/// assert!(mr.is_empty() && mr.local_token() == 0);
+/// // Register zeroed memory the region owns; ALLOW_REMOTE_WRITE lets peers write it.
+/// mr.register(4096, mr_flags::ALLOW_REMOTE_WRITE).wait()?;
+/// assert_eq!(mr.len(), 4096);
+/// // The bytes are reached by copy (peers may write them at any time).
+/// mr.write(0, b"hello")?;
+/// let mut buf = [0u8; 5];
+/// mr.read(0, &mut buf)?;
+/// assert_eq!(&buf, b"hello");
+/// // Local requests name it by SGE; a peer gets its address and remote token.
+/// let sge = NdSge::new(mr.address(), 5, mr.local_token());
+/// assert_eq!((sge.len, sge.lkey), (5, mr.local_token()));
+/// let (_address, _token) = (mr.address(), mr.remote_token());
+/// mr.deregister().wait()?;
+/// assert!(mr.is_empty());
+/// assert_eq!(mr.register(0, 0).wait().unwrap_err().status, NdStatus::INVALID_BUFFER_SIZE);
+/// # Ok::<(), NdError>(())
+/// ```
 pub struct MemoryRegion {
     adapter: Adapter,
     mr: Mutex<Option<Mr>>,
@@ -197,6 +222,72 @@ impl MemoryRegion {
 }
 
 /// A memory window.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_nd::*;
+/// # fn one(cq: &CompletionQueue) -> NdResultEntry {
+/// #     let mut r = [NdResultEntry {
+/// #         status: NdStatus::SUCCESS,
+/// #         bytes_transferred: 0,
+/// #         queue_pair_context: 0,
+/// #         request_context: 0,
+/// #         request_type: RequestType::Send,
+/// #     }];
+/// #     while cq.get_results(&mut r) == 0 {
+/// #         cq.notify(NotifyType::Any).wait().unwrap();
+/// #     }
+/// #     r[0]
+/// # }
+/// # fn connect(
+/// #     (server, sqp): (&Adapter, &QueuePair),
+/// #     (client, cqp): (&Adapter, &QueuePair),
+/// # ) -> NdResult<(Connector, Connector)> {
+/// #     let listener = server.create_listener()?;
+/// #     listener.bind(std::net::SocketAddr::new(server.address(), 0))?;
+/// #     listener.listen(1)?;
+/// #     let (sc, cc) = (server.create_connector()?, client.create_connector()?);
+/// #     let request = listener.get_connection_request(&sc)?;
+/// #     let rep = cc.connect(cqp, listener.get_local_address()?, 1, 1, b"")?;
+/// #     request.wait()?;
+/// #     let rtu = sc.accept(sqp, 1, 1, b"")?;
+/// #     rep.wait()?;
+/// #     cc.complete_connect()?.wait()?;
+/// #     rtu.wait()?;
+/// #     Ok((sc, cc))
+/// # }
+/// let server = Provider.open_adapter("127.91.9.1".parse().unwrap())?;
+/// let client = Provider.open_adapter("127.91.9.2".parse().unwrap())?;
+/// let (scq, ccq) = (server.create_completion_queue(8)?, client.create_completion_queue(8)?);
+/// let sqp = server.create_queue_pair(&scq, &scq, 0, 4, 4, 1, 1, 0)?;
+/// let cqp = client.create_queue_pair(&ccq, &ccq, 0, 4, 4, 1, 1, 0)?;
+/// // The region must allow what a window on it may grant.
+/// let mr = server.create_memory_region()?;
+/// mr.register(4096, mr_flags::ALLOW_REMOTE_WRITE).wait()?;
+/// let mw = server.create_memory_window()?;
+/// let src = client.create_memory_region()?;
+/// src.register(64, mr_flags::ALLOW_LOCAL_WRITE).wait()?;
+/// src.write(0, b"through a window")?;
+/// let data = [NdSge::new(src.address(), 16, src.local_token())];
+/// # let _connectors = connect((&server, &sqp), (&client, &cqp))?;
+/// // Bind (on a connected QP): grant 16 bytes at offset 256, writable. The
+/// // window's token changes; the server would send it and the address to the peer.
+/// let window = mr.address() + 256;
+/// sqp.bind(1, &mr, &mw, window, 16, op_flags::ALLOW_WRITE)?;
+/// assert_eq!(one(&scq).request_type, RequestType::Bind);
+/// cqp.write(2, &data, window, mw.remote_token(), 0)?;
+/// assert_eq!(one(&ccq).status, NdStatus::SUCCESS);
+/// let mut got = [0u8; 16];
+/// mr.read(256, &mut got)?;
+/// assert_eq!(&got, b"through a window");
+/// // Invalidate revokes the grant: the same WRITE now fails at the peer.
+/// sqp.invalidate(3, &mw, 0)?;
+/// assert_eq!(one(&scq).request_type, RequestType::Invalidate);
+/// cqp.write(4, &data, window, mw.remote_token(), 0)?;
+/// assert_eq!(one(&ccq).status, NdStatus::ACCESS_VIOLATION);
+/// # Ok::<(), NdError>(())
+/// ```
 pub struct MemoryWindow {
     pub(crate) mw: Mw,
 }

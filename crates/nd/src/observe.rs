@@ -11,10 +11,14 @@ impl Adapter {
     /// [`ndverbs_verbs::Device::set_capture`]; `NDV_PCAP=FILE` does the same
     /// for every adapter the process opens.
     ///
-    /// ```no_run
+    /// ```
     /// use ndverbs_nd::Provider;
-    /// let ad = Provider.open_adapter("127.0.0.1".parse().unwrap())?;
-    /// ad.set_capture(Some("roce.pcap".as_ref()))?;
+    /// let ad = Provider.open_adapter("127.91.17.1".parse().unwrap())?;
+    /// let file = std::env::temp_dir().join(format!("nd-doc-{}.pcap", std::process::id()));
+    /// ad.set_capture(Some(&file))?;
+    /// assert_eq!(ad.capture_path(), Some(file.clone()));
+    /// ad.set_capture(None)?;
+    /// # let _ = std::fs::remove_file(&file);
     /// # Ok::<(), ndverbs_nd::NdError>(())
     /// ```
     pub fn set_capture(&self, path: Option<&Path>) -> NdResult<()> {
@@ -29,9 +33,9 @@ impl Adapter {
     /// A snapshot of the adapter's counters, with Linux rxe's names (see
     /// [`ndverbs_verbs::Device::stats`]).
     ///
-    /// ```no_run
+    /// ```
     /// use ndverbs_nd::Provider;
-    /// let ad = Provider.open_adapter("127.0.0.1".parse().unwrap())?;
+    /// let ad = Provider.open_adapter("127.91.18.1".parse().unwrap())?;
     /// assert_eq!(ad.stats().get("link_downed"), 0);
     /// # Ok::<(), ndverbs_nd::NdError>(())
     /// ```

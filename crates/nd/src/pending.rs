@@ -85,6 +85,47 @@ impl<T> Ready<T> {
 }
 
 /// A pending ND request.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_nd::*;
+/// use std::time::Duration;
+/// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     struct Unpark(std::thread::Thread);
+/// #     impl std::task::Wake for Unpark {
+/// #         fn wake(self: std::sync::Arc<Self>) {
+/// #             self.0.unpark()
+/// #         }
+/// #     }
+/// #     let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+/// #     let mut cx = std::task::Context::from_waker(&waker);
+/// #     let mut f = std::pin::pin!(f);
+/// #     loop {
+/// #         if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+/// #             return v;
+/// #         }
+/// #         std::thread::park();
+/// #     }
+/// # }
+/// let adapter = Provider.open_adapter("127.91.14.1".parse().unwrap())?;
+/// let cq = adapter.create_completion_queue(4)?;
+/// let qp = adapter.create_queue_pair(&cq, &cq, 0, 1, 1, 1, 1, 0)?;
+/// // A Notify on an empty queue pends: look without blocking, or for a while …
+/// let mut notify = cq.notify(NotifyType::Any);
+/// assert!(notify.try_take().is_none());
+/// assert!(notify.wait_timeout(Duration::from_millis(10)).is_none());
+/// // … or block until it completes.
+/// qp.receive(1, &[])?;
+/// qp.flush()?;
+/// notify.wait()?;
+/// // Every NdPending is also a future, for any async runtime (here a
+/// // ten-line block_on).
+/// let mr = adapter.create_memory_region()?;
+/// block_on(mr.register(4096, mr_flags::ALLOW_LOCAL_WRITE))?;
+/// assert_eq!(mr.len(), 4096);
+/// # Ok::<(), NdError>(())
+/// ```
 pub struct NdPending<T> {
     src: Box<dyn Source<T>>,
 }

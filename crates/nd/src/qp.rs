@@ -41,6 +41,67 @@ pub mod op_flags {
 pub type NdSge = Sge;
 
 /// A queue pair.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_nd::*;
+/// # fn one(cq: &CompletionQueue) -> NdResultEntry {
+/// #     let mut r = [NdResultEntry {
+/// #         status: NdStatus::SUCCESS,
+/// #         bytes_transferred: 0,
+/// #         queue_pair_context: 0,
+/// #         request_context: 0,
+/// #         request_type: RequestType::Send,
+/// #     }];
+/// #     while cq.get_results(&mut r) == 0 {
+/// #         cq.notify(NotifyType::Any).wait().unwrap();
+/// #     }
+/// #     r[0]
+/// # }
+/// # fn connect(
+/// #     (server, sqp): (&Adapter, &QueuePair),
+/// #     (client, cqp): (&Adapter, &QueuePair),
+/// # ) -> NdResult<(Connector, Connector)> {
+/// #     let listener = server.create_listener()?;
+/// #     listener.bind(std::net::SocketAddr::new(server.address(), 0))?;
+/// #     listener.listen(1)?;
+/// #     let (sc, cc) = (server.create_connector()?, client.create_connector()?);
+/// #     let request = listener.get_connection_request(&sc)?;
+/// #     let rep = cc.connect(cqp, listener.get_local_address()?, 1, 1, b"")?;
+/// #     request.wait()?;
+/// #     let rtu = sc.accept(sqp, 1, 1, b"")?;
+/// #     rep.wait()?;
+/// #     cc.complete_connect()?.wait()?;
+/// #     rtu.wait()?;
+/// #     Ok((sc, cc))
+/// # }
+/// let server = Provider.open_adapter("127.91.10.1".parse().unwrap())?;
+/// let client = Provider.open_adapter("127.91.10.2".parse().unwrap())?;
+/// let (scq, ccq) = (server.create_completion_queue(8)?, client.create_completion_queue(8)?);
+/// // receive CQ, initiator CQ, context, queue depths, SGEs, inline bytes.
+/// let sqp = server.create_queue_pair(&scq, &scq, 0, 4, 4, 1, 1, 0)?;
+/// let cqp = client.create_queue_pair(&ccq, &ccq, 0, 4, 4, 1, 1, 64)?;
+/// // A new QP can take receives, but not sends until it is connected.
+/// let buf = server.create_memory_region()?;
+/// buf.register(4096, mr_flags::ALLOW_LOCAL_WRITE).wait()?;
+/// sqp.receive(1, &[NdSge::new(buf.address(), 4096, buf.local_token())])?;
+/// sqp.receive(2, &[NdSge::new(buf.address() + 2048, 2048, buf.local_token())])?;
+/// let err = cqp.send_inline(1, b"too early", 0).unwrap_err();
+/// assert_eq!(err.status, NdStatus::CONNECTION_INVALID);
+/// # let _connectors = connect((&server, &sqp), (&client, &cqp))?;
+/// // Sends consume receives in order. A SILENT_SUCCESS send completes only on error.
+/// cqp.send_inline(1, b"first", op_flags::SILENT_SUCCESS)?;
+/// cqp.send_inline(2, b"second", 0)?;
+/// assert_eq!(one(&ccq).request_context, 2);
+/// let (a, b) = (one(&scq), one(&scq));
+/// assert_eq!((a.request_context, a.bytes_transferred), (1, 5));
+/// assert_eq!((b.request_context, b.bytes_transferred), (2, 6));
+/// let mut text = [0u8; 6];
+/// buf.read(2048, &mut text)?;
+/// assert_eq!(&text, b"second");
+/// # Ok::<(), NdError>(())
+/// ```
 pub struct QueuePair {
     pub(crate) qp: Qp,
     context: u64,
@@ -373,6 +434,62 @@ impl Drop for QueuePair {
 }
 
 /// A shared receive queue.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_nd::*;
+/// # fn one(cq: &CompletionQueue) -> NdResultEntry {
+/// #     let mut r = [NdResultEntry {
+/// #         status: NdStatus::SUCCESS,
+/// #         bytes_transferred: 0,
+/// #         queue_pair_context: 0,
+/// #         request_context: 0,
+/// #         request_type: RequestType::Send,
+/// #     }];
+/// #     while cq.get_results(&mut r) == 0 {
+/// #         cq.notify(NotifyType::Any).wait().unwrap();
+/// #     }
+/// #     r[0]
+/// # }
+/// # fn connect(
+/// #     (server, sqp): (&Adapter, &QueuePair),
+/// #     (client, cqp): (&Adapter, &QueuePair),
+/// # ) -> NdResult<(Connector, Connector)> {
+/// #     let listener = server.create_listener()?;
+/// #     listener.bind(std::net::SocketAddr::new(server.address(), 0))?;
+/// #     listener.listen(1)?;
+/// #     let (sc, cc) = (server.create_connector()?, client.create_connector()?);
+/// #     let request = listener.get_connection_request(&sc)?;
+/// #     let rep = cc.connect(cqp, listener.get_local_address()?, 1, 1, b"")?;
+/// #     request.wait()?;
+/// #     let rtu = sc.accept(sqp, 1, 1, b"")?;
+/// #     rep.wait()?;
+/// #     cc.complete_connect()?.wait()?;
+/// #     rtu.wait()?;
+/// #     Ok((sc, cc))
+/// # }
+/// let server = Provider.open_adapter("127.91.11.1".parse().unwrap())?;
+/// let client = Provider.open_adapter("127.91.11.2".parse().unwrap())?;
+/// let (scq, ccq) = (server.create_completion_queue(8)?, client.create_completion_queue(8)?);
+/// // One pool of receives for any number of QPs.
+/// let srq = server.create_shared_receive_queue(16, 1)?;
+/// let buf = server.create_memory_region()?;
+/// buf.register(4096, mr_flags::ALLOW_LOCAL_WRITE).wait()?;
+/// for i in 0..4 {
+///     srq.receive(i, &[NdSge::new(buf.address() + i * 1024, 1024, buf.local_token())])?;
+/// }
+/// let sqp = server.create_queue_pair_with_srq(&scq, &scq, &srq, 0, 4, 1, 0)?;
+/// let cqp = client.create_queue_pair(&ccq, &ccq, 0, 4, 4, 1, 1, 64)?;
+/// # let _connectors = connect((&server, &sqp), (&client, &cqp))?;
+/// cqp.send_inline(1, b"to the shared queue", 0)?;
+/// let r = one(&scq);
+/// assert_eq!((r.request_type, r.bytes_transferred), (RequestType::Receive, 19));
+/// let mut text = [0u8; 19];
+/// buf.read(r.request_context as usize * 1024, &mut text)?;
+/// assert_eq!(&text, b"to the shared queue");
+/// # Ok::<(), NdError>(())
+/// ```
 pub struct SharedReceiveQueue {
     pub(crate) srq: Srq,
 }

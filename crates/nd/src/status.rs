@@ -10,6 +10,27 @@
 use std::fmt;
 
 /// An ND status code.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_nd::*;
+/// // ND's classes: success, warning (a failure), error (a failure).
+/// assert!(!NdStatus::TIMEOUT.is_failure()); // e.g. a Connect timed out: retry it
+/// assert!(NdStatus::BUFFER_OVERFLOW.is_failure() && !NdStatus::BUFFER_OVERFLOW.is_error());
+/// assert!(NdStatus::CANCELED.is_error());
+/// // The numbers are Windows' NTSTATUS values; names print with them.
+/// assert_eq!(NdStatus(0xC000_0120), NdStatus::CANCELED);
+/// assert_eq!(NdStatus::CANCELED.name(), Some("CANCELED"));
+/// assert_eq!(NdStatus::CANCELED.to_string(), "ND_CANCELED (0xc0000120)");
+/// // Errors of calls carry one; match on it.
+/// let adapter = Provider.open_adapter("127.91.15.1".parse().unwrap())?;
+/// match adapter.create_completion_queue(0) {
+///     Err(e) if e.status == NdStatus::INVALID_PARAMETER => {}
+///     other => panic!("{other:?}"),
+/// }
+/// # Ok::<(), NdError>(())
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct NdStatus(pub u32);
 
@@ -111,6 +132,28 @@ impl fmt::Display for NdStatus {
 }
 
 /// A call or request that ended with a status other than `ND_SUCCESS`.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_nd::*;
+/// let adapter = Provider.open_adapter("127.91.16.1".parse().unwrap())?;
+/// let cq = adapter.create_completion_queue(4)?;
+/// let qp = adapter.create_queue_pair(&cq, &cq, 0, 1, 1, 1, 1, 64)?;
+/// // A failed call returns an NdError: nothing was queued.
+/// let err: NdError = qp.send_inline(1, b"x", 0).unwrap_err();
+/// assert_eq!(err.status, NdStatus::CONNECTION_INVALID);
+/// assert!(err.to_string().starts_with("ND_CONNECTION_INVALID (0xc000023a): "));
+/// // Your own functions can speak ND too.
+/// fn check_len(len: usize) -> NdResult<usize> {
+///     if len == 0 {
+///         return Err(NdError::new(NdStatus::INVALID_BUFFER_SIZE, "empty buffer"));
+///     }
+///     Ok(len)
+/// }
+/// assert_eq!(check_len(0).unwrap_err().status, NdStatus::INVALID_BUFFER_SIZE);
+/// # Ok::<(), NdError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{status}: {detail}")]
 pub struct NdError {

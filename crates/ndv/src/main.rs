@@ -9,6 +9,7 @@ mod oob;
 mod perf;
 mod ping;
 mod pingpong;
+mod plot;
 #[allow(dead_code)]
 mod report;
 mod stat;

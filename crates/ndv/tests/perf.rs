@@ -54,12 +54,25 @@ fn check_shape(out: &str, title: &str, rdma: bool) {
 /// Runs `ndv perf TEST ARGS` as server on `127.0.N.1` and client on
 /// `127.0.N.2` (each test its own pair: the devices bind UDP 4791).
 fn loopback(test: &str, port: u16, net: u8, args: &[&str]) -> (String, String) {
+    loopback_sides(test, port, net, args, &[], &[])
+}
+
+/// [`loopback`] with options for the server only and the client only.
+fn loopback_sides(
+    test: &str,
+    port: u16,
+    net: u8,
+    args: &[&str],
+    server_args: &[&str],
+    client_args: &[&str],
+) -> (String, String) {
     let (s_ip, c_ip) = (format!("127.0.{net}.1"), format!("127.0.{net}.2"));
     let port = port.to_string();
     let mut common = vec!["perf", test, "-p", &port];
     common.extend_from_slice(args);
     let server = ndv()
         .args(&common)
+        .args(server_args)
         .args(["--ip", &s_ip])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -68,6 +81,7 @@ fn loopback(test: &str, port: u16, net: u8, args: &[&str]) -> (String, String) {
     std::thread::sleep(Duration::from_millis(300));
     let client = ndv()
         .args(&common)
+        .args(client_args)
         .args(["--ip", &c_ip, &s_ip])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -225,6 +239,189 @@ fn loopback_options() {
         "{s}"
     );
     assert_eq!(rows(&c), rows(&s));
+}
+
+/// A minimal well-formedness check of the SVG: one root `<svg>` element,
+/// every tag closed in order, attributes quoted, no raw `&` or `<` in text.
+fn check_xml(doc: &str) {
+    let mut stack: Vec<&str> = Vec::new();
+    let mut rest = doc.trim();
+    assert!(rest.starts_with("<svg "), "not an SVG document");
+    let mut roots = 0;
+    while let Some(lt) = rest.find('<') {
+        let text = &rest[..lt];
+        assert!(
+            !stack.is_empty() || text.trim().is_empty(),
+            "text outside <svg>: {text:?}"
+        );
+        for (i, _) in text.match_indices('&') {
+            let ent = &text[i..];
+            assert!(
+                ["&amp;", "&lt;", "&gt;", "&quot;"]
+                    .iter()
+                    .any(|e| ent.starts_with(e)),
+                "raw & in {text:?}"
+            );
+        }
+        let gt = rest[lt..].find('>').expect("unterminated tag") + lt;
+        let tag = &rest[lt + 1..gt];
+        assert!(!tag.contains('<'), "< inside a tag: {tag:?}");
+        assert_eq!(
+            tag.matches('"').count() % 2,
+            0,
+            "unbalanced quotes: {tag:?}"
+        );
+        if let Some(name) = tag.strip_prefix('/') {
+            assert_eq!(stack.pop(), Some(name.trim()), "mismatched </{name}>");
+        } else {
+            let name = tag
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .trim_end_matches('/');
+            assert!(
+                !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric()),
+                "{tag:?}"
+            );
+            if stack.is_empty() {
+                roots += 1;
+            }
+            if !tag.ends_with('/') {
+                stack.push(name);
+            }
+        }
+        rest = &rest[gt + 1..];
+    }
+    assert!(stack.is_empty(), "unclosed: {stack:?}");
+    assert!(rest.trim().is_empty(), "trailing text {rest:?}");
+    assert_eq!(roots, 1);
+}
+
+#[test]
+fn plot_of_a_sweep() {
+    let dir = std::env::temp_dir().join(format!("ndv-perf-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cp, sp) = (dir.join("client.svg"), dir.join("server.svg"));
+    let (c, s) = loopback_sides(
+        "write_bw",
+        18816,
+        37,
+        &["-a", "-n", "5", "--report_gbits"],
+        &["--plot", sp.to_str().unwrap()],
+        &["--plot", cp.to_str().unwrap()],
+    );
+    // stdout is perftest's report, unchanged by --plot.
+    assert_eq!(rows(&c).len(), 23, "{c}");
+    // The server of write_bw prints the client's last row only.
+    assert_eq!(rows(&s).len(), 1, "{s}");
+    for (p, n) in [(&cp, 23), (&sp, 1)] {
+        let svg = std::fs::read_to_string(p).unwrap();
+        check_xml(&svg);
+        assert_eq!(svg.matches("<circle ").count(), n, "{svg}");
+        assert_eq!(svg.matches("<polyline ").count(), 1, "{svg}");
+        assert!(svg.contains(">message size (bytes)</text>"), "{svg}");
+        assert!(svg.contains(">BW average [Gb/sec]</text>"), "{svg}");
+        assert!(svg.contains(">ndv perf ib_write_bw: average bandwidth vs message size</text>"));
+        assert!(svg.contains(">8M</text>"), "{svg}");
+    }
+    // Latency, one size: one point; the passive server of read_lat has no
+    // rows, writes nothing and says why.
+    let (lp, lsp) = (dir.join("lat.svg"), dir.join("lat-server.svg"));
+    let (c, s) = loopback_sides(
+        "read_lat",
+        18817,
+        38,
+        &["-n", "50", "-s", "64"],
+        &["--plot", lsp.to_str().unwrap()],
+        &["--plot", lp.to_str().unwrap()],
+    );
+    assert_eq!(rows(&c).len(), 1, "{c}");
+    let svg = std::fs::read_to_string(&lp).unwrap();
+    check_xml(&svg);
+    assert_eq!(svg.matches("<circle ").count(), 1, "{svg}");
+    assert!(
+        svg.contains(">t_typical [usec]</text>") && svg.contains(">64</text>"),
+        "{svg}"
+    );
+    assert!(!lsp.exists());
+    assert!(s.contains("--plot: this side printed no results"), "{s}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn progress_lines_on_stderr_during_duration_runs() {
+    use std::io::BufRead;
+    use std::time::Instant;
+    let (s_ip, c_ip) = ("127.0.39.1", "127.0.39.2");
+    let common = [
+        "perf",
+        "write_bw",
+        "-p",
+        "18818",
+        "-D",
+        "3",
+        "-s",
+        "4096",
+        "--progress",
+    ];
+    let server = ndv()
+        .args(common)
+        .args(["--ip", s_ip])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut client = ndv()
+        .args(common)
+        .args(["--ip", c_ip, s_ip])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read stderr as it comes, noting when each line arrived.
+    let err = client.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        std::io::BufReader::new(err)
+            .lines()
+            .map(|l| (Instant::now(), l.unwrap()))
+            .collect::<Vec<_>>()
+    });
+    let mut stdout = String::new();
+    client
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    let ok_c = client.wait().unwrap().success();
+    let exited = Instant::now();
+    let lines = reader.join().unwrap();
+    let (ok_s, out_s) = wait_child(server, Duration::from_secs(60));
+    let all: Vec<&str> = lines.iter().map(|l| l.1.as_str()).collect();
+    assert!(ok_c && ok_s, "client:\n{stdout}\n{all:?}\nserver:\n{out_s}");
+    let progress: Vec<_> = lines
+        .iter()
+        .filter(|(_, l)| {
+            l.starts_with("[ndv perf] ") && l.contains(" messages, ") && l.ends_with(" MB/sec")
+        })
+        .collect();
+    assert!(progress.len() >= 2, "{all:?}");
+    // Live: the first line came well before the end of the run.
+    assert!(
+        exited.duration_since(progress[0].0) > Duration::from_millis(800),
+        "{all:?}"
+    );
+    // stdout is the perftest report alone: header, one -D row (no peak).
+    assert!(!stdout.contains("[ndv perf]"), "{stdout}");
+    assert!(
+        stdout.contains(" #bytes     #iterations    BW peak[MB/sec]"),
+        "{stdout}"
+    );
+    let r = rows(&stdout);
+    assert_eq!(r.len(), 1, "{stdout}");
+    assert_eq!((r[0][0], r[0][2]), (4096.0, 0.0), "{stdout}");
+    assert!(stdout.ends_with("---------------------------------------------------------------------------------------\n"), "{stdout}");
 }
 
 #[test]

@@ -15,12 +15,51 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A device: the RoCEv2 port of one local IP address. Cheap to clone.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_verbs::*;
+/// use std::net::IpAddr;
+/// // One device per local address: its RoCEv2 port is UDP 4791 on that address.
+/// let dev = Device::open("127.92.1.1".parse().unwrap())?;
+/// assert_eq!(dev.query().addr, IpAddr::from([127, 92, 1, 1]));
+/// assert_eq!(dev.gid(), "::ffff:127.92.1.1".parse::<std::net::Ipv6Addr>()?);
+/// let pd = dev.alloc_pd()?;
+/// let cq = dev.create_cq(64)?;
+/// // Manual progress: no engine thread; polling a CQ (or `progress`) runs the engine.
+/// let manual = Device::open_with("127.92.1.2".parse().unwrap(), Progress::Manual)?;
+/// manual.progress();
+/// // Counters by rxe's names.
+/// assert_eq!(manual.stats().get("sent_pkts"), 0);
+/// // Removal: outstanding work is flushed, later calls fail.
+/// dev.remove();
+/// assert!(dev.is_removed());
+/// assert!(matches!(dev.alloc_pd(), Err(VerbsError::DeviceRemoved)));
+/// # drop((pd, cq));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Device {
     pub(crate) adapter: Adapter,
 }
 
 /// What a device reports about itself.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_verbs::*;
+/// let dev = Device::open("127.92.2.1".parse().unwrap())?;
+/// let attr: DeviceAttr = dev.query();
+/// assert_eq!(attr.gid, dev.gid());
+/// assert_eq!(attr.node_guid, node_guid(attr.addr));
+/// assert_eq!(attr.limits, LIMITS);
+/// // Size objects within the limits.
+/// let cq = dev.create_cq(1 << 12.min(attr.limits.max_cqe))?;
+/// assert!(cq.depth() <= attr.limits.max_cqe as usize);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceAttr {
     /// The local address.
@@ -123,6 +162,28 @@ impl Drop for PdInner {
 }
 
 /// A protection domain.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_verbs::*;
+/// let dev = Device::open("127.92.3.1".parse().unwrap())?;
+/// let pd = dev.alloc_pd()?;
+/// let cq = dev.create_cq(16)?;
+/// // Memory, windows, QPs and SRQs belong to a PD: only those of one PD meet.
+/// let mr = pd.reg_mr(4096, Access::LOCAL_WRITE)?;
+/// let mw = pd.alloc_mw()?;
+/// let srq = pd.create_srq(16, 1)?;
+/// let mut init = QpInitAttr::new(&cq, &cq);
+/// init.srq = Some(&srq);
+/// let qp = pd.create_qp(&init)?;
+/// assert_eq!(qp.state(), QpState::Reset);
+/// // Handles keep what they use alive: the PD lives on in its objects.
+/// drop(pd);
+/// srq.post_recv(RecvWr::new(1, vec![mr.sge(0, 4096)]))?;
+/// # drop(mw);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Pd {
     pub(crate) inner: Arc<PdInner>,
@@ -190,6 +251,73 @@ impl Drop for CqInner {
 }
 
 /// A completion queue.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_verbs::*;
+/// use std::time::Duration;
+/// # fn connect(
+/// #     (da, qa): (&Device, &Qp),
+/// #     (db, qb): (&Device, &Qp),
+/// # ) -> std::result::Result<(Endpoint, Endpoint), Box<dyn std::error::Error>> {
+/// #     for qp in [qa, qb] {
+/// #         let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
+/// #         qp.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+/// #     }
+/// #     let listener = Endpoint::new(db)?;
+/// #     listener.listen(7000, 1)?;
+/// #     let (ea, eb) = (Endpoint::new(da)?, Endpoint::new(db)?);
+/// #     let request = listener.get_request(&eb)?;
+/// #     let rep = ea.connect(qa, ConnectArgs {
+/// #         remote: db.query().addr,
+/// #         remote_port: 7000,
+/// #         local_port: 40000,
+/// #         responder_resources: 1,
+/// #         initiator_depth: 1,
+/// #         retry_count: 7,
+/// #         rnr_retry_count: 7,
+/// #         path_mtu: PathMtu::Mtu1024,
+/// #         private_data: vec![],
+/// #     })?;
+/// #     request.wait()?;
+/// #     let rtu = eb.accept(qb, AcceptArgs {
+/// #         responder_resources: 1,
+/// #         initiator_depth: 1,
+/// #         rnr_retry_count: 7,
+/// #         private_data: vec![],
+/// #     })?;
+/// #     rep.wait()?;
+/// #     ea.complete_connect(qa)?.wait()?;
+/// #     rtu.wait()?;
+/// #     Ok((ea, eb))
+/// # }
+/// let da = Device::open("127.92.4.1".parse().unwrap())?;
+/// let db = Device::open("127.92.4.2".parse().unwrap())?;
+/// let (pa, pb) = (da.alloc_pd()?, db.alloc_pd()?);
+/// let (ca, cb) = (da.create_cq(16)?, db.create_cq(16)?);
+/// let (qa, qb) = (pa.create_qp(&QpInitAttr::new(&ca, &ca))?, pb.create_qp(&QpInitAttr::new(&cb, &cb))?);
+/// # let _eps = connect((&da, &qa), (&db, &qb))?;
+/// let mr = pb.reg_mr(64, Access::LOCAL_WRITE)?;
+/// qb.post_recv(RecvWr::new(1, vec![mr.sge(0, 64)]))?;
+/// // Ask to hear of the next completion: a Pending (blocking wait or future);
+/// // `req_notify` + `fd` do the same for poll/epoll.
+/// let next = cb.notify(NotifyOn::Any);
+/// let mut wr = SendWr::new(2, SendOp::Send, vec![]);
+/// wr.inline = Some(b"ping".to_vec());
+/// qa.post_send(wr)?;
+/// next.wait()?;
+/// // Poll without blocking …
+/// let wc = cb.poll_one().expect("a completion");
+/// assert_eq!((wc.wr_id, wc.status, wc.opcode, wc.byte_len), (1, WcStatus::Success, WcOpcode::Recv, 4));
+/// assert!(cb.is_empty());
+/// // … or sleep up to a timeout.
+/// let wc = ca.wait_one(Duration::from_secs(10))?.expect("send completion");
+/// assert_eq!((wc.wr_id, wc.opcode), (2, WcOpcode::Send));
+/// cb.resize(256)?;
+/// assert!(cb.depth() >= 256);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Cq {
     pub(crate) inner: Arc<CqInner>,

@@ -18,6 +18,77 @@ pub use ndverbs_engine::ep::{
 
 /// A connection endpoint. Dropping it destroys it (the CM endpoint ends the
 /// Linux way: REJ, DREQ or DREP as its state demands).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_verbs::*;
+/// let da = Device::open("127.92.11.1".parse().unwrap())?;
+/// let db = Device::open("127.92.11.2".parse().unwrap())?;
+/// let (pa, pb) = (da.alloc_pd()?, db.alloc_pd()?);
+/// let (ca, cb) = (da.create_cq(16)?, db.create_cq(16)?);
+/// let (qa, qb) = (pa.create_qp(&QpInitAttr::new(&ca, &ca))?, pb.create_qp(&QpInitAttr::new(&cb, &cb))?);
+/// // QPs join a connection in INIT (the CM takes them on to RTR and RTS).
+/// for qp in [&qa, &qb] {
+///     let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
+///     qp.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+/// }
+/// // B listens on rdma_cm port 7000; each request is bound to a fresh endpoint.
+/// let listener = Endpoint::new(&db)?;
+/// listener.listen(7000, 4)?;
+/// let eb = Endpoint::new(&db)?;
+/// let request = listener.get_request(&eb)?;
+/// // A connects: REQ, completes on B's REP.
+/// let args = ConnectArgs {
+///     remote: db.query().addr,
+///     remote_port: 7000,
+///     local_port: 40000,
+///     responder_resources: 1,
+///     initiator_depth: 1,
+///     retry_count: 7,
+///     rnr_retry_count: 7,
+///     path_mtu: PathMtu::Mtu1024,
+///     private_data: b"hello".to_vec(),
+/// };
+/// let ea = Endpoint::new(&da)?;
+/// let rep = ea.connect(&qa, args.clone())?;
+/// let req: RequestInfo = request.wait()?;
+/// assert_eq!(req.peer, da.query().addr);
+/// assert!(req.private_data.starts_with(b"hello"));
+/// let rtu = eb.accept(&qb, AcceptArgs {
+///     responder_resources: 1,
+///     initiator_depth: 1,
+///     rnr_retry_count: 7,
+///     private_data: b"welcome".to_vec(),
+/// })?;
+/// let info: ConnectInfo = rep.wait()?;
+/// assert!(info.private_data.starts_with(b"welcome"));
+/// // CompleteConnect: A's QP to RTS and the RTU, which completes B's Accept.
+/// ea.complete_connect(&qa)?.wait()?;
+/// rtu.wait()?;
+/// assert_eq!((qa.state(), qb.state()), (QpState::Rts, QpState::Rts));
+/// // Teardown: notify_disconnect (optional) hears the DREQ and flushes
+/// // nothing; each side's disconnect moves its own QP to ERR.
+/// let dreq = eb.notify_disconnect()?;
+/// let bye = ea.disconnect(&qa)?; // DREQ
+/// dreq.wait()?;
+/// assert!(eb.info()?.dreq_received);
+/// eb.disconnect(&qb)?.wait()?; // DREP
+/// bye.wait()?;
+/// // A request turned down: the connect fails with the REJ's private data.
+/// let (qc, ec, ed) = (pa.create_qp(&QpInitAttr::new(&ca, &ca))?, Endpoint::new(&da)?, Endpoint::new(&db)?);
+/// # let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
+/// # qc.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+/// let request = listener.get_request(&ed)?;
+/// let rep = ec.connect(&qc, ConnectArgs { local_port: 40001, ..args })?;
+/// request.wait()?;
+/// ed.reject(b"busy")?;
+/// match rep.wait() {
+///     Err(EpError::Rejected { private_data, .. }) => assert!(private_data.starts_with(b"busy")),
+///     other => panic!("{other:?}"),
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct Endpoint {
     dev: Device,

@@ -14,19 +14,53 @@
 //! | [`Qp`] | [`Pd::create_qp`] | reliable connected queue pair |
 //! | [`Endpoint`] | [`Endpoint::new`] | connection endpoint: the IB CM side of a connection |
 //!
-//! Handles keep what they depend on alive (a QP holds its PD and CQs), and
-//! dropping a handle destroys the object — a QP's outstanding requests are
-//! flushed to its CQs first, so every request completes exactly once. Work
-//! requests and completions are the protocol core's types, re-exported here.
+//! **Layers.** This crate is the verbs layer of ndverbs: below it the engine
+//! (`ndverbs-engine`: one UDP socket on port 4791 per local address, timers,
+//! object tables), the sans-IO protocol state machines (`ndverbs-proto`: RC
+//! requester/responder, the connection manager) and the bytes
+//! (`ndverbs-wire`); above it the NetworkDirect surface (`ndverbs-nd`). A
+//! device is a local IP address; what it speaks is RoCEv2, so its peer can be
+//! Linux Soft-RoCE (rxe) as well as another ndverbs.
 //!
-//! ```no_run
+//! **Objects.** Handles keep what they depend on alive (a QP holds its PD and
+//! CQs), and dropping a handle destroys the object — a QP's outstanding
+//! requests are flushed to its CQs first, so every request completes exactly
+//! once. Each type's documentation has an example that runs on loopback.
+//! Work requests and completions are the protocol core's types, re-exported
+//! here and shown at work in these examples: [`SendWr`], [`SendOp`],
+//! [`RemoteAddr`], [`RecvWr`], [`WorkCompletion`], [`WcStatus`] and
+//! [`WcOpcode`] in [`Qp`]'s and [`Cq`]'s; [`QpAttr`], [`AttrMask`],
+//! [`QpState`] in [`Qp`]'s (RESET → INIT → RTR → RTS by hand); [`Access`]
+//! and [`Sge`] in [`Mr`]'s; [`NotifyOn`] and [`Pending`] in [`Cq`]'s;
+//! [`ConnectArgs`], [`AcceptArgs`], [`RequestInfo`], [`ConnectInfo`],
+//! [`EpInfo`] and [`EpError`] in [`Endpoint`]'s; [`Progress`], [`Stats`],
+//! [`Limits`] in [`Device`]'s and [`DeviceAttr`]'s.
+//!
+//! **Connections.** A QP is connected either by hand with [`Qp::modify`]
+//! (what perftest does after exchanging QPNs, PSNs and GIDs over TCP) or by
+//! an [`Endpoint`], which speaks the IB CM (rdma_cm compatible) and moves a
+//! QP given in INIT through RTR and RTS. Disconnecting follows ND's rules:
+//! [`Endpoint::disconnect`] sends a DREQ — or the DREP when the peer's DREQ
+//! already arrived — completes when the DREP arrives, the DREQ times out or
+//! the DREP is sent, and moves the QP to ERR, which flushes every
+//! outstanding request. [`Endpoint::notify_disconnect`] is optional: it
+//! completes when the peer's DREQ arrives and flushes nothing (an incoming
+//! DREQ never flushes); both sides call `disconnect`.
+//!
+//! ```
 //! use ndverbs_verbs::*;
-//! let dev = Device::open("127.0.0.1".parse().unwrap())?;
+//! let dev = Device::open("127.92.0.1".parse().unwrap())?;
 //! let pd = dev.alloc_pd()?;
 //! let cq = dev.create_cq(256)?;
 //! let mr = pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
 //! let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq))?;
+//! let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
+//! qp.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
 //! qp.post_recv(RecvWr::new(1, vec![mr.sge(0, 4096)]))?;
+//! // Not connected yet: moving to ERR flushes the receive.
+//! qp.to_error()?;
+//! let wc = cq.wait_one(std::time::Duration::from_secs(10))?.expect("flushed receive");
+//! assert_eq!((wc.wr_id, wc.status), (1, WcStatus::WrFlushErr));
 //! # Ok::<(), VerbsError>(())
 //! ```
 
@@ -62,6 +96,29 @@ pub use ndverbs_proto::mem::AccessError;
 pub use ndverbs_proto::rc::{ModifyError, PostError};
 
 /// Errors of verbs calls. Nothing was done when a call returns one.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_verbs::*;
+/// let dev = Device::open("127.92.12.1".parse().unwrap())?;
+/// let pd = dev.alloc_pd()?;
+/// let mr = pd.reg_mr(16, Access::LOCAL_WRITE)?;
+/// // Outside the region: an access error, nothing copied.
+/// match mr.read(10, &mut [0; 10]) {
+///     Err(VerbsError::Access(e)) => println!("{e}"),
+///     other => panic!("{other:?}"),
+/// }
+/// // A send on a QP that was never connected: the engine refuses it.
+/// let cq = dev.create_cq(4)?;
+/// let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq))?;
+/// let err = qp.post_send(SendWr::new(1, SendOp::Send, vec![])).unwrap_err();
+/// assert!(matches!(err, VerbsError::Engine(_)), "{err}");
+/// // After removal only cleanup works.
+/// dev.remove();
+/// assert!(matches!(dev.create_cq(4), Err(VerbsError::DeviceRemoved)));
+/// # Ok::<(), VerbsError>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum VerbsError {
     /// The device was removed: only cleanup works.

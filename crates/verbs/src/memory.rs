@@ -8,6 +8,28 @@ use ndverbs_proto::mem::{Access, AccessError, Sge};
 use std::sync::Arc;
 
 /// A registered memory region. Dropping it deregisters it.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_verbs::*;
+/// let dev = Device::open("127.92.5.1".parse().unwrap())?;
+/// let pd = dev.alloc_pd()?;
+/// // Zeroed memory the region owns, with the rights peers get.
+/// let mr = pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+/// assert_eq!((mr.len(), mr.access()), (4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE));
+/// // Bytes go in and out by copy, bounds-checked.
+/// mr.write(100, b"hello")?;
+/// assert_eq!(mr.to_vec(100, 5)?, b"hello");
+/// assert!(matches!(mr.read(4090, &mut [0; 10]), Err(VerbsError::Access(_))));
+/// // Work requests name it by SGE (L_Key); peers by address and R_Key.
+/// let sge: Sge = mr.sge(100, 5);
+/// assert_eq!((sge.addr, sge.lkey), (mr.addr() + 100, mr.lkey()));
+/// let _for_the_peer = RemoteAddr { va: mr.addr(), rkey: mr.rkey() };
+/// // Dropping deregisters; `deregister` reports a failure instead.
+/// mr.deregister().map_err(|(_, e)| e)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct Mr {
     region: Arc<Region>,
@@ -132,6 +154,72 @@ impl Drop for Mr {
 
 /// A memory window (type 2). Bind it with [`Mw::bind`]; the R_Key changes at
 /// every bind.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_verbs::*;
+/// use std::time::Duration;
+/// # fn connect(
+/// #     (da, qa): (&Device, &Qp),
+/// #     (db, qb): (&Device, &Qp),
+/// # ) -> std::result::Result<(Endpoint, Endpoint), Box<dyn std::error::Error>> {
+/// #     for qp in [qa, qb] {
+/// #         let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
+/// #         qp.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+/// #     }
+/// #     let listener = Endpoint::new(db)?;
+/// #     listener.listen(7000, 1)?;
+/// #     let (ea, eb) = (Endpoint::new(da)?, Endpoint::new(db)?);
+/// #     let request = listener.get_request(&eb)?;
+/// #     let rep = ea.connect(qa, ConnectArgs {
+/// #         remote: db.query().addr,
+/// #         remote_port: 7000,
+/// #         local_port: 40000,
+/// #         responder_resources: 1,
+/// #         initiator_depth: 1,
+/// #         retry_count: 7,
+/// #         rnr_retry_count: 7,
+/// #         path_mtu: PathMtu::Mtu1024,
+/// #         private_data: vec![],
+/// #     })?;
+/// #     request.wait()?;
+/// #     let rtu = eb.accept(qb, AcceptArgs {
+/// #         responder_resources: 1,
+/// #         initiator_depth: 1,
+/// #         rnr_retry_count: 7,
+/// #         private_data: vec![],
+/// #     })?;
+/// #     rep.wait()?;
+/// #     ea.complete_connect(qa)?.wait()?;
+/// #     rtu.wait()?;
+/// #     Ok((ea, eb))
+/// # }
+/// let da = Device::open("127.92.6.1".parse().unwrap())?;
+/// let db = Device::open("127.92.6.2".parse().unwrap())?;
+/// let (pa, pb) = (da.alloc_pd()?, db.alloc_pd()?);
+/// let (ca, cb) = (da.create_cq(16)?, db.create_cq(16)?);
+/// let (qa, qb) = (pa.create_qp(&QpInitAttr::new(&ca, &ca))?, pb.create_qp(&QpInitAttr::new(&cb, &cb))?);
+/// # let _eps = connect((&da, &qa), (&db, &qb))?;
+/// // B grants A 16 writable bytes of a region through a window (the region
+/// // must allow what a window on it may grant).
+/// let mr = pb.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+/// let mw = pb.alloc_mw()?;
+/// let rkey = mw.bind(&mr, mr.addr() + 256, 16, Access::REMOTE_WRITE)?;
+/// assert_eq!(rkey, mw.rkey()); // a new R_Key at every bind
+/// let window = RemoteAddr { va: mr.addr() + 256, rkey };
+/// let mut wr = SendWr::new(1, SendOp::Write(window), vec![]);
+/// wr.inline = Some(b"through a window".to_vec());
+/// qa.post_send(wr.clone())?;
+/// let t = Duration::from_secs(10);
+/// assert_eq!(ca.wait_one(t)?.expect("completion").status, WcStatus::Success);
+/// assert_eq!(mr.to_vec(256, 16)?, b"through a window");
+/// // Invalidate revokes the grant: the same WRITE now fails at B.
+/// mw.invalidate()?;
+/// qa.post_send(wr)?;
+/// assert_eq!(ca.wait_one(t)?.expect("completion").status, WcStatus::RemAccessErr);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct Mw {
     key: std::sync::atomic::AtomicU32,

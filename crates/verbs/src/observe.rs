@@ -13,11 +13,14 @@ impl Device {
     /// environment variable `NDV_PCAP=FILE` does the same for every device the
     /// process opens.
     ///
-    /// ```no_run
+    /// ```
     /// use ndverbs_verbs::Device;
-    /// let dev = Device::open("127.0.0.1".parse().unwrap())?;
-    /// dev.set_capture(Some("roce.pcap".as_ref()))?;
-    /// assert!(dev.capture_path().is_some());
+    /// let dev = Device::open("127.92.13.1".parse().unwrap())?;
+    /// let file = std::env::temp_dir().join(format!("verbs-doc-{}.pcap", std::process::id()));
+    /// dev.set_capture(Some(&file))?;
+    /// assert_eq!(dev.capture_path(), Some(file.clone()));
+    /// dev.set_capture(None)?;
+    /// # let _ = std::fs::remove_file(&file);
     /// # Ok::<(), ndverbs_verbs::VerbsError>(())
     /// ```
     pub fn set_capture(&self, path: Option<&Path>) -> Result<()> {
@@ -33,9 +36,9 @@ impl Device {
     /// name and in rxe's order (`sent_pkts` … `rdma_recvs`), then drops by
     /// cause (see [`ndverbs_engine::stats`]).
     ///
-    /// ```no_run
+    /// ```
     /// use ndverbs_verbs::{Device, RXE_COUNTERS};
-    /// let dev = Device::open("127.0.0.1".parse().unwrap())?;
+    /// let dev = Device::open("127.92.14.1".parse().unwrap())?;
     /// let s = dev.stats();
     /// for name in RXE_COUNTERS {
     ///     println!("{name} {}", s.get(name));

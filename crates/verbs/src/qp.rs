@@ -9,6 +9,23 @@ use std::sync::Arc;
 
 /// A queue pair's identity (its QP number): what connection endpoints are
 /// given instead of a reference to the QP.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_verbs::*;
+/// let dev = Device::open("127.92.8.1".parse().unwrap())?;
+/// let (pd, cq) = (dev.alloc_pd()?, dev.create_cq(4)?);
+/// let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq))?;
+/// // Endpoints take a QP by number (`&qp` converts), never hold it.
+/// let id = QpId::from(&qp);
+/// assert_eq!(id, QpId(qp.qpn()));
+/// let ep = Endpoint::new(&dev)?;
+/// // Not connected: the endpoint refuses at once, and the QP is untouched.
+/// assert!(ep.disconnect(id).is_err());
+/// assert_eq!(qp.state(), QpState::Reset);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct QpId(pub u32);
 
@@ -19,6 +36,25 @@ impl From<&Qp> for QpId {
 }
 
 /// Creation parameters of a queue pair.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_verbs::*;
+/// let dev = Device::open("127.92.9.1".parse().unwrap())?;
+/// let pd = dev.alloc_pd()?;
+/// let (send_cq, recv_cq) = (dev.create_cq(64)?, dev.create_cq(1024)?);
+/// // Defaults (128 WRs, 4 SGEs, 256 inline bytes), then what this QP needs.
+/// let mut init = QpInitAttr::new(&send_cq, &recv_cq);
+/// init.caps = QpCaps { max_send_wr: 32, max_send_sge: 1, max_inline_data: 64, sq_sig_all: false };
+/// init.max_recv_wr = 512;
+/// let qp = pd.create_qp(&init)?;
+/// // Receives through a shared queue instead: then the QP has none of its own.
+/// let srq = pd.create_srq(256, 1)?;
+/// let shared = pd.create_qp(&QpInitAttr { srq: Some(&srq), ..QpInitAttr::new(&send_cq, &recv_cq) })?;
+/// assert_ne!(qp.qpn(), shared.qpn());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct QpInitAttr<'a> {
     /// CQ for send completions.
@@ -56,6 +92,65 @@ impl<'a> QpInitAttr<'a> {
 
 /// A reliable connected queue pair. Dropping it destroys it (outstanding
 /// requests are flushed to its CQs first).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_verbs::*;
+/// use std::time::Duration;
+///
+/// /// RESET → INIT → RTR → RTS: what a connection manager (or perftest's
+/// /// TCP exchange) does with the peer's QPN, PSN and GID.
+/// fn to_rts(qp: &Qp, peer_qpn: u32, peer_gid: [u8; 16]) -> Result<()> {
+///     let mut a = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
+///     qp.modify(&a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+///     a.qp_state = QpState::Rtr;
+///     (a.dest_qp_num, a.rq_psn, a.max_dest_rd_atomic, a.min_rnr_timer) = (peer_qpn, 0, 1, 1);
+///     a.av.dgid = peer_gid;
+///     qp.modify(
+///         &a,
+///         AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN
+///             | AttrMask::RQ_PSN | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER,
+///     )?;
+///     (a.qp_state, a.sq_psn, a.max_rd_atomic) = (QpState::Rts, 0, 1);
+///     qp.modify(
+///         &a,
+///         AttrMask::STATE | AttrMask::SQ_PSN | AttrMask::TIMEOUT | AttrMask::RETRY_CNT
+///             | AttrMask::RNR_RETRY | AttrMask::MAX_QP_RD_ATOMIC,
+///     )
+/// }
+///
+/// let da = Device::open("127.92.7.1".parse().unwrap())?;
+/// let db = Device::open("127.92.7.2".parse().unwrap())?;
+/// let (pa, pb) = (da.alloc_pd()?, db.alloc_pd()?);
+/// let (ca, cb) = (da.create_cq(16)?, db.create_cq(16)?);
+/// let qa = pa.create_qp(&QpInitAttr::new(&ca, &ca))?;
+/// let qb = pb.create_qp(&QpInitAttr::new(&cb, &cb))?;
+/// to_rts(&qa, qb.qpn(), db.gid().octets())?;
+/// to_rts(&qb, qa.qpn(), da.gid().octets())?;
+/// assert_eq!(qa.query()?.qp_state, QpState::Rts);
+/// // SEND into a posted receive, and an RDMA WRITE straight into B's memory.
+/// let (ma, mb) = (pa.reg_mr(4096, Access::LOCAL_WRITE)?, pb.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?);
+/// ma.write(0, b"hello, B")?;
+/// qb.post_recv(RecvWr::new(1, vec![mb.sge(0, 64)]))?;
+/// qa.post_send(SendWr::new(2, SendOp::Send, vec![ma.sge(0, 8)]))?;
+/// let to_b = RemoteAddr { va: mb.addr() + 1024, rkey: mb.rkey() };
+/// qa.post_send(SendWr::new(3, SendOp::Write(to_b), vec![ma.sge(0, 8)]))?;
+/// let t = Duration::from_secs(10);
+/// let recv = cb.wait_one(t)?.expect("receive");
+/// assert_eq!((recv.opcode, recv.byte_len), (WcOpcode::Recv, 8));
+/// for id in [2, 3] {
+///     let wc = ca.wait_one(t)?.expect("send completion");
+///     assert_eq!((wc.wr_id, wc.status), (id, WcStatus::Success));
+/// }
+/// assert_eq!(mb.to_vec(0, 8)?, b"hello, B");
+/// assert_eq!(mb.to_vec(1024, 8)?, b"hello, B");
+/// // ERR flushes what is still posted.
+/// qb.post_recv(RecvWr::new(4, vec![mb.sge(0, 64)]))?;
+/// qb.to_error()?;
+/// assert_eq!(cb.wait_one(t)?.expect("flush").status, WcStatus::WrFlushErr);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct Qp {
     shared: Arc<QpShared>,
@@ -163,6 +258,68 @@ impl Drop for SrqInner {
 }
 
 /// A shared receive queue.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_verbs::*;
+/// use std::time::Duration;
+/// # fn connect(
+/// #     (da, qa): (&Device, &Qp),
+/// #     (db, qb): (&Device, &Qp),
+/// # ) -> std::result::Result<(Endpoint, Endpoint), Box<dyn std::error::Error>> {
+/// #     for qp in [qa, qb] {
+/// #         let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
+/// #         qp.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+/// #     }
+/// #     let listener = Endpoint::new(db)?;
+/// #     listener.listen(7000, 1)?;
+/// #     let (ea, eb) = (Endpoint::new(da)?, Endpoint::new(db)?);
+/// #     let request = listener.get_request(&eb)?;
+/// #     let rep = ea.connect(qa, ConnectArgs {
+/// #         remote: db.query().addr,
+/// #         remote_port: 7000,
+/// #         local_port: 40000,
+/// #         responder_resources: 1,
+/// #         initiator_depth: 1,
+/// #         retry_count: 7,
+/// #         rnr_retry_count: 7,
+/// #         path_mtu: PathMtu::Mtu1024,
+/// #         private_data: vec![],
+/// #     })?;
+/// #     request.wait()?;
+/// #     let rtu = eb.accept(qb, AcceptArgs {
+/// #         responder_resources: 1,
+/// #         initiator_depth: 1,
+/// #         rnr_retry_count: 7,
+/// #         private_data: vec![],
+/// #     })?;
+/// #     rep.wait()?;
+/// #     ea.complete_connect(qa)?.wait()?;
+/// #     rtu.wait()?;
+/// #     Ok((ea, eb))
+/// # }
+/// let da = Device::open("127.92.10.1".parse().unwrap())?;
+/// let db = Device::open("127.92.10.2".parse().unwrap())?;
+/// let (pa, pb) = (da.alloc_pd()?, db.alloc_pd()?);
+/// let (ca, cb) = (da.create_cq(16)?, db.create_cq(16)?);
+/// // One pool of receives for any number of QPs of the PD.
+/// let srq = pb.create_srq(64, 1)?;
+/// let mb = pb.reg_mr(4096, Access::LOCAL_WRITE)?;
+/// for i in 0..4 {
+///     srq.post_recv(RecvWr::new(i, vec![mb.sge(i as usize * 1024, 1024)]))?;
+/// }
+/// let qa = pa.create_qp(&QpInitAttr::new(&ca, &ca))?;
+/// let qb = pb.create_qp(&QpInitAttr { srq: Some(&srq), ..QpInitAttr::new(&cb, &cb) })?;
+/// # let _eps = connect((&da, &qa), (&db, &qb))?;
+/// let mut wr = SendWr::new(1, SendOp::Send, vec![]);
+/// wr.inline = Some(b"to the pool".to_vec());
+/// qa.post_send(wr)?;
+/// let wc = cb.wait_one(Duration::from_secs(10))?.expect("receive");
+/// assert_eq!((wc.qpn, wc.byte_len), (qb.qpn(), 11));
+/// assert_eq!(mb.to_vec(wc.wr_id as usize * 1024, 11)?, b"to the pool");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Srq {
     inner: Arc<SrqInner>,

@@ -5,6 +5,16 @@
 //! explained in a log line or a counter label.
 
 /// What is wrong with a packet or a field value.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::{ext::Reth, WireError};
+/// // Parsers never panic: short input is an error naming what was cut.
+/// let err = Reth::parse(&[0u8; 10]).unwrap_err();
+/// assert_eq!(err, WireError::Truncated { what: "RETH", need: 16, have: 10 });
+/// assert_eq!(err.to_string(), "RETH: truncated (10 bytes, need 16)");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
     /// The buffer ends before the named structure does.

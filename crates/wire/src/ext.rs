@@ -34,6 +34,18 @@ pub const WORD_LEN: usize = 4;
 pub const CNP_LEN: usize = 16;
 
 /// RDMA extended transport header.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::ext::{Reth, RETH_LEN};
+/// let reth = Reth { va: 0x7f00_0000_1000, rkey: 0x1234, len: 65536 };
+/// let mut b = [0u8; RETH_LEN];
+/// assert_eq!(reth.write(&mut b)?, RETH_LEN);
+/// assert_eq!(&b[8..12], &[0, 0, 0x12, 0x34]); // big-endian on the wire
+/// assert_eq!(Reth::parse(&b)?, reth);
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Reth {
     /// Remote virtual address.
@@ -155,6 +167,22 @@ impl Syndrome {
 }
 
 /// ACK extended transport header.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::ext::{Aeth, NakCode, Syndrome, AETH_LEN};
+/// // An ACK of message 7 with credits, an RNR NAK, a NAK: one syndrome byte.
+/// let ack = Aeth::new(Syndrome::ACK, 7);
+/// assert_eq!((ack.syndrome, ack.msn), (0x1f, 7));
+/// let nak = Aeth::new(Syndrome::Nak(NakCode::RemoteAccess), 7);
+/// let mut b = [0u8; AETH_LEN];
+/// nak.write(&mut b)?;
+/// assert_eq!(b, [0x62, 0, 0, 7]);
+/// assert_eq!(Aeth::parse(&b)?.kind(), Syndrome::Nak(NakCode::RemoteAccess));
+/// assert_eq!(Syndrome::from_byte(0x2e), Syndrome::RnrNak { timer: 14 });
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Aeth {
     /// Raw syndrome byte; see [`Aeth::kind`].
@@ -217,6 +245,19 @@ pub fn ack_timeout_nanos(t: u8) -> Option<u64> {
 }
 
 /// Atomic extended transport header.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::ext::{AtomicEth, ATOMIC_ETH_LEN};
+/// // A FETCH & ADD of 1 on the 8 bytes at va (compare unused).
+/// let eth = AtomicEth { va: 0x1000, rkey: 0x55, swap_add: 1, compare: 0 };
+/// let mut b = [0u8; ATOMIC_ETH_LEN];
+/// eth.write(&mut b)?;
+/// assert_eq!(AtomicEth::parse(&b)?, eth);
+/// assert!(AtomicEth::parse(&b[..20]).is_err());
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct AtomicEth {
     /// Remote virtual address (8-byte aligned for the operation to succeed).
@@ -253,6 +294,19 @@ impl AtomicEth {
 }
 
 /// Datagram extended transport header.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::ext::{Deth, DETH_LEN};
+/// // The CM's MADs go UD to QP1 with the well-known Q_Key.
+/// let deth = Deth { qkey: 0x8001_0000, resv: 0, src_qpn: 1 };
+/// let mut b = [0u8; DETH_LEN];
+/// deth.write(&mut b)?;
+/// assert_eq!(b, [0x80, 0x01, 0, 0, 0, 0, 0, 1]);
+/// assert_eq!(Deth::parse(&b)?, deth);
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Deth {
     /// Queue key.

@@ -196,6 +196,18 @@ impl OpcodeInfo {
 }
 
 /// A BTH opcode byte.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::opcode::{Opcode, Operation, Transport};
+/// let info = Opcode::RC_READ_REQUEST.info()?;
+/// assert_eq!((info.name, info.transport, info.operation), ("RC RDMA Read Request", Transport::Rc, Operation::ReadRequest));
+/// assert!(info.is_request() && info.is_first() && info.is_last());
+/// assert_eq!(info.ext_len(), 16); // the RETH
+/// assert!(Opcode(0x1f).info().is_err()); // reserved
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Opcode(pub u8);
 

@@ -38,6 +38,23 @@ pub struct ExtHeaders {
 }
 
 /// The transport part of a RoCEv2 packet: BTH, extension headers, payload, ICRC.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::{bth::Bth, ext::Reth, opcode::Opcode, packet::Packet};
+/// // An RDMA WRITE ONLY: BTH, RETH, 5 bytes of payload (padded to 8), ICRC.
+/// let mut pkt = Packet::new(Bth::new(Opcode::RC_WRITE_ONLY, 0x11, 100));
+/// pkt.ext.reth = Some(Reth { va: 0x2000, rkey: 0x77, len: 5 });
+/// pkt.payload = b"hello";
+/// pkt.bth.pad = Packet::pad_for(pkt.payload.len()); // the BTH says how much pad follows
+/// let mut buf = [0u8; 64];
+/// let n = pkt.write(&mut buf)?;
+/// assert_eq!(n, 12 + 16 + 8 + 4);
+/// let back = Packet::parse(&buf[..n])?;
+/// assert_eq!((back.bth.psn, back.ext.reth, back.payload), (100, pkt.ext.reth, &b"hello"[..]));
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Packet<'a> {
     /// Base transport header.

@@ -19,7 +19,6 @@
 
 mod base;
 mod child;
-mod plot;
 mod rdma;
 
 use child::Peer;
@@ -386,8 +385,25 @@ impl Bench<'_> {
         }
         std::fs::write(&csv, text).map_err(|e| format!("{}: {e}", csv.display()))?;
         let svg = self.args.out.join("bench-sweep.svg");
-        std::fs::write(&svg, plot::svg(&rows, &machine()))
-            .map_err(|e| format!("{}: {e}", svg.display()))?;
+        let sub = machine();
+        let plot = crate::plot::Plot {
+            title: "RDMA WRITE bandwidth (ndverbs, 1 QP, MTU 4096) vs one TCP stream (iperf3), loopback",
+            subtitle: &sub,
+            y_label: "Gb/s",
+            series: vec![
+                crate::plot::Series {
+                    name: "ndverbs RDMA WRITE",
+                    color: "#d62728",
+                    points: rows.iter().map(|r| (r.0 as u64, r.1)).collect(),
+                },
+                crate::plot::Series {
+                    name: "TCP, 1 stream (iperf3 -l size, ≤ 1 MiB)",
+                    color: "#1f77b4",
+                    points: rows.iter().map(|r| (r.0 as u64, r.2)).collect(),
+                },
+            ],
+        };
+        std::fs::write(&svg, plot.svg()).map_err(|e| format!("{}: {e}", svg.display()))?;
         println!("wrote {} and {}", csv.display(), svg.display());
         Ok(())
     }

@@ -17,7 +17,7 @@
 //! **`-D`**: the loop runs until the end of the duration; only completions
 //! polled in the SAMPLE window count, over the window's length.
 
-use super::{completion_error, DurationClock, Phase, RunParams};
+use super::{completion_error, DurationClock, Phase, RunParams, Ticker};
 use crate::oob::perftest::{Role, Verb};
 use crate::report::perftest::{self as report, AtomicOp, BwParams, BwReport};
 use ndverbs_verbs::{Cq, RecvWr, SendOp, SendWr, WcStatus, WorkCompletion};
@@ -153,7 +153,11 @@ fn run_sender(r: &RunParams, recv: bool) -> Result<BwReport, String> {
         tposted[0] = 0;
     }
     let mut last_progress = Instant::now();
+    let mut ticker = Ticker::new(r);
     loop {
+        if let Some(t) = &mut ticker {
+            t.tick(totccnt);
+        }
         let phase = dur.map(|d| d.phase());
         let ended = phase == Some(Phase::End);
         if dur.is_some() {
@@ -265,7 +269,11 @@ fn run_receiver(r: &RunParams) -> Result<BwReport, String> {
     let mut first: Option<Instant> = None;
     let mut wcs = Vec::with_capacity(16);
     let mut last_progress = Instant::now();
+    let mut ticker = Ticker::new(r);
     loop {
+        if let Some(t) = &mut ticker {
+            t.tick(rcnt);
+        }
         match (s.duration, dur) {
             (Some(_), Some(d)) if d.phase() == Phase::End => break,
             (None, _) if rcnt >= tot => break,

@@ -17,7 +17,7 @@
 //! window are counted instead.
 
 use super::bw::{poll, post_recv, send_wr};
-use super::{completion_error, DurationClock, Phase, RunParams, RunResult};
+use super::{completion_error, DurationClock, Phase, RunParams, RunResult, Ticker};
 use crate::oob::perftest::{Role, Verb};
 use ndverbs_verbs::{WcStatus, WorkCompletion};
 use std::time::{Duration, Instant};
@@ -38,6 +38,8 @@ struct Clock {
     tposted: Vec<u64>,
     dur: Option<DurationClock>,
     counted: u64,
+    done: u64,
+    ticker: Option<Ticker>,
 }
 
 impl Clock {
@@ -52,6 +54,8 @@ impl Clock {
             }),
             dur: s.duration.map(DurationClock::new),
             counted: 0,
+            done: 0,
+            ticker: Ticker::new(r),
         }
     }
 
@@ -72,6 +76,10 @@ impl Clock {
     fn done_one(&mut self) {
         if self.phase() == Some(Phase::Sample) {
             self.counted += 1;
+        }
+        self.done += 1;
+        if let Some(t) = &mut self.ticker {
+            t.tick(self.done);
         }
     }
 

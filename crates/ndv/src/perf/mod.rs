@@ -37,6 +37,23 @@
 //! 4096)` bytes, QP `i` sending from block `i` and offering block `QPs + i`
 //! to the peer (the `VAddr` of its key message). Unlike perftest, messages do
 //! not cycle through the block: every message uses the block's start.
+//!
+//! # Beyond perftest
+//!
+//! Two options perftest lacks; neither changes what goes to stdout, so
+//! scripts that parse perftest's report keep working:
+//!
+//! * `--plot FILE.svg` writes the result rows this side printed as an SVG
+//!   line plot against message size ([`crate::plot`]): average bandwidth in
+//!   the report's units for BW tests (the sum with `-b`), `t_typical` for
+//!   latency tests (`t_avg` with `-D`). With `-a` that is one point per
+//!   size; without it, the one size measured. A side that prints no result
+//!   (the passive server of `read_lat`/`atomic_lat`) writes no file and says
+//!   so on stderr.
+//! * During a `-D` run the measuring side prints one progress line a second
+//!   to stderr ([`Ticker`]) when stderr is a terminal or `--progress` is
+//!   given: elapsed time, messages (or iterations) so far, and the rate of
+//!   the last second.
 
 mod bw;
 pub mod conn;
@@ -53,9 +70,10 @@ use conn::{Ctrl, Pump, QpPath};
 use ndverbs_verbs::{
     Access, Cq, Device, Endpoint, Mr, PathMtu, Pd, Progress, Qp, QpCaps, QpInitAttr, RemoteAddr,
 };
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 use std::net::IpAddr;
-use std::time::Duration;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 /// `cycle_buffer`: the page size perftest sizes its blocks with.
 const CYCLE_BUFFER: u64 = 4096;
@@ -153,8 +171,19 @@ pub struct Args {
     ip: Option<IpAddr>,
     /// Engine progress for BW tests: manual (the polling thread drives the
     /// engine) or thread.
-    #[arg(long, default_value = "manual", hide = true)]
-    progress: String,
+    #[arg(long = "engine-progress", default_value = "manual", hide = true)]
+    engine_progress: String,
+    /// Not in perftest: write an SVG plot of the results against message
+    /// size to FILE (average BW, or t_typical for latency tests; t_avg with
+    /// -D). Meant for -a (one point per size); without -a it has the one
+    /// size measured. stdout is unchanged.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// Not in perftest: with -D, print a progress line to stderr once a
+    /// second (elapsed, messages, current rate). On by default when stderr
+    /// is a terminal; stdout is unchanged.
+    #[arg(long = "progress")]
+    live_progress: bool,
 }
 
 /// Everything decided from the options before any I/O.
@@ -331,7 +360,7 @@ pub fn run(a: &Args) -> Result<(), String> {
         let _ = out.flush();
     }
     let timeout = Duration::from_secs(60 + u64::from(a.duration.unwrap_or(0)));
-    let progress = if plan.test.kind == Kind::Bw && a.progress == "thread" {
+    let progress = if plan.test.kind == Kind::Bw && a.engine_progress == "thread" {
         Progress::Thread
     } else {
         Progress::Manual
@@ -368,14 +397,77 @@ pub fn run(a: &Args) -> Result<(), String> {
         peer_ip,
         timeout,
         out,
+        points: Vec::new(),
     };
     let r = session.execute();
     session.finish();
+    let points = std::mem::take(&mut session.points);
     drop(session);
     // Let the engine answer the peer's last packets before the QPs go.
     std::thread::sleep(Duration::from_millis(50));
     drop(pump);
-    r
+    r?;
+    match &a.plot {
+        Some(path) => write_plot(path, a, &plan, &points),
+        None => Ok(()),
+    }
+}
+
+/// `--plot`: the result rows this side printed, as an SVG file.
+fn write_plot(
+    path: &std::path::Path,
+    a: &Args,
+    plan: &Plan,
+    points: &[(u64, f64)],
+) -> Result<(), String> {
+    if points.is_empty() {
+        eprintln!(
+            "--plot: this side printed no results (only the client measures {}): {} not written",
+            plan.test.program(),
+            path.display()
+        );
+        return Ok(());
+    }
+    let (what, y_label) = match (plan.test.kind, plan.units, plan.flow.duration) {
+        (Kind::Bw, BwUnits::Gbps, _) => ("average bandwidth", "BW average [Gb/sec]"),
+        (Kind::Bw, BwUnits::MiBps, _) => ("average bandwidth", "BW average [MB/sec]"),
+        (Kind::Lat, _, false) => ("typical latency", "t_typical [usec]"),
+        (Kind::Lat, _, true) => ("average latency", "t_avg [usec]"),
+    };
+    let title = format!("ndv perf {}: {what} vs message size", plan.test.program());
+    let run = match plan.settings.duration {
+        Some(d) => format!("{d} s per size"),
+        None => format!("{} iterations", plan.settings.iters),
+    };
+    let subtitle = format!(
+        "RC, {} QP{}, MTU {}, TX depth {}, {run}{}, device {} ({})",
+        plan.qps,
+        if plan.qps == 1 { "" } else { "s" },
+        plan.mtu.bytes(),
+        plan.settings.tx_depth,
+        if plan.flow.duplex {
+            ", bidirectional"
+        } else {
+            ""
+        },
+        a.ib_dev,
+        if plan.role == Role::Server {
+            "server"
+        } else {
+            "client"
+        },
+    );
+    let plot = crate::plot::Plot {
+        title: &title,
+        subtitle: &subtitle,
+        y_label,
+        series: vec![crate::plot::Series {
+            name: plan.test.program(),
+            color: "#d62728",
+            points: points.to_vec(),
+        }],
+    };
+    std::fs::write(path, plot.svg()).map_err(|e| format!("--plot {}: {e}", path.display()))
 }
 
 /// Opens the device and the `-R` control channel.
@@ -514,9 +606,20 @@ struct Session<'a> {
     peer_ip: Option<IpAddr>,
     timeout: Duration,
     out: io::Stdout,
+    /// `--plot`: (size, value) of each result row printed, one per size.
+    points: Vec<(u64, f64)>,
 }
 
 impl Session<'_> {
+    /// Keeps the value of a printed row for `--plot`; a later row of the same
+    /// size (the sum of `-b`) replaces the earlier.
+    fn point(&mut self, size: u64, v: f64) {
+        match self.points.last_mut() {
+            Some(last) if last.0 == size => last.1 = v,
+            _ => self.points.push((size, v)),
+        }
+    }
+
     fn my_keys(&self, psns: &[u32]) -> Vec<PerftestDest> {
         let gid = self.dev.gid().octets();
         let block = self.plan.block();
@@ -645,14 +748,22 @@ impl Session<'_> {
                     result = Some(r);
                 }
                 Step::PrintReport => match result.take() {
-                    Some(RunResult::Bw(r)) => self.w(|o| report::write_bw_row(o, &r, p.units))?,
+                    Some(RunResult::Bw(r)) => {
+                        self.w(|o| report::write_bw_row(o, &r, p.units))?;
+                        self.point(r.size, r.bw_avg);
+                    }
                     Some(RunResult::Lat { deltas }) => {
                         let iters = p.settings.iters;
                         let (u, h) = (self.args.unsorted, self.args.histogram);
                         let f = report::rtt_factor(p.test.verb);
+                        let mut stats = None;
                         self.w(|o| {
-                            report::write_lat_report(o, size, iters, &deltas, f, u, h).map(|_| ())
+                            stats = report::write_lat_report(o, size, iters, &deltas, f, u, h)?;
+                            Ok(())
                         })?;
+                        if let Some(st) = stats {
+                            self.point(size, st.t_typical);
+                        }
                     }
                     Some(RunResult::LatDuration { iters, elapsed_ns }) => {
                         let (t, tps) = report::lat_duration(
@@ -661,6 +772,7 @@ impl Session<'_> {
                             report::rtt_factor(p.test.verb),
                         );
                         self.w(|o| report::write_lat_duration_row(o, size, iters, t, tps))?;
+                        self.point(size, t);
                     }
                     None => {}
                 },
@@ -675,10 +787,12 @@ impl Session<'_> {
                 Step::PrintRemoteReport => {
                     let r = remote_report;
                     self.w(|o| report::write_bw_row(o, &r, p.units))?;
+                    self.point(r.size, r.bw_avg);
                 }
                 Step::PrintSumReport => {
                     let r = my_report.sum(&remote_report);
                     self.w(|o| report::write_bw_row(o, &r, p.units))?;
+                    self.point(r.size, r.bw_avg);
                 }
                 Step::PrintResultLine => self.w(|o| writeln!(o, "{RESULT_LINE}"))?,
                 Step::Close => self.ctrl.close(role, &my[0]).map_err(|e| {
@@ -776,6 +890,8 @@ impl Session<'_> {
             remotes,
             inline: self.args.inline_size,
             events: self.args.events,
+            progress: p.settings.duration.is_some()
+                && (self.args.live_progress || io::stderr().is_terminal()),
         };
         match p.test.kind {
             Kind::Bw => bw::run(&run).map(RunResult::Bw),
@@ -805,6 +921,8 @@ pub(crate) struct RunParams<'a> {
     pub remotes: Vec<RemoteAddr>,
     pub inline: u32,
     pub events: bool,
+    /// Print [`Ticker`] lines (a `-D` run with `--progress` or a terminal).
+    pub progress: bool,
 }
 
 impl RunParams<'_> {
@@ -864,6 +982,83 @@ impl DurationClock {
     }
 }
 
+/// `--progress`: one line a second on stderr during a `-D` run, e.g.
+///
+/// ```text
+/// [ndv perf] 2 s: 61234 messages, 239.2 MiB, 0.98 Gb/s
+/// [ndv perf] 2 s: 31012 iterations, 15506 tps, 32.25 usec
+/// ```
+///
+/// for BW (rate of the last second, in the report's units) and latency
+/// tests (iterations per second and the mean latency of the last second).
+/// Messages count from the start of the run, warm-up included.
+pub(crate) struct Ticker {
+    t0: Instant,
+    next: Instant,
+    last: (Instant, u64),
+    size: u64,
+    bw: Option<BwUnits>,
+    rtt_factor: u32,
+}
+
+impl Ticker {
+    /// A ticker for this run, if it shows progress.
+    pub fn new(r: &RunParams) -> Option<Ticker> {
+        if !r.progress {
+            return None;
+        }
+        let now = Instant::now();
+        Some(Ticker {
+            t0: now,
+            next: now + Duration::from_secs(1),
+            last: (now, 0),
+            size: r.size,
+            bw: (r.plan.test.kind == Kind::Bw).then_some(r.plan.units),
+            rtt_factor: report::rtt_factor(r.plan.test.verb),
+        })
+    }
+
+    /// `done` messages (iterations) so far: prints a line once a second.
+    pub fn tick(&mut self, done: u64) {
+        let now = Instant::now();
+        if now < self.next {
+            return;
+        }
+        self.next += Duration::from_secs(1);
+        let secs = now.duration_since(self.last.0).as_secs_f64();
+        let n = done.saturating_sub(self.last.1);
+        self.last = (now, done);
+        eprintln!(
+            "{}",
+            self.line(now.duration_since(self.t0).as_secs(), done, n, secs)
+        );
+    }
+
+    fn line(&self, elapsed_s: u64, done: u64, n: u64, secs: f64) -> String {
+        let secs = secs.max(1e-9);
+        match self.bw {
+            Some(units) => {
+                let total = (done * self.size) as f64 / f64::from(1 << 20);
+                let rate = (n * self.size) as f64 / secs;
+                let rate = match units {
+                    BwUnits::Gbps => format!("{:.2} Gb/s", rate * 8.0 / 1e9),
+                    BwUnits::MiBps => format!("{:.2} MB/sec", rate / f64::from(1 << 20)),
+                };
+                format!("[ndv perf] {elapsed_s} s: {done} messages, {total:.1} MiB, {rate}")
+            }
+            None => {
+                let tps = n as f64 / secs;
+                let lat = if n == 0 {
+                    0.0
+                } else {
+                    secs * 1e6 / n as f64 / f64::from(self.rtt_factor)
+                };
+                format!("[ndv perf] {elapsed_s} s: {done} iterations, {tps:.0} tps, {lat:.2} usec")
+            }
+        }
+    }
+}
+
 /// The completion-error report of perftest (`NOTIFY_COMP_ERROR_SEND`/`_RECV`),
 /// on stderr, and the error to exit with.
 pub(crate) fn completion_error(
@@ -886,6 +1081,34 @@ pub(crate) fn completion_error(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ticker_lines() {
+        let t0 = Instant::now();
+        let mut t = Ticker {
+            t0,
+            next: t0,
+            last: (t0, 0),
+            size: 1 << 20,
+            bw: Some(BwUnits::Gbps),
+            rtt_factor: 1,
+        };
+        assert_eq!(
+            t.line(3, 1000, 125, 1.0),
+            "[ndv perf] 3 s: 1000 messages, 1000.0 MiB, 1.05 Gb/s"
+        );
+        t.bw = Some(BwUnits::MiBps);
+        assert!(t.line(3, 1000, 125, 1.0).ends_with(", 125.00 MB/sec"));
+        t.bw = None;
+        t.rtt_factor = 2;
+        assert_eq!(
+            t.line(2, 30000, 20000, 1.0),
+            "[ndv perf] 2 s: 30000 iterations, 20000 tps, 25.00 usec"
+        );
+        // Due at once (next = t0): one tick moves the deadline a second on.
+        t.tick(1);
+        assert!(t.next > t0);
+    }
 
     #[test]
     fn test_names() {

@@ -27,6 +27,16 @@ use std::fmt;
 use std::ops::{BitOr, BitOrAssign};
 
 /// Access rights of a memory region, memory window or QP (ibverbs values).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::mem::Access;
+/// let rights = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+/// assert!(rights.contains(Access::REMOTE_WRITE) && !rights.contains(Access::REMOTE_READ));
+/// assert_eq!(Access::from_bits(rights.bits()), Some(rights));
+/// assert_eq!(Access::from_bits(0x100), None); // unknown bits are refused
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Access(u32);
 

@@ -322,6 +322,17 @@ impl Core {
         })
     }
 
+    /// A connection starts from a QP in INIT (rdma_cm and ND move it on from
+    /// there): any other state would fail only after the CM exchange began,
+    /// leaving the peer waiting for a REP that never comes.
+    fn qp_ready(&self, qpn: u32) -> Result<(), EpError> {
+        match self.qps.get(&qpn) {
+            None => Err(EpError::NoQp(qpn)),
+            Some(e) if e.qp.state() == QpState::Init => Ok(()),
+            Some(_) => Err(EpError::InvalidState("the QP is not in INIT")),
+        }
+    }
+
     /// Applies what the CM negotiated to QP `qpn`: INIT → RTR → RTS.
     fn qp_to_rts(&mut self, qpn: u32, s: &QpSetup, now: Instant) -> Result<(), EpError> {
         let Some(e) = self.qps.get_mut(&qpn) else {
@@ -443,6 +454,10 @@ impl Core {
                 phase: Phase::Start,
                 span,
             } => {
+                if let Err(e) = self.qp_ready(qpn) {
+                    finish(&mut self.later, &span, done, Err(e));
+                    return None;
+                }
                 let _phase = tracing::debug_span!("cm_phase").entered();
                 let psn = self.keys.psn();
                 let service_id = cma::service_id(cma::RDMA_PS_TCP, args.remote_port);
@@ -523,6 +538,10 @@ impl Core {
                     );
                     return None;
                 };
+                if let Err(e) = self.qp_ready(qpn) {
+                    finish(&mut self.later, &span, done, Err(e));
+                    return None;
+                }
                 let psn = self.keys.psn();
                 let mut a = AcceptParams::new(qpn, psn);
                 a.responder_resources = args.responder_resources;

@@ -323,6 +323,53 @@ fn reject_no_listener_and_timeout() {
 }
 
 #[test]
+fn connect_and_accept_need_a_qp_in_init() {
+    let (a, b) = (side("127.77.66.1"), side("127.77.66.2"));
+    let l = b.ad.create_ep().unwrap();
+    b.ad.ep_listen(l, 7108, 4).unwrap();
+    let eb = b.ad.create_ep().unwrap();
+    let req = b.ad.ep_get_request(l, eb).unwrap();
+    // A QP back in RESET: Connect fails at once, before any REQ goes out.
+    let reset = QpAttr {
+        qp_state: QpState::Reset,
+        ..QpAttr::default()
+    };
+    a.ad.modify_qp(a.qp.qpn(), &reset, AttrMask::STATE).unwrap();
+    let ea = a.ad.create_ep().unwrap();
+    let r =
+        a.ad.ep_connect(ea, a.qp.qpn(), cargs("127.77.66.2", 7108, b""))
+            .unwrap()
+            .wait_timeout(Duration::from_secs(2))
+            .expect("Connect must not wait for the peer");
+    assert!(matches!(r, Err(EpError::InvalidState(_))), "{r:?}");
+    assert!(req.try_take().is_none(), "no REQ reached the listener");
+    // From INIT it connects; the passive side's QP in RESET fails Accept at once.
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        qp_access_flags: Access::ALL,
+        ..QpAttr::default()
+    };
+    let mask = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS;
+    a.ad.modify_qp(a.qp.qpn(), &init, mask).unwrap();
+    let ea = a.ad.create_ep().unwrap();
+    let conn =
+        a.ad.ep_connect(ea, a.qp.qpn(), cargs("127.77.66.2", 7108, b""))
+            .unwrap();
+    req.wait_timeout(T).unwrap().unwrap();
+    b.ad.modify_qp(b.qp.qpn(), &reset, AttrMask::STATE).unwrap();
+    let r =
+        b.ad.ep_accept(eb, b.qp.qpn(), aargs(b""))
+            .unwrap()
+            .wait_timeout(Duration::from_secs(2))
+            .expect("Accept must not wait");
+    assert!(matches!(r, Err(EpError::InvalidState(_))), "{r:?}");
+    // The application may still reject the request it could not accept.
+    b.ad.ep_reject(eb, b"").unwrap();
+    let r = conn.wait_timeout(T).expect("connect ends");
+    assert!(matches!(r, Err(EpError::Rejected { .. })), "{r:?}");
+}
+
+#[test]
 fn device_removal_completes_everything_pending() {
     let (a, b) = (side("127.77.65.1"), side("127.77.65.2"));
     let (_ea, eb, l) = connect(&a, &b, 7107, "127.77.65.2");

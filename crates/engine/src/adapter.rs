@@ -1628,7 +1628,13 @@ impl Core {
             }
             return;
         }
-        let hold_acks = shared.mode == Progress::Manual;
+        // Manual progress holds a plain ACK back for one step when the QP has
+        // a completion to deliver: the application may answer it at once, and
+        // the ACK then leaves with the answer. Without a completion (the
+        // target of an RDMA WRITE stream) nobody will answer: the ACK goes
+        // now, or the sender's window would wait a step for it.
+        let hold_acks = shared.mode == Progress::Manual
+            && self.qps.get(&qpn).is_some_and(|e| e.qp.has_completion());
         // Zero-copy sends gather payloads from registered memory; a capture
         // wants every packet whole in the buffer.
         let mut lent = LentPayload::default();
@@ -2083,7 +2089,7 @@ const TX_BATCH_BYTES: usize = 4 * (MAX_GSO_BYTES + MAX_TRANSPORT);
 
 /// Most datagrams one manual-progress step receives (it stops earlier at a
 /// datagram that leaves something to deliver).
-const MANUAL_RX_BATCH: usize = 16;
+const MANUAL_RX_BATCH: usize = 8;
 
 impl Shared {
     /// Within the busy-poll window after the last datagram.

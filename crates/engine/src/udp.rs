@@ -198,14 +198,6 @@ impl RoceSocket {
         self.sock.as_raw_fd()
     }
 
-    /// The IP and UDP headers the kernel will write around `transport_len`
-    /// bytes sent from this socket to `dst`.
-    fn envelope(&self, dst: IpAddr, dst_port: u16, transport_len: usize) -> Envelope {
-        let mut env = Envelope::new_rocev2(self.local, dst, self.port, transport_len);
-        env.udp.dst_port = dst_port;
-        env
-    }
-
     /// Fills in the ICRC (last 4 bytes of `transport`) and sends the datagram to
     /// `dst:4791` (or `dst_port` in tests). Returns `WouldBlock` when the socket
     /// buffer is full.
@@ -228,11 +220,8 @@ impl RoceSocket {
                 "RoCEv2 packet shorter than BTH + ICRC",
             ));
         }
-        let env = self.envelope(dst, dst_port, transport.len());
-        let mut hdr = [0u8; 48];
-        let n = env.write(&mut hdr).map_err(invalid)?;
         let body = transport.len() - ICRC_LEN;
-        let c = icrc::compute_split(&hdr[..n], &transport[..body]).map_err(invalid)?;
+        let c = self.icrc(dst, dst_port, 0, &[&transport[..body]])?;
         transport[body..].copy_from_slice(&c.to_le_bytes());
         if let Some(bit) = flip {
             transport[(bit / 8) % transport.len()] ^= 1 << (bit % 8);
@@ -294,12 +283,8 @@ impl RoceSocket {
     /// transport bytes (BTH onwards, without the ICRC) are `parts` in order.
     pub fn icrc(&self, dst: IpAddr, dst_port: u16, id: u16, parts: &[&[u8]]) -> io::Result<u32> {
         let body: usize = parts.iter().map(|p| p.len()).sum();
-        let mut env = self.envelope(dst, dst_port, body + ICRC_LEN);
-        if let IpHeader::V4(h) = &mut env.ip {
-            h.id = id;
-        }
-        let mut hdr = [0u8; 48];
-        let n = env.write(&mut hdr).map_err(invalid)?;
+        let (hdr, n) =
+            icrc::pseudo_headers(self.local, dst, self.port, dst_port, id, body + ICRC_LEN);
         icrc::compute_parts(&hdr[..n], parts).map_err(invalid)
     }
 
@@ -371,14 +356,8 @@ impl RoceSocket {
         dst_port: u16,
         id: u16,
     ) -> io::Result<()> {
-        let mut env = self.envelope(dst, dst_port, transport.len());
-        if let IpHeader::V4(h) = &mut env.ip {
-            h.id = id;
-        }
-        let mut hdr = [0u8; 48];
-        let n = env.write(&mut hdr).map_err(invalid)?;
         let body = transport.len() - ICRC_LEN;
-        let c = icrc::compute_split(&hdr[..n], &transport[..body]).map_err(invalid)?;
+        let c = self.icrc(dst, dst_port, id, &[&transport[..body]])?;
         transport[body..].copy_from_slice(&c.to_le_bytes());
         Ok(())
     }
@@ -444,10 +423,7 @@ fn verify_cached(
         None if !local.is_unspecified() => local,
         None => return Err(Drop::NoDestination),
     };
-    let mut env = Envelope::new_rocev2(src.ip(), dst, src.port(), transport.len());
-    env.udp.dst_port = local_port;
-    let mut hdr = [0u8; 48];
-    let n = env.write(&mut hdr).map_err(|_| Drop::Runt)?;
+    let (hdr, n) = icrc::pseudo_headers(src.ip(), dst, src.port(), local_port, 0, transport.len());
     let body = transport.len() - ICRC_LEN;
     let carried = u32::from_le_bytes(transport[body..].try_into().map_err(|_| Drop::Runt)?);
     let delta =

@@ -111,6 +111,65 @@ pub fn compute_parts(ip_udp: &[u8], parts: &[&[u8]]) -> Result<u32, WireError> {
     Ok(h.finalize())
 }
 
+/// The IP and UDP headers of a RoCEv2 datagram as the ICRC sees them (masked
+/// fields already all ones), written straight from the addresses: what a
+/// sender or a receiver of `transport_len` bytes needs for [`compute_parts`],
+/// without building (and checksumming) real headers. IPv4 when both addresses
+/// are IPv4 (DF set, ID `ipv4_id`), IPv6 otherwise (IPv4 addresses mapped).
+/// Returns the buffer and how many of its bytes are headers.
+pub fn pseudo_headers(
+    src: std::net::IpAddr,
+    dst: std::net::IpAddr,
+    src_port: u16,
+    dst_port: u16,
+    ipv4_id: u16,
+    transport_len: usize,
+) -> ([u8; IPV6_HEADER_LEN + UDP_HEADER_LEN], usize) {
+    use std::net::IpAddr;
+    let mut b = [0u8; IPV6_HEADER_LEN + UDP_HEADER_LEN];
+    let udp_len = (UDP_HEADER_LEN + transport_len) as u16;
+    let ip_len = match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            b[0] = 0x45;
+            b[1] = 0xff; // TOS
+            let total = udp_len.wrapping_add(IPV4_HEADER_LEN as u16);
+            b[2..4].copy_from_slice(&total.to_be_bytes());
+            b[4..6].copy_from_slice(&ipv4_id.to_be_bytes());
+            b[6..8].copy_from_slice(&crate::ip::IPV4_DONT_FRAGMENT.to_be_bytes());
+            b[8] = 0xff; // TTL
+            b[9] = crate::ip::PROTO_UDP;
+            b[10] = 0xff; // header checksum
+            b[11] = 0xff;
+            b[12..16].copy_from_slice(&s.octets());
+            b[16..20].copy_from_slice(&d.octets());
+            IPV4_HEADER_LEN
+        }
+        (s, d) => {
+            let v6 = |a: IpAddr| match a {
+                IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+                IpAddr::V6(v6) => v6,
+            };
+            // Version 6; traffic class and flow label masked.
+            b[0] = 0x6f;
+            b[1] = 0xff;
+            b[2] = 0xff;
+            b[3] = 0xff;
+            b[4..6].copy_from_slice(&udp_len.to_be_bytes());
+            b[6] = crate::ip::PROTO_UDP;
+            b[7] = 0xff; // hop limit
+            b[8..24].copy_from_slice(&v6(s).octets());
+            b[24..40].copy_from_slice(&v6(d).octets());
+            IPV6_HEADER_LEN
+        }
+    };
+    b[ip_len..ip_len + 2].copy_from_slice(&src_port.to_be_bytes());
+    b[ip_len + 2..ip_len + 4].copy_from_slice(&dst_port.to_be_bytes());
+    b[ip_len + 4..ip_len + 6].copy_from_slice(&udp_len.to_be_bytes());
+    b[ip_len + 6] = 0xff; // UDP checksum
+    b[ip_len + 7] = 0xff;
+    (b, ip_len + UDP_HEADER_LEN)
+}
+
 fn ip_udp_len(packet: &[u8]) -> Result<usize, WireError> {
     need("ICRC input", packet, 1)?;
     let n = match packet[0] >> 4 {
@@ -259,6 +318,44 @@ fn xpow8n(n: u64) -> u32 {
         n >>= 1;
     }
     result
+}
+
+#[cfg(test)]
+mod pseudo_header_tests {
+    use super::*;
+    use crate::ip::{Envelope, IpHeader};
+    use std::net::IpAddr;
+
+    #[test]
+    fn pseudo_headers_give_the_icrc_of_real_headers() {
+        let addrs: [(IpAddr, IpAddr); 3] = [
+            ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap()),
+            ("fe80::1".parse().unwrap(), "fe80::2".parse().unwrap()),
+            ("10.0.0.1".parse().unwrap(), "fe80::2".parse().unwrap()),
+        ];
+        let mut transport = [0u8; 64];
+        for (i, b) in transport.iter_mut().enumerate() {
+            *b = (i * 37 + 5) as u8;
+        }
+        for (src, dst) in addrs {
+            for (len, id) in [(16usize, 0u16), (40, 7), (64, 0xbeef)] {
+                let body = &transport[..len - ICRC_LEN];
+                let mut env = Envelope::new_rocev2(src, dst, 4791, len);
+                env.udp.dst_port = 4790;
+                if let IpHeader::V4(h) = &mut env.ip {
+                    h.id = id;
+                }
+                let mut hdr = [0u8; 48];
+                let n = env.write(&mut hdr).unwrap();
+                let want = compute_split(&hdr[..n], body).unwrap();
+                let (p, m) = pseudo_headers(src, dst, 4791, 4790, id, len);
+                assert_eq!(m, n);
+                // Split anywhere after the BTH: the same CRC.
+                let got = compute_parts(&p[..m], &[&body[..12], &body[12..]]).unwrap();
+                assert_eq!(got, want, "{src} -> {dst}, len {len}, id {id}");
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1432,8 +1432,12 @@ impl Core {
 
     /// One turn of the engine loop.
     fn step(&mut self, shared: &Shared, now: Instant) {
+        // Whether anything happened that `finish_step` must follow up (an
+        // idle step — most of a busy-polling loop — skips it).
+        let mut busy = false;
         // 1. Posted work.
         while let Some(w) = shared.work.pop() {
+            busy = true;
             match w {
                 Work::Qp(qpn) => {
                     if let Some(e) = self.qps.get_mut(&qpn) {
@@ -1476,6 +1480,7 @@ impl Core {
             match self.sock.recv_datagram(&mut self.rx) {
                 Ok(None) => break,
                 Ok(Some(d)) => {
+                    busy = true;
                     self.last_rx = Some(now);
                     let mut off = 0;
                     while off < d.len {
@@ -1515,6 +1520,7 @@ impl Core {
             }
         }
         if self.cm.poll_timeout().is_some_and(|t| t <= now) {
+            busy = true;
             let retries = self.cm.counters().tx_retries;
             self.cm.handle_timeout(now);
             let n = self.cm.counters().tx_retries - retries;
@@ -1522,7 +1528,14 @@ impl Core {
                 tracing::debug!(mads = n, "CM timeout: retransmitting");
             }
         }
-        self.finish_step(shared, now);
+        if busy
+            || !self.touched.is_empty()
+            || !self.acks.is_empty()
+            || !self.acks_due.is_empty()
+            || !self.later.is_empty()
+        {
+            self.finish_step(shared, now);
+        }
     }
 
     /// Verifies and dispatches the packet at `self.rx[off..end]` of datagram `d`.

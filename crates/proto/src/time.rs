@@ -11,6 +11,18 @@ use std::ops::{Add, AddAssign};
 pub use std::time::Duration;
 
 /// A point in time: nanoseconds since an origin the caller chooses.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::time::{Duration, Instant};
+/// // The caller owns the clock: the engine passes monotonic time, tests pass virtual time.
+/// let start = Instant::from_nanos(1_000);
+/// let deadline = start + Duration::from_micros(5);
+/// assert_eq!(deadline.as_nanos(), 6_000);
+/// assert_eq!(deadline.saturating_duration_since(start), Duration::from_micros(5));
+/// assert_eq!(start.checked_duration_since(deadline), None);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Instant(pub u64);
 

@@ -118,6 +118,21 @@ impl fmt::Debug for Access {
 }
 
 /// A scatter/gather element: `len` bytes at `addr` inside the region of `lkey`.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::mem::{gather, sgl_len, testing::VecMemory, Access, Sge};
+/// let mut mem = VecMemory::new();
+/// let mr = mem.register_bytes(1, 0x1000, b"hello, world".to_vec(), Access::NONE);
+/// // A message made of two pieces of the same region: "hello" and "world".
+/// let sgl = [Sge::new(0x1000, 5, mr.lkey), Sge::new(0x1007, 5, mr.lkey)];
+/// assert_eq!(sgl_len(&sgl), 10);
+/// let mut msg = [0; 10];
+/// gather(&mut mem, 1, &sgl, 0, &mut msg)?;
+/// assert_eq!(&msg, b"helloworld");
+/// # Ok::<(), ndverbs_proto::mem::AccessError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Sge {
     /// Virtual address of the first byte.
@@ -136,6 +151,20 @@ impl Sge {
 }
 
 /// A remote atomic operation on 8 bytes (values in host byte order in memory).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::mem::{testing::VecMemory, Access, AtomicOp, Memory};
+/// let mut mem = VecMemory::new();
+/// let mr = mem.register(1, 0x1000, 8, Access::REMOTE_ATOMIC);
+/// // Each returns the value before the operation.
+/// assert_eq!(mem.atomic_remote(1, mr.rkey, 0x1000, AtomicOp::FetchAdd { add: 5 })?, 0);
+/// let cas = AtomicOp::CompareSwap { compare: 5, swap: 100 };
+/// assert_eq!(mem.atomic_remote(1, mr.rkey, 0x1000, cas)?, 5);
+/// assert_eq!(mem.bytes(mr.lkey), 100u64.to_ne_bytes());
+/// # Ok::<(), ndverbs_proto::mem::AccessError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AtomicOp {
     /// If the value equals `compare`, replace it with `swap`.
@@ -153,6 +182,20 @@ pub enum AtomicOp {
 }
 
 /// Why a memory access was refused.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::mem::{testing::VecMemory, Access, AccessError, Memory};
+/// let mut mem = VecMemory::new();
+/// let mr = mem.register(1, 0x1000, 16, Access::REMOTE_READ);
+/// // An RDMA WRITE into a read-only region: refused before a byte moves.
+/// let err = mem.write_remote(1, mr.rkey, 0x1000, b"x").unwrap_err();
+/// assert!(matches!(err, AccessError::NoPermission { needed: Access::REMOTE_WRITE, .. }), "{err}");
+/// // Past the end of the region.
+/// let err = mem.read_remote(1, mr.rkey, 0x1008, &mut [0; 16]).unwrap_err();
+/// assert!(matches!(err, AccessError::OutOfBounds { .. }), "{err}");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum AccessError {
     /// No valid region has this L_Key.
@@ -213,6 +256,24 @@ pub enum AccessError {
 /// check fails. `offset` in the local methods is a byte offset inside the SGE
 /// (`sge.addr + offset` is the first byte touched); the caller keeps
 /// `offset + len <= sge.len`.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::mem::{testing::VecMemory, Access, Memory, Sge};
+/// // The protocol core only ever sees `&mut dyn Memory`.
+/// fn land_write(mem: &mut dyn Memory, rkey: u32, va: u64, data: &[u8]) -> bool {
+///     mem.write_remote(1, rkey, va, data).is_ok()
+/// }
+/// let mut mem = VecMemory::new();
+/// let mr = mem.register(1, 0x4000, 8, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+/// assert!(land_write(&mut mem, mr.rkey, 0x4002, b"abc"));
+/// let mut out = [0; 3];
+/// mem.read_local(1, &Sge::new(0x4002, 3, mr.lkey), 0, &mut out)?;
+/// assert_eq!(&out, b"abc");
+/// assert!(!land_write(&mut mem, mr.rkey ^ 1, 0x4002, b"abc")); // wrong key
+/// # Ok::<(), ndverbs_proto::mem::AccessError>(())
+/// ```
 pub trait Memory {
     /// Reads `out.len()` bytes of a local buffer (no right needed beyond a valid L_Key).
     fn read_local(

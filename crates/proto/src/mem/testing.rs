@@ -8,6 +8,17 @@
 use super::{Access, AccessError, AtomicOp, Memory, Sge};
 
 /// Keys and placement of a registered region.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::mem::{testing::VecMemory, Access, Sge};
+/// let mut mem = VecMemory::new();
+/// let keys = mem.register(1, 0x1000, 256, Access::LOCAL_WRITE);
+/// assert_eq!((keys.addr, keys.len), (0x1000, 256));
+/// assert_eq!(keys.lkey, keys.rkey); // as in rxe
+/// assert_eq!(keys.sge(16, 32), Sge::new(0x1010, 32, keys.lkey));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MrKeys {
     /// Local key.
@@ -51,6 +62,20 @@ impl Region {
 }
 
 /// Registered regions in plain vectors. See the [module docs](self).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::mem::{scatter, testing::VecMemory, Access, Memory};
+/// let mut mem = VecMemory::new();
+/// let mr = mem.register(1, 0x1000, 8, Access::LOCAL_WRITE | Access::REMOTE_READ);
+/// scatter(&mut mem, 1, &[mr.sge(0, 8)], 2, b"hey")?;
+/// assert_eq!(mem.bytes(mr.lkey), b"\0\0hey\0\0\0");
+/// // Invalidate the key: remote reads through it now fail.
+/// mem.set_valid(mr.rkey, false);
+/// assert!(mem.read_remote(1, mr.rkey, 0x1000, &mut [0; 8]).is_err());
+/// # Ok::<(), ndverbs_proto::mem::AccessError>(())
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct VecMemory {
     regions: Vec<Region>,

@@ -22,6 +22,22 @@ use crate::mem::Access;
 use std::fmt;
 
 /// QP states (IBTA).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::rc::{AttrMask, QpAttr, QpCaps, QpState, RcQp};
+/// let mut qp = RcQp::new(1, 0, QpCaps::default());
+/// assert_eq!(qp.state(), QpState::Reset);
+/// // Any state may go to ERR (except RESET) or back to RESET.
+/// let to_err = QpAttr { qp_state: QpState::Err, ..QpAttr::default() };
+/// assert!(qp.modify(&to_err, AttrMask::STATE).is_err()); // RESET -> ERR is illegal
+/// let init = QpAttr { qp_state: QpState::Init, ..QpAttr::default() };
+/// qp.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+/// qp.modify(&to_err, AttrMask::STATE)?;
+/// assert_eq!(qp.state(), QpState::Err);
+/// # Ok::<(), ndverbs_proto::rc::ModifyError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum QpState {
     /// Just created or reset: nothing happens.
@@ -42,6 +58,17 @@ pub enum QpState {
 }
 
 /// Path MTU (IBTA enum values 1..5).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::rc::PathMtu;
+/// assert_eq!(PathMtu::Mtu1024.bytes(), 1024);
+/// assert_eq!(PathMtu::from_enum(5), Some(PathMtu::Mtu4096)); // IBTA encoding 1..=5
+/// assert_eq!(PathMtu::from_enum(6), None);
+/// // rxe on a 1500-byte Ethernet link: netdev MTU minus 80 bytes of headers.
+/// assert_eq!(PathMtu::at_most(1500 - 80), Some(PathMtu::Mtu1024));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum PathMtu {
     /// 256 bytes.
@@ -91,6 +118,18 @@ impl PathMtu {
 
 /// Where the peer is (the primary path). The protocol core does not use it;
 /// the engine does, to address packets.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::rc::{AddressVector, QpAttr};
+/// use std::net::Ipv4Addr;
+/// // RoCEv2 over IPv4: the destination GID is the IPv4-mapped IPv6 address.
+/// let peer = Ipv4Addr::new(192, 0, 2, 7);
+/// let av = AddressVector { dgid: peer.to_ipv6_mapped().octets(), hop_limit: 64, ..AddressVector::default() };
+/// let attr = QpAttr { av, ..QpAttr::default() };
+/// assert_eq!(attr.av.dgid[10..], [0xff, 0xff, 192, 0, 2, 7]);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct AddressVector {
     /// Destination GID (IPv4-mapped `::ffff:a.b.c.d` or an IPv6 address).
@@ -108,6 +147,20 @@ pub struct AddressVector {
 }
 
 /// Which attributes a `modify` sets (ibverbs `IBV_QP_*` bit values).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::rc::{transition_rules, AttrMask, QpState};
+/// let mask = AttrMask::STATE | AttrMask::PATH_MTU;
+/// assert!(mask.contains(AttrMask::PATH_MTU) && !mask.contains(AttrMask::AV));
+/// assert_eq!(mask.minus(AttrMask::STATE), AttrMask::PATH_MTU);
+/// assert_eq!(AttrMask::DEST_QPN.name(), "dest_qp_num");
+/// // What INIT -> RTR needs, as ibverbs names it.
+/// let (required, _optional) = transition_rules(QpState::Init, QpState::Rtr).unwrap();
+/// assert!(required.contains(AttrMask::DEST_QPN | AttrMask::RQ_PSN));
+/// println!("{required}"); // av|path_mtu|rq_psn|...
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct AttrMask(u32);
 
@@ -250,6 +303,29 @@ impl fmt::Display for AttrMask {
 }
 
 /// QP attributes (the fields of `ibv_qp_attr` an RC QP uses).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::rc::{AttrMask, ModifyError, PathMtu, QpAttr, QpCaps, QpState, RcQp};
+/// let mut qp = RcQp::new(5, 0, QpCaps::default());
+/// let mut attr = QpAttr { qp_state: QpState::Init, ..QpAttr::default() };
+/// qp.modify(&attr, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+/// // INIT -> RTR: the peer's QP number and first PSN, the path and its MTU.
+/// attr.qp_state = QpState::Rtr;
+/// attr.dest_qp_num = 9;
+/// attr.rq_psn = 0x1234;
+/// attr.path_mtu = PathMtu::Mtu4096;
+/// let rtr = AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN
+///     | AttrMask::RQ_PSN | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER;
+/// // Only the fields named in the mask are used; leaving one out is refused.
+/// assert!(matches!(qp.modify(&attr, rtr.minus(AttrMask::RQ_PSN)),
+///     Err(ModifyError::MissingAttribute { attr: AttrMask::RQ_PSN, .. })));
+/// qp.modify(&attr, rtr)?;
+/// let now = qp.query();
+/// assert_eq!((now.qp_state, now.dest_qp_num, now.rq_psn), (QpState::Rtr, 9, 0x1234));
+/// # Ok::<(), ModifyError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct QpAttr {
     /// Target state of a `modify`; the current state from `query`.
@@ -317,6 +393,17 @@ impl Default for QpAttr {
 pub const MAX_RD_ATOMIC: u8 = 128;
 
 /// Queue sizes and flags fixed when a QP is created.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::rc::{QpCaps, RcQp};
+/// // A deep send queue, SGE lists of 2, no inline data; completions only when asked.
+/// let caps = QpCaps { max_send_wr: 1024, max_send_sge: 2, max_inline_data: 0, sq_sig_all: false };
+/// let qp = RcQp::new(1, 0, caps);
+/// assert_eq!(qp.caps().max_send_wr, 1024);
+/// assert_eq!(QpCaps::default().max_inline_data, 256);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct QpCaps {
     /// Most send requests outstanding (posted, not yet completed).
@@ -341,6 +428,19 @@ impl Default for QpCaps {
 }
 
 /// Why a `modify` was refused. The QP is unchanged.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::rc::{AttrMask, ModifyError, QpAttr, QpCaps, QpState, RcQp};
+/// let mut qp = RcQp::new(1, 0, QpCaps::default());
+/// // RESET -> RTS skips INIT and RTR: refused, the QP stays in RESET.
+/// let rts = QpAttr { qp_state: QpState::Rts, ..QpAttr::default() };
+/// let err = qp.modify(&rts, AttrMask::STATE).unwrap_err();
+/// assert_eq!(err, ModifyError::IllegalTransition { from: QpState::Reset, to: QpState::Rts });
+/// assert_eq!(err.to_string(), "transition Reset -> Rts is not allowed");
+/// assert_eq!(qp.state(), QpState::Reset);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum ModifyError {
     /// The IBTA does not allow this transition.

@@ -26,6 +26,19 @@ macro_rules! counters {
 
 counters! {
     /// Packet and event counts of one QP.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_proto::rc::{QpCaps, RcQp};
+    /// let qp = RcQp::new(1, 0, QpCaps::default());
+    /// let c = qp.counters();
+    /// assert_eq!(c.sent_pkts, 0);
+    /// // `pairs` lists them under rxe's hw_counters names, drops last.
+    /// let names: Vec<_> = c.pairs().into_iter().map(|(name, _)| name).collect();
+    /// assert_eq!(names[..2], ["sent_pkts", "rcvd_pkts"]);
+    /// assert!(names.contains(&"wrong_qpn"));
+    /// ```
     Counters {
         /// Packets handed out by `poll_transmit`.
         sent_pkts,
@@ -62,6 +75,21 @@ counters! {
 
 counters! {
     /// Packets dropped without effect, by cause.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_proto::mem::testing::VecMemory;
+    /// use ndverbs_proto::rc::{QpCaps, RcQp, RecvQueue};
+    /// use ndverbs_proto::time::Instant;
+    /// use ndverbs_wire::{bth::Bth, opcode::Opcode, packet::Packet};
+    /// // A SEND addressed to QP 2 reaches QP 1: counted and dropped, nothing else happens.
+    /// let mut qp = RcQp::new(1, 0, QpCaps::default());
+    /// let pkt = Packet::new(Bth::new(Opcode::RC_SEND_ONLY, 2, 0));
+    /// qp.handle_packet(Instant::ZERO, &pkt, &mut VecMemory::new(), &mut RecvQueue::new(1, 1));
+    /// assert_eq!(qp.counters().drops.wrong_qpn, 1);
+    /// assert_eq!(qp.counters().drops.pairs().iter().map(|p| p.1).sum::<u64>(), 1);
+    /// ```
     Drops {
         /// DestQP is not this QP.
         wrong_qpn,

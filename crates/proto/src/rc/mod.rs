@@ -75,6 +75,19 @@ use crate::time::Duration;
 use ndverbs_wire::ext::{ack_timeout_nanos, NakCode};
 
 /// Why a QP entered the error state.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::rc::{AttrMask, QpAttr, QpCaps, QpErrorCause, QpState, RcQp};
+/// let mut qp = RcQp::new(1, 0, QpCaps::default());
+/// let init = QpAttr { qp_state: QpState::Init, ..QpAttr::default() };
+/// qp.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+/// assert_eq!(qp.error_cause(), None);
+/// qp.modify(&QpAttr { qp_state: QpState::Err, ..init }, AttrMask::STATE)?;
+/// assert_eq!(qp.error_cause(), Some(QpErrorCause::Modify));
+/// # Ok::<(), ndverbs_proto::rc::ModifyError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QpErrorCause {
     /// `modify` to ERR.

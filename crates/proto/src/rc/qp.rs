@@ -23,6 +23,68 @@ use std::collections::VecDeque;
 pub const MAX_HEADER_LEN: usize = 12 + 28 + 4 + 3 + 4;
 
 /// One RC queue pair. See the [module docs](super).
+///
+/// # Example
+///
+/// Two QPs talking sans-IO: every packet one emits with `poll_transmit` is
+/// parsed and handed to the other's `handle_packet`, with [`VecMemory`] as
+/// registered memory. The sender's SEND completes once the receiver's ACK
+/// came back.
+///
+/// [`VecMemory`]: crate::mem::testing::VecMemory
+///
+/// ```
+/// use ndverbs_proto::mem::{testing::VecMemory, Access};
+/// use ndverbs_proto::rc::*;
+/// use ndverbs_proto::time::Instant;
+/// use ndverbs_wire::packet::Packet;
+///
+/// /// RESET → INIT → RTR → RTS towards QP `peer` (PSN 0 both ways, defaults elsewhere).
+/// fn connect(qp: &mut RcQp, peer: u32) {
+///     let mut a = QpAttr { qp_state: QpState::Init, dest_qp_num: peer, ..QpAttr::default() };
+///     qp.modify(&a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
+///     a.qp_state = QpState::Rtr;
+///     qp.modify(&a, AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN
+///         | AttrMask::RQ_PSN | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER).unwrap();
+///     a.qp_state = QpState::Rts;
+///     qp.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN | AttrMask::TIMEOUT | AttrMask::RETRY_CNT
+///         | AttrMask::RNR_RETRY | AttrMask::MAX_QP_RD_ATOMIC).unwrap();
+/// }
+///
+/// /// Moves every packet `from` has to send into `to`; returns how many.
+/// fn pump(from: &mut RcQp, from_mem: &mut VecMemory,
+///         to: &mut RcQp, to_mem: &mut VecMemory, to_rq: &mut RecvQueue) -> usize {
+///     let now = Instant::from_nanos(0);
+///     let mut buf = vec![0; from.max_packet_len()];
+///     let mut n = 0;
+///     while let Some(len) = from.poll_transmit(now, from_mem, &mut buf) {
+///         to.handle_packet(now, &Packet::parse(&buf[..len]).unwrap(), to_mem, to_rq);
+///         n += 1;
+///     }
+///     n
+/// }
+///
+/// let (mut a, mut b) = (RcQp::new(0x11, 1, QpCaps::default()), RcQp::new(0x22, 1, QpCaps::default()));
+/// connect(&mut a, 0x22);
+/// connect(&mut b, 0x11);
+/// let (mut rq_a, mut rq_b) = (RecvQueue::new(4, 1), RecvQueue::new(4, 1));
+/// let (mut mem_a, mut mem_b) = (VecMemory::new(), VecMemory::new());
+/// let src = mem_a.register_bytes(1, 0x1000, b"hello".to_vec(), Access::NONE);
+/// let dst = mem_b.register(1, 0x2000, 64, Access::LOCAL_WRITE);
+///
+/// b.post_recv(&mut rq_b, RecvWr::new(7, vec![dst.sge(0, 64)]))?;
+/// a.post_send(SendWr::new(1, SendOp::Send, vec![src.sge(0, 5)]))?;
+/// while pump(&mut a, &mut mem_a, &mut b, &mut mem_b, &mut rq_b)
+///     + pump(&mut b, &mut mem_b, &mut a, &mut mem_a, &mut rq_a) > 0 {}
+///
+/// let recv = b.poll_completion().unwrap();
+/// assert_eq!((recv.wr_id, recv.status, recv.byte_len), (7, WcStatus::Success, 5));
+/// assert_eq!(&mem_b.bytes(dst.lkey)[..5], b"hello");
+/// let sent = a.poll_completion().unwrap(); // the ACK arrived
+/// assert_eq!((sent.wr_id, sent.opcode, sent.status), (1, WcOpcode::Send, WcStatus::Success));
+/// assert_eq!(a.counters().sent_pkts, 1);
+/// # Ok::<(), PostError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct RcQp {
     qpn: u32,

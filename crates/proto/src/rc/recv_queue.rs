@@ -12,6 +12,20 @@ use crate::mem::sgl_len;
 use std::collections::VecDeque;
 
 /// A FIFO of posted receives.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::mem::Sge;
+/// use ndverbs_proto::rc::{PostError, RecvQueue, RecvWr};
+/// let mut rq = RecvQueue::new(2, 1);
+/// rq.post(RecvWr::new(1, vec![Sge::new(0x1000, 256, 0x105)]))?;
+/// rq.post(RecvWr::new(2, vec![Sge::new(0x1100, 256, 0x105)]))?;
+/// assert_eq!((rq.len(), rq.capacity()), (2, 2));
+/// // Full: the third is refused (the responder takes them oldest first).
+/// assert_eq!(rq.post(RecvWr::new(3, vec![])), Err(PostError::QueueFull(2)));
+/// # Ok::<(), PostError>(())
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct RecvQueue {
     wrs: VecDeque<RecvWr>,

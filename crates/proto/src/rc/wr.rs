@@ -14,6 +14,16 @@
 use crate::mem::Sge;
 
 /// Remote buffer of an RDMA WRITE or READ.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::rc::{RemoteAddr, SendOp, SendWr};
+/// // The peer advertised a buffer at 0x7000 under rkey 0x1234.
+/// let at = RemoteAddr { va: 0x7000, rkey: 0x1234 };
+/// let wr = SendWr::new_inline(1, SendOp::Write(at), b"put".to_vec());
+/// assert_eq!(wr.op, SendOp::Write(RemoteAddr { va: 0x7000, rkey: 0x1234 }));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct RemoteAddr {
     /// Remote virtual address.
@@ -23,6 +33,18 @@ pub struct RemoteAddr {
 }
 
 /// The operation of a send work request.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::rc::{RemoteAddr, SendOp, WcOpcode};
+/// let read = SendOp::Read(RemoteAddr { va: 0x1000, rkey: 7 });
+/// assert!(read.is_read_or_atomic() && !read.is_atomic());
+/// let add = SendOp::FetchAdd { remote: RemoteAddr { va: 0x1008, rkey: 7 }, add: 1 };
+/// assert!(add.is_atomic());
+/// assert_eq!(add.wc_opcode(), WcOpcode::FetchAdd);
+/// assert_eq!(SendOp::SendImm(42).wc_opcode(), WcOpcode::Send);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SendOp {
     /// SEND.
@@ -83,6 +105,20 @@ impl SendOp {
 }
 
 /// A send work request.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::mem::Sge;
+/// use ndverbs_proto::rc::{SendOp, SendWr};
+/// // 100 bytes at 0x1000 of the region with lkey 0x105, sent as one SEND.
+/// let mut wr = SendWr::new(9, SendOp::Send, vec![Sge::new(0x1000, 100, 0x105)]);
+/// assert!(wr.signaled && wr.inline.is_none());
+/// wr.signaled = false; // complete silently on success
+/// // Small payloads can go inline: copied at post time, no memory region needed.
+/// let small = SendWr::new_inline(10, SendOp::SendImm(0xfeed), b"hi".to_vec());
+/// assert!(small.sgl.is_empty() && small.inline.as_deref() == Some(&b"hi"[..]));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendWr {
     /// Caller's identifier, returned in the completion.
@@ -127,6 +163,18 @@ impl SendWr {
 }
 
 /// A receive work request.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::mem::Sge;
+/// use ndverbs_proto::rc::{RecvQueue, RecvWr};
+/// let mut rq = RecvQueue::new(16, 2);
+/// // An incoming SEND fills the first SGE, then the second.
+/// rq.post(RecvWr::new(1, vec![Sge::new(0x1000, 64, 0x105), Sge::new(0x2000, 64, 0x206)]))?;
+/// assert_eq!(rq.len(), 1);
+/// # Ok::<(), ndverbs_proto::rc::PostError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecvWr {
     /// Caller's identifier, returned in the completion.
@@ -143,6 +191,16 @@ impl RecvWr {
 }
 
 /// Completion status (ibverbs `ibv_wc_status`, same order and values).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::rc::WcStatus;
+/// // The numeric values are ibverbs' `enum ibv_wc_status`.
+/// assert_eq!(WcStatus::Success as u32, 0);
+/// assert_eq!(WcStatus::WrFlushErr as u32, 5); // flushed by the error state
+/// assert_eq!(WcStatus::RetryExcErr as u32, 12); // the peer stopped answering
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum WcStatus {
@@ -193,6 +251,17 @@ pub enum WcStatus {
 }
 
 /// What a completion completes (ibverbs `ibv_wc_opcode`).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::rc::{RemoteAddr, SendOp, WcOpcode};
+/// // A send completion's opcode follows from the operation posted.
+/// let write = SendOp::WriteImm(RemoteAddr::default(), 1);
+/// assert_eq!(write.wc_opcode(), WcOpcode::RdmaWrite);
+/// // The receiver of that WRITE-with-immediate sees `RecvRdmaWithImm` instead.
+/// assert_ne!(WcOpcode::RecvRdmaWithImm, WcOpcode::Recv);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WcOpcode {
     /// A SEND (any variant).
@@ -212,6 +281,21 @@ pub enum WcOpcode {
 }
 
 /// Which queue a completion belongs to.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::rc::{WcOpcode, WcQueue, WcStatus, WorkCompletion};
+/// // A completion says which queue its work request was on; a flushed one
+/// // (error state) may not carry a meaningful opcode, the queue always is.
+/// fn is_receive(wc: &WorkCompletion) -> bool {
+///     wc.queue == WcQueue::Recv
+/// }
+/// let wc = WorkCompletion { wr_id: 3, status: WcStatus::WrFlushErr, opcode: WcOpcode::Recv,
+///     queue: WcQueue::Recv, byte_len: 0, imm: None, invalidated_rkey: None, qpn: 1,
+///     src_qp: 2, solicited: false };
+/// assert!(is_receive(&wc));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WcQueue {
     /// The send queue.
@@ -221,6 +305,20 @@ pub enum WcQueue {
 }
 
 /// A work completion.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::rc::{WcOpcode, WcQueue, WcStatus, WorkCompletion};
+/// // What a receive that took a 5-byte SEND with immediate 7 looks like.
+/// let wc = WorkCompletion { wr_id: 1, status: WcStatus::Success, opcode: WcOpcode::Recv,
+///     queue: WcQueue::Recv, byte_len: 5, imm: Some(7), invalidated_rkey: None,
+///     qpn: 0x22, src_qp: 0x11, solicited: false };
+/// match wc.status {
+///     WcStatus::Success => assert_eq!((wc.byte_len, wc.imm), (5, Some(7))),
+///     err => panic!("wr {} failed: {err:?}", wc.wr_id),
+/// }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct WorkCompletion {
     /// The request's identifier.
@@ -247,6 +345,17 @@ pub struct WorkCompletion {
 }
 
 /// Why a post was refused. Nothing was queued.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::rc::{PostError, QpCaps, QpState, RcQp, SendOp, SendWr};
+/// // A new QP is in RESET: posting a send is refused, nothing is queued.
+/// let mut qp = RcQp::new(1, 0, QpCaps::default());
+/// let err = qp.post_send(SendWr::new(1, SendOp::Send, vec![])).unwrap_err();
+/// assert_eq!(err, PostError::InvalidState(QpState::Reset));
+/// println!("{err}");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum PostError {
     /// The QP state does not accept this queue's requests (send: RTS, SQD or

@@ -35,6 +35,20 @@ pub const GRH_LEN: usize = 40;
 pub const GSI_QKEY: u32 = ndverbs_wire::mad::GSI_QKEY;
 
 /// Where a UD send goes.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::rc::AddressVector;
+/// use ndverbs_proto::ud::{UdDest, GSI_QKEY};
+/// // The GSI (QP1) of the host at 192.0.2.7.
+/// let gsi = UdDest {
+///     av: AddressVector { dgid: std::net::Ipv4Addr::new(192, 0, 2, 7).to_ipv6_mapped().octets(), ..AddressVector::default() },
+///     remote_qpn: 1,
+///     remote_qkey: GSI_QKEY,
+/// };
+/// assert_eq!(gsi.remote_qkey, 0x8001_0000);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct UdDest {
     /// Path to the peer (the engine addresses the datagram with it).
@@ -47,6 +61,17 @@ pub struct UdDest {
 }
 
 /// A UD send work request.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::ud::{UdDest, UdSendWr};
+/// // A datagram with immediate data, inline (no registered memory needed).
+/// let mut wr = UdSendWr::new(1, UdDest { remote_qpn: 0x33, remote_qkey: 0x1111, ..UdDest::default() }, vec![]);
+/// wr.inline = Some(b"ping".to_vec());
+/// wr.imm = Some(7);
+/// assert!(wr.signaled);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UdSendWr {
     /// Caller's identifier.
@@ -81,6 +106,26 @@ impl UdSendWr {
 }
 
 /// One packet ready to go: its length in the buffer and where it goes.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::mem::testing::VecMemory;
+/// use ndverbs_proto::rc::{AddressVector, PathMtu};
+/// use ndverbs_proto::ud::{UdDest, UdQp, UdSendWr};
+/// use ndverbs_wire::packet::Packet;
+/// let mut qp = UdQp::new(0x20, 1, 0x1111, PathMtu::Mtu1024, 0, 16);
+/// let mut wr = UdSendWr::new(1, UdDest { remote_qpn: 0x33, remote_qkey: 0x1111, ..UdDest::default() }, vec![]);
+/// wr.inline = Some(b"ping".to_vec());
+/// qp.post_send(wr)?;
+/// let mut buf = [0; 2048];
+/// // `len` bytes of `buf` are the packet; `av` tells the engine where to send it.
+/// let t = qp.poll_transmit(&mut VecMemory::new(), &mut buf).unwrap();
+/// let pkt = Packet::parse(&buf[..t.len])?;
+/// assert_eq!((pkt.bth.dqpn, pkt.payload), (0x33, &b"ping"[..]));
+/// assert_eq!(t.av, AddressVector::default()); // the `dest.av` of the WR
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UdTransmit {
     /// Bytes written (BTH to a zero ICRC).
@@ -90,6 +135,22 @@ pub struct UdTransmit {
 }
 
 /// UD counters.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::mem::testing::VecMemory;
+/// use ndverbs_proto::rc::{PathMtu, RecvQueue};
+/// use ndverbs_proto::ud::{UdQp, GRH_LEN};
+/// use ndverbs_wire::{bth::Bth, ext::Deth, opcode::Opcode, packet::Packet};
+/// // A datagram with the wrong Q_Key: counted and dropped.
+/// let mut qp = UdQp::new(0x20, 1, 0x1111, PathMtu::Mtu1024, 0, 16);
+/// let mut pkt = Packet::new(Bth::new(Opcode::UD_SEND_ONLY, 0x20, 0));
+/// pkt.ext.deth = Some(Deth { qkey: 0x2222, resv: 0, src_qpn: 0x33 });
+/// qp.handle_packet(&pkt, &[0; GRH_LEN], &mut VecMemory::new(), &mut RecvQueue::new(4, 1));
+/// let c = qp.counters();
+/// assert_eq!((c.rcvd_pkts, c.drop_bad_qkey), (1, 1));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct UdCounters {
     /// Packets sent.
@@ -109,6 +170,34 @@ pub struct UdCounters {
 /// A UD queue pair. Created ready to send and receive (the RESET → RTS walk of
 /// an RC QP carries no information for UD beyond the Q_Key and first PSN);
 /// [`UdQp::set_error`] flushes it.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::mem::{testing::VecMemory, Access};
+/// use ndverbs_proto::rc::{PathMtu, RecvQueue, RecvWr, WcStatus};
+/// use ndverbs_proto::ud::{UdDest, UdQp, UdSendWr, GRH_LEN};
+/// use ndverbs_wire::packet::Packet;
+/// let (mut a, mut b) = (UdQp::new(0x20, 1, 0x1111, PathMtu::Mtu1024, 0, 16),
+///                       UdQp::new(0x30, 1, 0x1111, PathMtu::Mtu1024, 0, 16));
+/// let (mut mem_a, mut mem_b) = (VecMemory::new(), VecMemory::new());
+/// let src = mem_a.register_bytes(1, 0x1000, b"datagram".to_vec(), Access::NONE);
+/// let dst = mem_b.register(1, 0x2000, 256, Access::LOCAL_WRITE);
+/// let mut rq_b = RecvQueue::new(4, 1);
+/// rq_b.post(RecvWr::new(9, vec![dst.sge(0, 256)]))?;
+/// let to_b = UdDest { remote_qpn: 0x30, remote_qkey: 0x1111, ..UdDest::default() };
+/// a.post_send(UdSendWr::new(1, to_b, vec![src.sge(0, 8)]))?;
+/// let mut buf = [0; 2048];
+/// let t = a.poll_transmit(&mut mem_a, &mut buf).unwrap();
+/// // Sent means done for UD: the completion is there at once.
+/// assert_eq!(a.poll_completion().unwrap().status, WcStatus::Success);
+/// b.handle_packet(&Packet::parse(&buf[..t.len])?, &[0; GRH_LEN], &mut mem_b, &mut rq_b);
+/// let wc = b.poll_completion().unwrap();
+/// assert_eq!((wc.wr_id, wc.src_qp, wc.byte_len), (9, 0x20, (GRH_LEN + 8) as u32));
+/// // The payload lands behind the 40 bytes reserved for the GRH.
+/// assert_eq!(&mem_b.bytes(dst.lkey)[GRH_LEN..GRH_LEN + 8], b"datagram");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct UdQp {
     qpn: u32,

@@ -21,6 +21,32 @@ use std::net::IpAddr;
 /// The connection manager of one adapter (one GID): every listener and
 /// connection, the tables that match incoming MADs to them, and the timers.
 /// See the [module documentation](super) for how to drive it.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::cm::*;
+/// use ndverbs_proto::time::Instant;
+/// use ndverbs_wire::cm::rej_reason;
+/// let now = Instant::ZERO;
+/// let (a_ip, b_ip) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+/// let mut a = CmAgent::new(CmConfig::new(a_ip, 0xa, 1));
+/// let mut b = CmAgent::new(CmConfig::new(b_ip, 0xb, 2));
+/// // A connects to a service nobody listens on at B.
+/// let ea = a.connect(now, ConnectParams::new(0x1234, b_ip, 0x11, 1))?;
+/// assert_eq!(a.state(ea), Some(CmState::ReqSent));
+/// assert!(a.poll_timeout().is_some()); // the REQ is retransmitted until answered
+/// // The engine carries each MAD from QP1 to the peer's QP1.
+/// let req = a.poll_transmit().unwrap();
+/// assert_eq!(req.dst, b_ip);
+/// b.handle_mad(now, a_ip, &req.mad);
+/// let rej = b.poll_transmit().unwrap();
+/// a.handle_mad(now, b_ip, &rej.mad);
+/// let Some(CmEvent::Rejected { endpoint, reason, .. }) = a.poll_event() else { panic!() };
+/// assert_eq!((endpoint, reason), (ea, rej_reason::INVALID_SERVICE_ID));
+/// assert_eq!(a.state(ea), Some(CmState::Idle));
+/// # Ok::<(), CmError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct CmAgent {
     pub(crate) cfg: CmConfig,

@@ -52,6 +52,19 @@ pub fn cm_ack_timeout(ca_ack_delay: u8, packet_life_time: u8) -> u8 {
 /// Everything a [`CmAgent`](super::CmAgent) needs to know about its adapter
 /// and the timers it should run. [`CmConfig::new`] fills in the Linux 6.1
 /// values.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::cm::{cm_convert_to_ms, CmAgent, CmConfig};
+/// let mut cfg = CmConfig::new("10.0.0.1".parse().unwrap(), 0x0002_c9ff_fe00_0001, 42);
+/// // Linux 6.1 on RoCE: packet life time 18, response timeout 20, 15 retries.
+/// assert_eq!((cfg.packet_life_time, cfg.cm_response_timeout, cfg.max_cm_retries), (18, 20, 15));
+/// assert_eq!(cfg.req_interval_ms(), 2 * cm_convert_to_ms(18) + cm_convert_to_ms(20));
+/// cfg.max_cm_retries = 3; // give up sooner
+/// let agent = CmAgent::new(cfg);
+/// assert_eq!(agent.config().max_cm_retries, 3);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CmConfig {
     /// This adapter's IP address; its GID is the IPv4-mapped form for IPv4.

@@ -3,6 +3,31 @@
 //! disappears silently.
 
 /// CM counters (cumulative).
+///
+/// # Example
+///
+/// ```
+/// # use ndverbs_proto::cm::*;
+/// # use ndverbs_proto::time::Instant;
+/// # fn pump(now: Instant, x: &mut CmAgent, y: &mut CmAgent) {
+/// #     loop {
+/// #         let (xa, ya) = (x.config().local_addr, y.config().local_addr);
+/// #         let mut quiet = true;
+/// #         while let Some(t) = x.poll_transmit() { y.handle_mad(now, xa, &t.mad); quiet = false; }
+/// #         while let Some(t) = y.poll_transmit() { x.handle_mad(now, ya, &t.mad); quiet = false; }
+/// #         if quiet { break }
+/// #     }
+/// # }
+/// # fn agents() -> (CmAgent, CmAgent) {
+/// #     (CmAgent::new(CmConfig::new("10.0.0.1".parse().unwrap(), 0xa, 1)),
+/// #      CmAgent::new(CmConfig::new("10.0.0.2".parse().unwrap(), 0xb, 2)))
+/// # }
+/// let (mut a, _b) = agents();
+/// // A MAD that does not parse is counted and otherwise ignored.
+/// a.handle_mad(Instant::ZERO, "10.0.0.2".parse().unwrap(), &[0; 10]);
+/// let c = a.counters();
+/// assert_eq!((c.rx_mads, c.rx_malformed, c.tx_mads), (1, 1, 0));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct CmCounters {
     /// MADs handed to `handle_mad`.

@@ -22,6 +22,40 @@ use super::state::CmState;
 use ndverbs_wire::cma::CmaHeader;
 
 /// A new connection request on a listener (the REQ has been validated).
+///
+/// # Example
+///
+/// ```
+/// # use ndverbs_proto::cm::*;
+/// # use ndverbs_proto::time::Instant;
+/// # fn pump(now: Instant, x: &mut CmAgent, y: &mut CmAgent) {
+/// #     loop {
+/// #         let (xa, ya) = (x.config().local_addr, y.config().local_addr);
+/// #         let mut quiet = true;
+/// #         while let Some(t) = x.poll_transmit() { y.handle_mad(now, xa, &t.mad); quiet = false; }
+/// #         while let Some(t) = y.poll_transmit() { x.handle_mad(now, ya, &t.mad); quiet = false; }
+/// #         if quiet { break }
+/// #     }
+/// # }
+/// # fn agents() -> (CmAgent, CmAgent) {
+/// #     (CmAgent::new(CmConfig::new("10.0.0.1".parse().unwrap(), 0xa, 1)),
+/// #      CmAgent::new(CmConfig::new("10.0.0.2".parse().unwrap(), 0xb, 2)))
+/// # }
+/// let (mut a, mut b) = agents();
+/// let now = Instant::ZERO;
+/// let sid = ndverbs_wire::cma::service_id(ndverbs_wire::cma::RDMA_PS_TCP, 7174);
+/// let listener = b.listen(sid)?;
+/// let mut p = ConnectParams::new(sid, b.config().local_addr, 0x11, 0x464b);
+/// p.private_data = b"hi".to_vec();
+/// a.connect(now, p)?;
+/// pump(now, &mut a, &mut b);
+/// let Some(CmEvent::ConnectRequest(req)) = b.poll_event() else { panic!() };
+/// assert_eq!((req.listener, req.service_id), (listener, sid));
+/// assert!(req.cma.is_some()); // an rdma_cm service ID: the header was parsed off
+/// assert_eq!((req.peer.qpn, &req.peer.private_data[..2]), (0x11, &b"hi"[..]));
+/// assert_eq!(b.state(req.endpoint), Some(CmState::ReqRcvd)); // now accept or reject it
+/// # Ok::<(), CmError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectRequest {
     /// The listener it arrived on.
@@ -37,6 +71,53 @@ pub struct ConnectRequest {
 }
 
 /// How the CM phase of a disconnect ended.
+///
+/// # Example
+///
+/// ```
+/// # use ndverbs_proto::cm::*;
+/// # use ndverbs_proto::time::Instant;
+/// # fn pump(now: Instant, x: &mut CmAgent, y: &mut CmAgent) {
+/// #     loop {
+/// #         let (xa, ya) = (x.config().local_addr, y.config().local_addr);
+/// #         let mut quiet = true;
+/// #         while let Some(t) = x.poll_transmit() { y.handle_mad(now, xa, &t.mad); quiet = false; }
+/// #         while let Some(t) = y.poll_transmit() { x.handle_mad(now, ya, &t.mad); quiet = false; }
+/// #         if quiet { break }
+/// #     }
+/// # }
+/// # fn agents() -> (CmAgent, CmAgent) {
+/// #     (CmAgent::new(CmConfig::new("10.0.0.1".parse().unwrap(), 0xa, 1)),
+/// #      CmAgent::new(CmConfig::new("10.0.0.2".parse().unwrap(), 0xb, 2)))
+/// # }
+/// # fn connected() -> (CmAgent, CmAgent, EndpointId, EndpointId) {
+/// #     let now = Instant::ZERO;
+/// #     let (mut a, mut b) = agents();
+/// #     let sid = ndverbs_wire::cma::service_id(ndverbs_wire::cma::RDMA_PS_TCP, 7174);
+/// #     b.listen(sid).unwrap();
+/// #     let ea = a.connect(now, ConnectParams::new(sid, b.config().local_addr, 0x11, 1)).unwrap();
+/// #     pump(now, &mut a, &mut b);
+/// #     let Some(CmEvent::ConnectRequest(req)) = b.poll_event() else { panic!() };
+/// #     b.accept(now, req.endpoint, AcceptParams::new(0x22, 2)).unwrap();
+/// #     pump(now, &mut a, &mut b);
+/// #     a.poll_event().unwrap();
+/// #     a.complete_connect(now, ea, &[]).unwrap();
+/// #     pump(now, &mut a, &mut b);
+/// #     b.poll_event().unwrap();
+/// #     (a, b, ea, req.endpoint)
+/// # }
+/// let (mut a, mut b, ea, eb) = connected();
+/// let now = Instant::ZERO;
+/// // A disconnects first; B's application answers after the DREQ arrived.
+/// a.disconnect(now, ea)?;
+/// pump(now, &mut a, &mut b);
+/// assert_eq!(b.poll_event(), Some(CmEvent::DreqReceived { endpoint: eb }));
+/// b.disconnect(now, eb)?;
+/// pump(now, &mut a, &mut b);
+/// assert_eq!(a.poll_event(), Some(CmEvent::DisconnectDone { endpoint: ea, how: DisconnectHow::DrepReceived }));
+/// assert_eq!(b.poll_event(), Some(CmEvent::DisconnectDone { endpoint: eb, how: DisconnectHow::DrepSent }));
+/// # Ok::<(), CmError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DisconnectHow {
     /// Our DREQ was answered with a DREP.
@@ -50,6 +131,49 @@ pub enum DisconnectHow {
 }
 
 /// What `disconnect` sent.
+///
+/// # Example
+///
+/// ```
+/// # use ndverbs_proto::cm::*;
+/// # use ndverbs_proto::time::Instant;
+/// # fn pump(now: Instant, x: &mut CmAgent, y: &mut CmAgent) {
+/// #     loop {
+/// #         let (xa, ya) = (x.config().local_addr, y.config().local_addr);
+/// #         let mut quiet = true;
+/// #         while let Some(t) = x.poll_transmit() { y.handle_mad(now, xa, &t.mad); quiet = false; }
+/// #         while let Some(t) = y.poll_transmit() { x.handle_mad(now, ya, &t.mad); quiet = false; }
+/// #         if quiet { break }
+/// #     }
+/// # }
+/// # fn agents() -> (CmAgent, CmAgent) {
+/// #     (CmAgent::new(CmConfig::new("10.0.0.1".parse().unwrap(), 0xa, 1)),
+/// #      CmAgent::new(CmConfig::new("10.0.0.2".parse().unwrap(), 0xb, 2)))
+/// # }
+/// # fn connected() -> (CmAgent, CmAgent, EndpointId, EndpointId) {
+/// #     let now = Instant::ZERO;
+/// #     let (mut a, mut b) = agents();
+/// #     let sid = ndverbs_wire::cma::service_id(ndverbs_wire::cma::RDMA_PS_TCP, 7174);
+/// #     b.listen(sid).unwrap();
+/// #     let ea = a.connect(now, ConnectParams::new(sid, b.config().local_addr, 0x11, 1)).unwrap();
+/// #     pump(now, &mut a, &mut b);
+/// #     let Some(CmEvent::ConnectRequest(req)) = b.poll_event() else { panic!() };
+/// #     b.accept(now, req.endpoint, AcceptParams::new(0x22, 2)).unwrap();
+/// #     pump(now, &mut a, &mut b);
+/// #     a.poll_event().unwrap();
+/// #     a.complete_connect(now, ea, &[]).unwrap();
+/// #     pump(now, &mut a, &mut b);
+/// #     b.poll_event().unwrap();
+/// #     (a, b, ea, req.endpoint)
+/// # }
+/// let (mut a, mut b, ea, eb) = connected();
+/// let now = Instant::ZERO;
+/// assert_eq!(a.disconnect(now, ea)?, DisconnectStarted::DreqSent);
+/// pump(now, &mut a, &mut b);
+/// // B got the DREQ first: its disconnect only answers it.
+/// assert_eq!(b.disconnect(now, eb)?, DisconnectStarted::DrepSent);
+/// # Ok::<(), CmError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DisconnectStarted {
     /// A DREQ; [`CmEvent::DisconnectDone`] follows on DREP or timeout.
@@ -64,6 +188,55 @@ pub enum DisconnectStarted {
 }
 
 /// An event for the application.
+///
+/// # Example
+///
+/// ```
+/// # use ndverbs_proto::cm::*;
+/// # use ndverbs_proto::time::Instant;
+/// # fn pump(now: Instant, x: &mut CmAgent, y: &mut CmAgent) {
+/// #     loop {
+/// #         let (xa, ya) = (x.config().local_addr, y.config().local_addr);
+/// #         let mut quiet = true;
+/// #         while let Some(t) = x.poll_transmit() { y.handle_mad(now, xa, &t.mad); quiet = false; }
+/// #         while let Some(t) = y.poll_transmit() { x.handle_mad(now, ya, &t.mad); quiet = false; }
+/// #         if quiet { break }
+/// #     }
+/// # }
+/// # fn agents() -> (CmAgent, CmAgent) {
+/// #     (CmAgent::new(CmConfig::new("10.0.0.1".parse().unwrap(), 0xa, 1)),
+/// #      CmAgent::new(CmConfig::new("10.0.0.2".parse().unwrap(), 0xb, 2)))
+/// # }
+/// # fn connected() -> (CmAgent, CmAgent, EndpointId, EndpointId) {
+/// #     let now = Instant::ZERO;
+/// #     let (mut a, mut b) = agents();
+/// #     let sid = ndverbs_wire::cma::service_id(ndverbs_wire::cma::RDMA_PS_TCP, 7174);
+/// #     b.listen(sid).unwrap();
+/// #     let ea = a.connect(now, ConnectParams::new(sid, b.config().local_addr, 0x11, 1)).unwrap();
+/// #     pump(now, &mut a, &mut b);
+/// #     let Some(CmEvent::ConnectRequest(req)) = b.poll_event() else { panic!() };
+/// #     b.accept(now, req.endpoint, AcceptParams::new(0x22, 2)).unwrap();
+/// #     pump(now, &mut a, &mut b);
+/// #     a.poll_event().unwrap();
+/// #     a.complete_connect(now, ea, &[]).unwrap();
+/// #     pump(now, &mut a, &mut b);
+/// #     b.poll_event().unwrap();
+/// #     (a, b, ea, req.endpoint)
+/// # }
+/// let (mut a, mut b, ea, _eb) = connected();
+/// let now = Instant::ZERO;
+/// a.disconnect(now, ea)?;
+/// pump(now, &mut a, &mut b);
+/// // The application (or the engine for it) handles each event as it comes.
+/// while let Some(ev) = b.poll_event() {
+///     match ev {
+///         CmEvent::DreqReceived { endpoint } => { b.disconnect(now, endpoint)?; }
+///         CmEvent::DisconnectDone { endpoint, how } => println!("{endpoint}: {how:?}; QP to ERR"),
+///         other => panic!("{other:?}"),
+///     }
+/// }
+/// # Ok::<(), CmError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CmEvent {
     /// Passive: a REQ for a listener.
@@ -176,6 +349,35 @@ impl CmEvent {
 }
 
 /// Why an application call was refused (nothing was sent).
+///
+/// # Example
+///
+/// ```
+/// # use ndverbs_proto::cm::*;
+/// # use ndverbs_proto::time::Instant;
+/// # fn pump(now: Instant, x: &mut CmAgent, y: &mut CmAgent) {
+/// #     loop {
+/// #         let (xa, ya) = (x.config().local_addr, y.config().local_addr);
+/// #         let mut quiet = true;
+/// #         while let Some(t) = x.poll_transmit() { y.handle_mad(now, xa, &t.mad); quiet = false; }
+/// #         while let Some(t) = y.poll_transmit() { x.handle_mad(now, ya, &t.mad); quiet = false; }
+/// #         if quiet { break }
+/// #     }
+/// # }
+/// # fn agents() -> (CmAgent, CmAgent) {
+/// #     (CmAgent::new(CmConfig::new("10.0.0.1".parse().unwrap(), 0xa, 1)),
+/// #      CmAgent::new(CmConfig::new("10.0.0.2".parse().unwrap(), 0xb, 2)))
+/// # }
+/// let (mut a, _b) = agents();
+/// let sid = 0x1234;
+/// let ep = a.listen(sid)?;
+/// assert_eq!(a.listen(sid), Err(CmError::ServiceIdBusy(sid)));
+/// // A listener cannot be disconnected.
+/// let err = a.disconnect(Instant::ZERO, ep).unwrap_err();
+/// assert_eq!(err, CmError::InvalidState(CmState::Listen));
+/// assert_eq!(err.to_string(), "not allowed in state LISTEN");
+/// # Ok::<(), CmError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CmError {
     /// No such endpoint (never existed, or destroyed).

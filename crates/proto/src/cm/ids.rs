@@ -22,6 +22,35 @@
 use std::fmt;
 
 /// Handle of one CM endpoint (listener or connection) of a [`CmAgent`](super::CmAgent).
+///
+/// # Example
+///
+/// ```
+/// # use ndverbs_proto::cm::*;
+/// # use ndverbs_proto::time::Instant;
+/// # fn pump(now: Instant, x: &mut CmAgent, y: &mut CmAgent) {
+/// #     loop {
+/// #         let (xa, ya) = (x.config().local_addr, y.config().local_addr);
+/// #         let mut quiet = true;
+/// #         while let Some(t) = x.poll_transmit() { y.handle_mad(now, xa, &t.mad); quiet = false; }
+/// #         while let Some(t) = y.poll_transmit() { x.handle_mad(now, ya, &t.mad); quiet = false; }
+/// #         if quiet { break }
+/// #     }
+/// # }
+/// # fn agents() -> (CmAgent, CmAgent) {
+/// #     (CmAgent::new(CmConfig::new("10.0.0.1".parse().unwrap(), 0xa, 1)),
+/// #      CmAgent::new(CmConfig::new("10.0.0.2".parse().unwrap(), 0xb, 2)))
+/// # }
+/// let (mut a, _b) = agents();
+/// let l1 = a.listen(1)?;
+/// let l2 = a.listen(2)?;
+/// assert_ne!(l1, l2);
+/// assert_eq!(a.state(l1), Some(CmState::Listen));
+/// a.destroy(Instant::ZERO, l1)?;
+/// assert_eq!(a.state(l1), None); // gone: calls with it fail
+/// assert_eq!(a.destroy(Instant::ZERO, l1), Err(CmError::UnknownEndpoint));
+/// # Ok::<(), CmError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct EndpointId(pub u64);
 

@@ -29,6 +29,19 @@ use crate::cm::config::{cm_ack_timeout, CmConfig};
 use std::net::IpAddr;
 
 /// What `connect` needs: one RC QP's numbers and the connection's options.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::cm::ConnectParams;
+/// use ndverbs_wire::cma;
+/// // rdma_cm's service ID for TCP port 7174; our QP 0x11 expects PSN 0x464b first.
+/// let mut p = ConnectParams::new(cma::service_id(cma::RDMA_PS_TCP, 7174), "10.0.0.2".parse().unwrap(), 0x11, 0x464b);
+/// p.responder_resources = 4; // let the peer have 4 READs in flight against us
+/// p.initiator_depth = 4;
+/// p.private_data = b"hello".to_vec();
+/// assert_eq!((p.path_mtu, p.retry_count), (3, 7)); // MTU 1024, 7 retries
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectParams {
     /// Service ID to connect to (rdma_cm: [`ndverbs_wire::cma::service_id`]).
@@ -80,6 +93,37 @@ impl ConnectParams {
 }
 
 /// What `accept` needs.
+///
+/// # Example
+///
+/// ```
+/// # use ndverbs_proto::cm::*;
+/// # use ndverbs_proto::time::Instant;
+/// # fn pump(now: Instant, x: &mut CmAgent, y: &mut CmAgent) {
+/// #     loop {
+/// #         let (xa, ya) = (x.config().local_addr, y.config().local_addr);
+/// #         let mut quiet = true;
+/// #         while let Some(t) = x.poll_transmit() { y.handle_mad(now, xa, &t.mad); quiet = false; }
+/// #         while let Some(t) = y.poll_transmit() { x.handle_mad(now, ya, &t.mad); quiet = false; }
+/// #         if quiet { break }
+/// #     }
+/// # }
+/// # fn agents() -> (CmAgent, CmAgent) {
+/// #     (CmAgent::new(CmConfig::new("10.0.0.1".parse().unwrap(), 0xa, 1)),
+/// #      CmAgent::new(CmConfig::new("10.0.0.2".parse().unwrap(), 0xb, 2)))
+/// # }
+/// let (mut a, mut b) = agents();
+/// let now = Instant::ZERO;
+/// b.listen(0x1234)?;
+/// a.connect(now, ConnectParams::new(0x1234, b.config().local_addr, 0x11, 1))?;
+/// pump(now, &mut a, &mut b);
+/// let Some(CmEvent::ConnectRequest(req)) = b.poll_event() else { panic!() };
+/// let mut p = AcceptParams::new(0x22, 0x7777);
+/// p.responder_resources = 16; // clamped to what the peer asked for
+/// let qp = b.accept(now, req.endpoint, p)?;
+/// assert_eq!((qp.dest_qpn, qp.rq_psn, qp.max_dest_rd_atomic), (0x11, 0x7777, 1));
+/// # Ok::<(), CmError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AcceptParams {
     /// Our QP number (24 bits).
@@ -114,6 +158,40 @@ impl AcceptParams {
 }
 
 /// What the peer said about itself in its REQ or REP.
+///
+/// # Example
+///
+/// ```
+/// # use ndverbs_proto::cm::*;
+/// # use ndverbs_proto::time::Instant;
+/// # fn pump(now: Instant, x: &mut CmAgent, y: &mut CmAgent) {
+/// #     loop {
+/// #         let (xa, ya) = (x.config().local_addr, y.config().local_addr);
+/// #         let mut quiet = true;
+/// #         while let Some(t) = x.poll_transmit() { y.handle_mad(now, xa, &t.mad); quiet = false; }
+/// #         while let Some(t) = y.poll_transmit() { x.handle_mad(now, ya, &t.mad); quiet = false; }
+/// #         if quiet { break }
+/// #     }
+/// # }
+/// # fn agents() -> (CmAgent, CmAgent) {
+/// #     (CmAgent::new(CmConfig::new("10.0.0.1".parse().unwrap(), 0xa, 1)),
+/// #      CmAgent::new(CmConfig::new("10.0.0.2".parse().unwrap(), 0xb, 2)))
+/// # }
+/// let (mut a, mut b) = agents();
+/// let now = Instant::ZERO;
+/// b.listen(0x1234)?;
+/// let ea = a.connect(now, ConnectParams::new(0x1234, b.config().local_addr, 0x11, 1))?;
+/// pump(now, &mut a, &mut b);
+/// let Some(CmEvent::ConnectRequest(req)) = b.poll_event() else { panic!() };
+/// let eb = req.endpoint;
+/// b.accept(now, eb, AcceptParams::new(0x22, 2))?;
+/// pump(now, &mut a, &mut b);
+/// // Each side now knows the other: QPN, first PSN, address.
+/// let (peer_of_a, peer_of_b) = (a.peer(ea).unwrap(), b.peer(eb).unwrap());
+/// assert_eq!((peer_of_a.qpn, peer_of_a.starting_psn), (0x22, 2));
+/// assert_eq!((peer_of_b.qpn, peer_of_b.addr), (0x11, a.config().local_addr));
+/// # Ok::<(), CmError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerParams {
     /// Where its MADs come from (and ours go).
@@ -145,6 +223,38 @@ pub struct PeerParams {
 
 /// The QP attributes a connection implies (what Linux `ib_cm_init_qp_attr`
 /// returns for RTR and RTS): the engine moves the QP INIT→RTR→RTS with them.
+///
+/// # Example
+///
+/// ```
+/// # use ndverbs_proto::cm::*;
+/// # use ndverbs_proto::time::Instant;
+/// # fn pump(now: Instant, x: &mut CmAgent, y: &mut CmAgent) {
+/// #     loop {
+/// #         let (xa, ya) = (x.config().local_addr, y.config().local_addr);
+/// #         let mut quiet = true;
+/// #         while let Some(t) = x.poll_transmit() { y.handle_mad(now, xa, &t.mad); quiet = false; }
+/// #         while let Some(t) = y.poll_transmit() { x.handle_mad(now, ya, &t.mad); quiet = false; }
+/// #         if quiet { break }
+/// #     }
+/// # }
+/// # fn agents() -> (CmAgent, CmAgent) {
+/// #     (CmAgent::new(CmConfig::new("10.0.0.1".parse().unwrap(), 0xa, 1)),
+/// #      CmAgent::new(CmConfig::new("10.0.0.2".parse().unwrap(), 0xb, 2)))
+/// # }
+/// let (mut a, mut b) = agents();
+/// let now = Instant::ZERO;
+/// b.listen(0x1234)?;
+/// a.connect(now, ConnectParams::new(0x1234, b.config().local_addr, 0x11, 0x100))?;
+/// pump(now, &mut a, &mut b);
+/// let Some(CmEvent::ConnectRequest(req)) = b.poll_event() else { panic!() };
+/// // What B's QP must be moved to RTR/RTS with before the REP goes out.
+/// let s = b.accept_qp_setup(req.endpoint, &AcceptParams::new(0x22, 0x200))?;
+/// assert_eq!(s.remote_addr, a.config().local_addr);
+/// assert_eq!((s.dest_qpn, s.rq_psn, s.sq_psn), (0x11, 0x200, 0x100));
+/// assert_eq!(s.path_mtu, 3); // 1024
+/// # Ok::<(), CmError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpSetup {
     /// Peer address (the RC packets' destination).

@@ -24,6 +24,32 @@
 use std::fmt;
 
 /// A CM endpoint's state (Linux `enum ib_cm_state`, without SIDR).
+///
+/// # Example
+///
+/// ```
+/// # use ndverbs_proto::cm::*;
+/// # use ndverbs_proto::time::Instant;
+/// # fn pump(now: Instant, x: &mut CmAgent, y: &mut CmAgent) {
+/// #     loop {
+/// #         let (xa, ya) = (x.config().local_addr, y.config().local_addr);
+/// #         let mut quiet = true;
+/// #         while let Some(t) = x.poll_transmit() { y.handle_mad(now, xa, &t.mad); quiet = false; }
+/// #         while let Some(t) = y.poll_transmit() { x.handle_mad(now, ya, &t.mad); quiet = false; }
+/// #         if quiet { break }
+/// #     }
+/// # }
+/// # fn agents() -> (CmAgent, CmAgent) {
+/// #     (CmAgent::new(CmConfig::new("10.0.0.1".parse().unwrap(), 0xa, 1)),
+/// #      CmAgent::new(CmConfig::new("10.0.0.2".parse().unwrap(), 0xb, 2)))
+/// # }
+/// let (mut a, b) = agents();
+/// let ep = a.connect(Instant::ZERO, ConnectParams::new(0x1234, b.config().local_addr, 0x11, 1))?;
+/// let state = a.state(ep).unwrap();
+/// assert_eq!(state, CmState::ReqSent);
+/// assert_eq!(state.to_string(), "REQ_SENT"); // Linux's IB_CM_REQ_SENT
+/// # Ok::<(), CmError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CmState {
     /// No connection: new, rejected, timed out, or past time-wait.

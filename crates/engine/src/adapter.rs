@@ -75,6 +75,20 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// Who runs the engine loop.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::adapter::{Adapter, Progress};
+/// use std::time::Duration;
+/// let a = Adapter::open("127.93.2.1".parse().unwrap(), Progress::Manual)?;
+/// assert_eq!(a.mode(), Progress::Manual);
+/// // No worker thread: the application runs the engine loop itself (the layers
+/// // above do it when a CQ is polled), or sleeps in it until there is work.
+/// assert!(a.progress());
+/// a.progress_wait(Duration::from_millis(1))?;
+/// # Ok::<(), ndverbs_engine::adapter::EngineError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Progress {
     /// A worker thread per adapter.
@@ -84,6 +98,20 @@ pub enum Progress {
 }
 
 /// Errors of engine calls.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::adapter::{Adapter, EngineError, Progress};
+/// let a = Adapter::open("127.93.3.1".parse().unwrap(), Progress::Thread)?;
+/// // Handles are plain ids: a stale one is an error, never a crash.
+/// let err = a.destroy_qp(0x1234).unwrap_err();
+/// assert!(matches!(err, EngineError::NotFound { what: "QP", id: 0x1234 }), "{err}");
+/// assert!(matches!(a.create_cq(0), Err(EngineError::InvalidArgument(_))));
+/// a.remove();
+/// assert!(matches!(a.alloc_pd(), Err(EngineError::Removed)));
+/// # Ok::<(), EngineError>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     /// The adapter was removed; only cleanup works.
@@ -121,6 +149,19 @@ pub enum EngineError {
 }
 
 /// Limits an adapter enforces (reported by device queries).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::adapter::{Limits, LIMITS};
+/// // Every adapter has the same limits; device queries report them.
+/// fn fits(l: &Limits, wr: u32, sge: u32) -> bool {
+///     wr <= l.max_qp_wr && sge <= l.max_sge
+/// }
+/// assert!(fits(&LIMITS, 1024, 4));
+/// assert!(!fits(&LIMITS, LIMITS.max_qp_wr + 1, 1));
+/// assert_eq!(LIMITS.max_msg_size, 1 << 31);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Most work requests per send or receive queue.
@@ -151,6 +192,17 @@ pub const LIMITS: Limits = Limits {
 };
 
 /// CM timer settings (exponents as on the wire: 4.096 µs × 2^t).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::adapter::{Adapter, CmTimers, Progress};
+/// // A short-fused CM (≈ 8 ms per REQ, 2 retries) for tests that must see timeouts.
+/// let t = CmTimers { packet_life_time: 10, cm_response_timeout: 10, max_cm_retries: 2 };
+/// let a = Adapter::open_with_timers("127.93.4.1".parse().unwrap(), Progress::Thread, t)?;
+/// assert!(!a.is_removed());
+/// # Ok::<(), ndverbs_engine::adapter::EngineError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CmTimers {
     /// Packet life time exponent (Linux RoCE: 18).
@@ -162,6 +214,26 @@ pub struct CmTimers {
 }
 
 /// Adapter-wide packet counters (per-QP counters live in the QPs).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::adapter::{Adapter, Progress};
+/// use std::sync::atomic::Ordering::Relaxed;
+/// let a = Adapter::open("127.93.5.1".parse().unwrap(), Progress::Manual)?;
+/// // Eight bytes that are no RoCE packet, sent to port 4791: received, then dropped.
+/// let junk = std::net::UdpSocket::bind("127.93.5.2:0")?;
+/// junk.send_to(&[0; 8], "127.93.5.1:4791")?;
+/// let c = a.counters();
+/// let t0 = std::time::Instant::now();
+/// while c.rcvd_datagrams.load(Relaxed) == 0 {
+///     assert!(t0.elapsed().as_secs() < 10);
+///     a.progress();
+/// }
+/// assert_eq!(c.drop_malformed.load(Relaxed) + c.drop_bad_icrc.load(Relaxed), 1);
+/// assert_eq!(c.sent_datagrams.load(Relaxed), 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Default)]
 pub struct AdapterCounters {
     /// Datagrams received (all).
@@ -183,6 +255,25 @@ pub struct AdapterCounters {
 }
 
 /// What the application side of a queue pair shares with the engine.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::adapter::{Adapter, Progress, QpInit};
+/// use ndverbs_proto::rc::{QpCaps, QpState};
+/// let a = Adapter::open("127.93.6.1".parse().unwrap(), Progress::Thread)?;
+/// let pd = a.alloc_pd()?;
+/// let (cq, _) = a.create_cq(16)?;
+/// let init = QpInit { pd, send_cq: cq, recv_cq: cq, srq: None, caps: QpCaps::default(),
+///     max_recv_wr: 16, max_recv_sge: 1 };
+/// // The application's handle: posts go through it, state and QPN read from it.
+/// let qp = a.create_qp(init)?;
+/// assert_eq!(qp.state(), QpState::Reset);
+/// assert!(qp.qpn() > 1 && qp.qpn() < 1 << 24); // random, never QP0/QP1
+/// assert_eq!(a.query_qp(qp.qpn())?.qp_state, QpState::Reset);
+/// a.destroy_qp(qp.qpn())?;
+/// # Ok::<(), ndverbs_engine::adapter::EngineError>(())
+/// ```
 #[derive(Debug)]
 pub struct QpShared {
     qpn: u32,
@@ -241,6 +332,25 @@ fn state_from_u8(v: u8) -> QpState {
 }
 
 /// Creation parameters of a queue pair.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::adapter::{Adapter, Progress, QpInit};
+/// use ndverbs_proto::rc::QpCaps;
+/// let a = Adapter::open("127.93.7.1".parse().unwrap(), Progress::Thread)?;
+/// let pd = a.alloc_pd()?;
+/// let (send_cq, _) = a.create_cq(64)?;
+/// let (recv_cq, _) = a.create_cq(64)?;
+/// // Separate CQs, a receive queue of 64 two-piece receives, 8 inline bytes.
+/// let caps = QpCaps { max_send_wr: 64, max_send_sge: 2, max_inline_data: 8, sq_sig_all: false };
+/// let init = QpInit { pd, send_cq, recv_cq, srq: None, caps, max_recv_wr: 64, max_recv_sge: 2 };
+/// let qp = a.create_qp(init)?;
+/// assert_eq!(qp.caps().max_inline_data, 8);
+/// // A CQ in use cannot go.
+/// assert!(a.destroy_cq(send_cq).is_err());
+/// # Ok::<(), ndverbs_engine::adapter::EngineError>(())
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct QpInit {
     /// Protection domain.
@@ -286,6 +396,27 @@ struct SrqEntry {
 }
 
 /// What the application side of a shared receive queue shares with the engine.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::adapter::{Adapter, Progress, QpInit};
+/// use ndverbs_engine::mr::RegionBuf;
+/// use ndverbs_proto::mem::{Access, Sge};
+/// use ndverbs_proto::rc::{QpCaps, RecvWr};
+/// let a = Adapter::open("127.93.8.1".parse().unwrap(), Progress::Thread)?;
+/// let pd = a.alloc_pd()?;
+/// let (cq, _) = a.create_cq(16)?;
+/// // One pool of receives for several QPs.
+/// let srq = a.create_srq(pd, 128, 1)?;
+/// let init = |srq| QpInit { pd, send_cq: cq, recv_cq: cq, srq, caps: QpCaps::default(), max_recv_wr: 0, max_recv_sge: 0 };
+/// let (q1, q2) = (a.create_qp(init(Some(srq.id())))?, a.create_qp(init(Some(srq.id())))?);
+/// let mr = a.reg_mr(pd, RegionBuf::alloc(4096)?, Access::LOCAL_WRITE)?;
+/// a.post_srq_recv(&srq, RecvWr::new(1, vec![Sge::new(mr.addr(), 4096, mr.lkey())]))?;
+/// assert!(a.destroy_srq(srq.id()).is_err()); // still used by q1 and q2
+/// # let _ = (q1, q2);
+/// # Ok::<(), ndverbs_engine::adapter::EngineError>(())
+/// ```
 #[derive(Debug)]
 pub struct SrqShared {
     id: u32,
@@ -393,6 +524,62 @@ pub(crate) struct Shared {
 }
 
 /// An adapter: the engine for one local IP address. Cheap to clone.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::adapter::{Adapter, EngineError, Progress, QpInit, QpShared};
+/// use ndverbs_engine::cq::CompletionQueue;
+/// use ndverbs_engine::mr::{Region, RegionBuf};
+/// use ndverbs_proto::mem::{Access, Sge};
+/// use ndverbs_proto::rc::*;
+/// use ndverbs_wire::cma::gid_of;
+/// use std::sync::Arc;
+///
+/// /// One side: an adapter driven by `progress` (no thread), PD, CQ, QP, 4 KiB region.
+/// fn open(ip: &str) -> Result<(Adapter, Arc<CompletionQueue>, Arc<QpShared>, Arc<Region>), EngineError> {
+///     let ad = Adapter::open(ip.parse().unwrap(), Progress::Manual)?;
+///     let pd = ad.alloc_pd()?;
+///     let (cq_id, cq) = ad.create_cq(16)?;
+///     let qp = ad.create_qp(QpInit { pd, send_cq: cq_id, recv_cq: cq_id, srq: None,
+///         caps: QpCaps::default(), max_recv_wr: 16, max_recv_sge: 1 })?;
+///     let mr = ad.reg_mr(pd, RegionBuf::alloc(4096)?, Access::LOCAL_WRITE)?;
+///     Ok((ad, cq, qp, mr))
+/// }
+/// let (a, cq_a, qp_a, mr_a) = open("127.93.1.1")?;
+/// let (b, cq_b, qp_b, mr_b) = open("127.93.1.2")?;
+/// // RESET -> INIT -> RTR -> RTS, each QP towards the other (PSN 0 both ways).
+/// for (ad, qp, peer, peer_qpn) in [(&a, &qp_a, &b, qp_b.qpn()), (&b, &qp_b, &a, qp_a.qpn())] {
+///     let mut attr = QpAttr { qp_state: QpState::Init, dest_qp_num: peer_qpn, ..QpAttr::default() };
+///     attr.av.dgid = gid_of(peer.local()).octets();
+///     ad.modify_qp(qp.qpn(), &attr, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+///     attr.qp_state = QpState::Rtr;
+///     ad.modify_qp(qp.qpn(), &attr, AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN
+///         | AttrMask::RQ_PSN | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER)?;
+///     attr.qp_state = QpState::Rts;
+///     ad.modify_qp(qp.qpn(), &attr, AttrMask::STATE | AttrMask::SQ_PSN | AttrMask::TIMEOUT
+///         | AttrMask::RETRY_CNT | AttrMask::RNR_RETRY | AttrMask::MAX_QP_RD_ATOMIC)?;
+/// }
+/// b.post_recv(&qp_b, RecvWr::new(1, vec![Sge::new(mr_b.addr(), 4096, mr_b.lkey())]))?;
+/// mr_a.write(0, b"over UDP").unwrap();
+/// a.post_send(&qp_a, SendWr::new(2, SendOp::Send, vec![Sge::new(mr_a.addr(), 8, mr_a.lkey())]))?;
+/// // Manual progress: run both engines until each side has its completion.
+/// let (mut sent, mut recv) = (None, None);
+/// let t0 = std::time::Instant::now();
+/// while sent.is_none() || recv.is_none() {
+///     assert!(t0.elapsed().as_secs() < 10, "no completions");
+///     a.progress();
+///     b.progress();
+///     sent = sent.or_else(|| cq_a.poll_one());
+///     recv = recv.or_else(|| cq_b.poll_one());
+/// }
+/// let recv = recv.unwrap();
+/// assert_eq!((sent.unwrap().status, recv.status, recv.byte_len), (WcStatus::Success, WcStatus::Success, 8));
+/// let mut got = [0; 8];
+/// mr_b.read(0, &mut got).unwrap();
+/// assert_eq!(&got, b"over UDP");
+/// # Ok::<(), EngineError>(())
+/// ```
 #[derive(Clone)]
 pub struct Adapter {
     shared: Arc<Shared>,

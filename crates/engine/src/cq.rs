@@ -24,6 +24,26 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// What wakes an armed queue.
+///
+/// # Example
+///
+/// ```
+/// # use ndverbs_proto::rc::{WcOpcode, WcQueue, WcStatus, WorkCompletion};
+/// # fn wc(wr_id: u64, status: WcStatus) -> WorkCompletion {
+/// #     WorkCompletion { wr_id, status, opcode: WcOpcode::Recv, queue: WcQueue::Recv, byte_len: 0,
+/// #         imm: None, invalidated_rkey: None, qpn: 2, src_qp: 3, solicited: false }
+/// # }
+/// use ndverbs_engine::cq::{CompletionQueue, NotifyOn};
+/// let cq = CompletionQueue::new(8)?;
+/// // Wake only for errors: a success passes by, a failure fires.
+/// let errors = cq.notify(NotifyOn::Errors);
+/// cq.push(wc(1, WcStatus::Success));
+/// assert!(!errors.is_done());
+/// cq.push(wc(2, WcStatus::RemAccessErr));
+/// assert_eq!(errors.wait(), Ok(()));
+/// assert_eq!(cq.len(), 2); // notification consumes nothing
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NotifyOn {
     /// Any completion.
@@ -45,6 +65,26 @@ fn code(n: NotifyOn) -> u8 {
 }
 
 /// Why a resize was refused.
+///
+/// # Example
+///
+/// ```
+/// # use ndverbs_proto::rc::{WcOpcode, WcQueue, WcStatus, WorkCompletion};
+/// # fn wc(wr_id: u64, status: WcStatus) -> WorkCompletion {
+/// #     WorkCompletion { wr_id, status, opcode: WcOpcode::Recv, queue: WcQueue::Recv, byte_len: 0,
+/// #         imm: None, invalidated_rkey: None, qpn: 2, src_qp: 3, solicited: false }
+/// # }
+/// use ndverbs_engine::cq::{CompletionQueue, ResizeError};
+/// let cq = CompletionQueue::new(4)?;
+/// for id in 0..3 {
+///     cq.push(wc(id, WcStatus::Success));
+/// }
+/// assert_eq!(cq.resize(2, 1024), Err(ResizeError::TooSmall { queued: 3, depth: 2 }));
+/// assert_eq!(cq.resize(0, 1024), Err(ResizeError::OutOfRange(0)));
+/// cq.resize(64, 1024).unwrap(); // growing keeps every queued completion
+/// assert_eq!((cq.depth(), cq.len()), (64, 3));
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ResizeError {
     /// More completions are queued than the new depth holds.
@@ -61,6 +101,27 @@ pub enum ResizeError {
 }
 
 /// Why a notification request ended without a completion arriving.
+///
+/// # Example
+///
+/// ```
+/// # use ndverbs_proto::rc::{WcOpcode, WcQueue, WcStatus, WorkCompletion};
+/// # fn wc(wr_id: u64, status: WcStatus) -> WorkCompletion {
+/// #     WorkCompletion { wr_id, status, opcode: WcOpcode::Recv, queue: WcQueue::Recv, byte_len: 0,
+/// #         imm: None, invalidated_rkey: None, qpn: 2, src_qp: 3, solicited: false }
+/// # }
+/// use ndverbs_engine::cq::{CompletionQueue, NotifyError, NotifyOn};
+/// let cq = CompletionQueue::new(1)?;
+/// // Cancelled notification requests end with `Canceled`...
+/// let n = cq.notify(NotifyOn::Any);
+/// cq.end_waiters(Err(NotifyError::Canceled));
+/// assert_eq!(n.wait(), Err(NotifyError::Canceled));
+/// // ...and a queue that lost a completion reports it.
+/// cq.push(wc(1, WcStatus::Success));
+/// assert!(!cq.push(wc(2, WcStatus::Success))); // full: lost
+/// assert!(cq.overflowed());
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum NotifyError {
     /// Cancelled by the application.
@@ -77,6 +138,31 @@ pub enum NotifyError {
 type Waiter = (NotifyOn, Completion<Result<(), NotifyError>>);
 
 /// A completion queue shared by the engine and the application.
+///
+/// # Example
+///
+/// ```
+/// # use ndverbs_proto::rc::{WcOpcode, WcQueue, WcStatus, WorkCompletion};
+/// # fn wc(wr_id: u64, status: WcStatus) -> WorkCompletion {
+/// #     WorkCompletion { wr_id, status, opcode: WcOpcode::Recv, queue: WcQueue::Recv, byte_len: 0,
+/// #         imm: None, invalidated_rkey: None, qpn: 2, src_qp: 3, solicited: false }
+/// # }
+/// use ndverbs_engine::cq::{CompletionQueue, NotifyOn};
+/// use std::time::Duration;
+/// let cq = CompletionQueue::new(16)?;
+/// // Arm, then wait on the eventfd (also usable with poll/epoll via `fd()`).
+/// cq.arm(NotifyOn::Any);
+/// assert!(!cq.wait(Some(Duration::ZERO))?); // nothing yet
+/// cq.push(wc(7, WcStatus::Success)); // what the engine does
+/// assert!(cq.wait(Some(Duration::from_secs(1)))?);
+/// assert_eq!(cq.take_events(), 1);
+/// // Drain in batches.
+/// let mut out = [wc(0, WcStatus::Success); 4];
+/// assert_eq!(cq.poll(&mut out), 1);
+/// assert_eq!(out[0].wr_id, 7);
+/// assert!(cq.poll_one().is_none());
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct CompletionQueue {
     /// Pending notification requests (ND's `Notify`), completed together by

@@ -27,11 +27,36 @@ struct Inner<T> {
 }
 
 /// The application's side of a pending request.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::pending::{pending, ready, Pending};
+/// use std::time::Duration;
+/// // The engine keeps the `Completion` and fills it from another thread.
+/// let (p, done) = pending::<Result<u32, &str>>(|| Err("dropped"));
+/// std::thread::spawn(move || done.complete(Ok(42)));
+/// assert_eq!(p.wait_timeout(Duration::from_secs(5)), Some(Ok(42)));
+/// // Already known results come ready; `Pending` is also a `Future`.
+/// let r: Pending<u8> = ready(1);
+/// assert_eq!(r.try_take(), Some(1));
+/// ```
 pub struct Pending<T> {
     inner: Arc<Inner<T>>,
 }
 
 /// The engine's side: fills the request exactly once.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::pending::pending;
+/// let (p, done) = pending::<Result<(), &str>>(|| Err("device removed"));
+/// // Dropped without `complete`: the request still ends, with the fallback.
+/// drop(done);
+/// assert!(p.is_done());
+/// assert_eq!(p.wait(), Err("device removed"));
+/// ```
 pub struct Completion<T> {
     inner: Option<Arc<Inner<T>>>,
     fallback: Option<fn() -> T>,

@@ -42,6 +42,44 @@ use std::net::IpAddr;
 use tracing::Span;
 
 /// How an endpoint request ended badly.
+///
+/// # Example
+///
+/// ```
+/// # use ndverbs_engine::adapter::{Adapter, Progress, QpInit, QpShared};
+/// # use ndverbs_engine::ep::*;
+/// # use ndverbs_proto::mem::Access;
+/// # use ndverbs_proto::rc::*;
+/// # use std::sync::Arc;
+/// # fn side(ip: &str) -> (Adapter, Arc<QpShared>) {
+/// #     let ad = Adapter::open(ip.parse().unwrap(), Progress::Thread).unwrap();
+/// #     let pd = ad.alloc_pd().unwrap();
+/// #     let (cq, _) = ad.create_cq(16).unwrap();
+/// #     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
+/// #         caps: QpCaps::default(), max_recv_wr: 16, max_recv_sge: 1 }).unwrap();
+/// #     let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
+/// #     ad.modify_qp(qp.qpn(), &init,
+/// #         AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
+/// #     (ad, qp)
+/// # }
+/// # fn cargs(to: &Adapter, port: u16) -> ConnectArgs {
+/// #     ConnectArgs { remote: to.local(), remote_port: port, local_port: 40000, responder_resources: 1,
+/// #         initiator_depth: 1, retry_count: 7, rnr_retry_count: 7, path_mtu: PathMtu::Mtu1024,
+/// #         private_data: b"hello".to_vec() }
+/// # }
+/// let ((a, qa), (b, _qb)) = (side("127.93.16.1"), side("127.93.16.2"));
+/// // Nobody listens on B's port 7000: B's CM answers the REQ with a REJ.
+/// let ea = a.create_ep()?;
+/// match a.ep_connect(ea, qa.qpn(), cargs(&b, 7000))?.wait() {
+///     Err(EpError::Rejected { reason, .. }) => assert_eq!(reason, 8), // invalid service ID
+///     other => panic!("{other:?}"),
+/// }
+/// // An endpoint request naming no QP fails as a request, not as a call.
+/// let (ec, el) = (a.create_ep()?, b.create_ep()?);
+/// b.ep_listen(el, 7001, 1)?;
+/// assert!(a.ep_connect(ec, 0xabcd, cargs(&b, 7001)).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EpError {
     /// The adapter was removed.
@@ -85,6 +123,54 @@ pub enum EpError {
 }
 
 /// Everything a Connect needs besides the QP.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::adapter::{Adapter, Progress, QpInit, QpShared};
+/// use ndverbs_engine::ep::{AcceptArgs, ConnectArgs};
+/// use ndverbs_proto::mem::Access;
+/// use ndverbs_proto::rc::*;
+/// use std::sync::Arc;
+/// /// An adapter with one QP in INIT (the CM takes it on to RTR and RTS).
+/// fn side(ip: &str) -> Result<(Adapter, Arc<QpShared>), Box<dyn std::error::Error>> {
+///     let ad = Adapter::open(ip.parse()?, Progress::Thread)?;
+///     let pd = ad.alloc_pd()?;
+///     let (cq, _) = ad.create_cq(16)?;
+///     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
+///         caps: QpCaps::default(), max_recv_wr: 16, max_recv_sge: 1 })?;
+///     let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
+///     ad.modify_qp(qp.qpn(), &init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+///     Ok((ad, qp))
+/// }
+/// let ((a, qa), (b, qb)) = (side("127.93.11.1")?, side("127.93.11.2")?);
+/// // B listens on rdma_cm port 7000 and waits for a request on a fresh endpoint.
+/// let (listener, eb) = (b.create_ep()?, b.create_ep()?);
+/// b.ep_listen(listener, 7000, 4)?;
+/// let request = b.ep_get_request(listener, eb)?;
+/// // A connects: a REQ, completed by B's REP.
+/// let args = ConnectArgs {
+///     remote: b.local(),
+///     remote_port: 7000,
+///     local_port: 40000,
+///     responder_resources: 4,
+///     initiator_depth: 4,
+///     retry_count: 7,
+///     rnr_retry_count: 7,
+///     path_mtu: PathMtu::Mtu1024,
+///     private_data: b"hello".to_vec(),
+/// };
+/// let ea = a.create_ep()?;
+/// let rep = a.ep_connect(ea, qa.qpn(), args)?;
+/// assert!(request.wait()?.private_data.starts_with(b"hello"));
+/// let rtu = b.ep_accept(eb, qb.qpn(), AcceptArgs {
+///     responder_resources: 4, initiator_depth: 4, rnr_retry_count: 7, private_data: vec![] })?;
+/// rep.wait()?;
+/// a.ep_complete_connect(ea, qa.qpn())?.wait()?; // A's QP to RTS, then the RTU
+/// rtu.wait()?;
+/// assert_eq!((qa.state(), qb.state()), (QpState::Rts, QpState::Rts));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectArgs {
     /// Peer address.
@@ -108,6 +194,48 @@ pub struct ConnectArgs {
 }
 
 /// Everything an Accept needs besides the QP.
+///
+/// # Example
+///
+/// ```
+/// # use ndverbs_engine::adapter::{Adapter, Progress, QpInit, QpShared};
+/// # use ndverbs_engine::ep::*;
+/// # use ndverbs_proto::mem::Access;
+/// # use ndverbs_proto::rc::*;
+/// # use std::sync::Arc;
+/// # fn side(ip: &str) -> (Adapter, Arc<QpShared>) {
+/// #     let ad = Adapter::open(ip.parse().unwrap(), Progress::Thread).unwrap();
+/// #     let pd = ad.alloc_pd().unwrap();
+/// #     let (cq, _) = ad.create_cq(16).unwrap();
+/// #     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
+/// #         caps: QpCaps::default(), max_recv_wr: 16, max_recv_sge: 1 }).unwrap();
+/// #     let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
+/// #     ad.modify_qp(qp.qpn(), &init,
+/// #         AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
+/// #     (ad, qp)
+/// # }
+/// # fn cargs(to: &Adapter, port: u16) -> ConnectArgs {
+/// #     ConnectArgs { remote: to.local(), remote_port: port, local_port: 40000, responder_resources: 1,
+/// #         initiator_depth: 1, retry_count: 7, rnr_retry_count: 7, path_mtu: PathMtu::Mtu1024,
+/// #         private_data: b"hello".to_vec() }
+/// # }
+/// let ((a, qa), (b, qb)) = (side("127.93.12.1"), side("127.93.12.2"));
+/// let (listener, eb, ea) = (b.create_ep()?, b.create_ep()?, a.create_ep()?);
+/// b.ep_listen(listener, 7000, 4)?;
+/// let request = b.ep_get_request(listener, eb)?;
+/// let rep = a.ep_connect(ea, qa.qpn(), cargs(&b, 7000))?; // asks for 1 READ each way
+/// request.wait()?;
+/// // Offer more than the peer asked for: the limits are clamped to its request.
+/// let args = AcceptArgs { responder_resources: 16, initiator_depth: 16, rnr_retry_count: 7,
+///     private_data: b"welcome".to_vec() };
+/// let rtu = b.ep_accept(eb, qb.qpn(), args)?;
+/// let info = rep.wait()?;
+/// a.ep_complete_connect(ea, qa.qpn())?.wait()?;
+/// rtu.wait()?;
+/// assert_eq!(b.ep_info(eb)?.read_limits, (1, 1));
+/// assert!(info.private_data.starts_with(b"welcome"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AcceptArgs {
     /// RDMA READ/atomics we accept in flight (clamped to the peer's initiator depth).
@@ -121,6 +249,46 @@ pub struct AcceptArgs {
 }
 
 /// What a Connect learned from the REP.
+///
+/// # Example
+///
+/// ```
+/// # use ndverbs_engine::adapter::{Adapter, Progress, QpInit, QpShared};
+/// # use ndverbs_engine::ep::*;
+/// # use ndverbs_proto::mem::Access;
+/// # use ndverbs_proto::rc::*;
+/// # use std::sync::Arc;
+/// # fn side(ip: &str) -> (Adapter, Arc<QpShared>) {
+/// #     let ad = Adapter::open(ip.parse().unwrap(), Progress::Thread).unwrap();
+/// #     let pd = ad.alloc_pd().unwrap();
+/// #     let (cq, _) = ad.create_cq(16).unwrap();
+/// #     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
+/// #         caps: QpCaps::default(), max_recv_wr: 16, max_recv_sge: 1 }).unwrap();
+/// #     let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
+/// #     ad.modify_qp(qp.qpn(), &init,
+/// #         AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
+/// #     (ad, qp)
+/// # }
+/// # fn cargs(to: &Adapter, port: u16) -> ConnectArgs {
+/// #     ConnectArgs { remote: to.local(), remote_port: port, local_port: 40000, responder_resources: 1,
+/// #         initiator_depth: 1, retry_count: 7, rnr_retry_count: 7, path_mtu: PathMtu::Mtu1024,
+/// #         private_data: b"hello".to_vec() }
+/// # }
+/// let ((a, qa), (b, qb)) = (side("127.93.13.1"), side("127.93.13.2"));
+/// let (listener, eb, ea) = (b.create_ep()?, b.create_ep()?, a.create_ep()?);
+/// b.ep_listen(listener, 7000, 4)?;
+/// let request = b.ep_get_request(listener, eb)?;
+/// let rep = a.ep_connect(ea, qa.qpn(), ConnectArgs { initiator_depth: 2, ..cargs(&b, 7000) })?;
+/// request.wait()?;
+/// let _rtu = b.ep_accept(eb, qb.qpn(), AcceptArgs { responder_resources: 8, initiator_depth: 8,
+///     rnr_retry_count: 7, private_data: b"token=42".to_vec() })?;
+/// // What the REP said: B's private data (zero-padded to the REP's 196 bytes) and
+/// // the negotiated (inbound, outbound) READ limits.
+/// let info: ConnectInfo = rep.wait()?;
+/// assert!(info.private_data.starts_with(b"token=42"));
+/// assert_eq!(info.read_limits, (1, 2));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectInfo {
     /// The peer's private data.
@@ -130,6 +298,45 @@ pub struct ConnectInfo {
 }
 
 /// A connection request handed to the application.
+///
+/// # Example
+///
+/// ```
+/// # use ndverbs_engine::adapter::{Adapter, Progress, QpInit, QpShared};
+/// # use ndverbs_engine::ep::*;
+/// # use ndverbs_proto::mem::Access;
+/// # use ndverbs_proto::rc::*;
+/// # use std::sync::Arc;
+/// # fn side(ip: &str) -> (Adapter, Arc<QpShared>) {
+/// #     let ad = Adapter::open(ip.parse().unwrap(), Progress::Thread).unwrap();
+/// #     let pd = ad.alloc_pd().unwrap();
+/// #     let (cq, _) = ad.create_cq(16).unwrap();
+/// #     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
+/// #         caps: QpCaps::default(), max_recv_wr: 16, max_recv_sge: 1 }).unwrap();
+/// #     let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
+/// #     ad.modify_qp(qp.qpn(), &init,
+/// #         AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
+/// #     (ad, qp)
+/// # }
+/// # fn cargs(to: &Adapter, port: u16) -> ConnectArgs {
+/// #     ConnectArgs { remote: to.local(), remote_port: port, local_port: 40000, responder_resources: 1,
+/// #         initiator_depth: 1, retry_count: 7, rnr_retry_count: 7, path_mtu: PathMtu::Mtu1024,
+/// #         private_data: b"hello".to_vec() }
+/// # }
+/// use ndverbs_wire::cma;
+/// let ((a, qa), (b, _qb)) = (side("127.93.14.1"), side("127.93.14.2"));
+/// let (listener, eb, ea) = (b.create_ep()?, b.create_ep()?, a.create_ep()?);
+/// b.ep_listen(listener, 7000, 4)?;
+/// let request = b.ep_get_request(listener, eb)?;
+/// let _rep = a.ep_connect(ea, qa.qpn(), cargs(&b, 7000))?;
+/// let req: RequestInfo = request.wait()?;
+/// assert_eq!((req.peer, req.peer_port, req.local), (a.local(), 40000, b.local()));
+/// assert_eq!(req.service_id, cma::service_id(cma::RDMA_PS_TCP, 7000));
+/// assert!(req.private_data.starts_with(b"hello"));
+/// assert_eq!(req.peer_read_limits, (1, 1));
+/// b.ep_reject(eb, b"not now")?; // or accept it
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestInfo {
     /// Peer address.
@@ -147,6 +354,20 @@ pub struct RequestInfo {
 }
 
 /// What an endpoint knows about itself, for queries.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::adapter::{Adapter, Progress};
+/// let a = Adapter::open("127.93.15.1".parse().unwrap(), Progress::Thread)?;
+/// let ep = a.create_ep()?;
+/// let info = a.ep_info(ep)?;
+/// assert!(info.cm_state.is_none() && !info.listening); // not bound to anything yet
+/// a.ep_listen(ep, 7000, 8)?;
+/// let info = a.ep_info(ep)?;
+/// assert!(info.listening && info.peer.is_none() && info.comm_ids.is_none());
+/// # Ok::<(), ndverbs_engine::adapter::EngineError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct EpInfo {
     /// The CM state, if bound to a CM endpoint.
@@ -229,6 +450,23 @@ fn cm_event_name(ev: &CmEvent) -> &'static str {
 }
 
 /// Result of an endpoint request.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::adapter::{Adapter, Progress};
+/// use ndverbs_engine::ep::{EpError, EpPending, RequestInfo};
+/// use std::time::Duration;
+/// let a = Adapter::open("127.93.17.1".parse().unwrap(), Progress::Thread)?;
+/// let (listener, ep) = (a.create_ep()?, a.create_ep()?);
+/// a.ep_listen(listener, 7000, 1)?;
+/// let req: EpPending<RequestInfo> = a.ep_get_request(listener, ep)?;
+/// // Nobody connects: it stays pending (`.await` works too) until cancelled.
+/// assert_eq!(req.wait_timeout(Duration::from_millis(10)), None);
+/// a.ep_cancel(listener)?;
+/// assert_eq!(req.wait(), Err(EpError::Canceled));
+/// # Ok::<(), ndverbs_engine::adapter::EngineError>(())
+/// ```
 pub type EpPending<T> = Pending<Result<T, EpError>>;
 
 fn removed<T>() -> Result<T, EpError> {

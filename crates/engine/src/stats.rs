@@ -55,6 +55,21 @@ pub const STAT_DIR_ENV: &str = "NDV_STAT_DIR";
 
 /// One snapshot of an adapter's counters: `(name, value)` in rxe's order,
 /// then drops by cause.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::adapter::{Adapter, Progress};
+/// use ndverbs_engine::stats::RXE_COUNTERS;
+/// let a = Adapter::open("127.93.18.1".parse().unwrap(), Progress::Thread)?;
+/// let s = a.stats();
+/// // rxe's hardware counters first, same names and order as /sys/class/infiniband/*/ports/1/hw_counters.
+/// let names: Vec<&str> = s.pairs().iter().map(|(n, _)| n.as_str()).collect();
+/// assert_eq!(names[..RXE_COUNTERS.len()], RXE_COUNTERS);
+/// assert_eq!(s.get("sent_pkts"), 0);
+/// assert!(s.to_json().starts_with("{\"sent_pkts\":0,"));
+/// # Ok::<(), ndverbs_engine::adapter::EngineError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Stats {
     pairs: Vec<(String, u64)>,

@@ -12,6 +12,21 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 /// A non-blocking eventfd.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::event::EventFd;
+/// use std::time::Duration;
+/// let ev = EventFd::new()?;
+/// assert!(!ev.wait(Some(Duration::ZERO))?);
+/// ev.signal();
+/// ev.signal();
+/// assert!(ev.wait(Some(Duration::from_secs(1)))?); // readable: poll/epoll on `ev.fd()` see it too
+/// assert_eq!(ev.drain(), 2); // and reset
+/// assert_eq!(ev.drain(), 0);
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct EventFd {
     fd: OwnedFd,

@@ -21,6 +21,21 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 /// Probabilities (0.0..=1.0) and parameters of the fault layer.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::adapter::{Adapter, Progress};
+/// use ndverbs_engine::faults::FaultConfig;
+/// // The NDV_FAULTS syntax; unnamed values stay zero.
+/// let cfg = FaultConfig::parse("loss=0.1,dup=0.02,delay_us=200,seed=7")?;
+/// assert_eq!((cfg.loss, cfg.dup, cfg.reorder, cfg.seed), (0.1, 0.02, 0.0, 7));
+/// assert!(!cfg.is_off());
+/// let a = Adapter::open("127.93.20.1".parse().unwrap(), Progress::Thread)?;
+/// a.set_faults(Some(cfg))?; // every packet `a` sends from now on
+/// assert_eq!(a.fault_counters().unwrap().packets, 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct FaultConfig {
     /// Chance a packet is dropped.
@@ -40,6 +55,16 @@ pub struct FaultConfig {
 }
 
 /// Why a fault specification did not parse.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::faults::FaultConfig;
+/// let err = FaultConfig::parse("loss=lots").unwrap_err();
+/// println!("NDV_FAULTS: {err}");
+/// assert!(FaultConfig::parse("flood=1").is_err()); // unknown key
+/// assert!(FaultConfig::parse("loss=2").is_err()); // not a probability
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("bad fault specification {0:?}: expected key=value pairs among loss, dup, reorder, delay, delay_us, corrupt, seed")]
 pub struct FaultSpecError(pub String);
@@ -97,6 +122,20 @@ impl FaultConfig {
 }
 
 /// What the fault layer did, for reports.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::faults::{FaultConfig, Faults};
+/// let mut f = Faults::new(FaultConfig::parse("loss=0.5,seed=1").unwrap());
+/// for _ in 0..1000 {
+///     f.fate(0, 100);
+/// }
+/// let c = f.counters;
+/// assert_eq!(c.packets, 1000);
+/// assert!(c.lost > 400 && c.lost < 600, "{c:?}");
+/// assert_eq!(c.duplicated + c.reordered + c.delayed + c.corrupted, 0);
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FaultCounters {
     /// Packets offered.
@@ -114,6 +153,19 @@ pub struct FaultCounters {
 }
 
 /// A packet waiting in the fault layer.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::faults::{Faults, FaultConfig, Held};
+/// let mut f = Faults::new(FaultConfig::default());
+/// let pkt = |release_ns| Held { release_ns, dst: "10.0.0.2".parse().unwrap(), bytes: vec![0; 16], corrupt: None };
+/// f.hold(pkt(2_000));
+/// f.hold(pkt(1_000)); // kept in release order
+/// assert_eq!(f.next_release(), Some(1_000));
+/// assert_eq!(f.due(1_500).map(|h| h.release_ns), Some(1_000));
+/// assert!(f.due(1_500).is_none()); // the other is not due yet
+/// ```
 #[derive(Debug)]
 pub struct Held {
     /// When it may go.
@@ -127,6 +179,21 @@ pub struct Held {
 }
 
 /// Decides the fate of each packet.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::faults::{Fate, FaultConfig, Faults};
+/// // Same seed, same fates: a failing run can be replayed.
+/// let cfg = FaultConfig::parse("loss=0.2,reorder=0.2,dup=0.2,seed=42").unwrap();
+/// let (mut x, mut y) = (Faults::new(cfg), Faults::new(cfg));
+/// for t in 0..100 {
+///     assert_eq!(x.fate(t, 64), y.fate(t, 64));
+/// }
+/// // Off: every packet goes out once, untouched.
+/// let mut off = Faults::new(FaultConfig::default());
+/// assert_eq!(off.fate(0, 64), Fate::Send { copies: 1, corrupt: None });
+/// ```
 #[derive(Debug)]
 pub struct Faults {
     cfg: FaultConfig,
@@ -138,6 +205,19 @@ pub struct Faults {
 }
 
 /// What to do with one packet now.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::faults::{Fate, FaultConfig, Faults};
+/// let mut f = Faults::new(FaultConfig::parse("reorder=1,delay_us=50").unwrap());
+/// // What the engine does with each packet it is about to send.
+/// match f.fate(1_000, 64) {
+///     Fate::Send { copies, corrupt } => println!("send {copies}x, flip {corrupt:?}"),
+///     Fate::Drop => println!("lost"),
+///     Fate::Hold(until) => assert!(until >= 1_000 + 50_000), // held back, overtaken by the next
+/// }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fate {
     /// Send it (`copies` times; flip bit `corrupt` after the ICRC if set).

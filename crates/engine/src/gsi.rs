@@ -27,6 +27,28 @@ const SEND_SLOTS: usize = 64;
 const RECV_SLOT: usize = GRH_LEN + MAD_LEN;
 
 /// The GSI queue pair with its buffers.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::gsi::Gsi;
+/// use ndverbs_engine::keys::KeyGen;
+/// use ndverbs_engine::mr::MemTable;
+/// use ndverbs_wire::packet::Packet;
+/// use std::net::IpAddr;
+/// let (a_ip, b_ip): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+/// let (mut mem_a, mut mem_b) = (MemTable::new(KeyGen::seeded(1)), MemTable::new(KeyGen::seeded(2)));
+/// let (mut a, mut b) = (Gsi::new(&mut mem_a), Gsi::new(&mut mem_b));
+/// // A MAD from A's QP1 to B's QP1, through one UD packet.
+/// a.send(b_ip, &[0x5a; 256]);
+/// let mut buf = [0; 512];
+/// let (len, dst) = a.poll_transmit(&mut mem_a, &mut buf).unwrap();
+/// assert_eq!(dst, b_ip);
+/// b.handle_packet(&Packet::parse(&buf[..len])?, a_ip, b_ip, &mut mem_b);
+/// // B learns the sender from the GRH, as rxe's GSI does.
+/// assert_eq!(b.poll_mad(), Some((a_ip, [0x5a; 256])));
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug)]
 pub struct Gsi {
     qp: UdQp,

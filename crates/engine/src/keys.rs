@@ -9,6 +9,19 @@
 
 /// SplitMix64 seeded from `getrandom`; fast, and good enough to make keys
 /// unguessable to a peer that sees only a few of them.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::keys::KeyGen;
+/// let mut keys = KeyGen::new(); // seeded by the OS
+/// let (k1, k2) = (keys.key(), keys.key());
+/// assert!(k1 != 0 && k1 != k2);
+/// let qpn = keys.qpn();
+/// assert!(qpn > 1 && qpn < 0xff_ffff);
+/// // Reproducible runs (tests, simulations) seed it themselves.
+/// assert_eq!(KeyGen::seeded(3).psn(), KeyGen::seeded(3).psn());
+/// ```
 #[derive(Debug, Clone)]
 pub struct KeyGen {
     state: u64,

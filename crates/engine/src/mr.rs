@@ -41,6 +41,21 @@ use std::sync::Arc;
 pub const REGION_ALIGN: usize = 4096;
 
 /// Errors of registration calls (not of data accesses: those are [`AccessError`]).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::keys::KeyGen;
+/// use ndverbs_engine::mr::{MemError, MemTable, RegionBuf};
+/// use ndverbs_proto::mem::Access;
+/// assert_eq!(RegionBuf::alloc(0).unwrap_err(), MemError::Empty);
+/// let mut mem = MemTable::new(KeyGen::seeded(1));
+/// // ibverbs' rule: granting remote writes requires local write access too.
+/// let err = mem.register(1, RegionBuf::alloc(64)?, Access::REMOTE_WRITE).unwrap_err();
+/// assert_eq!(err, MemError::RemoteWriteNeedsLocalWrite);
+/// assert_eq!(mem.deregister(0x1234).unwrap_err(), MemError::UnknownKey(0x1234));
+/// # Ok::<(), MemError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MemError {
     /// A zero-length region.
@@ -64,6 +79,17 @@ pub enum MemError {
 }
 
 /// The bytes behind a region.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::mr::{RegionBuf, REGION_ALIGN};
+/// // Engine-allocated memory: zeroed, page aligned, freed with the last region handle.
+/// let buf = RegionBuf::alloc(10_000)?;
+/// assert_eq!(buf.len(), 10_000);
+/// assert_eq!(buf.addr() % REGION_ALIGN as u64, 0);
+/// # Ok::<(), ndverbs_engine::mr::MemError>(())
+/// ```
 #[derive(Debug)]
 pub struct RegionBuf {
     ptr: NonNull<u8>,
@@ -176,6 +202,29 @@ impl Drop for RegionBuf {
 }
 
 /// A registered memory region.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::adapter::{Adapter, Progress};
+/// use ndverbs_engine::mr::RegionBuf;
+/// use ndverbs_proto::mem::{Access, Sge};
+/// let a = Adapter::open("127.93.19.1".parse().unwrap(), Progress::Thread)?;
+/// let pd = a.alloc_pd()?;
+/// let mr = a.reg_mr(pd, RegionBuf::alloc(4096)?, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
+/// // The peer needs (addr, rkey); local SGEs name (addr, lkey).
+/// let sge = Sge::new(mr.addr() + 16, 5, mr.lkey());
+/// assert_eq!((mr.len(), mr.pd(), mr.lkey()), (4096, pd, mr.rkey()));
+/// // The application reaches the bytes only by copying (a peer may write them any time).
+/// mr.write(16, b"hello").unwrap();
+/// let mut out = [0; 5];
+/// mr.read(16, &mut out).unwrap();
+/// assert_eq!(&out, b"hello");
+/// assert!(mr.write(4094, b"overflow").is_err());
+/// a.dereg_mr(mr.lkey())?; // the key stops working; `mr` keeps the memory alive
+/// # let _ = sge;
+/// # Ok::<(), ndverbs_engine::adapter::EngineError>(())
+/// ```
 #[derive(Debug)]
 pub struct Region {
     key: u32,
@@ -290,6 +339,25 @@ struct Binding {
 }
 
 /// Every region and window of an adapter, by key.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::keys::KeyGen;
+/// use ndverbs_engine::mr::{MemTable, RegionBuf};
+/// use ndverbs_proto::mem::{Access, Memory};
+/// let mut mem = MemTable::new(KeyGen::seeded(7));
+/// let r = mem.register(1, RegionBuf::alloc(4096)?, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+/// // Grant a peer 64 bytes of it, write-only, under a window's own key.
+/// let mw = mem.alloc_window(1);
+/// let rkey = mem.bind_window(mw, r.lkey(), r.addr() + 128, 64, Access::REMOTE_WRITE)?;
+/// // The protocol core's view (`Memory`): every access is checked.
+/// mem.write_remote(1, rkey, r.addr() + 128, b"via window").unwrap();
+/// assert!(mem.write_remote(1, rkey, r.addr(), b"outside").is_err());
+/// assert!(mem.read_remote(1, rkey, r.addr() + 128, &mut [0; 4]).is_err()); // no read right
+/// assert!(mem.deregister(r.lkey()).is_err()); // a window is still bound
+/// # Ok::<(), ndverbs_engine::mr::MemError>(())
+/// ```
 #[derive(Debug)]
 pub struct MemTable {
     keys: KeyGen,

@@ -43,6 +43,35 @@ const UDP_SEGMENT: libc::c_int = 103;
 const UDP_GRO: libc::c_int = 104;
 
 /// Why a received datagram was dropped.
+///
+/// # Example
+///
+/// ```
+/// # use ndverbs_engine::event::wait_readable;
+/// # use ndverbs_engine::udp::*;
+/// # use ndverbs_wire::{bth::Bth, opcode::Opcode, packet::Packet};
+/// # use std::time::Duration;
+/// # /// A SEND ONLY to QP `dqpn` carrying "ping", ICRC placeholder included.
+/// # fn ping(dqpn: u32) -> Vec<u8> {
+/// #     let mut pkt = Packet::new(Bth::new(Opcode::RC_SEND_ONLY, dqpn, 0));
+/// #     pkt.payload = b"ping";
+/// #     let mut buf = vec![0; pkt.encoded_len().unwrap()];
+/// #     pkt.write(&mut buf).unwrap();
+/// #     buf
+/// # }
+/// # fn wait(s: &RoceSocket) { assert!(wait_readable(&[s.fd()], Some(Duration::from_secs(5))).unwrap()[0]) }
+/// let sock = RoceSocket::bind("127.93.21.1".parse().unwrap())?;
+/// let junk = std::net::UdpSocket::bind("127.93.21.2:0")?;
+/// let mut buf = [0; 4200];
+/// junk.send_to(&[0; 8], "127.93.21.1:4791")?; // shorter than BTH + ICRC
+/// wait(&sock);
+/// assert_eq!(sock.recv(&mut buf)?, Some(Err(Drop::Runt)));
+/// junk.send_to(&ping(5), "127.93.21.1:4791")?; // the right size, but ICRC 0
+/// wait(&sock);
+/// assert_eq!(sock.recv(&mut buf)?, Some(Err(Drop::BadIcrc)));
+/// assert_eq!(sock.recv(&mut buf)?, None); // nothing more waiting
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Drop {
     /// Shorter than a BTH plus ICRC.
@@ -54,6 +83,35 @@ pub enum Drop {
 }
 
 /// One received RoCEv2 datagram with a verified ICRC.
+///
+/// # Example
+///
+/// ```
+/// # use ndverbs_engine::event::wait_readable;
+/// # use ndverbs_engine::udp::*;
+/// # use ndverbs_wire::{bth::Bth, opcode::Opcode, packet::Packet};
+/// # use std::time::Duration;
+/// # /// A SEND ONLY to QP `dqpn` carrying "ping", ICRC placeholder included.
+/// # fn ping(dqpn: u32) -> Vec<u8> {
+/// #     let mut pkt = Packet::new(Bth::new(Opcode::RC_SEND_ONLY, dqpn, 0));
+/// #     pkt.payload = b"ping";
+/// #     let mut buf = vec![0; pkt.encoded_len().unwrap()];
+/// #     pkt.write(&mut buf).unwrap();
+/// #     buf
+/// # }
+/// # fn wait(s: &RoceSocket) { assert!(wait_readable(&[s.fd()], Some(Duration::from_secs(5))).unwrap()[0]) }
+/// let a = RoceSocket::bind("127.93.22.1".parse().unwrap())?;
+/// let b = RoceSocket::bind("127.93.22.2".parse().unwrap())?;
+/// a.send_to(&mut ping(5), b.local(), 4791)?;
+/// wait(&b);
+/// let mut buf = [0; 4200];
+/// let r: Received = b.recv(&mut buf)?.unwrap().expect("ICRC verifies");
+/// assert_eq!(r.src, "127.93.22.1:4791".parse().unwrap()); // RoCEv2 sends from 4791 too
+/// assert_eq!(r.dst, b.local());
+/// assert_eq!(r.ipv4_id, Some(0)); // recovered from the ICRC
+/// assert_eq!(Packet::parse(&buf[..r.len]).unwrap().payload, b"ping");
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Received {
     /// Sender's address and UDP port.
@@ -68,6 +126,37 @@ pub struct Received {
 
 /// One received datagram, possibly several RoCEv2 packets coalesced by GRO,
 /// before any ICRC check.
+///
+/// # Example
+///
+/// ```
+/// # use ndverbs_engine::event::wait_readable;
+/// # use ndverbs_engine::udp::*;
+/// # use ndverbs_wire::{bth::Bth, opcode::Opcode, packet::Packet};
+/// # use std::time::Duration;
+/// # /// A SEND ONLY to QP `dqpn` carrying "ping", ICRC placeholder included.
+/// # fn ping(dqpn: u32) -> Vec<u8> {
+/// #     let mut pkt = Packet::new(Bth::new(Opcode::RC_SEND_ONLY, dqpn, 0));
+/// #     pkt.payload = b"ping";
+/// #     let mut buf = vec![0; pkt.encoded_len().unwrap()];
+/// #     pkt.write(&mut buf).unwrap();
+/// #     buf
+/// # }
+/// # fn wait(s: &RoceSocket) { assert!(wait_readable(&[s.fd()], Some(Duration::from_secs(5))).unwrap()[0]) }
+/// let a = RoceSocket::bind("127.93.23.1".parse().unwrap())?;
+/// let b = RoceSocket::bind("127.93.23.2".parse().unwrap())?;
+/// a.send_to(&mut ping(5), b.local(), 4791)?;
+/// wait(&b);
+/// // Receive first, check each packet after (the engine's batched path).
+/// let mut buf = [0; MAX_DATAGRAM];
+/// let d: Datagram = b.recv_datagram(&mut buf)?.unwrap();
+/// assert_eq!((d.len, d.seg), (20, 20)); // one packet: BTH 12 + "ping" + ICRC 4
+/// for seg in buf[..d.len].chunks(d.seg) {
+///     let r = b.verify_segment(seg, d.src, d.dst).expect("ICRC verifies");
+///     assert_eq!(r.len, seg.len());
+/// }
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Datagram {
     /// Sender's address and UDP port.
@@ -90,6 +179,29 @@ pub struct Datagram {
 /// ([`RoceSocket::enable_gro`]) [`RoceSocket::recv_datagram`] may return
 /// several packets at once, split by the reported segment size; each is
 /// verified on its own ([`RoceSocket::verify_segment`]) and its ID recovered.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::event::wait_readable;
+/// use ndverbs_engine::udp::RoceSocket;
+/// use ndverbs_wire::{bth::Bth, opcode::Opcode, packet::Packet};
+/// use std::time::Duration;
+/// // Plain UDP sockets on <ip>:4791: no privileges, no kernel RDMA.
+/// let a = RoceSocket::bind("127.93.24.1".parse().unwrap())?;
+/// let b = RoceSocket::bind("127.93.24.2".parse().unwrap())?;
+/// let mut pkt = Packet::new(Bth::new(Opcode::RC_SEND_ONLY, 0x12, 7));
+/// pkt.payload = b"ping";
+/// let mut out = vec![0; pkt.encoded_len().unwrap()];
+/// pkt.write(&mut out).unwrap();
+/// a.send_to(&mut out, b.local(), 4791)?; // fills in the ICRC over the IP/UDP headers
+/// assert!(wait_readable(&[b.fd()], Some(Duration::from_secs(5)))?[0]);
+/// let mut buf = [0; 4200];
+/// let r = b.recv(&mut buf)?.unwrap().expect("ICRC verifies");
+/// let got = Packet::parse(&buf[..r.len]).unwrap();
+/// assert_eq!((got.bth.dqpn, got.bth.psn, got.payload), (0x12, 7, &b"ping"[..]));
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct RoceSocket {
     sock: Socket,
@@ -605,6 +717,16 @@ pub const MAX_RUN_PIECES: usize = 1024;
 /// One piece of a datagram to send: `len` bytes at address `base`. Laid out
 /// as the kernel's `struct iovec`, so a slice of them is handed to `sendmmsg`
 /// as is; plain integers, so the tables that hold them stay `Send`.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::udp::IoPiece;
+/// // An iovec made of plain integers.
+/// let bytes = [1u8, 2, 3];
+/// let p = IoPiece::of(&bytes);
+/// assert_eq!((p.base, p.len), (bytes.as_ptr() as usize, 3));
+/// ```
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct IoPiece {
@@ -631,6 +753,40 @@ impl IoPiece {
 
 /// A run of equal-size packets (the last may be shorter) sent as one UDP GSO
 /// datagram of `seg`-byte segments, gathered from pieces `iov.0 .. iov.1`.
+///
+/// # Example
+///
+/// ```
+/// # use ndverbs_engine::event::wait_readable;
+/// # use ndverbs_engine::udp::*;
+/// # use ndverbs_wire::{bth::Bth, opcode::Opcode, packet::Packet};
+/// # use std::time::Duration;
+/// # /// A SEND ONLY to QP `dqpn` carrying "ping", ICRC placeholder included.
+/// # fn ping(dqpn: u32) -> Vec<u8> {
+/// #     let mut pkt = Packet::new(Bth::new(Opcode::RC_SEND_ONLY, dqpn, 0));
+/// #     pkt.payload = b"ping";
+/// #     let mut buf = vec![0; pkt.encoded_len().unwrap()];
+/// #     pkt.write(&mut buf).unwrap();
+/// #     buf
+/// # }
+/// # fn wait(s: &RoceSocket) { assert!(wait_readable(&[s.fd()], Some(Duration::from_secs(5))).unwrap()[0]) }
+/// let a = RoceSocket::bind("127.93.25.1".parse().unwrap())?;
+/// let b = RoceSocket::bind("127.93.25.2".parse().unwrap())?;
+/// // One packet gathered from three places (headers, payload, ICRC), as the
+/// // engine sends a payload straight out of registered memory.
+/// let pkt = ping(5);
+/// let (hdr, payload) = (&pkt[..12], &pkt[12..16]);
+/// let icrc = a.icrc(b.local(), 4791, 0, &[hdr, payload])?.to_le_bytes();
+/// let pieces = [IoPiece::of(hdr), IoPiece::of(payload), IoPiece::of(&icrc)];
+/// let run = Run { iov: (0, 3), len: 20, seg: 20 };
+/// // SAFETY: the pieces are live local buffers.
+/// assert_eq!(unsafe { a.send_runs(&pieces, &[run], b.local(), 4791)? }, 1);
+/// wait(&b);
+/// let mut buf = [0; 4200];
+/// let r = b.recv(&mut buf)?.unwrap().expect("ICRC verifies");
+/// assert_eq!(&buf[..r.len], &[hdr, payload, &icrc].concat()[..]);
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Run {
     /// Its pieces (a range of indices into the piece list).

@@ -22,6 +22,21 @@ pub const DEFAULT_PKEY: u16 = 0xffff;
 pub const MASK24: u32 = 0x00ff_ffff;
 
 /// A parsed BTH. Every bit is kept so a header re-encodes to identical bytes.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::bth::{psn, Bth, BTH_LEN};
+/// use ndverbs_wire::opcode::Opcode;
+/// let mut bth = Bth::new(Opcode::RC_SEND_ONLY, 0x11, psn::add(0xff_ffff, 1)); // PSNs wrap at 2^24
+/// bth.ack_req = true;
+/// let mut buf = [0u8; BTH_LEN];
+/// bth.write(&mut buf)?;
+/// assert_eq!(buf[..4], [0x04, 0x00, 0xff, 0xff]); // opcode, flags, default P_Key
+/// let back = Bth::parse(&buf)?;
+/// assert_eq!((back.dqpn, back.psn, back.ack_req), (0x11, 0, true));
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Bth {
     /// Operation code.

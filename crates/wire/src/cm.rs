@@ -158,6 +158,25 @@ pub fn private_data<const N: usize>(msg: &'static str, data: &[u8]) -> Result<[u
 }
 
 /// A path as a REQ describes it (primary or alternate), 44 bytes.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::cm::CmPath;
+/// use ndverbs_wire::cma::gid_of;
+/// // The primary path of a REQ on RoCEv2: permissive LIDs, IPv4-mapped GIDs.
+/// let path = CmPath {
+///     local_lid: 0xffff,
+///     remote_lid: 0xffff,
+///     local_gid: gid_of("10.0.0.1".parse().unwrap()),
+///     remote_gid: gid_of("10.0.0.2".parse().unwrap()),
+///     hop_limit: 64,
+///     local_ack_timeout: 18,
+///     ..CmPath::NONE
+/// };
+/// assert_eq!(path.remote_gid.to_ipv4_mapped(), Some("10.0.0.2".parse().unwrap()));
+/// assert_eq!(CmPath::NONE.local_lid, 0); // an absent alternate path
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CmPath {
     /// Local port LID (0xFFFF, permissive, on RoCE).
@@ -248,6 +267,30 @@ impl CmPath {
 }
 
 /// Connect request.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::cm::{attr, private_data, CmMessage, CmPath};
+/// use ndverbs_wire::cma::{service_id, RDMA_PS_TCP};
+/// use ndverbs_wire::mad::{Mad, MAD_DATA_LEN};
+/// // Start from an all-zero REQ and set what a connection needs.
+/// let CmMessage::Req(mut req) = CmMessage::parse_data(attr::REQ, &[0; MAD_DATA_LEN])? else { unreachable!() };
+/// req.local_comm_id = 0x1234_5678;
+/// req.service_id = service_id(RDMA_PS_TCP, 7174);
+/// req.local_qpn = 0x11;
+/// req.starting_psn = 0x46_4b00;
+/// req.path_mtu = 3; // 1024
+/// req.primary = CmPath { hop_limit: 64, ..CmPath::NONE };
+/// req.private_data = private_data("REQ", b"hello")?;
+/// // Into a 256-byte MAD and back.
+/// let mad = CmMessage::Req(req).to_mad(0x2_1234_5678);
+/// let back = CmMessage::parse(&Mad::parse(&mad)?)?;
+/// assert_eq!(back, CmMessage::Req(req));
+/// assert_eq!((back.name(), back.local_comm_id()), ("REQ", 0x1234_5678));
+/// assert!(!req.has_alternate_path());
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Req {
     /// Sender's communication ID.
@@ -376,6 +419,23 @@ impl Req {
 }
 
 /// Message receipt acknowledgement: "I got it, wait longer".
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::cm::{attr, private_data, CmMessage, Mra};
+/// use ndverbs_wire::mad::Mad;
+/// use ndverbs_wire::cm::msg_ref;
+/// // "Got your REQ, the application is thinking: wait 2^24 × 4.096 µs (≈ 67 s)."
+/// let m = Mra { local_comm_id: 2, remote_comm_id: 1, message_mraed: msg_ref::REQ,
+///     service_timeout: 24, private_data: [0; 222] };
+/// // Into a 256-byte MAD and back.
+/// let mad = CmMessage::Mra(m).to_mad(0x2_0000_0001);
+/// let back = CmMessage::parse(&Mad::parse(&mad)?)?;
+/// assert_eq!(back, CmMessage::Mra(m));
+/// assert_eq!(back.remote_comm_id(), Some(1));
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Mra {
     /// Sender's communication ID.
@@ -391,6 +451,28 @@ pub struct Mra {
 }
 
 /// Reject.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::cm::{attr, private_data, CmMessage, Rej};
+/// use ndverbs_wire::mad::Mad;
+/// use ndverbs_wire::cm::{msg_ref, rej_reason};
+/// use ndverbs_wire::mad::MAD_DATA_LEN;
+/// let CmMessage::Rej(mut m) = CmMessage::parse_data(attr::REJ, &[0; MAD_DATA_LEN])? else { unreachable!() };
+/// // The application said no to a REQ, with a reason of its own.
+/// m.local_comm_id = 2;
+/// m.remote_comm_id = 1;
+/// m.message_rejected = msg_ref::REQ;
+/// m.reason = rej_reason::CONSUMER_DEFINED;
+/// m.private_data = private_data("REJ", b"busy")?;
+/// // Into a 256-byte MAD and back.
+/// let mad = CmMessage::Rej(m).to_mad(0x2_0000_0001);
+/// let back = CmMessage::parse(&Mad::parse(&mad)?)?;
+/// assert_eq!(back, CmMessage::Rej(m));
+/// assert!(back.private_data().starts_with(b"busy"));
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Rej {
     /// Sender's communication ID.
@@ -410,6 +492,29 @@ pub struct Rej {
 }
 
 /// Connect reply.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::cm::{attr, private_data, CmMessage, Rep};
+/// use ndverbs_wire::mad::Mad;
+/// use ndverbs_wire::mad::MAD_DATA_LEN;
+/// let CmMessage::Rep(mut m) = CmMessage::parse_data(attr::REP, &[0; MAD_DATA_LEN])? else { unreachable!() };
+/// // The passive side's answer: its QPN and first PSN, the READ limits it grants.
+/// m.local_comm_id = 2;
+/// m.remote_comm_id = 1;
+/// m.local_qpn = 0x22;
+/// m.starting_psn = 0x7d_7d7f;
+/// m.responder_resources = 4;
+/// m.initiator_depth = 4;
+/// m.rnr_retry_count = 7;
+/// // Into a 256-byte MAD and back.
+/// let mad = CmMessage::Rep(m).to_mad(0x2_0000_0001);
+/// let back = CmMessage::parse(&Mad::parse(&mad)?)?;
+/// assert_eq!(back, CmMessage::Rep(m));
+/// assert_eq!(back.attr_id(), attr::REP);
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Rep {
     /// Sender's communication ID.
@@ -447,6 +552,21 @@ pub struct Rep {
 }
 
 /// Ready to use.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::cm::{attr, private_data, CmMessage, Rtu};
+/// use ndverbs_wire::mad::Mad;
+/// // The active side's "ready to use": both QPs are in RTS.
+/// let m = Rtu { local_comm_id: 1, remote_comm_id: 2, private_data: private_data("RTU", b"")? };
+/// // Into a 256-byte MAD and back.
+/// let mad = CmMessage::Rtu(m).to_mad(0x2_0000_0001);
+/// let back = CmMessage::parse(&Mad::parse(&mad)?)?;
+/// assert_eq!(back, CmMessage::Rtu(m));
+/// assert_eq!(back.name(), "RTU");
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Rtu {
     /// Sender's communication ID.
@@ -458,6 +578,21 @@ pub struct Rtu {
 }
 
 /// Disconnect request.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::cm::{attr, private_data, CmMessage, Dreq};
+/// use ndverbs_wire::mad::Mad;
+/// // Names the receiver's QPN: Linux drops a DREQ for another QP.
+/// let m = Dreq { local_comm_id: 1, remote_comm_id: 2, remote_qpn: 0x22, private_data: [0; 220] };
+/// // Into a 256-byte MAD and back.
+/// let mad = CmMessage::Dreq(m).to_mad(0x2_0000_0001);
+/// let back = CmMessage::parse(&Mad::parse(&mad)?)?;
+/// assert_eq!(back, CmMessage::Dreq(m));
+/// assert_eq!(back.local_comm_id(), 1);
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Dreq {
     /// Sender's communication ID.
@@ -471,6 +606,20 @@ pub struct Dreq {
 }
 
 /// Disconnect reply.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::cm::{attr, private_data, CmMessage, Drep};
+/// use ndverbs_wire::mad::Mad;
+/// let m = Drep { local_comm_id: 2, remote_comm_id: 1, private_data: private_data("DREP", b"bye")? };
+/// // Into a 256-byte MAD and back.
+/// let mad = CmMessage::Drep(m).to_mad(0x2_0000_0001);
+/// let back = CmMessage::parse(&Mad::parse(&mad)?)?;
+/// assert_eq!(back, CmMessage::Drep(m));
+/// assert!(back.private_data().starts_with(b"bye"));
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Drep {
     /// Sender's communication ID.
@@ -482,6 +631,21 @@ pub struct Drep {
 }
 
 /// Service ID resolution request.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::cm::{attr, private_data, CmMessage, SidrReq};
+/// use ndverbs_wire::mad::Mad;
+/// // Which UD QP serves this service ID? (parsed, not used by ndverbs' CM)
+/// let m = SidrReq { request_id: 9, pkey: 0xffff, service_id: 0x0111_1234, private_data: [0; 216] };
+/// // Into a 256-byte MAD and back.
+/// let mad = CmMessage::SidrReq(m).to_mad(0x2_0000_0001);
+/// let back = CmMessage::parse(&Mad::parse(&mad)?)?;
+/// assert_eq!(back, CmMessage::SidrReq(m));
+/// assert_eq!(back.attr_id(), attr::SIDR_REQ);
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SidrReq {
     /// Request ID.
@@ -495,6 +659,21 @@ pub struct SidrReq {
 }
 
 /// Service ID resolution response.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::cm::{attr, private_data, CmMessage, SidrRep};
+/// use ndverbs_wire::mad::Mad;
+/// let m = SidrRep { request_id: 9, status: 0, add_info_len: 0, vendor_id: 0, qpn: 0x33,
+///     service_id: 0x0111_1234, qkey: 0x1111, add_info: [0; 72], private_data: [0; 136] };
+/// // Into a 256-byte MAD and back.
+/// let mad = CmMessage::SidrRep(m).to_mad(0x2_0000_0001);
+/// let back = CmMessage::parse(&Mad::parse(&mad)?)?;
+/// assert_eq!(back, CmMessage::SidrRep(m));
+/// assert_eq!(back.name(), "SIDR_REP");
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SidrRep {
     /// Request ID being answered.
@@ -518,6 +697,27 @@ pub struct SidrRep {
 }
 
 /// Any CM message.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::cm::{CmMessage, Drep, Dreq};
+/// use ndverbs_wire::mad::Mad;
+/// // Dispatch on what arrived on QP1.
+/// fn answer(mad: &[u8]) -> Option<CmMessage> {
+///     match CmMessage::parse(&Mad::parse(mad).ok()?).ok()? {
+///         CmMessage::Dreq(d) => Some(CmMessage::Drep(Drep {
+///             local_comm_id: d.remote_comm_id,
+///             remote_comm_id: d.local_comm_id,
+///             private_data: [0; 224],
+///         })),
+///         _ => None,
+///     }
+/// }
+/// let dreq = Dreq { local_comm_id: 1, remote_comm_id: 2, remote_qpn: 0x22, private_data: [0; 220] };
+/// let reply = answer(&CmMessage::Dreq(dreq).to_mad(7)).unwrap();
+/// assert_eq!((reply.name(), reply.local_comm_id(), reply.remote_comm_id()), ("DREP", 2, Some(1)));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CmMessage {
     /// Connect request.

@@ -46,6 +46,19 @@ pub fn split_service_id(sid: u64) -> Option<(u16, u16)> {
 }
 
 /// The rdma_cm header at the start of REQ private data.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::cma::{CmaHeader, CMA_HEADER_LEN};
+/// // The 36 bytes rdma_cm puts at the start of a REQ's private data.
+/// let h = CmaHeader::new("10.0.0.1".parse().unwrap(), 40000, "10.0.0.2".parse().unwrap());
+/// let mut pdata = [0u8; 92];
+/// assert_eq!(h.write(&mut pdata)?, CMA_HEADER_LEN);
+/// pdata[CMA_HEADER_LEN..][..5].copy_from_slice(b"hello"); // the application's data follows
+/// assert_eq!(CmaHeader::parse(&pdata)?, h);
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CmaHeader {
     /// Header version (0).

@@ -78,6 +78,16 @@ impl Reth {
 }
 
 /// NAK error codes (AETH syndrome `011xxxxx`).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::ext::{Aeth, NakCode, Syndrome};
+/// // A responder refusing an RDMA WRITE to memory it may not touch.
+/// let aeth = Aeth::new(Syndrome::Nak(NakCode::RemoteAccess), 5);
+/// assert_eq!(aeth.syndrome, 0x60 | NakCode::RemoteAccess.code());
+/// assert_eq!(aeth.kind(), Syndrome::Nak(NakCode::RemoteAccess));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NakCode {
     /// PSN sequence error: the responder expected another PSN (carried in the NAK).
@@ -120,6 +130,19 @@ impl NakCode {
 }
 
 /// What an AETH syndrome means.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::ext::{rnr_timer_micros, NakCode, Syndrome};
+/// assert_eq!(Syndrome::ACK.to_byte(), 0x1f); // ACK with "invalid" credits, as rxe sends
+/// match Syndrome::from_byte(0x2e) {
+///     Syndrome::RnrNak { timer } => assert_eq!(rnr_timer_micros(timer), 1280), // retry in 1.28 ms
+///     other => panic!("{other:?}"),
+/// }
+/// assert_eq!(Syndrome::from_byte(0x60), Syndrome::Nak(NakCode::PsnSequence));
+/// assert!(matches!(Syndrome::from_byte(0x40), Syndrome::Reserved(_)));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Syndrome {
     /// Positive acknowledgement with a credit count (0x1F: "invalid", as rxe sends).

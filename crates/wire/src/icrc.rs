@@ -229,6 +229,23 @@ pub fn recover_ipv4_id_split(ip_udp: &[u8], transport: &[u8]) -> Result<Option<u
 /// The 16 columns of the linear map from IP ID bits to ICRC bits for one length.
 ///
 /// Reusable across packets of the same length; the engine may cache it.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::icrc::{compute_with_ipv4_id, IdSolver};
+/// use ndverbs_wire::ip::Envelope;
+/// // An IPv4 RoCEv2 packet (headers and a 16-byte transport part, ICRC left out).
+/// let env = Envelope::new_rocev2("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap(), 4791, 16);
+/// let mut pkt = [0u8; 28 + 12];
+/// env.write(&mut pkt)?;
+/// // The ICRC covers the IPv4 ID, which a UDP socket does not show. The CRC is
+/// // linear: the difference the ID makes solves for the ID.
+/// let delta = compute_with_ipv4_id(&pkt, 0)? ^ compute_with_ipv4_id(&pkt, 0xbeef)?;
+/// let after_id = pkt.len() - 6; // bytes after the ID field
+/// assert_eq!(IdSolver::new(after_id).solve(delta), Some(0xbeef));
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct IdSolver {
     /// Row-reduced basis: (pivot bit, column value, ID bits that produce it).

@@ -30,6 +30,20 @@ pub const PROTO_UDP: u8 = 17;
 pub const IPV4_DONT_FRAGMENT: u16 = 0x4000;
 
 /// An IPv4 header without options.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::ip::Ipv4Header;
+/// // What Linux sends for ndverbs' socket: DF set, ID 0.
+/// let h = Ipv4Header::new_udp("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap(), 8 + 40, 64);
+/// assert_eq!((h.total_len, h.id, h.flags_frag), (20 + 48, 0, 0x4000));
+/// assert_eq!(h.checksum, h.compute_checksum());
+/// let mut buf = [0u8; 20];
+/// h.write(&mut buf)?;
+/// assert_eq!(Ipv4Header::parse(&buf)?, h);
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Ipv4Header {
     /// DSCP and ECN (masked out of the ICRC).
@@ -128,6 +142,18 @@ impl Ipv4Header {
 }
 
 /// The fixed IPv6 header (RoCEv2 uses no extension headers).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::ip::Ipv6Header;
+/// let h = Ipv6Header::new_udp("fd00::1".parse().unwrap(), "fd00::2".parse().unwrap(), 8 + 40, 64);
+/// assert_eq!((h.payload_len, h.next_header), (48, 17));
+/// let mut buf = [0u8; 40];
+/// h.write(&mut buf)?;
+/// assert_eq!(Ipv6Header::parse(&buf)?, h);
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Ipv6Header {
     /// Traffic class (masked out of the ICRC).
@@ -198,6 +224,20 @@ impl Ipv6Header {
 }
 
 /// Either IP header.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::ip::{Envelope, IpHeader};
+/// let v4 = Envelope::new_rocev2("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap(), 4791, 16);
+/// let v6 = Envelope::new_rocev2("fd00::1".parse().unwrap(), "fd00::2".parse().unwrap(), 4791, 16);
+/// // Either version, one interface.
+/// for (env, len) in [(v4, 20), (v6, 40)] {
+///     assert_eq!(env.ip.len(), len);
+///     assert!(env.ip.src() != env.ip.dst());
+/// }
+/// assert!(matches!(v6.ip, IpHeader::V6(_)));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum IpHeader {
     /// IPv4.
@@ -246,6 +286,18 @@ impl IpHeader {
 }
 
 /// A UDP header.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::ip::{UdpHeader, ROCEV2_PORT};
+/// let h = UdpHeader { src_port: 49152, dst_port: ROCEV2_PORT, length: 8 + 20, checksum: 0 };
+/// let mut buf = [0u8; 8];
+/// h.write(&mut buf)?;
+/// assert_eq!(buf[2..4], 4791u16.to_be_bytes());
+/// assert_eq!(UdpHeader::parse(&buf)?, h);
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct UdpHeader {
     /// Source port (entropy only for RoCEv2).
@@ -282,6 +334,21 @@ impl UdpHeader {
 }
 
 /// The IP and UDP headers around one RoCEv2 transport packet.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::ip::Envelope;
+/// // IP + UDP around a 20-byte transport packet.
+/// let env = Envelope::new_rocev2("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap(), 4791, 20);
+/// assert!(env.is_rocev2());
+/// let mut buf = [0u8; 28 + 20];
+/// let n = env.write(&mut buf)?;
+/// assert_eq!(n, env.len());
+/// let (back, transport) = Envelope::parse(&buf)?;
+/// assert_eq!((back, transport.len()), (env, 20));
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Envelope {
     /// IP header.

@@ -37,6 +37,19 @@ pub const METHOD_GET: u8 = 0x01;
 pub const METHOD_GET_RESP: u8 = 0x81;
 
 /// The MAD common header.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::cm::attr;
+/// use ndverbs_wire::mad::{MadHeader, MAD_HEADER_LEN, MGMT_CLASS_CM};
+/// let h = MadHeader::cm(attr::DREQ, 0x2_0000_0001);
+/// assert_eq!((h.base_version, h.mgmt_class, h.class_version), (1, MGMT_CLASS_CM, 2));
+/// let mut buf = [0u8; MAD_HEADER_LEN];
+/// assert_eq!(h.write(&mut buf)?, 24);
+/// assert_eq!(buf[16..18], attr::DREQ.to_be_bytes()); // big-endian, as on the wire
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MadHeader {
     /// Base version (1).
@@ -80,6 +93,21 @@ impl MadHeader {
 }
 
 /// A MAD: header plus borrowed class data.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::cm::{attr, CmMessage, Rtu};
+/// use ndverbs_wire::mad::{Mad, MGMT_CLASS_CM};
+/// let rtu = CmMessage::Rtu(Rtu { local_comm_id: 1, remote_comm_id: 2, private_data: [0; 224] });
+/// let bytes: [u8; 256] = rtu.to_mad(0x2_0000_0001);
+/// // The common header, then 232 class-specific bytes.
+/// let mad = Mad::parse(&bytes)?;
+/// assert_eq!((mad.header.mgmt_class, mad.header.attr_id, mad.header.tid), (MGMT_CLASS_CM, attr::RTU, 0x2_0000_0001));
+/// assert_eq!(mad.data[..4], 1u32.to_be_bytes());
+/// assert!(Mad::parse(&bytes[..100]).is_err()); // MADs are always 256 bytes
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Mad<'a> {
     /// Common header.

@@ -12,6 +12,17 @@
 use crate::error::WireError;
 
 /// The extension headers an opcode carries (a bit set).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::opcode::{Headers, Opcode};
+/// let h = Opcode::RC_WRITE_ONLY_IMM.info()?.headers;
+/// assert!(h.contains(Headers::RETH) && h.contains(Headers::IMMDT));
+/// assert!(!h.contains(Headers::AETH));
+/// assert_eq!(Opcode::RC_SEND_MIDDLE.info()?.headers, Headers::NONE);
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Headers(u16);
 
@@ -48,6 +59,17 @@ impl Headers {
 }
 
 /// What a packet's payload may hold.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::opcode::{Opcode, Payload};
+/// // A FIRST or MIDDLE packet is exactly one MTU; an ACK carries nothing.
+/// assert_eq!(Opcode::RC_SEND_FIRST.info()?.payload, Payload::FullMtu);
+/// assert_eq!(Opcode::RC_ACK.info()?.payload, Payload::None);
+/// assert_eq!(Opcode::RC_ATOMIC_WRITE.info()?.payload, Payload::Eight);
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Payload {
     /// No payload bytes at all.
@@ -63,6 +85,18 @@ pub enum Payload {
 }
 
 /// Where a packet sits in a message.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::opcode::{Opcode, Position};
+/// // A 3-packet READ response: FIRST, MIDDLE, LAST.
+/// let pos: Vec<Position> = [Opcode::RC_READ_RESPONSE_FIRST, Opcode::RC_READ_RESPONSE_MIDDLE, Opcode::RC_READ_RESPONSE_LAST]
+///     .iter().map(|op| op.info().unwrap().position).collect();
+/// assert_eq!(pos, [Position::First, Position::Middle, Position::Last]);
+/// assert_eq!(Opcode::RC_SEND_ONLY.info()?.position, Position::Only);
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Position {
     /// First of several.
@@ -76,6 +110,17 @@ pub enum Position {
 }
 
 /// The transport service an opcode belongs to.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::opcode::{Opcode, Transport};
+/// // The top three bits of the opcode name the transport.
+/// assert_eq!(Opcode::RC_SEND_ONLY.info()?.transport, Transport::Rc);
+/// assert_eq!(Opcode::UD_SEND_ONLY.info()?.transport, Transport::Ud);
+/// assert_eq!(Opcode::CNP.info()?.transport, Transport::Cnp);
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Transport {
     /// Reliable connected.
@@ -89,6 +134,16 @@ pub enum Transport {
 }
 
 /// The operation family of an opcode.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::opcode::{Opcode, Operation};
+/// let reads = Opcode::ALL.iter().filter(|op| op.info().unwrap().operation == Operation::ReadResponse).count();
+/// assert_eq!(reads, 4); // FIRST, MIDDLE, LAST, ONLY
+/// assert_eq!(Opcode::RC_FETCH_ADD.info()?.operation, Operation::FetchAdd);
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Operation {
     /// SEND (any variant).
@@ -116,6 +171,18 @@ pub enum Operation {
 }
 
 /// Static facts about one opcode.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::opcode::Opcode;
+/// let info = Opcode::RC_SEND_LAST_IMM.info()?;
+/// assert_eq!(info.name, "RC Send Last Immediate");
+/// assert!(info.is_request() && info.is_last() && !info.is_first());
+/// assert_eq!(info.ext_len(), 4); // the immediate data
+/// assert!(!Opcode::RC_ACK.info()?.is_request()); // responses go to the completer
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpcodeInfo {
     /// The name tshark and the IBTA use, e.g. `"RC RDMA Write First"`.

@@ -15,6 +15,24 @@ use crate::ip::Envelope;
 use crate::opcode::{Headers, OpcodeInfo, Payload};
 
 /// The extension headers present in one packet.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::{bth::Bth, ext::{Aeth, Syndrome}, opcode::Opcode, packet::Packet};
+/// // The headers present follow from the opcode: an ACK has exactly an AETH.
+/// let mut ack = Packet::new(Bth::new(Opcode::RC_ACK, 0x11, 41));
+/// ack.ext.aeth = Some(Aeth::new(Syndrome::ACK, 7));
+/// let mut buf = [0u8; 32];
+/// let n = ack.write(&mut buf)?;
+/// let back = Packet::parse(&buf[..n])?;
+/// assert_eq!(back.ext.aeth.map(|a| a.msn), Some(7));
+/// assert!(back.ext.reth.is_none() && back.ext.immdt.is_none());
+/// // A header the opcode does not carry is refused.
+/// ack.ext.immdt = Some(1);
+/// assert!(ack.write(&mut buf).is_err());
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct ExtHeaders {
     /// Datagram ETH (UD).
@@ -251,6 +269,23 @@ impl<'a> Packet<'a> {
 }
 
 /// A RoCEv2 datagram: IP and UDP headers around a transport [`Packet`].
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::{bth::Bth, icrc, ip::Envelope, opcode::Opcode};
+/// use ndverbs_wire::packet::{write_datagram, Datagram, Packet};
+/// let mut pkt = Packet::new(Bth::new(Opcode::RC_SEND_ONLY, 0x11, 0));
+/// pkt.payload = b"ping";
+/// let env = Envelope::new_rocev2("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap(), 4791, pkt.encoded_len()?);
+/// // A whole IP packet, ICRC computed: what a capture shows.
+/// let mut buf = [0u8; 128];
+/// let n = write_datagram(&env, &pkt, &mut buf)?;
+/// assert!(icrc::verify(&buf[..n])?);
+/// let d = Datagram::parse(&buf[..n])?;
+/// assert_eq!((d.envelope.udp.dst_port, d.packet.payload), (4791, &b"ping"[..]));
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Datagram<'a> {
     /// IP and UDP headers.

@@ -7,6 +7,15 @@ use super::pcapng::block_name;
 /// Every variant says where in the file the problem is, as a byte offset from
 /// the start of the file, so a broken capture can be inspected with a hex
 /// dump. pcapng variants also name the block (by name and numeric type).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::capture::{read_frames, CaptureError};
+/// let err = read_frames(b"not a capture file").unwrap_err();
+/// assert!(matches!(err, CaptureError::UnknownMagic { .. }));
+/// println!("{err}"); // says what is wrong and where
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CaptureError {

@@ -10,6 +10,16 @@
 ///
 /// [`LinkType::from_u32`] maps every number this module understands to a
 /// named variant, so [`LinkType::Other`] only ever holds the rest.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::capture::LinkType;
+/// assert_eq!(LinkType::from_u32(1), LinkType::Ethernet);
+/// assert_eq!(LinkType::from_u32(12), LinkType::RawIp); // old DLT_RAW...
+/// assert_eq!(LinkType::RawIp.to_u32(), 101); // ...written back as LINKTYPE_RAW
+/// assert_eq!(LinkType::from_u32(147), LinkType::Other(147));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LinkType {
     /// `LINKTYPE_ETHERNET` (1): Ethernet II, possibly VLAN-tagged.
@@ -67,6 +77,18 @@ impl LinkType {
 }
 
 /// IP version of the packet returned by [`ip_packet`].
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::capture::{ip_packet, IpVersion, LinkType};
+/// // An Ethernet frame: 14-byte link header, then an IPv4 header (first nibble 4).
+/// let mut frame = [0u8; 14 + 20];
+/// frame[12..14].copy_from_slice(&0x0800u16.to_be_bytes()); // EtherType IPv4
+/// frame[14] = 0x45;
+/// let (version, ip) = ip_packet(LinkType::Ethernet, &frame).unwrap();
+/// assert_eq!((version, ip.len()), (IpVersion::V4, 20));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum IpVersion {
     /// IPv4.

@@ -87,6 +87,21 @@ pub use link::{ip_packet, IpVersion, LinkType};
 pub use writer::PcapWriter;
 
 /// One packet record of a capture file, borrowing its bytes from the file.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::capture::{read_frames, LinkType, PcapWriter};
+/// let mut w = PcapWriter::new(Vec::new(), LinkType::RawIp)?;
+/// w.write_packet(1_700_000_000_000_000_000, &[0x45; 20])?;
+/// let file = w.into_inner();
+/// let frames = read_frames(&file).unwrap();
+/// let f = &frames[0];
+/// assert_eq!((f.number, f.link, f.orig_len), (1, LinkType::RawIp, 20));
+/// assert_eq!(f.ts_nanos, 1_700_000_000_000_000_000); // pcap keeps microseconds
+/// assert_eq!(f.data, [0x45; 20]);
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Frame<'a> {
     /// 1-based position among all packet records of the file, as Wireshark

@@ -16,6 +16,20 @@ const NANOS_PER_SEC: u64 = 1_000_000_000;
 ///
 /// Each call writes straight to `out`; wrap it in a [`std::io::BufWriter`]
 /// when writing to a file.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_wire::capture::{is_capture, read_frames, LinkType, PcapWriter};
+/// // Any `Write` will do: a file, a socket, a Vec.
+/// let mut w = PcapWriter::new(Vec::new(), LinkType::RawIp)?;
+/// w.write_packet(0, &[0x45, 0, 0, 20])?;
+/// w.write_packet(1_000, &[0x45, 0, 0, 21])?;
+/// let file = w.into_inner();
+/// assert!(is_capture(&file));
+/// assert_eq!(read_frames(&file).unwrap().len(), 2);
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct PcapWriter<W: Write> {
     out: W,

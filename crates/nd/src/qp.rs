@@ -38,6 +38,15 @@ pub mod op_flags {
 }
 
 /// An `ND2_SGE`: `len` bytes at `address` of the region with local token `token`.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_nd::NdSge;
+/// // 64 bytes at 0x1000 of the region whose local token is 0x105.
+/// let sge = NdSge::new(0x1000, 64, 0x105);
+/// assert_eq!((sge.addr, sge.len, sge.lkey), (0x1000, 64, 0x105));
+/// ```
 pub type NdSge = Sge;
 
 /// A queue pair.

@@ -174,6 +174,20 @@ impl NdError {
 }
 
 /// Result of ND calls.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_nd::{NdError, NdResult, NdStatus};
+/// fn check_len(len: usize) -> NdResult<usize> {
+///     if len == 0 {
+///         return Err(NdError::new(NdStatus::INVALID_PARAMETER, "empty buffer"));
+///     }
+///     Ok(len)
+/// }
+/// assert_eq!(check_len(0).unwrap_err().status, NdStatus::INVALID_PARAMETER);
+/// assert_eq!(check_len(4).unwrap(), 4);
+/// ```
 pub type NdResult<T> = Result<T, NdError>;
 
 #[cfg(test)]

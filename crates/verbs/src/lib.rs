@@ -142,4 +142,15 @@ impl From<EngineError> for VerbsError {
 }
 
 /// Result of verbs calls.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_verbs::{Device, Result};
+/// fn open_pd(addr: &str) -> Result<ndverbs_verbs::Pd> {
+///     let dev = Device::open(addr.parse().unwrap())?;
+///     dev.alloc_pd()
+/// }
+/// assert!(open_pd("127.93.30.1").is_ok());
+/// ```
 pub type Result<T> = std::result::Result<T, VerbsError>;

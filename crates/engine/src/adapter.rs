@@ -197,7 +197,7 @@ pub const LIMITS: Limits = Limits {
 ///
 /// ```
 /// use ndverbs_engine::adapter::{Adapter, CmTimers, Progress};
-/// // A short-fused CM (≈ 8 ms per REQ, 2 retries) for tests that must see timeouts.
+/// // A short-fused CM (a REQ every 2·4 + 4 = 12 ms, 2 retries) for tests that must see timeouts.
 /// let t = CmTimers { packet_life_time: 10, cm_response_timeout: 10, max_cm_retries: 2 };
 /// let a = Adapter::open_with_timers("127.93.4.1".parse().unwrap(), Progress::Thread, t)?;
 /// assert!(!a.is_removed());

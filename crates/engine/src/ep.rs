@@ -74,10 +74,12 @@ use tracing::Span;
 ///     Err(EpError::Rejected { reason, .. }) => assert_eq!(reason, 8), // invalid service ID
 ///     other => panic!("{other:?}"),
 /// }
-/// // An endpoint request naming no QP fails as a request, not as a call.
-/// let (ec, el) = (a.create_ep()?, b.create_ep()?);
-/// b.ep_listen(el, 7001, 1)?;
-/// assert!(a.ep_connect(ec, 0xabcd, cargs(&b, 7001)).is_err());
+/// // Cancelled by the application: the pending request ends with `Canceled`.
+/// let (listener, eb) = (b.create_ep()?, b.create_ep()?);
+/// b.ep_listen(listener, 7001, 1)?;
+/// let request = b.ep_get_request(listener, eb)?;
+/// b.ep_cancel(listener)?;
+/// assert_eq!(request.wait(), Err(EpError::Canceled));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -63,7 +63,7 @@ pub const STAT_DIR_ENV: &str = "NDV_STAT_DIR";
 /// use ndverbs_engine::stats::RXE_COUNTERS;
 /// let a = Adapter::open("127.93.18.1".parse().unwrap(), Progress::Thread)?;
 /// let s = a.stats();
-/// // rxe's hardware counters first, same names and order as /sys/class/infiniband/*/ports/1/hw_counters.
+/// // rxe's hardware counters first, with rxe's names in `rxe_hw_counters.c` order.
 /// let names: Vec<&str> = s.pairs().iter().map(|(n, _)| n.as_str()).collect();
 /// assert_eq!(names[..RXE_COUNTERS.len()], RXE_COUNTERS);
 /// assert_eq!(s.get("sent_pkts"), 0);

@@ -426,7 +426,7 @@ impl Req {
 /// use ndverbs_wire::cm::{attr, private_data, CmMessage, Mra};
 /// use ndverbs_wire::mad::Mad;
 /// use ndverbs_wire::cm::msg_ref;
-/// // "Got your REQ, the application is thinking: wait 2^24 × 4.096 µs (≈ 67 s)."
+/// // "Got your REQ, the application is thinking: wait longer" (service timeout 24, over a minute).
 /// let m = Mra { local_comm_id: 2, remote_comm_id: 1, message_mraed: msg_ref::REQ,
 ///     service_timeout: 24, private_data: [0; 222] };
 /// // Into a 256-byte MAD and back.

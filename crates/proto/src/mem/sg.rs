@@ -78,8 +78,8 @@ pub const MAX_LENT_PIECES: usize = 8;
 /// let mut mem = VecMemory::new();
 /// let mr = mem.register(1, 0x1000, 4096, Access::NONE);
 /// let mut lent = LentPayload::default();
-/// // VecMemory does not lend (its bytes may move), so the sender copies instead;
-/// // the engine's memory table lends and the payload goes out zero-copy.
+/// // VecMemory does not lend (`Memory::lend_local`'s default), so the sender copies
+/// // instead; the engine's memory table lends and the payload goes out zero-copy.
 /// assert!(!lend(&mut mem, 1, &[mr.sge(0, 4096)], 0, 1024, &mut lent)?);
 /// assert!(lent.is_empty() && lent.pieces().is_empty() && lent.len() == 0);
 /// # Ok::<(), ndverbs_proto::mem::AccessError>(())

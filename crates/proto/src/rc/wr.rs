@@ -285,16 +285,19 @@ pub enum WcOpcode {
 /// # Example
 ///
 /// ```
-/// use ndverbs_proto::rc::{WcOpcode, WcQueue, WcStatus, WorkCompletion};
-/// // A completion says which queue its work request was on; a flushed one
-/// // (error state) may not carry a meaningful opcode, the queue always is.
-/// fn is_receive(wc: &WorkCompletion) -> bool {
-///     wc.queue == WcQueue::Recv
-/// }
-/// let wc = WorkCompletion { wr_id: 3, status: WcStatus::WrFlushErr, opcode: WcOpcode::Recv,
-///     queue: WcQueue::Recv, byte_len: 0, imm: None, invalidated_rkey: None, qpn: 1,
-///     src_qp: 2, solicited: false };
-/// assert!(is_receive(&wc));
+/// use ndverbs_proto::mem::Sge;
+/// use ndverbs_proto::rc::*;
+/// let mut qp = RcQp::new(1, 0, QpCaps::default());
+/// let mut rq = RecvQueue::new(4, 1);
+/// let init = QpAttr { qp_state: QpState::Init, ..QpAttr::default() };
+/// qp.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+/// qp.post_recv(&mut rq, RecvWr::new(9, vec![Sge::new(0x1000, 64, 0x105)]))?;
+/// // ERR flushes every receive: one completion each, marked as the receive queue's.
+/// qp.modify(&QpAttr { qp_state: QpState::Err, ..init }, AttrMask::STATE)?;
+/// assert_eq!(qp.flush_recv(&mut rq), 1);
+/// let wc = qp.poll_completion().unwrap();
+/// assert_eq!((wc.wr_id, wc.queue, wc.status), (9, WcQueue::Recv, WcStatus::WrFlushErr));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WcQueue {

@@ -15,7 +15,17 @@
 //!   completes.
 //! * READ responses must arrive in order (`p == psn`), FIRST/MIDDLE with
 //!   exactly one MTU, LAST/ONLY with the rest; each is copied into the local
-//!   SGEs at its offset. An ATOMIC ACKNOWLEDGE stores the original 8 bytes.
+//!   SGEs at its offset. Once the READ was re-requested in chunks
+//!   (`requester.rs`), a LAST or ONLY carrying a full MTU may also end a
+//!   chunk inside the message, and FIRST or ONLY may start one there (a chunk
+//!   the responder took as a new READ because the original request was lost);
+//!   the WQE completes only with the response that carries its final byte. An ATOMIC ACKNOWLEDGE stores the
+//!   original 8 bytes.
+//! * A READ response *ahead* of `psn` means responses were lost once it is
+//!   [`READ_GAP`] or more packets ahead, or is the LAST/ONLY that ends a
+//!   response run (nothing after it will fill the hole): a retry starts at once
+//!   instead of waiting for the timer. Smaller gaps may be reordering and are
+//!   only dropped.
 //! * **NAK PSN-sequence error** (`p` = the PSN the responder expects): acknowledges
 //!   everything before `p`, then go-back-N from `p`, costing one retry.
 //! * **RNR NAK**: acknowledges everything before `p`, costs one RNR retry and
@@ -51,6 +61,9 @@ use ndverbs_wire::packet::Packet;
 use std::collections::VecDeque;
 
 use super::wr::WorkCompletion;
+
+/// A READ response this many PSNs ahead of the one expected counts as a loss.
+pub const READ_GAP: i32 = 3;
 
 /// The send-side pieces the completer works on.
 pub(crate) struct SendCx<'a> {
@@ -283,8 +296,13 @@ impl Completer {
         let Some(front) = cx.sq.wqes.front() else {
             return Ok(());
         };
-        let (kind, len, last_psn, read_done) =
-            (front.kind, front.len, front.last_psn, front.read_done);
+        let (kind, len, last_psn, read_done, chunked) = (
+            front.kind,
+            front.len,
+            front.last_psn,
+            front.read_done,
+            front.read_chunked,
+        );
         let aeth = pkt.ext.aeth;
         match info.operation {
             Operation::Acknowledge => {
@@ -366,6 +384,10 @@ impl Completer {
                 }
                 if p != self.psn {
                     cx.counters.drops.out_of_order_response += 1;
+                    let run_end = matches!(info.position, Position::Last | Position::Only);
+                    if run_end || psn::diff(p, self.psn) >= READ_GAP {
+                        return self.retry(cx, false);
+                    }
                     return Ok(());
                 }
                 if let Some(a) = aeth {
@@ -376,12 +398,25 @@ impl Completer {
                 let mtu = cx.p.mtu;
                 let remaining = len - read_done.min(len);
                 let n = pkt.payload.len();
-                let ok = match info.position {
-                    Position::First => remaining > mtu && n == mtu as usize,
-                    Position::Middle => read_done > 0 && remaining > mtu && n == mtu as usize,
-                    Position::Last => read_done > 0 && remaining <= mtu && n == remaining as usize,
-                    Position::Only => remaining <= mtu && n == remaining as usize,
+                // The final packet of the READ carries the rest; any other one MTU.
+                let fin = remaining <= mtu;
+                let n_ok = if fin {
+                    n == remaining as usize
+                } else {
+                    n == mtu as usize
                 };
+                // After a chunked re-request a run may end before the end of
+                // the message, and start inside it with FIRST/ONLY (the
+                // original request was lost, so each chunk is a new READ).
+                let end_ok = fin || chunked;
+                let start_ok = read_done == 0 || chunked;
+                let ok = n_ok
+                    && match info.position {
+                        Position::First => start_ok && !fin,
+                        Position::Middle => read_done > 0 && !fin,
+                        Position::Last => read_done > 0 && end_ok,
+                        Position::Only => start_ok && end_ok,
+                    };
                 if !ok {
                     return Err(cx.fail_front(WcStatus::BadRespErr));
                 }
@@ -394,7 +429,7 @@ impl Completer {
                 }
                 self.psn = psn::add(p, 1);
                 self.progress(cx);
-                if matches!(info.position, Position::Last | Position::Only) {
+                if fin {
                     cx.retire_front(WcStatus::Success);
                 }
                 self.rearm(cx);

@@ -41,6 +41,19 @@
 //! request goes out and none is pending, re-armed on every progress while
 //! anything is outstanding, stopped when nothing is. On expiry: one retry.
 //!
+//! **Probe.** On a path that drops packets, the one NAK of a gap or the last
+//! ACK of a burst is lost too now and then, and with a long ACK timeout (rxe's
+//! ACK delay makes it 134 ms) every such loss would stall the QP for the whole
+//! timeout. So the completer also keeps a smoothed round-trip time (`srtt`,
+//! from packets acknowledged on their first transmission, Karn's rule) and,
+//! when nothing was acknowledged for [`PROBE_RTTS`] round trips (at least
+//! [`PROBE_MIN`]) while requests are outstanding, starts a go-back-N retry early
+//! — a *probe*. Probes back off (the wait doubles with each one until
+//! something is acknowledged), are not charged to the retry budget and leave
+//! the retransmission timer alone, so `retry_cnt` still counts ACK timeouts
+//! exactly as before. They are counted in `completer_retry_err`. No probe
+//! fires while the probe wait would not be shorter than the ACK timeout.
+//!
 //! **Retry budget.** Each retry costs one of `retry_cnt`, each RNR NAK one of
 //! `rnr_retry`; any progress restores both. An exhausted budget completes the
 //! oldest WQE with `RetryExcErr` / `RnrRetryExcErr` and the QP moves to ERR.
@@ -64,6 +77,10 @@ use super::wr::WorkCompletion;
 
 /// A READ response this many PSNs ahead of the one expected counts as a loss.
 pub const READ_GAP: i32 = 3;
+/// Round trips without an acknowledgement before a probe.
+pub const PROBE_RTTS: u32 = 4;
+/// The shortest wait before a probe.
+pub const PROBE_MIN: Duration = Duration::from_micros(500);
 
 /// The send-side pieces the completer works on.
 pub(crate) struct SendCx<'a> {
@@ -105,6 +122,14 @@ pub(crate) struct Completer {
     pub retrans_deadline: Option<Instant>,
     /// End of the current RNR wait.
     pub rnr_deadline: Option<Instant>,
+    /// When to probe (see the module docs).
+    pub probe_deadline: Option<Instant>,
+    /// Probes since the last acknowledgement (the wait doubles with each).
+    probes: u32,
+    /// Smoothed round-trip time, once measured.
+    srtt: Option<Duration>,
+    /// A packet sent once, at this time, whose acknowledgement gives a sample.
+    rtt_sample: Option<(u32, Instant)>,
 }
 
 impl Completer {
@@ -126,10 +151,39 @@ impl Completer {
 
     /// The earliest timer.
     pub fn next_deadline(&self) -> Option<Instant> {
-        match (self.retrans_deadline, self.rnr_deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.retrans_deadline,
+            self.rnr_deadline,
+            self.probe_deadline,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Stops every timer (the QP entered ERR).
+    pub fn stop_timers(&mut self) {
+        self.retrans_deadline = None;
+        self.rnr_deadline = None;
+        self.probe_deadline = None;
+    }
+
+    /// The wait before the next probe, if probing applies.
+    fn probe_wait(&self, p: &Params) -> Option<Duration> {
+        let srtt = self.srtt?;
+        let ack_timeout = p.ack_timeout?;
+        let base = (srtt * PROBE_RTTS).max(PROBE_MIN);
+        let wait = base.checked_mul(1u32.checked_shl(self.probes.min(20))?)?;
+        (wait < ack_timeout).then_some(wait)
+    }
+
+    /// (Re)arms the probe timer from `now`, if anything is outstanding.
+    fn arm_probe(&mut self, cx: &SendCx<'_>) {
+        self.probe_deadline = if self.outstanding(cx) && !cx.req.rnr_wait {
+            self.probe_wait(cx.p).map(|w| cx.now + w)
+        } else {
+            None
+        };
     }
 
     /// PSNs sent and not yet acknowledged exist.
@@ -137,19 +191,43 @@ impl Completer {
         psn::diff(cx.req.hw_psn, self.psn) > 0
     }
 
-    /// A request packet went out: make sure the retransmission timer runs.
-    pub fn on_request_sent(&mut self, now: Instant, p: &Params, rnr_wait: bool) {
-        if self.retrans_deadline.is_none() && !rnr_wait {
+    /// A request packet went out: make sure the retransmission and probe
+    /// timers run; start a round-trip sample if none is running.
+    pub fn on_request_sent(&mut self, now: Instant, p: &Params, req: &Requester) {
+        if req.rnr_wait {
+            return;
+        }
+        if self.retrans_deadline.is_none() {
             self.retrans_deadline = p.ack_timeout.map(|t| now + t);
+        }
+        if self.probe_deadline.is_none() {
+            self.probe_deadline = self.probe_wait(p).map(|w| now + w);
+        }
+        let (psn, clean) = req.last_sent;
+        if self.rtt_sample.is_none() && clean {
+            self.rtt_sample = Some((psn, now));
         }
     }
 
-    /// Something was acknowledged: restore the retry budgets.
+    /// Something was acknowledged (up to `self.psn`): restore the retry
+    /// budgets, take a round-trip sample, restart the probe wait.
     fn progress(&mut self, cx: &mut SendCx<'_>) {
         cx.req.on_progress();
         self.retry_left = cx.p.retry_cnt;
         self.rnr_left = cx.p.rnr_retry;
         self.started_retry = false;
+        if let Some((s, t)) = self.rtt_sample {
+            if psn::diff(self.psn, s) > 0 {
+                let sample = cx.now.saturating_duration_since(t);
+                self.srtt = Some(match self.srtt {
+                    Some(old) => (old * 7 + sample) / 8,
+                    None => sample,
+                });
+                self.rtt_sample = None;
+            }
+        }
+        self.probes = 0;
+        self.arm_probe(cx);
     }
 
     /// Re-arms or stops the retransmission timer after progress.
@@ -182,7 +260,22 @@ impl Completer {
         cx.req.need_retry = true;
         self.started_retry = true;
         self.retrans_deadline = None;
+        self.rtt_sample = None;
         Ok(())
+    }
+
+    /// Nothing was acknowledged for a while: retry early, free of charge.
+    fn probe(&mut self, cx: &mut SendCx<'_>) {
+        if !self.outstanding(cx) || cx.req.rnr_wait || cx.req.need_retry {
+            return;
+        }
+        cx.counters.completer_retry_err += 1;
+        cx.req.on_loss();
+        cx.req.need_retry = true;
+        self.started_retry = true;
+        self.rtt_sample = None;
+        self.probes += 1;
+        self.arm_probe(cx);
     }
 
     /// An RNR NAK: wait, then go-back-N, charging the RNR budget.
@@ -217,9 +310,14 @@ impl Completer {
         }
         if self.retrans_deadline.is_some_and(|d| d <= now) {
             self.retrans_deadline = None;
+            self.probe_deadline = None;
             if self.outstanding(cx) && !cx.req.rnr_wait {
                 return self.retry(cx, true);
             }
+        }
+        if self.probe_deadline.is_some_and(|d| d <= now) {
+            self.probe_deadline = None;
+            self.probe(cx);
         }
         Ok(())
     }
@@ -242,6 +340,7 @@ impl Completer {
     fn check_timer(&mut self, cx: &SendCx<'_>) {
         if !self.outstanding(cx) || cx.req.rnr_wait {
             self.retrans_deadline = None;
+            self.probe_deadline = None;
         }
     }
 

@@ -96,6 +96,9 @@ pub(crate) struct Requester {
     pub rnr_wait: bool,
     /// Send window in PSNs (0 until the first `start`: means the maximum).
     pub window: i32,
+    /// The last packet sent: its PSN, and whether it was sent for the first
+    /// time and occupies one PSN (a clean round-trip sample once acknowledged).
+    pub last_sent: (u32, bool),
 }
 
 /// What one poll produced.
@@ -361,9 +364,11 @@ impl Requester {
             self.rd_atomic_used += 1;
         }
         self.psn = psn::add(pkt_psn, consumed);
-        if psn::diff(self.psn, self.hw_psn) > 0 {
+        let fresh = psn::diff(self.psn, self.hw_psn) > 0;
+        if fresh {
             self.hw_psn = self.psn;
         }
+        self.last_sent = (pkt_psn, fresh && consumed == 1);
         self.noack_pkts = if ack_req { 0 } else { self.noack_pkts + 1 };
         if last {
             self.idx += 1;

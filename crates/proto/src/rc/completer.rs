@@ -78,9 +78,9 @@ use super::wr::WorkCompletion;
 /// A READ response this many PSNs ahead of the one expected counts as a loss.
 pub const READ_GAP: i32 = 3;
 /// Round trips without an acknowledgement before a probe.
-pub const PROBE_RTTS: u32 = 4;
+pub const PROBE_RTTS: u32 = 3;
 /// The shortest wait before a probe.
-pub const PROBE_MIN: Duration = Duration::from_micros(500);
+pub const PROBE_MIN: Duration = Duration::from_micros(100);
 
 /// The send-side pieces the completer works on.
 pub(crate) struct SendCx<'a> {

@@ -10,10 +10,9 @@
 //!   time, and its Disconnect completes.
 //!
 //! Needs root, `ip` and `nft`: without them the tests print SKIPPED (and fail
-//! under `CI=true`). Volume: `NDV_KFAULT_MIB` per operation (default 2; the
-//! issue's 1 GiB is a long mode — with the kernel dropping ACKs too, tail
-//! losses wait out the 134 ms ACK timeout and go-back-N re-sends whole READ
-//! responses, so it takes a long time; see RELIABILITY.md).
+//! under `CI=true`). Volume: `NDV_KFAULT_MIB` per operation (default 2 for the
+//! debug `cargo test`; `scripts/test.sh` runs it again in release mode with
+//! 1024 = the 1 GiB each — see RELIABILITY.md for the figures).
 
 mod common;
 

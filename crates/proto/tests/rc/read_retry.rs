@@ -1,7 +1,8 @@
 //! Windowed READ retry: a READ whose responses were lost is asked for again in
 //! chunks of at most one send window, each at the PSN where it starts; the
 //! responder answers chunks (subsets of the original) as rxe does; the WQE
-//! completes once with every byte in place.
+//! completes once with every byte in place. And the completer's probe: an
+//! early, uncharged retry when nothing is acknowledged for a few round trips.
 
 use crate::harness::*;
 use ndverbs_proto::mem::testing::MrKeys;
@@ -355,4 +356,99 @@ fn responder_answers_chunk_rerequests_like_rxe() {
     // Past the original's end: not a subset, dropped.
     assert!(ask_b(&mut p, PSN + 17, reth(17, 4 * MTU)).is_empty());
     assert_eq!(p.b.qp.counters().drops.invalid_duplicate, 1);
+}
+
+#[test]
+fn probe_recovers_a_lost_nak_long_before_the_ack_timeout() {
+    // ACK timeout ≈ 1.07 s. Round trips of ~10 µs are measured first; then the
+    // NAK of a gap is lost: the probe resends after a few round trips instead
+    // of the whole timeout, and is not charged to the retry budget.
+    let mut p = Pair::new(Config {
+        timeout: 18,
+        retry_cnt: 1,
+        ..Config::default()
+    });
+    let data = pattern(77, 64 * 1024);
+    let src = p.region(Side::A, 0x1000, data.clone(), Access::NONE);
+    let dst = p.region(
+        Side::B,
+        0x40_0000,
+        vec![0; data.len()],
+        Access::REMOTE_WRITE,
+    );
+    let write = |wr_id: u64, off: u32, len: u32| {
+        SendWr::new(
+            wr_id,
+            SendOp::Write(RemoteAddr {
+                va: dst.addr + u64::from(off),
+                rkey: dst.rkey,
+            }),
+            vec![src.sge(off, len)],
+        )
+    };
+    p.a.post_send(write(1, 0, 4096));
+    p.run_idle(Duration::from_secs(1));
+    assert_eq!(p.a.send_wcs().len(), 1);
+    // Lose one request packet and the NAK it causes.
+    let step = Rc::new(Cell::new(0u8));
+    let s = step.clone();
+    p.set_filter(move |side, pkt| match (s.get(), side) {
+        (0, Side::A) if pkt.bth.opcode == Opcode::RC_WRITE_MIDDLE => {
+            s.set(1);
+            true
+        }
+        (1, Side::B) if pkt.ext.aeth.is_some_and(|a| a.syndrome == 0x60) => {
+            s.set(2);
+            true
+        }
+        _ => false,
+    });
+    let t0 = p.now;
+    p.a.post_send(write(2, 4096, 60 * 1024));
+    assert!(p.run_until(Duration::from_secs(5), |p| p.a.send_wcs().len() == 2));
+    assert_eq!(step.get(), 2, "both losses happened");
+    let took = p.now.saturating_duration_since(t0);
+    assert!(took < Duration::from_millis(5), "recovered after {took:?}");
+    let wcs = p.a.send_wcs();
+    assert_eq!(wcs[1].status, WcStatus::Success);
+    assert!(p.b.mem.bytes(dst.lkey) == &data[..]);
+    let c = p.a.qp.counters();
+    assert_eq!(c.retry_exceeded_err, 0);
+    assert!(c.completer_retry_err >= 1);
+}
+
+#[test]
+fn probes_do_not_shorten_the_retry_budget() {
+    // The peer dies after round trips were measured: probes keep resending,
+    // but the WR fails with RetryExcErr only after retry_cnt + 1 ACK timeouts.
+    let mut p = Pair::new(Config {
+        timeout: 14, // ≈ 67 ms
+        retry_cnt: 2,
+        ..Config::default()
+    });
+    let src = p.region(Side::A, 0x1000, pattern(78, 8192), Access::NONE);
+    let dst = p.region(Side::B, 0x40_0000, vec![0; 8192], Access::REMOTE_WRITE);
+    let write = |wr_id: u64| {
+        SendWr::new(
+            wr_id,
+            SendOp::Write(RemoteAddr {
+                va: dst.addr,
+                rkey: dst.rkey,
+            }),
+            vec![src.sge(0, 8192)],
+        )
+    };
+    p.a.post_send(write(1));
+    p.run_idle(Duration::from_secs(1));
+    p.b.dead = true;
+    let t0 = p.now;
+    p.a.post_send(write(2));
+    assert!(p.run_until(Duration::from_secs(10), |p| p.a.send_wcs().len() == 2));
+    let took = p.now.saturating_duration_since(t0);
+    assert_eq!(p.a.send_wcs()[1].status, WcStatus::RetryExcErr);
+    let ack_timeout = Duration::from_nanos(4096 << 14);
+    assert!(took >= ack_timeout * 3, "failed after {took:?}");
+    assert!(took < ack_timeout * 4, "failed after {took:?}");
+    // Probes did go out in between (more retries than the 3 timeouts).
+    assert!(p.a.qp.counters().completer_retry_err > 3);
 }

@@ -44,11 +44,14 @@
 //! **Probe.** On a path that drops packets, the one NAK of a gap or the last
 //! ACK of a burst is lost too now and then, and with a long ACK timeout (rxe's
 //! ACK delay makes it 134 ms) every such loss would stall the QP for the whole
-//! timeout. So the completer also keeps a smoothed round-trip time (`srtt`,
-//! from packets acknowledged on their first transmission, Karn's rule) and,
-//! when nothing was acknowledged for [`PROBE_RTTS`] round trips (at least
-//! [`PROBE_MIN`]) while requests are outstanding, starts a go-back-N retry early
-//! — a *probe*. Probes back off (the wait doubles with each one until
+//! timeout. So the completer also keeps a smoothed round-trip time and its
+//! variation (`srtt`, `rttvar` as TCP's RFC 6298, from packets acknowledged on
+//! their first transmission, Karn's rule) and, when nothing was acknowledged
+//! for `max(PROBE_RTTS × srtt, srtt + 4 × rttvar, PROBE_MIN)` while requests are
+//! outstanding, starts a go-back-N retry early — a *probe*. Probes are armed
+//! only within [`PROBE_HOLD`] of the last real loss signal (sequence NAK, lost
+//! READ response, ACK timeout): on a clean path a slow ACK never causes a
+//! spurious retransmission. Probes back off (the wait doubles with each one until
 //! something is acknowledged), are not charged to the retry budget and leave
 //! the retransmission timer alone, so `retry_cnt` still counts ACK timeouts
 //! exactly as before. They are counted in `completer_retry_err`. No probe
@@ -81,6 +84,8 @@ pub const READ_GAP: i32 = 3;
 pub const PROBE_RTTS: u32 = 3;
 /// The shortest wait before a probe.
 pub const PROBE_MIN: Duration = Duration::from_micros(100);
+/// How long after a loss signal probing stays enabled.
+pub const PROBE_HOLD: Duration = Duration::from_secs(1);
 
 /// The send-side pieces the completer works on.
 pub(crate) struct SendCx<'a> {
@@ -128,6 +133,10 @@ pub(crate) struct Completer {
     probes: u32,
     /// Smoothed round-trip time, once measured.
     srtt: Option<Duration>,
+    /// Round-trip time variation.
+    rttvar: Duration,
+    /// Probing is enabled until then (a loss signal was seen).
+    lossy_until: Option<Instant>,
     /// A packet sent once, at this time, whose acknowledgement gives a sample.
     rtt_sample: Option<(u32, Instant)>,
 }
@@ -169,10 +178,15 @@ impl Completer {
     }
 
     /// The wait before the next probe, if probing applies.
-    fn probe_wait(&self, p: &Params) -> Option<Duration> {
+    fn probe_wait(&self, p: &Params, now: Instant) -> Option<Duration> {
+        if self.lossy_until.is_none_or(|t| now >= t) {
+            return None;
+        }
         let srtt = self.srtt?;
         let ack_timeout = p.ack_timeout?;
-        let base = (srtt * PROBE_RTTS).max(PROBE_MIN);
+        let base = (srtt * PROBE_RTTS)
+            .max(srtt + self.rttvar * 4)
+            .max(PROBE_MIN);
         let wait = base.checked_mul(1u32.checked_shl(self.probes.min(20))?)?;
         (wait < ack_timeout).then_some(wait)
     }
@@ -180,7 +194,7 @@ impl Completer {
     /// (Re)arms the probe timer from `now`, if anything is outstanding.
     fn arm_probe(&mut self, cx: &SendCx<'_>) {
         self.probe_deadline = if self.outstanding(cx) && !cx.req.rnr_wait {
-            self.probe_wait(cx.p).map(|w| cx.now + w)
+            self.probe_wait(cx.p, cx.now).map(|w| cx.now + w)
         } else {
             None
         };
@@ -201,7 +215,7 @@ impl Completer {
             self.retrans_deadline = p.ack_timeout.map(|t| now + t);
         }
         if self.probe_deadline.is_none() {
-            self.probe_deadline = self.probe_wait(p).map(|w| now + w);
+            self.probe_deadline = self.probe_wait(p, now).map(|w| now + w);
         }
         let (psn, clean) = req.last_sent;
         if self.rtt_sample.is_none() && clean {
@@ -219,10 +233,21 @@ impl Completer {
         if let Some((s, t)) = self.rtt_sample {
             if psn::diff(self.psn, s) > 0 {
                 let sample = cx.now.saturating_duration_since(t);
-                self.srtt = Some(match self.srtt {
-                    Some(old) => (old * 7 + sample) / 8,
-                    None => sample,
-                });
+                match self.srtt {
+                    Some(old) => {
+                        let dev = if sample > old {
+                            sample - old
+                        } else {
+                            old - sample
+                        };
+                        self.rttvar = (self.rttvar * 3 + dev) / 4;
+                        self.srtt = Some((old * 7 + sample) / 8);
+                    }
+                    None => {
+                        self.rttvar = sample / 2;
+                        self.srtt = Some(sample);
+                    }
+                }
                 self.rtt_sample = None;
             }
         }
@@ -261,6 +286,7 @@ impl Completer {
         self.started_retry = true;
         self.retrans_deadline = None;
         self.rtt_sample = None;
+        self.lossy_until = Some(cx.now + PROBE_HOLD);
         Ok(())
     }
 

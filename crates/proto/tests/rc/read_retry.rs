@@ -386,10 +386,7 @@ fn probe_recovers_a_lost_nak_long_before_the_ack_timeout() {
             vec![src.sge(off, len)],
         )
     };
-    p.a.post_send(write(1, 0, 4096));
-    p.run_idle(Duration::from_secs(1));
-    assert_eq!(p.a.send_wcs().len(), 1);
-    // Lose one request packet and the NAK it causes.
+    // A first loss, recovered by its NAK: probing is enabled from now on.
     let step = Rc::new(Cell::new(0u8));
     let s = step.clone();
     p.set_filter(move |side, pkt| match (s.get(), side) {
@@ -397,24 +394,67 @@ fn probe_recovers_a_lost_nak_long_before_the_ack_timeout() {
             s.set(1);
             true
         }
-        (1, Side::B) if pkt.ext.aeth.is_some_and(|a| a.syndrome == 0x60) => {
-            s.set(2);
+        (2, Side::A) if pkt.bth.opcode == Opcode::RC_WRITE_MIDDLE => {
+            s.set(3);
+            true
+        }
+        (3, Side::B) if pkt.ext.aeth.is_some_and(|a| a.syndrome == 0x60) => {
+            s.set(4);
             true
         }
         _ => false,
     });
+    p.a.post_send(write(1, 0, 4096));
+    p.run_idle(Duration::from_secs(1));
+    // A clean one: a round-trip sample.
+    p.a.post_send(write(2, 0, 4096));
+    p.run_idle(Duration::from_secs(1));
+    assert_eq!(p.a.send_wcs().len(), 2);
+    assert_eq!(step.get(), 1);
+    // Now lose one request packet and the NAK it causes.
+    step.set(2);
     let t0 = p.now;
-    p.a.post_send(write(2, 4096, 60 * 1024));
-    assert!(p.run_until(Duration::from_secs(5), |p| p.a.send_wcs().len() == 2));
-    assert_eq!(step.get(), 2, "both losses happened");
+    p.a.post_send(write(3, 4096, 60 * 1024));
+    assert!(p.run_until(Duration::from_secs(5), |p| p.a.send_wcs().len() == 3));
+    assert_eq!(step.get(), 4, "both losses happened");
     let took = p.now.saturating_duration_since(t0);
     assert!(took < Duration::from_millis(5), "recovered after {took:?}");
     let wcs = p.a.send_wcs();
-    assert_eq!(wcs[1].status, WcStatus::Success);
+    assert_eq!(wcs[2].status, WcStatus::Success);
     assert!(p.b.mem.bytes(dst.lkey) == &data[..]);
     let c = p.a.qp.counters();
     assert_eq!(c.retry_exceeded_err, 0);
-    assert!(c.completer_retry_err >= 1);
+    assert!(c.completer_retry_err >= 2);
+}
+
+#[test]
+fn no_probe_on_a_clean_path() {
+    // Without any loss signal a slow ACK is waited for: no retransmission.
+    let mut p = Pair::new(Config {
+        timeout: 18,
+        faults: Faults {
+            latency: Duration::from_micros(5),
+            jitter: Duration::from_micros(400),
+            ..Faults::default()
+        },
+        ..Config::default()
+    });
+    let src = p.region(Side::A, 0x1000, pattern(79, 64 * 1024), Access::NONE);
+    let dst = p.region(Side::B, 0x40_0000, vec![0; 64 * 1024], Access::REMOTE_WRITE);
+    for i in 0..50u32 {
+        p.a.post_send(SendWr::new(
+            u64::from(i),
+            SendOp::Write(RemoteAddr {
+                va: dst.addr + u64::from(i % 64) * 1024,
+                rkey: dst.rkey,
+            }),
+            vec![src.sge((i % 64) * 1024, 1024)],
+        ));
+        p.run_idle(Duration::from_secs(1));
+    }
+    p.a.check_completions(true, true);
+    assert_eq!(p.a.qp.counters().completer_retry_err, 0);
+    assert_eq!(p.b.qp.counters().duplicate_request, 0);
 }
 
 #[test]

@@ -235,11 +235,7 @@ impl Completer {
                 let sample = cx.now.saturating_duration_since(t);
                 match self.srtt {
                     Some(old) => {
-                        let dev = if sample > old {
-                            sample - old
-                        } else {
-                            old - sample
-                        };
+                        let dev = sample.abs_diff(old);
                         self.rttvar = (self.rttvar * 3 + dev) / 4;
                         self.srtt = Some((old * 7 + sample) / 8);
                     }

@@ -17,6 +17,10 @@ cargo test --workspace
 # 1 GiB each of WRITE, READ and SEND through 10 % loss plus duplication,
 # reordering, delay and corruption, in release mode (debug is too slow for it).
 NDV_LOSSY_MIB=${NDV_LOSSY_MIB:-1024} cargo test --release -p ndverbs-engine --test lossy -- --nocapture
+# 1 GiB each again through real kernel drops: two network namespaces joined by
+# veth, nftables dropping 10 % of the RoCE packets, the fault layer reordering,
+# duplicating and delaying, and a link flap (needs root, ip and nft).
+NDV_KFAULT_MIB=${NDV_KFAULT_MIB:-1024} cargo test --release -p ndverbs-engine --test kernel_faults bulk -- --nocapture
 # Reliability (RELIABILITY.md), in release: the whole-connection simulation
 # over 10,000 seeds, a million forged packets at each of two live connections
 # (one connected through the CM, with a bystander connection), and

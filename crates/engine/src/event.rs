@@ -90,13 +90,28 @@ pub fn wait_readable(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<Vec
             revents: 0,
         })
         .collect();
-    let ms = match timeout {
-        None => -1,
-        // Round up so a short timeout does not become a busy loop of 0 ms polls.
-        Some(d) => d.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32,
+    // ppoll, not poll: protocol timers (the completer's probe) are shorter
+    // than poll's millisecond resolution. Round up to whole microseconds.
+    let ts = timeout.map(|d| {
+        let us = d.as_nanos().div_ceil(1000);
+        libc::timespec {
+            tv_sec: (us / 1_000_000).min(i32::MAX as u128) as libc::time_t,
+            tv_nsec: ((us % 1_000_000) * 1000) as libc::c_long,
+        }
+    });
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `p` is a live array of `p.len()` pollfd structs; `ts_ptr` is
+    // null or points to `ts`, alive for the call; no signal mask is passed.
+    let n = unsafe {
+        libc::ppoll(
+            p.as_mut_ptr(),
+            p.len() as libc::nfds_t,
+            ts_ptr,
+            std::ptr::null(),
+        )
     };
-    // SAFETY: `p` is a live array of `p.len()` pollfd structs.
-    let n = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };
     if n < 0 {
         let e = io::Error::last_os_error();
         if e.kind() == io::ErrorKind::Interrupted {

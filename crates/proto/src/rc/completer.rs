@@ -15,7 +15,17 @@
 //!   completes.
 //! * READ responses must arrive in order (`p == psn`), FIRST/MIDDLE with
 //!   exactly one MTU, LAST/ONLY with the rest; each is copied into the local
-//!   SGEs at its offset. An ATOMIC ACKNOWLEDGE stores the original 8 bytes.
+//!   SGEs at its offset. Once the READ was re-requested in chunks
+//!   (`requester.rs`), a LAST or ONLY carrying a full MTU may also end a
+//!   chunk inside the message, and FIRST or ONLY may start one there (a chunk
+//!   the responder took as a new READ because the original request was lost);
+//!   the WQE completes only with the response that carries its final byte. An ATOMIC ACKNOWLEDGE stores the
+//!   original 8 bytes.
+//! * A READ response *ahead* of `psn` means responses were lost once it is
+//!   [`READ_GAP`] or more packets ahead, or is the LAST/ONLY that ends a
+//!   response run (nothing after it will fill the hole): a retry starts at once
+//!   instead of waiting for the timer. Smaller gaps may be reordering and are
+//!   only dropped.
 //! * **NAK PSN-sequence error** (`p` = the PSN the responder expects): acknowledges
 //!   everything before `p`, then go-back-N from `p`, costing one retry.
 //! * **RNR NAK**: acknowledges everything before `p`, costs one RNR retry and
@@ -30,6 +40,22 @@
 //! **Retransmission timer.** `4.096 µs << timeout` (0: never). Armed when a
 //! request goes out and none is pending, re-armed on every progress while
 //! anything is outstanding, stopped when nothing is. On expiry: one retry.
+//!
+//! **Probe.** On a path that drops packets, the one NAK of a gap or the last
+//! ACK of a burst is lost too now and then, and with a long ACK timeout (rxe's
+//! ACK delay makes it 134 ms) every such loss would stall the QP for the whole
+//! timeout. So the completer also keeps a smoothed round-trip time and its
+//! variation (`srtt`, `rttvar` as TCP's RFC 6298, from packets acknowledged on
+//! their first transmission, Karn's rule) and, when nothing was acknowledged
+//! for `max(PROBE_RTTS × srtt, srtt + 4 × rttvar, PROBE_MIN)` while requests are
+//! outstanding, starts a go-back-N retry early — a *probe*. Probes are armed
+//! only within [`PROBE_HOLD`] of the last real loss signal (sequence NAK, lost
+//! READ response, ACK timeout): on a clean path a slow ACK never causes a
+//! spurious retransmission. Probes back off (the wait doubles with each one until
+//! something is acknowledged), are not charged to the retry budget and leave
+//! the retransmission timer alone, so `retry_cnt` still counts ACK timeouts
+//! exactly as before. They are counted in `completer_retry_err`. No probe
+//! fires while the probe wait would not be shorter than the ACK timeout.
 //!
 //! **Retry budget.** Each retry costs one of `retry_cnt`, each RNR NAK one of
 //! `rnr_retry`; any progress restores both. An exhausted budget completes the
@@ -51,6 +77,15 @@ use ndverbs_wire::packet::Packet;
 use std::collections::VecDeque;
 
 use super::wr::WorkCompletion;
+
+/// A READ response this many PSNs ahead of the one expected counts as a loss.
+pub const READ_GAP: i32 = 3;
+/// Round trips without an acknowledgement before a probe.
+pub const PROBE_RTTS: u32 = 3;
+/// The shortest wait before a probe.
+pub const PROBE_MIN: Duration = Duration::from_micros(100);
+/// How long after a loss signal probing stays enabled.
+pub const PROBE_HOLD: Duration = Duration::from_secs(1);
 
 /// The send-side pieces the completer works on.
 pub(crate) struct SendCx<'a> {
@@ -92,6 +127,18 @@ pub(crate) struct Completer {
     pub retrans_deadline: Option<Instant>,
     /// End of the current RNR wait.
     pub rnr_deadline: Option<Instant>,
+    /// When to probe (see the module docs).
+    pub probe_deadline: Option<Instant>,
+    /// Probes since the last acknowledgement (the wait doubles with each).
+    probes: u32,
+    /// Smoothed round-trip time, once measured.
+    srtt: Option<Duration>,
+    /// Round-trip time variation.
+    rttvar: Duration,
+    /// Probing is enabled until then (a loss signal was seen).
+    lossy_until: Option<Instant>,
+    /// A packet sent once, at this time, whose acknowledgement gives a sample.
+    rtt_sample: Option<(u32, Instant)>,
 }
 
 impl Completer {
@@ -113,10 +160,44 @@ impl Completer {
 
     /// The earliest timer.
     pub fn next_deadline(&self) -> Option<Instant> {
-        match (self.retrans_deadline, self.rnr_deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        [
+            self.retrans_deadline,
+            self.rnr_deadline,
+            self.probe_deadline,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Stops every timer (the QP entered ERR).
+    pub fn stop_timers(&mut self) {
+        self.retrans_deadline = None;
+        self.rnr_deadline = None;
+        self.probe_deadline = None;
+    }
+
+    /// The wait before the next probe, if probing applies.
+    fn probe_wait(&self, p: &Params, now: Instant) -> Option<Duration> {
+        if self.lossy_until.is_none_or(|t| now >= t) {
+            return None;
         }
+        let srtt = self.srtt?;
+        let ack_timeout = p.ack_timeout?;
+        let base = (srtt * PROBE_RTTS)
+            .max(srtt + self.rttvar * 4)
+            .max(PROBE_MIN);
+        let wait = base.checked_mul(1u32.checked_shl(self.probes.min(20))?)?;
+        (wait < ack_timeout).then_some(wait)
+    }
+
+    /// (Re)arms the probe timer from `now`, if anything is outstanding.
+    fn arm_probe(&mut self, cx: &SendCx<'_>) {
+        self.probe_deadline = if self.outstanding(cx) && !cx.req.rnr_wait {
+            self.probe_wait(cx.p, cx.now).map(|w| cx.now + w)
+        } else {
+            None
+        };
     }
 
     /// PSNs sent and not yet acknowledged exist.
@@ -124,19 +205,50 @@ impl Completer {
         psn::diff(cx.req.hw_psn, self.psn) > 0
     }
 
-    /// A request packet went out: make sure the retransmission timer runs.
-    pub fn on_request_sent(&mut self, now: Instant, p: &Params, rnr_wait: bool) {
-        if self.retrans_deadline.is_none() && !rnr_wait {
+    /// A request packet went out: make sure the retransmission and probe
+    /// timers run; start a round-trip sample if none is running.
+    pub fn on_request_sent(&mut self, now: Instant, p: &Params, req: &Requester) {
+        if req.rnr_wait {
+            return;
+        }
+        if self.retrans_deadline.is_none() {
             self.retrans_deadline = p.ack_timeout.map(|t| now + t);
+        }
+        if self.probe_deadline.is_none() {
+            self.probe_deadline = self.probe_wait(p, now).map(|w| now + w);
+        }
+        let (psn, clean) = req.last_sent;
+        if self.rtt_sample.is_none() && clean {
+            self.rtt_sample = Some((psn, now));
         }
     }
 
-    /// Something was acknowledged: restore the retry budgets.
+    /// Something was acknowledged (up to `self.psn`): restore the retry
+    /// budgets, take a round-trip sample, restart the probe wait.
     fn progress(&mut self, cx: &mut SendCx<'_>) {
         cx.req.on_progress();
         self.retry_left = cx.p.retry_cnt;
         self.rnr_left = cx.p.rnr_retry;
         self.started_retry = false;
+        if let Some((s, t)) = self.rtt_sample {
+            if psn::diff(self.psn, s) > 0 {
+                let sample = cx.now.saturating_duration_since(t);
+                match self.srtt {
+                    Some(old) => {
+                        let dev = sample.abs_diff(old);
+                        self.rttvar = (self.rttvar * 3 + dev) / 4;
+                        self.srtt = Some((old * 7 + sample) / 8);
+                    }
+                    None => {
+                        self.rttvar = sample / 2;
+                        self.srtt = Some(sample);
+                    }
+                }
+                self.rtt_sample = None;
+            }
+        }
+        self.probes = 0;
+        self.arm_probe(cx);
     }
 
     /// Re-arms or stops the retransmission timer after progress.
@@ -169,7 +281,23 @@ impl Completer {
         cx.req.need_retry = true;
         self.started_retry = true;
         self.retrans_deadline = None;
+        self.rtt_sample = None;
+        self.lossy_until = Some(cx.now + PROBE_HOLD);
         Ok(())
+    }
+
+    /// Nothing was acknowledged for a while: retry early, free of charge.
+    fn probe(&mut self, cx: &mut SendCx<'_>) {
+        if !self.outstanding(cx) || cx.req.rnr_wait || cx.req.need_retry {
+            return;
+        }
+        cx.counters.completer_retry_err += 1;
+        cx.req.on_loss();
+        cx.req.need_retry = true;
+        self.started_retry = true;
+        self.rtt_sample = None;
+        self.probes += 1;
+        self.arm_probe(cx);
     }
 
     /// An RNR NAK: wait, then go-back-N, charging the RNR budget.
@@ -204,9 +332,14 @@ impl Completer {
         }
         if self.retrans_deadline.is_some_and(|d| d <= now) {
             self.retrans_deadline = None;
+            self.probe_deadline = None;
             if self.outstanding(cx) && !cx.req.rnr_wait {
                 return self.retry(cx, true);
             }
+        }
+        if self.probe_deadline.is_some_and(|d| d <= now) {
+            self.probe_deadline = None;
+            self.probe(cx);
         }
         Ok(())
     }
@@ -229,6 +362,7 @@ impl Completer {
     fn check_timer(&mut self, cx: &SendCx<'_>) {
         if !self.outstanding(cx) || cx.req.rnr_wait {
             self.retrans_deadline = None;
+            self.probe_deadline = None;
         }
     }
 
@@ -283,8 +417,13 @@ impl Completer {
         let Some(front) = cx.sq.wqes.front() else {
             return Ok(());
         };
-        let (kind, len, last_psn, read_done) =
-            (front.kind, front.len, front.last_psn, front.read_done);
+        let (kind, len, last_psn, read_done, chunked) = (
+            front.kind,
+            front.len,
+            front.last_psn,
+            front.read_done,
+            front.read_chunked,
+        );
         let aeth = pkt.ext.aeth;
         match info.operation {
             Operation::Acknowledge => {
@@ -366,6 +505,10 @@ impl Completer {
                 }
                 if p != self.psn {
                     cx.counters.drops.out_of_order_response += 1;
+                    let run_end = matches!(info.position, Position::Last | Position::Only);
+                    if run_end || psn::diff(p, self.psn) >= READ_GAP {
+                        return self.retry(cx, false);
+                    }
                     return Ok(());
                 }
                 if let Some(a) = aeth {
@@ -376,12 +519,25 @@ impl Completer {
                 let mtu = cx.p.mtu;
                 let remaining = len - read_done.min(len);
                 let n = pkt.payload.len();
-                let ok = match info.position {
-                    Position::First => remaining > mtu && n == mtu as usize,
-                    Position::Middle => read_done > 0 && remaining > mtu && n == mtu as usize,
-                    Position::Last => read_done > 0 && remaining <= mtu && n == remaining as usize,
-                    Position::Only => remaining <= mtu && n == remaining as usize,
+                // The final packet of the READ carries the rest; any other one MTU.
+                let fin = remaining <= mtu;
+                let n_ok = if fin {
+                    n == remaining as usize
+                } else {
+                    n == mtu as usize
                 };
+                // After a chunked re-request a run may end before the end of
+                // the message, and start inside it with FIRST/ONLY (the
+                // original request was lost, so each chunk is a new READ).
+                let end_ok = fin || chunked;
+                let start_ok = read_done == 0 || chunked;
+                let ok = n_ok
+                    && match info.position {
+                        Position::First => start_ok && !fin,
+                        Position::Middle => read_done > 0 && !fin,
+                        Position::Last => read_done > 0 && end_ok,
+                        Position::Only => start_ok && end_ok,
+                    };
                 if !ok {
                     return Err(cx.fail_front(WcStatus::BadRespErr));
                 }
@@ -394,7 +550,7 @@ impl Completer {
                 }
                 self.psn = psn::add(p, 1);
                 self.progress(cx);
-                if matches!(info.position, Position::Last | Position::Only) {
+                if fin {
                     cx.retire_front(WcStatus::Success);
                 }
                 self.rearm(cx);

@@ -248,8 +248,7 @@ impl RcQp {
             complete_send(&w, status, &self.p, &mut self.cq, &mut self.counters);
         }
         self.req = Requester::default();
-        self.comp.retrans_deadline = None;
-        self.comp.rnr_deadline = None;
+        self.comp.stop_timers();
         if let Some(wr) = self.resp.on_error() {
             self.flush_one_recv(wr);
         }
@@ -554,7 +553,7 @@ impl RcQp {
             lent,
         ) {
             Ok(ReqOut::Sent(n)) => {
-                self.comp.on_request_sent(now, &self.p, self.req.rnr_wait);
+                self.comp.on_request_sent(now, &self.p, &self.req);
                 Some(n)
             }
             Ok(ReqOut::Idle) => None,

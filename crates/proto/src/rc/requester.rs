@@ -7,8 +7,7 @@
 //!    READ response, or an expired RNR wait), rewind: go back to the oldest
 //!    unacknowledged WQE and resend everything from the completer's PSN
 //!    (*go-back-N*). A multi-packet SEND/WRITE resumes at the packet with that
-//!    PSN; a partially answered READ is re-requested for its remaining bytes only,
-//!    from the PSN of the first missing response packet.
+//!    PSN; a READ is re-requested in chunks (below).
 //! 2. **RNR wait.** After an RNR NAK nothing is sent until the RNR timer fires.
 //! 3. **Send window.** At most [`MAX_UNACKED_PSNS`] PSNs beyond the oldest
 //!    unacknowledged one — fewer after losses: the window halves at every
@@ -28,6 +27,34 @@
 //! `max(1, ceil(len / mtu))` PSNs (one per response packet). AckReq is set on the
 //! last packet of every message and on every [`MAX_PKT_PER_ACK`]th packet in
 //! between — Linux rxe acknowledges nothing else.
+//!
+//! **READ retries in chunks.** The first request of a READ asks for all of it.
+//! A re-request (after a rewind) asks only for the next *chunk*: from the first
+//! byte not yet received (`read_done`, a multiple of the MTU), at the PSN of
+//! that response packet, for at most one send window of packets
+//! (`window() × mtu`, at least [`MIN_WINDOW`] packets) — so a loss costs at
+//! most a window of re-sent responses, not the rest of a long READ. While a
+//! chunk is outstanding the requester stays at that READ and sends nothing
+//! behind it; when the completer has received the whole chunk, the next chunk
+//! goes out at the PSN where it starts, and after the last chunk the requester
+//! moves on. The WQE keeps its PSN range and completes once, when all its bytes
+//! arrived. Each chunk ends on a packet boundary, so the PSNs of the responses
+//! stay those of the original READ.
+//!
+//! To the responder a chunk is a duplicate READ whose PSN lies in the range of
+//! the original and whose (va, len) is a subset of it (accepted by Linux rxe's
+//! `duplicate_request` and by `responder.rs`); it answers from that PSN with MIDDLE …
+//! LAST (FIRST … LAST or ONLY if the chunk starts at the first PSN), a LAST
+//! that may sit inside the original range. If the original request never
+//! arrived, each chunk is simply a new, shorter READ. Chunks go strictly one at
+//! a time and in increasing order because rxe, on accepting such a duplicate,
+//! makes its va the new lower bound for later ones: a re-request below a chunk
+//! already asked for would be dropped forever. And a request never reaches past
+//! the end of any earlier re-request that covers its start, even if the window
+//! grew meanwhile: when the original request was lost, the responder holds the
+//! first of those that arrived as a READ of its own, a later request starting
+//! inside it is a duplicate of it, and only a subset of it is valid. (Each new
+//! request is thus a subset of every earlier one that covers its start.)
 
 use super::emit::{write_packet, write_packet_lent, EmitError};
 use super::send_queue::{npkts, Kind, SendQueue, Wqe};
@@ -72,6 +99,9 @@ pub(crate) struct Requester {
     pub rnr_wait: bool,
     /// Send window in PSNs (0 until the first `start`: means the maximum).
     pub window: i32,
+    /// The last packet sent: its PSN, and whether it was sent for the first
+    /// time and occupies one PSN (a clean round-trip sample once acknowledged).
+    pub last_sent: (u32, bool),
 }
 
 /// What one poll produced.
@@ -114,11 +144,14 @@ impl Requester {
     }
 
     /// Go-back-N: resend from the oldest WQE.
-    fn rewind(&mut self, sq: &SendQueue, comp_psn: u32, mtu: u32) {
+    fn rewind(&mut self, sq: &mut SendQueue, comp_psn: u32, mtu: u32) {
         self.idx = 0;
         self.offset = 0;
         self.noack_pkts = 0;
         self.psn = comp_psn;
+        for w in &mut sq.wqes {
+            w.read_req_end = None;
+        }
         if let Some(w) = sq.wqes.front() {
             if w.assigned && matches!(w.kind, Kind::Send | Kind::Write) {
                 let k = psn::diff(comp_psn, w.first_psn);
@@ -170,6 +203,10 @@ impl Requester {
         let Some(w) = sq.wqes.get(idx) else {
             return Ok(ReqOut::Idle);
         };
+        if w.kind == Kind::Read && w.read_req_end.is_some_and(|end| w.read_done < end) {
+            // A chunk of this READ is being answered: wait for all of it.
+            return Ok(ReqOut::Idle);
+        }
         // Where this packet starts and which PSN it carries.
         let offset = if w.kind == Kind::Read {
             w.read_done
@@ -195,9 +232,26 @@ impl Requester {
         }
 
         let remaining = w.len - offset.min(w.len);
+        // What a READ request asks for: everything the first time, a chunk of
+        // at most one window when it is asked again.
+        let read_len = if w.assigned {
+            let chunk = (self.window().max(MIN_WINDOW) as u32).saturating_mul(mtu);
+            // Never past the end of a chunk asked for before that covers this
+            // offset: the responder may hold that chunk as a READ of its own,
+            // and only a subset of it is a valid duplicate.
+            let bound = w.read_bounds.iter().filter(|&&e| e > offset).min();
+            let mut n = remaining.min(chunk);
+            if let Some(&end) = bound {
+                n = n.min(end - offset);
+            }
+            n
+        } else {
+            remaining
+        };
         let (payload, first, last) = match w.kind {
             Kind::Send | Kind::Write => (remaining.min(mtu), offset == 0, remaining <= mtu),
-            Kind::Read | Kind::Atomic => (0, true, true),
+            Kind::Read => (0, true, read_len == remaining),
+            Kind::Atomic => (0, true, true),
         };
         let opcode = opcode_for(&w.wr.op, first, last);
         let mut ext = ExtHeaders::default();
@@ -213,7 +267,7 @@ impl Requester {
                 ext.reth = Some(Reth {
                     va: r.va.wrapping_add(u64::from(offset)),
                     rkey: r.rkey,
-                    len: remaining,
+                    len: read_len,
                 });
             }
             SendOp::CompareSwap {
@@ -246,9 +300,9 @@ impl Requester {
             }
         }
         // Ask for an ACK at least twice per window, or a small window stalls
-        // until the retransmission timer.
+        // until the retransmission timer. Every READ request asks for one.
         let every = MAX_PKT_PER_ACK.min((self.window() / 2).max(1) as u32);
-        let ack_req = last || self.noack_pkts + 1 >= every;
+        let ack_req = last || w.kind == Kind::Read || self.noack_pkts + 1 >= every;
         let mut bth = Bth::new(opcode, p.dest_qpn, pkt_psn);
         bth.ack_req = ack_req;
         bth.se = last && w.wr.solicited && matches!(w.kind, Kind::Send | Kind::Write);
@@ -322,13 +376,25 @@ impl Requester {
         let Some(w) = sq.wqes.get_mut(idx) else {
             return Ok(ReqOut::Sent(n));
         };
+        let resent = w.assigned;
         if !w.assigned {
             w.first_psn = pkt_psn;
             w.last_psn = psn::add(pkt_psn, w.npkts(mtu) - 1);
             w.assigned = true;
         }
         let consumed = match w.kind {
-            Kind::Read => npkts(remaining, mtu),
+            Kind::Read => {
+                w.read_req_end = Some(offset + read_len);
+                if resent {
+                    let end = offset + read_len;
+                    w.read_bounds.retain(|&e| e > offset && e != end);
+                    w.read_bounds.push(end);
+                }
+                if !last {
+                    w.read_chunked = true;
+                }
+                npkts(read_len, mtu)
+            }
             _ => 1,
         };
         if w.is_read_or_atomic() && !w.holds_rd_atomic {
@@ -336,9 +402,11 @@ impl Requester {
             self.rd_atomic_used += 1;
         }
         self.psn = psn::add(pkt_psn, consumed);
-        if psn::diff(self.psn, self.hw_psn) > 0 {
+        let fresh = psn::diff(self.psn, self.hw_psn) > 0;
+        if fresh {
             self.hw_psn = self.psn;
         }
+        self.last_sent = (pkt_psn, fresh && consumed == 1);
         self.noack_pkts = if ack_req { 0 } else { self.noack_pkts + 1 };
         if last {
             self.idx += 1;

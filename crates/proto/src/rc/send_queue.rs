@@ -11,6 +11,11 @@
 //! for SEND/WRITE, `max(1, ceil(len / mtu))` for a READ (one per response
 //! packet), one for an atomic. The completer retires WQEs strictly from the
 //! front, so completions leave in posting order.
+//!
+//! A READ that is re-requested after a loss keeps its PSN range but is asked
+//! for again in chunks (see `requester.rs`): `read_done` counts the bytes that
+//! arrived, `read_req_end` marks where the chunk the responder is answering
+//! ends.
 
 use super::wr::{SendOp, SendWr, WcQueue, WcStatus, WorkCompletion};
 use super::{Counters, Params};
@@ -38,6 +43,15 @@ pub(crate) struct Wqe {
     pub assigned: bool,
     /// READ: response bytes received in order.
     pub read_done: u32,
+    /// READ: the end (byte offset) of the request the responder is answering
+    /// in this pass; `None` until one is sent and again after every rewind.
+    pub read_req_end: Option<u32>,
+    /// READ: it was re-requested in window-sized chunks, so a LAST response
+    /// may end a chunk before the end of the message.
+    pub read_chunked: bool,
+    /// READ: where the re-requests sent so far end, those beyond `read_done`.
+    /// A later request from inside one of them never reaches past its end.
+    pub read_bounds: Vec<u32>,
     /// Holds one of the `max_rd_atomic` slots.
     pub holds_rd_atomic: bool,
     /// Set when this WQE failed; it completes with this status on flush.
@@ -60,6 +74,9 @@ impl Wqe {
             last_psn: 0,
             assigned: false,
             read_done: 0,
+            read_req_end: None,
+            read_chunked: false,
+            read_bounds: Vec::new(),
             holds_rd_atomic: false,
             error: None,
         }

@@ -7,3 +7,4 @@ mod faults;
 mod harness;
 mod hostile;
 mod modify;
+mod read_retry;

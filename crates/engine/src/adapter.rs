@@ -478,6 +478,10 @@ pub(crate) struct Core {
     delivered: u64,
     /// When the last datagram arrived (for busy polling).
     last_rx: Option<Instant>,
+    /// Manual progress: the packets of a coalesced datagram in `rx` not yet
+    /// dispatched (from this offset), left for the next step because an
+    /// earlier one had a completion to deliver.
+    rx_rest: Option<(crate::udp::Datagram, usize)>,
     /// The packets `drain_qp` is sending (kept to reuse its piece list).
     batch: RunBatch,
     /// A packet of this step left a completion or a CM packet to deliver: a
@@ -652,6 +656,7 @@ impl Adapter {
             acks_due: Vec::new(),
             delivered: 0,
             last_rx: None,
+            rx_rest: None,
             batch: RunBatch::default(),
             completion_ready: false,
             next_id: 1,
@@ -1664,20 +1669,30 @@ impl Core {
             if manual && self.completion_ready {
                 break;
             }
-            match self.sock.recv_datagram(&mut self.rx) {
-                Ok(None) => break,
-                Ok(Some(d)) => {
-                    busy = true;
-                    self.last_rx = Some(now);
-                    let mut off = 0;
-                    while off < d.len {
-                        let end = (off + d.seg).min(d.len);
-                        self.receive_one(shared, now, &d, off, end);
-                        off = end;
+            let (d, mut off) = match self.rx_rest.take() {
+                Some(rest) => rest,
+                None => match self.sock.recv_datagram(&mut self.rx) {
+                    Ok(None) => break,
+                    Ok(Some(d)) => {
+                        self.last_rx = Some(now);
+                        (d, 0)
                     }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "receive failed");
+                    Err(e) => {
+                        tracing::warn!(error = %e, "receive failed");
+                        break;
+                    }
+                },
+            };
+            busy = true;
+            while off < d.len {
+                let end = (off + d.seg).min(d.len);
+                self.receive_one(shared, now, &d, off, end);
+                off = end;
+                if manual && self.completion_ready && off < d.len {
+                    // The rest (typically the ACK that rode with the
+                    // message) waits for the next step: the caller gets
+                    // its completion first.
+                    self.rx_rest = Some((d, off));
                     break;
                 }
             }

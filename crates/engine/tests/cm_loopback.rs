@@ -2,17 +2,18 @@
 //! reject, and every disconnect case of the inherited rules — with real MADs on
 //! QP1 between two adapters.
 
-use ndverbs_engine::adapter::{sge, Adapter, CmTimers, Progress, QpInit, QpShared};
+mod common;
+
+use common::CmSide as Side;
+use ndverbs_engine::adapter::{sge, Adapter, CmTimers, Progress};
 use ndverbs_engine::cq::CompletionQueue;
 use ndverbs_engine::ep::{AcceptArgs, ConnectArgs, EpError};
 use ndverbs_engine::faults::FaultConfig;
-use ndverbs_engine::mr::{Region, RegionBuf};
 use ndverbs_proto::mem::Access;
 use ndverbs_proto::rc::{
     AttrMask, PathMtu, QpAttr, QpCaps, QpState, RecvWr, SendOp, SendWr, WcStatus,
 };
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(20);
@@ -23,50 +24,15 @@ const FAST: CmTimers = CmTimers {
     max_cm_retries: 3,
 };
 
-struct Side {
-    ad: Adapter,
-    cq: Arc<CompletionQueue>,
-    qp: Arc<QpShared>,
-    mr: Arc<Region>,
-}
-
 fn side(ip: &str) -> Side {
     let ad = Adapter::open_with_timers(ip.parse().unwrap(), Progress::Thread, FAST).unwrap();
-    let pd = ad.alloc_pd().unwrap();
-    let (cq_id, cq) = ad.create_cq(256).unwrap();
     let caps = QpCaps {
         max_send_wr: 64,
         max_send_sge: 2,
         max_inline_data: 64,
         sq_sig_all: false,
     };
-    let qp = ad
-        .create_qp(QpInit {
-            pd,
-            send_cq: cq_id,
-            recv_cq: cq_id,
-            srq: None,
-            caps,
-            max_recv_wr: 64,
-            max_recv_sge: 2,
-        })
-        .unwrap();
-    // ND creates QPs straight into INIT so receives can be posted before connecting.
-    let a = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: Access::ALL,
-        ..QpAttr::default()
-    };
-    ad.modify_qp(
-        qp.qpn(),
-        &a,
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-    )
-    .unwrap();
-    let mr = ad
-        .reg_mr(pd, RegionBuf::alloc(1 << 16).unwrap(), Access::ALL)
-        .unwrap();
-    Side { ad, cq, qp, mr }
+    common::cm_side(ad, caps, 256, 64, 1 << 16)
 }
 
 fn cargs(remote: &str, port: u16, pd: &[u8]) -> ConnectArgs {
@@ -324,9 +290,9 @@ fn reject_no_listener_and_timeout() {
 
 #[test]
 fn connect_and_accept_need_a_qp_in_init() {
-    let (a, b) = (side("127.77.66.1"), side("127.77.66.2"));
+    let (a, b) = (side("127.77.67.1"), side("127.77.67.2"));
     let l = b.ad.create_ep().unwrap();
-    b.ad.ep_listen(l, 7108, 4).unwrap();
+    b.ad.ep_listen(l, 7109, 4).unwrap();
     let eb = b.ad.create_ep().unwrap();
     let req = b.ad.ep_get_request(l, eb).unwrap();
     // A QP back in RESET: Connect fails at once, before any REQ goes out.
@@ -337,7 +303,7 @@ fn connect_and_accept_need_a_qp_in_init() {
     a.ad.modify_qp(a.qp.qpn(), &reset, AttrMask::STATE).unwrap();
     let ea = a.ad.create_ep().unwrap();
     let r =
-        a.ad.ep_connect(ea, a.qp.qpn(), cargs("127.77.66.2", 7108, b""))
+        a.ad.ep_connect(ea, a.qp.qpn(), cargs("127.77.67.2", 7109, b""))
             .unwrap()
             .wait_timeout(Duration::from_secs(2))
             .expect("Connect must not wait for the peer");
@@ -353,7 +319,7 @@ fn connect_and_accept_need_a_qp_in_init() {
     a.ad.modify_qp(a.qp.qpn(), &init, mask).unwrap();
     let ea = a.ad.create_ep().unwrap();
     let conn =
-        a.ad.ep_connect(ea, a.qp.qpn(), cargs("127.77.66.2", 7108, b""))
+        a.ad.ep_connect(ea, a.qp.qpn(), cargs("127.77.67.2", 7109, b""))
             .unwrap();
     req.wait_timeout(T).unwrap().unwrap();
     b.ad.modify_qp(b.qp.qpn(), &reset, AttrMask::STATE).unwrap();

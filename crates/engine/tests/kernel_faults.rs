@@ -16,21 +16,14 @@
 
 mod common;
 
-use common::pattern;
-use ndverbs_engine::adapter::{sge, Adapter, CmTimers, Progress, QpInit, QpShared};
-use ndverbs_engine::cq::CompletionQueue;
+use common::{pattern, CmSide as Side};
+use ndverbs_engine::adapter::{sge, Adapter, CmTimers, Progress};
 use ndverbs_engine::ep::{AcceptArgs, ConnectArgs, EpError};
 use ndverbs_engine::faults::FaultConfig;
-use ndverbs_engine::mr::{Region, RegionBuf};
-use ndverbs_proto::mem::Access;
-use ndverbs_proto::rc::{
-    AttrMask, PathMtu, QpAttr, QpCaps, QpState, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode,
-    WcStatus,
-};
+use ndverbs_proto::rc::{PathMtu, QpCaps, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcStatus};
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const CHUNK: usize = 1 << 20;
@@ -173,53 +166,14 @@ fn adapter_in(ns: &str, ip: IpAddr) -> Adapter {
     .unwrap()
 }
 
-struct Side {
-    ad: Adapter,
-    cq: Arc<CompletionQueue>,
-    qp: Arc<QpShared>,
-    mr: Arc<Region>,
-}
-
-fn side(ad: Adapter, retry: u8) -> Side {
-    let pd = ad.alloc_pd().unwrap();
-    let (cq_id, cq) = ad.create_cq(1024).unwrap();
+fn side(ad: Adapter) -> Side {
     let caps = QpCaps {
         max_send_wr: 256,
         max_send_sge: 1,
         max_inline_data: 0,
         sq_sig_all: false,
     };
-    let qp = ad
-        .create_qp(QpInit {
-            pd,
-            send_cq: cq_id,
-            recv_cq: cq_id,
-            srq: None,
-            caps,
-            max_recv_wr: 256,
-            max_recv_sge: 1,
-        })
-        .unwrap();
-    let a = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: Access::ALL,
-        ..QpAttr::default()
-    };
-    ad.modify_qp(
-        qp.qpn(),
-        &a,
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-    )
-    .unwrap();
-    let mr = ad
-        .reg_mr(
-            pd,
-            RegionBuf::alloc(2 * SLOTS * CHUNK).unwrap(),
-            Access::ALL,
-        )
-        .unwrap();
-    let _ = retry;
-    Side { ad, cq, qp, mr }
+    common::cm_side(ad, caps, 1024, 256, 2 * SLOTS * CHUNK)
 }
 
 /// Connects a → b through the CM (b listens on `port`), transport retry count `retry`.
@@ -315,8 +269,8 @@ fn pump(
 #[test]
 fn bulk_through_kernel_drops_and_a_link_flap() {
     let Some(net) = Net::new("kf", 1) else { return };
-    let a = side(adapter_in(&net.a, net.ip_a), 7);
-    let b = side(adapter_in(&net.b, net.ip_b), 7);
+    let a = side(adapter_in(&net.a, net.ip_a));
+    let b = side(adapter_in(&net.b, net.ip_b));
     // The engine adds what nft cannot: reordering, duplication, delay.
     for (s, seed) in [(&a, 1), (&b, 2)] {
         s.ad.set_faults(Some(FaultConfig {
@@ -481,7 +435,7 @@ fn zz_peer_process() {
         return;
     };
     let ip: IpAddr = std::env::var("NDV_KF_PEER_IP").unwrap().parse().unwrap();
-    let b = side(adapter_in(&ns, ip), 7);
+    let b = side(adapter_in(&ns, ip));
     let l = b.ad.create_ep().unwrap();
     b.ad.ep_listen(l, 7301, 4).unwrap();
     let eb = b.ad.create_ep().unwrap();
@@ -536,7 +490,7 @@ fn peer_killed_mid_transfer() {
     }
     let mut child = Reap(child);
     std::thread::sleep(Duration::from_millis(500));
-    let a = side(adapter_in(&net.a, net.ip_a), 3);
+    let a = side(adapter_in(&net.a, net.ip_a));
     // Connect with a finite retry count (3) so a dead peer surfaces as retry-exceeded.
     let l_port = 7301;
     let ea = a.ad.create_ep().unwrap();

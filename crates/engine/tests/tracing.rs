@@ -6,14 +6,13 @@
 //! at `debug`; an unanswered SEND warns when its retries run out; device
 //! removal is an `info` span.
 
-use ndverbs_engine::adapter::{sge, Adapter, CmTimers, Progress, QpInit, QpShared};
+mod common;
+
+use common::CmSide as Side;
+use ndverbs_engine::adapter::{sge, Adapter, CmTimers, Progress};
 use ndverbs_engine::cq::CompletionQueue;
 use ndverbs_engine::ep::{AcceptArgs, ConnectArgs};
-use ndverbs_engine::mr::{Region, RegionBuf};
-use ndverbs_proto::mem::Access;
-use ndverbs_proto::rc::{
-    AttrMask, PathMtu, QpAttr, QpCaps, QpState, RecvWr, SendOp, SendWr, WcStatus,
-};
+use ndverbs_proto::rc::{PathMtu, QpCaps, RecvWr, SendOp, SendWr, WcStatus};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -150,13 +149,6 @@ fn records() -> Vec<Rec> {
     recorder().0.lock().unwrap().clone()
 }
 
-struct Side {
-    ad: Adapter,
-    cq: Arc<CompletionQueue>,
-    qp: Arc<QpShared>,
-    mr: Arc<Region>,
-}
-
 /// An adapter with one QP in INIT; `fast`: short CM timers, hence short
 /// transport timeouts (else Linux's, so that a loaded machine does not make
 /// the transport retransmit).
@@ -167,40 +159,13 @@ fn side(ip: &str, fast: bool) -> Side {
     } else {
         Adapter::open(ip, Progress::Thread).unwrap()
     };
-    let pd = ad.alloc_pd().unwrap();
-    let (cq_id, cq) = ad.create_cq(256).unwrap();
     let caps = QpCaps {
         max_send_wr: 64,
         max_send_sge: 1,
         max_inline_data: 0,
         sq_sig_all: false,
     };
-    let qp = ad
-        .create_qp(QpInit {
-            pd,
-            send_cq: cq_id,
-            recv_cq: cq_id,
-            srq: None,
-            caps,
-            max_recv_wr: 256,
-            max_recv_sge: 1,
-        })
-        .unwrap();
-    let a = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: Access::ALL,
-        ..QpAttr::default()
-    };
-    ad.modify_qp(
-        qp.qpn(),
-        &a,
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-    )
-    .unwrap();
-    let mr = ad
-        .reg_mr(pd, RegionBuf::alloc(1 << 12).unwrap(), Access::ALL)
-        .unwrap();
-    Side { ad, cq, qp, mr }
+    common::cm_side(ad, caps, 256, 256, 1 << 12)
 }
 
 /// Connects `a` to `b` listening on `port`; returns (ep_a, ep_b).

@@ -1,4 +1,5 @@
-//! Two adapters on loopback addresses with one connected RC QP pair.
+//! Two adapters on loopback addresses with one connected RC QP pair, and
+//! sides for connections through the CM (a QP in INIT, as ND creates them).
 #![allow(dead_code)]
 
 use ndverbs_engine::adapter::{Adapter, Progress, QpInit, QpShared};
@@ -172,4 +173,54 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// A side for connections through the CM: adapter, CQ, one QP already in
+/// INIT (as ND creates them, so receives can be posted before connecting)
+/// and a region.
+pub struct CmSide {
+    pub ad: Adapter,
+    pub cq: Arc<CompletionQueue>,
+    pub qp: Arc<QpShared>,
+    pub mr: Arc<Region>,
+}
+
+/// Builds a [`CmSide`] on `ad`: a CQ of `cq_depth`, a QP with `caps` and
+/// `max_recv_wr` receives (`caps.max_send_sge` SGEs each way), `region`
+/// bytes of memory.
+pub fn cm_side(
+    ad: Adapter,
+    caps: QpCaps,
+    cq_depth: u32,
+    max_recv_wr: u32,
+    region: usize,
+) -> CmSide {
+    let pd = ad.alloc_pd().unwrap();
+    let (cq_id, cq) = ad.create_cq(cq_depth).unwrap();
+    let qp = ad
+        .create_qp(QpInit {
+            pd,
+            send_cq: cq_id,
+            recv_cq: cq_id,
+            srq: None,
+            caps,
+            max_recv_wr,
+            max_recv_sge: caps.max_send_sge,
+        })
+        .unwrap();
+    let a = QpAttr {
+        qp_state: QpState::Init,
+        qp_access_flags: ALL,
+        ..QpAttr::default()
+    };
+    ad.modify_qp(
+        qp.qpn(),
+        &a,
+        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
+    )
+    .unwrap();
+    let mr = ad
+        .reg_mr(pd, RegionBuf::alloc(region).unwrap(), ALL)
+        .unwrap();
+    CmSide { ad, cq, qp, mr }
 }

@@ -553,33 +553,49 @@ fn completion_error_is_reported() {
 
 // ---- Against perftest in the Linux guest -----------------------------------
 
+/// perftest in the emulated guest measures its CPU clock before it reports
+/// and gives up when the samples do not line up ("Correlation coefficient
+/// r^2: … < 0.9 / Can't produce a report"), which happens when the host is
+/// busy (other tests of this binary run alongside). That says nothing about
+/// the exchange: such a run is tried again, up to three times in all.
+fn perftest_clock_failed(out: &str) -> bool {
+    out.contains("Correlation coefficient r^2")
+}
+
 /// perftest in the guest is the server, `ndv perf` the client.
 fn guest_server(h: &Harness, test: &str, port: u16, args: &str) -> (String, String) {
-    let job = h.guest_bg(&format!(
-        "timeout 90 ib_{test} -d rxe0 -x 1 -p {port} {args}"
-    ));
     let mut nargs = vec!["perf", test, "-x", "1"];
     let port_s = port.to_string();
     nargs.extend(["-p", &port_s]);
     nargs.extend(args.split_whitespace());
     nargs.push(GUEST);
-    let out = retry(Duration::from_secs(30), || {
-        let o = h.ndv(&nargs).output().unwrap();
-        let t = text(&o);
-        // Not listening yet: TCP refused, or (-R) the CM request rejected.
-        if !o.status.success()
-            && (t.contains("Couldn't connect") || t.contains("rdma_client function"))
-        {
-            None
-        } else {
-            Some((o.status.success(), t))
+    for attempt in 1..=3 {
+        let job = h.guest_bg(&format!(
+            "timeout 90 ib_{test} -d rxe0 -x 1 -p {port} {args}"
+        ));
+        let out = retry(Duration::from_secs(30), || {
+            let o = h.ndv(&nargs).output().unwrap();
+            let t = text(&o);
+            // Not listening yet: TCP refused, or (-R) the CM request rejected.
+            if !o.status.success()
+                && (t.contains("Couldn't connect") || t.contains("rdma_client function"))
+            {
+                None
+            } else {
+                Some((o.status.success(), t))
+            }
+        })
+        .expect("the guest server never listened");
+        let (ok_g, out_g) = h.wait(&job);
+        if !ok_g && perftest_clock_failed(&out_g) && attempt < 3 {
+            eprintln!("guest ib_{test}: perftest could not measure its clock; again");
+            continue;
         }
-    })
-    .expect("the guest server never listened");
-    let (ok_g, out_g) = h.wait(&job);
-    assert!(out.0, "ndv client:\n{}\nguest server:\n{out_g}", out.1);
-    assert!(ok_g, "guest server:\n{out_g}\nndv client:\n{}", out.1);
-    (out.1, out_g)
+        assert!(out.0, "ndv client:\n{}\nguest server:\n{out_g}", out.1);
+        assert!(ok_g, "guest server:\n{out_g}\nndv client:\n{}", out.1);
+        return (out.1, out_g);
+    }
+    unreachable!("the last attempt returns or fails")
 }
 
 /// `ndv perf` is the server, perftest in the guest the client.
@@ -587,19 +603,29 @@ fn guest_client(h: &Harness, test: &str, port: u16, args: &str) -> (String, Stri
     let port_s = port.to_string();
     let mut nargs = vec!["perf", test, "-x", "1", "-p", &port_s];
     nargs.extend(args.split_whitespace());
-    let server = h.spawn_ndv(&nargs);
-    std::thread::sleep(Duration::from_millis(500));
-    let o = h.guest(&format!(
-        "timeout 90 ib_{test} -d rxe0 -x 1 -p {port} {args} {HOST}"
-    ));
-    let out_g = text(&o);
-    let (ok_s, out_s) = wait_child(server, Duration::from_secs(90));
-    assert!(
-        o.status.success(),
-        "guest client:\n{out_g}\nndv server:\n{out_s}"
-    );
-    assert!(ok_s, "ndv server:\n{out_s}\nguest client:\n{out_g}");
-    (out_s, out_g)
+    for attempt in 1..=3 {
+        let mut server = h.spawn_ndv(&nargs);
+        std::thread::sleep(Duration::from_millis(500));
+        let o = h.guest(&format!(
+            "timeout 90 ib_{test} -d rxe0 -x 1 -p {port} {args} {HOST}"
+        ));
+        let out_g = text(&o);
+        if !o.status.success() && perftest_clock_failed(&out_g) && attempt < 3 {
+            // The server waits for a report that will not come.
+            let _ = server.kill();
+            let _ = server.wait();
+            eprintln!("guest ib_{test}: perftest could not measure its clock; again");
+            continue;
+        }
+        let (ok_s, out_s) = wait_child(server, Duration::from_secs(90));
+        assert!(
+            o.status.success(),
+            "guest client:\n{out_g}\nndv server:\n{out_s}"
+        );
+        assert!(ok_s, "ndv server:\n{out_s}\nguest client:\n{out_g}");
+        return (out_s, out_g);
+    }
+    unreachable!("the last attempt returns or fails")
 }
 
 /// Both sides printed the same result row (the client's, for READ/WRITE).

@@ -1906,7 +1906,7 @@ impl Core {
     fn send_due_acks(&mut self, shared: &Shared) {
         while let Some(mut a) = self.acks_due.pop() {
             let n = a.len as usize;
-            send_batch(&self.sock, shared, &mut a.bytes[..n], n, a.peer);
+            send(&self.sock, shared, &mut a.bytes[..n], a.peer, None);
         }
     }
 
@@ -2034,6 +2034,8 @@ fn warn_send_buffer_full(peer: IpAddr) {
     });
 }
 
+/// Sends one packet (filling in its ICRC), waiting a moment once if the
+/// socket buffer is full.
 fn send(sock: &RoceSocket, shared: &Shared, pkt: &mut [u8], peer: IpAddr, flip: Option<usize>) {
     for attempt in 0..2 {
         match sock.send_to_flipped(pkt, peer, ROCEV2_PORT, flip) {
@@ -2047,13 +2049,7 @@ fn send(sock: &RoceSocket, shared: &Shared, pkt: &mut [u8], peer: IpAddr, flip: 
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && attempt == 0 => {
                 // The socket buffer is full: give the kernel a moment.
-                let mut p = libc::pollfd {
-                    fd: sock.fd(),
-                    events: libc::POLLOUT,
-                    revents: 0,
-                };
-                // SAFETY: one live pollfd.
-                unsafe { libc::poll(&mut p, 1, 1) };
+                wait_writable(sock);
             }
             Err(e) => {
                 if e.kind() == io::ErrorKind::WouldBlock {
@@ -2250,41 +2246,6 @@ impl RunBatch {
             }
         }
         self.reset();
-    }
-}
-
-/// Sends a run of packets (see [`RoceSocket::send_segments`]), waiting a
-/// moment once if the socket buffer is full.
-fn send_batch(sock: &RoceSocket, shared: &Shared, buf: &mut [u8], seg: usize, peer: IpAddr) {
-    let count = buf.len().div_ceil(seg) as u64;
-    for attempt in 0..2 {
-        match sock.send_segments(buf, seg, peer, ROCEV2_PORT) {
-            Ok(()) => {
-                shared
-                    .capture
-                    .tx_segments(sock, peer, ROCEV2_PORT, buf, seg);
-                shared
-                    .counters
-                    .sent_datagrams
-                    .fetch_add(count, Ordering::Relaxed);
-                return;
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && attempt == 0 => {
-                wait_writable(sock);
-            }
-            Err(e) => {
-                if e.kind() == io::ErrorKind::WouldBlock {
-                    shared
-                        .counters
-                        .send_would_block
-                        .fetch_add(count, Ordering::Relaxed);
-                    warn_send_buffer_full(peer);
-                } else {
-                    tracing::debug!(error = %e, %peer, "send failed");
-                }
-                return;
-            }
-        }
     }
 }
 

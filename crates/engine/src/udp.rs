@@ -209,8 +209,85 @@ pub struct RoceSocket {
     port: u16,
     gso: std::sync::atomic::AtomicBool,
     gro: bool,
+    /// What ICRCs on this socket keep reusing.
+    cache: std::sync::Mutex<IcrcCache>,
+}
+
+/// Per-socket ICRC work worth keeping: the CRC of the masked IP and UDP
+/// headers of recent paths and lengths (the same for every packet of a
+/// message stream or ping-pong: only the transport bytes are hashed then),
+/// and the IPv4 ID solvers of recent lengths.
+#[derive(Debug, Default)]
+struct IcrcCache {
+    /// Keys packed for a cheap comparison ([`HeadersKey::packed`]).
+    headers: Vec<((u128, u64), u32)>,
+    /// The `headers` entry to replace next when full.
+    next: usize,
     /// ID solvers by the number of CRC bytes after the ID (one per packet length).
-    solvers: std::sync::Mutex<Vec<(usize, icrc::IdSolver)>>,
+    solvers: Vec<(usize, icrc::IdSolver)>,
+}
+
+/// What the masked IP and UDP headers of a packet depend on, besides the
+/// socket's own address and port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct HeadersKey {
+    peer: IpAddr,
+    peer_port: u16,
+    ipv4_id: u16,
+    transport_len: u32,
+    /// Received (the peer is the source) rather than sent.
+    rx: bool,
+}
+
+impl HeadersKey {
+    /// The key as two integers (the address as IPv6, v4-mapped).
+    fn packed(&self) -> (u128, u64) {
+        let ip = match self.peer {
+            IpAddr::V4(a) => u128::from(a.to_ipv6_mapped()),
+            IpAddr::V6(a) => u128::from(a),
+        };
+        // A transport length fits 30 bits (a datagram is at most 64 KiB).
+        let rest = u64::from(self.peer_port) << 48
+            | u64::from(self.ipv4_id) << 32
+            | u64::from(self.transport_len & 0x3fff_ffff) << 2
+            | u64::from(self.peer.is_ipv6()) << 1
+            | u64::from(self.rx);
+        (ip, rest)
+    }
+}
+
+/// Header CRCs kept per socket.
+const HEADERS_CACHE: usize = 8;
+
+impl IcrcCache {
+    /// The CRC of the masked headers for `key` on a socket at `local:port`.
+    fn headers_crc(&mut self, local: IpAddr, port: u16, key: HeadersKey) -> u32 {
+        let packed = key.packed();
+        if let Some(&(_, c)) = self.headers.iter().find(|(k, _)| *k == packed) {
+            return c;
+        }
+        let (src, dst, sport, dport) = if key.rx {
+            (key.peer, local, key.peer_port, port)
+        } else {
+            (local, key.peer, port, key.peer_port)
+        };
+        let (hdr, n) = icrc::pseudo_headers(
+            src,
+            dst,
+            sport,
+            dport,
+            key.ipv4_id,
+            key.transport_len as usize,
+        );
+        let c = icrc::headers_crc(&hdr[..n]);
+        if self.headers.len() < HEADERS_CACHE {
+            self.headers.push((packed, c));
+        } else {
+            self.headers[self.next] = (packed, c);
+            self.next = (self.next + 1) % HEADERS_CACHE;
+        }
+        c
+    }
 }
 
 impl RoceSocket {
@@ -273,7 +350,7 @@ impl RoceSocket {
             port,
             gso: gso.into(),
             gro: false,
-            solvers: Default::default(),
+            cache: Default::default(),
         })
     }
 
@@ -395,9 +472,25 @@ impl RoceSocket {
     /// transport bytes (BTH onwards, without the ICRC) are `parts` in order.
     pub fn icrc(&self, dst: IpAddr, dst_port: u16, id: u16, parts: &[&[u8]]) -> io::Result<u32> {
         let body: usize = parts.iter().map(|p| p.len()).sum();
-        let (hdr, n) =
-            icrc::pseudo_headers(self.local, dst, self.port, dst_port, id, body + ICRC_LEN);
-        icrc::compute_parts(&hdr[..n], parts).map_err(invalid)
+        if self.local.is_ipv4() != dst.is_ipv4() || self.local.is_unspecified() {
+            // Not a path this socket sends on (the generic code reports it).
+            let (hdr, n) =
+                icrc::pseudo_headers(self.local, dst, self.port, dst_port, id, body + ICRC_LEN);
+            return icrc::compute_parts(&hdr[..n], parts).map_err(invalid);
+        }
+        let key = HeadersKey {
+            peer: dst,
+            peer_port: dst_port,
+            ipv4_id: id,
+            transport_len: (body + ICRC_LEN) as u32,
+            rx: false,
+        };
+        let h = self
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .headers_crc(self.local, self.port, key);
+        icrc::finish(h, parts).map_err(invalid)
     }
 
     /// Sends up to [`MAX_RUNS`] runs to `dst` with one `sendmmsg`, each run
@@ -497,7 +590,7 @@ impl RoceSocket {
         src: SocketAddr,
         dst: Option<IpAddr>,
     ) -> Result<Received, Drop> {
-        let mut cache = self.solvers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         verify_cached(transport, src, dst, self.local, self.port, &mut cache)
     }
 
@@ -525,7 +618,7 @@ fn verify_cached(
     dst: Option<IpAddr>,
     local: IpAddr,
     local_port: u16,
-    cache: &mut Vec<(usize, icrc::IdSolver)>,
+    cache: &mut IcrcCache,
 ) -> Result<Received, Drop> {
     if transport.len() < 12 + ICRC_LEN || !src.is_ipv4() {
         return verify(transport, src, dst, local, local_port);
@@ -535,11 +628,27 @@ fn verify_cached(
         None if !local.is_unspecified() => local,
         None => return Err(Drop::NoDestination),
     };
-    let (hdr, n) = icrc::pseudo_headers(src.ip(), dst, src.port(), local_port, 0, transport.len());
     let body = transport.len() - ICRC_LEN;
     let carried = u32::from_le_bytes(transport[body..].try_into().map_err(|_| Drop::Runt)?);
-    let delta =
-        icrc::compute_split(&hdr[..n], &transport[..body]).map_err(|_| Drop::Runt)? ^ carried;
+    // The ICRC as if the ID were 0; the headers' share is cached per path
+    // and length when the destination is the socket's own address.
+    let n = ndverbs_wire::ip::IPV4_HEADER_LEN + UDP_HEADER_LEN;
+    let icrc0 = if dst == local && dst.is_ipv4() {
+        let key = HeadersKey {
+            peer: src.ip(),
+            peer_port: src.port(),
+            ipv4_id: 0,
+            transport_len: transport.len() as u32,
+            rx: true,
+        };
+        let h = cache.headers_crc(local, local_port, key);
+        icrc::finish(h, &[&transport[..body]])
+    } else {
+        let (hdr, n) =
+            icrc::pseudo_headers(src.ip(), dst, src.port(), local_port, 0, transport.len());
+        icrc::compute_split(&hdr[..n], &transport[..body])
+    };
+    let delta = icrc0.map_err(|_| Drop::Runt)? ^ carried;
     let ok = |id| {
         Ok(Received {
             src,
@@ -553,17 +662,18 @@ fn verify_cached(
     }
     // Bytes after the ID field inside the CRC input (as icrc::recover_ipv4_id_split).
     let after_id = n - 6 + body;
-    let i = match cache.iter().position(|(k, _)| *k == after_id) {
+    let solvers = &mut cache.solvers;
+    let i = match solvers.iter().position(|(k, _)| *k == after_id) {
         Some(i) => i,
         None => {
-            if cache.len() >= SOLVER_CACHE {
-                cache.remove(0);
+            if solvers.len() >= SOLVER_CACHE {
+                solvers.remove(0);
             }
-            cache.push((after_id, icrc::IdSolver::new(after_id)));
-            cache.len() - 1
+            solvers.push((after_id, icrc::IdSolver::new(after_id)));
+            solvers.len() - 1
         }
     };
-    match cache[i].1.solve(delta) {
+    match solvers[i].1.solve(delta) {
         Some(id) => ok(id),
         None => Err(Drop::BadIcrc),
     }
@@ -809,6 +919,27 @@ unsafe fn sendmmsg_gso(
 ) -> io::Result<usize> {
     let addr: socket2::SockAddr = dst.into();
     let n = runs.len().min(MAX_RUNS);
+    if n == 1 && runs[0].iov.1 - runs[0].iov.0 == 1 && runs[0].len <= runs[0].seg {
+        // One packet in one piece (a latency-bound exchange): a plain
+        // `sendto` spares the kernel the message-vector walk.
+        let p = pieces[runs[0].iov.0];
+        // SAFETY: the piece is readable memory (the caller's promise) and
+        // the address outlives the call.
+        let sent = unsafe {
+            libc::sendto(
+                fd,
+                p.base as *const libc::c_void,
+                p.len,
+                libc::MSG_DONTWAIT,
+                addr.as_ptr().cast(),
+                addr.len(),
+            )
+        };
+        if sent < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        return Ok(1);
+    }
     let mut controls = [[0u64; 4]; MAX_RUNS];
     // SAFETY: mmsghdr is plain data; zeroed is a valid initial value.
     let mut msgs: [libc::mmsghdr; MAX_RUNS] = unsafe { std::mem::zeroed() };

@@ -219,9 +219,7 @@ impl QueuePair {
     /// `Receive`: `sges` may be empty (a zero-byte receive).
     pub fn receive(&self, context: u64, sges: &[NdSge]) -> NdResult<()> {
         let id = wr_id(RequestType::Receive, context)?;
-        self.qp
-            .post_recv(RecvWr::new(id, sges.to_vec()))
-            .map_err(nd_err)
+        self.qp.post_recv(RecvWr::new(id, sges)).map_err(nd_err)
     }
 
     /// `Send` from registered memory.
@@ -229,11 +227,7 @@ impl QueuePair {
         let allowed =
             op_flags::SILENT_SUCCESS | op_flags::READ_FENCE | op_flags::SEND_AND_SOLICIT_EVENT;
         let (signaled, fence, solicited) = flags_of(flags, allowed, NdStatus::INVALID_PARAMETER_4)?;
-        let mut wr = SendWr::new(
-            wr_id(RequestType::Send, context)?,
-            SendOp::Send,
-            sges.to_vec(),
-        );
+        let mut wr = SendWr::new(wr_id(RequestType::Send, context)?, SendOp::Send, sges);
         (wr.signaled, wr.fence, wr.solicited) = (signaled, fence, solicited);
         self.post(wr)
     }
@@ -252,7 +246,11 @@ impl QueuePair {
                 "inline data larger than the QP's inline size",
             ));
         }
-        let mut wr = SendWr::new(wr_id(RequestType::Send, context)?, SendOp::Send, vec![]);
+        let mut wr = SendWr::new(
+            wr_id(RequestType::Send, context)?,
+            SendOp::Send,
+            ndverbs_verbs::SgList::new(),
+        );
         wr.inline = Some(data.to_vec());
         (wr.signaled, wr.fence, wr.solicited) = (signaled, fence, solicited);
         self.post(wr)
@@ -273,7 +271,7 @@ impl QueuePair {
             va: remote_address,
             rkey: remote_token,
         });
-        let mut wr = SendWr::new(wr_id(RequestType::Read, context)?, op, sges.to_vec());
+        let mut wr = SendWr::new(wr_id(RequestType::Read, context)?, op, sges);
         (wr.signaled, wr.fence) = (signaled, fence);
         self.post(wr)
     }
@@ -294,7 +292,7 @@ impl QueuePair {
             va: remote_address,
             rkey: remote_token,
         });
-        let mut wr = SendWr::new(wr_id(RequestType::Write, context)?, op, sges.to_vec());
+        let mut wr = SendWr::new(wr_id(RequestType::Write, context)?, op, sges);
         (wr.signaled, wr.fence, wr.solicited) = (signaled, fence, solicited);
         self.post(wr)
     }
@@ -323,7 +321,7 @@ impl QueuePair {
             },
             add,
         };
-        let mut wr = SendWr::new(wr_id(RequestType::Read, context)?, op, vec![sge]);
+        let mut wr = SendWr::new(wr_id(RequestType::Read, context)?, op, [sge]);
         (wr.signaled, wr.fence) = (signaled, fence);
         self.post(wr)
     }
@@ -354,7 +352,7 @@ impl QueuePair {
             compare,
             swap,
         };
-        let mut wr = SendWr::new(wr_id(RequestType::Read, context)?, op, vec![sge]);
+        let mut wr = SendWr::new(wr_id(RequestType::Read, context)?, op, [sge]);
         (wr.signaled, wr.fence) = (signaled, fence);
         self.post(wr)
     }
@@ -523,8 +521,6 @@ impl SharedReceiveQueue {
     /// `Receive`.
     pub fn receive(&self, context: u64, sges: &[NdSge]) -> NdResult<()> {
         let id = wr_id(RequestType::Receive, context)?;
-        self.srq
-            .post_recv(RecvWr::new(id, sges.to_vec()))
-            .map_err(nd_err)
+        self.srq.post_recv(RecvWr::new(id, sges)).map_err(nd_err)
     }
 }

@@ -158,7 +158,7 @@ impl Conn {
 
     fn post_recv(&self) -> Result<(), String> {
         self.qp
-            .post_recv(RecvWr::new(1, vec![self.recv.sge(0, INFO_LEN as u32)]))
+            .post_recv(RecvWr::new(1, [self.recv.sge(0, INFO_LEN as u32)]))
             .map_err(|e| e.to_string())
     }
 
@@ -175,7 +175,7 @@ impl Conn {
             .post_send(SendWr::new(
                 2,
                 SendOp::Send,
-                vec![self.send.sge(0, INFO_LEN as u32)],
+                [self.send.sge(0, INFO_LEN as u32)],
             ))
             .map_err(|e| format!("post send error {e}"))
     }
@@ -280,7 +280,7 @@ fn serve_one(a: &Args, dev: &Device, ep: &Endpoint) -> Result<(), String> {
         c.qp.post_send(SendWr::new(
             3,
             SendOp::Read(remote),
-            vec![c.rdma.sge(0, len.min(c.size))],
+            [c.rdma.sge(0, len.min(c.size))],
         ))
         .map_err(|e| format!("post send error {e}"))?;
         if c.wait_for(WcOpcode::RdmaRead, &gone)?.is_none() {
@@ -308,12 +308,8 @@ fn serve_one(a: &Args, dev: &Device, ep: &Endpoint) -> Result<(), String> {
         debug!(a, "server received sink adv");
         let remote = RemoteAddr { va: addr, rkey };
         let n = (text_len as u32 + 1).min(c.size);
-        c.qp.post_send(SendWr::new(
-            4,
-            SendOp::Write(remote),
-            vec![c.rdma.sge(0, n)],
-        ))
-        .map_err(|e| format!("post send error {e}"))?;
+        c.qp.post_send(SendWr::new(4, SendOp::Write(remote), [c.rdma.sge(0, n)]))
+            .map_err(|e| format!("post send error {e}"))?;
         if c.wait_for(WcOpcode::RdmaWrite, &gone)?.is_none() {
             break;
         }

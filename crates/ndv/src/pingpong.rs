@@ -225,7 +225,7 @@ impl Context {
 
     fn post_recv(&self) -> Result<(), ndverbs_verbs::VerbsError> {
         self.qp
-            .post_recv(RecvWr::new(RECV_WRID, vec![self.mr.sge(0, self.size)]))
+            .post_recv(RecvWr::new(RECV_WRID, [self.mr.sge(0, self.size)]))
     }
 
     fn connect(
@@ -289,7 +289,7 @@ impl Context {
             .post_send(SendWr::new(
                 SEND_WRID,
                 SendOp::Send,
-                vec![self.mr.sge(0, self.size)],
+                [self.mr.sge(0, self.size)],
             ))
             .map_err(|e| format!("Couldn't post send: {e}"))
     }

@@ -82,7 +82,7 @@ pub use ndverbs_engine::capture::PCAP_ENV;
 pub use ndverbs_engine::cq::{NotifyError, NotifyOn};
 pub use ndverbs_engine::pending::Pending;
 pub use ndverbs_engine::stats::{stat_dir, Stats, RXE_COUNTERS, STAT_ENV};
-pub use ndverbs_proto::mem::{Access, Sge};
+pub use ndverbs_proto::mem::{Access, SgList, Sge};
 pub use ndverbs_proto::rc::{
     AddressVector, AttrMask, Counters as QpCounters, PathMtu, QpAttr, QpCaps, QpState, RecvWr,
     RemoteAddr, SendOp, SendWr, WcOpcode, WcQueue, WcStatus, WorkCompletion,

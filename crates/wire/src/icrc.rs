@@ -35,6 +35,8 @@ pub const ICRC_LEN: usize = 4;
 const BTH_LEN: usize = 12;
 /// CRC-32 of eight `0xFF` bytes: the running value after the LRH stand-in.
 const LRH_PREFIX_CRC: u32 = 0x2144_DF1C;
+/// Transport bytes [`finish`] hashes from one masked copy.
+const SMALL_PACKET: usize = 64;
 /// The reflected CRC-32 polynomial.
 const POLY: u32 = 0xEDB8_8320;
 
@@ -68,7 +70,6 @@ pub fn compute_split(ip_udp: &[u8], transport: &[u8]) -> Result<u32, WireError> 
 /// ICRC) in several pieces — a packet whose payload a zero-copy send takes
 /// straight from registered memory. The first piece holds at least the BTH.
 pub fn compute_parts(ip_udp: &[u8], parts: &[&[u8]]) -> Result<u32, WireError> {
-    let transport = parts.first().copied().unwrap_or(&[]);
     need("ICRC IP header", ip_udp, 1)?;
     let ip_len = match ip_udp[0] >> 4 {
         4 => IPV4_HEADER_LEN,
@@ -82,11 +83,9 @@ pub fn compute_parts(ip_udp: &[u8], parts: &[&[u8]]) -> Result<u32, WireError> {
             actual: ip_udp.len(),
         });
     }
-    need("ICRC BTH", transport, BTH_LEN)?;
-    let mut buf = [0u8; IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN];
-    let hdr = &mut buf[..ip_len + UDP_HEADER_LEN + BTH_LEN];
-    hdr[..ip_udp.len()].copy_from_slice(ip_udp);
-    hdr[ip_len + UDP_HEADER_LEN..].copy_from_slice(&transport[..BTH_LEN]);
+    let mut hdr = [0u8; IPV6_HEADER_LEN + UDP_HEADER_LEN];
+    let hdr = &mut hdr[..ip_udp.len()];
+    hdr.copy_from_slice(ip_udp);
     if ip_len == IPV4_HEADER_LEN {
         hdr[1] = 0xff; // TOS
         hdr[8] = 0xff; // TTL
@@ -101,9 +100,51 @@ pub fn compute_parts(ip_udp: &[u8], parts: &[&[u8]]) -> Result<u32, WireError> {
     }
     hdr[ip_len + 6] = 0xff; // UDP checksum
     hdr[ip_len + 7] = 0xff;
-    hdr[ip_len + UDP_HEADER_LEN + 4] = 0xff; // FECN, BECN, reserved
+    finish(headers_crc(hdr), parts)
+}
+
+/// The running CRC after the LRH stand-in and the IP and UDP headers, given
+/// already masked (as [`pseudo_headers`] writes them): the part of the ICRC
+/// that every packet of one length on one path shares, worth keeping (see
+/// [`finish`]).
+pub fn headers_crc(masked_ip_udp: &[u8]) -> u32 {
     let mut h = crc32fast::Hasher::new_with_initial(LRH_PREFIX_CRC);
-    h.update(hdr);
+    h.update(masked_ip_udp);
+    h.finalize()
+}
+
+/// Completes an ICRC begun by [`headers_crc`] over the transport bytes (BTH
+/// onwards, without the ICRC) in pieces; the first piece holds at least the
+/// BTH, whose byte 4 (FECN, BECN, reserved) is masked.
+///
+/// ```
+/// use ndverbs_wire::icrc;
+/// let src = "10.0.0.1".parse().unwrap();
+/// let dst = "10.0.0.2".parse().unwrap();
+/// let transport = [0x04, 0, 0xff, 0xff, 0, 0, 0, 0x11, 0, 0, 0, 1, 0xaa, 0xbb];
+/// let (hdr, n) = icrc::pseudo_headers(src, dst, 49152, 4791, 0, transport.len() + 4);
+/// let whole = icrc::compute_split(&hdr[..n], &transport).unwrap();
+/// let parts = icrc::finish(icrc::headers_crc(&hdr[..n]), &[&transport[..12], &transport[12..]]);
+/// assert_eq!(parts.unwrap(), whole);
+/// ```
+pub fn finish(headers_crc: u32, parts: &[&[u8]]) -> Result<u32, WireError> {
+    let transport = parts.first().copied().unwrap_or(&[]);
+    need("ICRC BTH", transport, BTH_LEN)?;
+    let mut h = crc32fast::Hasher::new_with_initial(headers_crc);
+    if parts.len() == 1 && transport.len() <= SMALL_PACKET {
+        // A small packet (an ACK, a short message) in one piece: one pass
+        // over a masked copy (each hasher call has a fixed cost that
+        // dominates at this size).
+        let mut b = [0u8; SMALL_PACKET];
+        b[..transport.len()].copy_from_slice(transport);
+        b[4] = 0xff; // FECN, BECN, reserved
+        h.update(&b[..transport.len()]);
+        return Ok(h.finalize());
+    }
+    let mut bth = [0u8; BTH_LEN];
+    bth.copy_from_slice(&transport[..BTH_LEN]);
+    bth[4] = 0xff; // FECN, BECN, reserved
+    h.update(&bth);
     h.update(&transport[BTH_LEN..]);
     for p in parts.iter().skip(1) {
         h.update(p);

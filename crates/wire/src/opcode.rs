@@ -56,6 +56,11 @@ impl Headers {
     const fn with(self, other: Headers) -> Headers {
         Headers(self.0 | other.0)
     }
+
+    /// The headers in either set.
+    pub const fn union(self, other: Headers) -> Headers {
+        self.with(other)
+    }
 }
 
 /// What a packet's payload may hold.

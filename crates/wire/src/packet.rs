@@ -85,6 +85,111 @@ pub struct Packet<'a> {
     pub icrc: u32,
 }
 
+impl ExtHeaders {
+    /// The set of headers present.
+    pub fn present(&self) -> Headers {
+        let mut h = Headers::NONE;
+        for (flag, is) in [
+            (Headers::DETH, self.deth.is_some()),
+            (Headers::FETH, self.feth.is_some()),
+            (Headers::RETH, self.reth.is_some()),
+            (Headers::ATOMIC_ETH, self.atomic_eth.is_some()),
+            (Headers::AETH, self.aeth.is_some()),
+            (Headers::ATOMIC_ACK_ETH, self.atomic_ack_eth.is_some()),
+            (Headers::IMMDT, self.immdt.is_some()),
+            (Headers::IETH, self.ieth.is_some()),
+            (Headers::CNP, self.cnp.is_some()),
+        ] {
+            if is {
+                h = h.union(flag);
+            }
+        }
+        h
+    }
+
+    /// The error for headers that do not match what `info`'s opcode carries.
+    #[cold]
+    fn mismatch(&self, info: &OpcodeInfo) -> WireError {
+        let present = self.present();
+        for (flag, name) in [
+            (Headers::DETH, "DETH"),
+            (Headers::FETH, "FETH"),
+            (Headers::RETH, "RETH"),
+            (Headers::ATOMIC_ETH, "AtomicETH"),
+            (Headers::AETH, "AETH"),
+            (Headers::ATOMIC_ACK_ETH, "AtomicAckETH"),
+            (Headers::IMMDT, "ImmDt"),
+            (Headers::IETH, "IETH"),
+            (Headers::CNP, "CNP reserved bytes"),
+        ] {
+            if info.headers.contains(flag) != present.contains(flag) {
+                return WireError::HeaderMismatch {
+                    opcode: info.name,
+                    header: name,
+                    present: present.contains(flag),
+                };
+            }
+        }
+        unreachable!("called only on a mismatch")
+    }
+}
+
+/// Writes the BTH and the extension headers `ext` — exactly those the
+/// opcode carries, in wire order — at the front of `buf`; returns their
+/// length. The packet-building fast path: [`Packet::write`] adds payload,
+/// pad and ICRC around the same code.
+///
+/// ```
+/// use ndverbs_wire::{bth::Bth, ext::{Aeth, Syndrome}, opcode::Opcode, packet};
+/// let mut ext = packet::ExtHeaders::default();
+/// ext.aeth = Some(Aeth::new(Syndrome::ACK, 7));
+/// let mut buf = [0u8; 16];
+/// assert_eq!(packet::write_headers(&Bth::new(Opcode::RC_ACK, 0x11, 41), &ext, &mut buf)?, 16);
+/// // A header the opcode does not carry is refused.
+/// ext.immdt = Some(1);
+/// assert!(packet::write_headers(&Bth::new(Opcode::RC_ACK, 0x11, 41), &ext, &mut buf).is_err());
+/// # Ok::<(), ndverbs_wire::WireError>(())
+/// ```
+pub fn write_headers(bth: &Bth, ext: &ExtHeaders, buf: &mut [u8]) -> Result<usize, WireError> {
+    let info = bth.opcode.info()?;
+    if ext.present() != info.headers {
+        return Err(ext.mismatch(info));
+    }
+    room(info.name, buf, BTH_LEN + info.ext_len())?;
+    let e = ext;
+    let mut off = bth.write(buf)?;
+    if let Some(d) = e.deth {
+        off += d.write(&mut buf[off..])?;
+    }
+    if let Some(f) = e.feth {
+        off += ext::write_word("FETH", f, &mut buf[off..])?;
+    }
+    if let Some(r) = e.reth {
+        off += r.write(&mut buf[off..])?;
+    }
+    if let Some(a) = e.atomic_eth {
+        off += a.write(&mut buf[off..])?;
+    }
+    if let Some(a) = e.aeth {
+        off += a.write(&mut buf[off..])?;
+    }
+    if let Some(o) = e.atomic_ack_eth {
+        crate::be::put_u64(buf, off, o);
+        off += ext::ATOMIC_ACK_ETH_LEN;
+    }
+    if let Some(i) = e.immdt {
+        off += ext::write_word("ImmDt", i, &mut buf[off..])?;
+    }
+    if let Some(i) = e.ieth {
+        off += ext::write_word("IETH", i, &mut buf[off..])?;
+    }
+    if let Some(c) = e.cnp {
+        buf[off..off + ext::CNP_LEN].copy_from_slice(&c);
+        off += ext::CNP_LEN;
+    }
+    Ok(off)
+}
+
 impl<'a> Packet<'a> {
     /// A packet with no extension headers and no payload.
     pub fn new(bth: Bth) -> Self {
@@ -196,68 +301,13 @@ impl<'a> Packet<'a> {
         let info = self.info()?;
         let len = self.encoded_len()?;
         room(info.name, buf, len)?;
-        let h = info.headers;
-        let e = &self.ext;
-        let present = [
-            (Headers::DETH, e.deth.is_some(), "DETH"),
-            (Headers::FETH, e.feth.is_some(), "FETH"),
-            (Headers::RETH, e.reth.is_some(), "RETH"),
-            (Headers::ATOMIC_ETH, e.atomic_eth.is_some(), "AtomicETH"),
-            (Headers::AETH, e.aeth.is_some(), "AETH"),
-            (
-                Headers::ATOMIC_ACK_ETH,
-                e.atomic_ack_eth.is_some(),
-                "AtomicAckETH",
-            ),
-            (Headers::IMMDT, e.immdt.is_some(), "ImmDt"),
-            (Headers::IETH, e.ieth.is_some(), "IETH"),
-            (Headers::CNP, e.cnp.is_some(), "CNP reserved bytes"),
-        ];
-        for (flag, is, name) in present {
-            if h.contains(flag) != is {
-                return Err(WireError::HeaderMismatch {
-                    opcode: info.name,
-                    header: name,
-                    present: is,
-                });
-            }
-        }
         if info.payload == Payload::None && !self.payload.is_empty() {
             return Err(WireError::UnexpectedPayload {
                 opcode: info.name,
                 len: self.payload.len(),
             });
         }
-        let mut off = self.bth.write(buf)?;
-        if let Some(d) = e.deth {
-            off += d.write(&mut buf[off..])?;
-        }
-        if let Some(f) = e.feth {
-            off += ext::write_word("FETH", f, &mut buf[off..])?;
-        }
-        if let Some(r) = e.reth {
-            off += r.write(&mut buf[off..])?;
-        }
-        if let Some(a) = e.atomic_eth {
-            off += a.write(&mut buf[off..])?;
-        }
-        if let Some(a) = e.aeth {
-            off += a.write(&mut buf[off..])?;
-        }
-        if let Some(o) = e.atomic_ack_eth {
-            crate::be::put_u64(buf, off, o);
-            off += ext::ATOMIC_ACK_ETH_LEN;
-        }
-        if let Some(i) = e.immdt {
-            off += ext::write_word("ImmDt", i, &mut buf[off..])?;
-        }
-        if let Some(i) = e.ieth {
-            off += ext::write_word("IETH", i, &mut buf[off..])?;
-        }
-        if let Some(c) = e.cnp {
-            buf[off..off + ext::CNP_LEN].copy_from_slice(&c);
-            off += ext::CNP_LEN;
-        }
+        let mut off = write_headers(&self.bth, &self.ext, buf)?;
         buf[off..off + self.payload.len()].copy_from_slice(self.payload);
         off += self.payload.len();
         let pad = usize::from(self.bth.pad & 3);

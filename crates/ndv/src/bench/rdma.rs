@@ -260,7 +260,7 @@ pub fn write_client(
     loop {
         while posted - done < depth as u64 {
             let signaled = posted % sig == sig - 1;
-            let mut wr = SendWr::new(posted, SendOp::Write(remote), vec![sge]);
+            let mut wr = SendWr::new(posted, SendOp::Write(remote), [sge]);
             wr.signaled = signaled;
             s.qp.post_send(wr).map_err(e2s)?;
             posted += 1;
@@ -303,7 +303,7 @@ pub fn lat(ip: IpAddr, peer: IpAddr, size: usize, iters: u64, client: bool) -> R
     let depth = 128;
     let s = Side::new(ip, Progress::Manual, 2 * size, depth)?;
     for i in 0..depth as u64 {
-        s.qp.post_recv(RecvWr::new(i, vec![s.mr.sge(size, size as u32)]))
+        s.qp.post_recv(RecvWr::new(i, [s.mr.sge(size, size as u32)]))
             .map_err(e2s)?;
     }
     emit(&s.info_line());
@@ -318,7 +318,7 @@ pub fn lat(ip: IpAddr, peer: IpAddr, size: usize, iters: u64, client: bool) -> R
     let mut wc = [WorkCompletion::default_for_bench(); 16];
     let sge = s.mr.sge(0, size as u32);
     let send = |n: u64| -> R<()> {
-        let mut wr = SendWr::new(u64::MAX - n, SendOp::Send, vec![sge]);
+        let mut wr = SendWr::new(u64::MAX - n, SendOp::Send, [sge]);
         wr.signaled = n % 64 == 63;
         s.qp.post_send(wr).map_err(e2s)
     };
@@ -350,7 +350,7 @@ pub fn lat(ip: IpAddr, peer: IpAddr, size: usize, iters: u64, client: bool) -> R
             if w.wr_id >= depth as u64 {
                 continue; // a send completion
             }
-            s.qp.post_recv(RecvWr::new(w.wr_id, vec![s.mr.sge(size, size as u32)]))
+            s.qp.post_recv(RecvWr::new(w.wr_id, [s.mr.sge(size, size as u32)]))
                 .map_err(e2s)?;
             got += 1;
             if client && got > warm {
@@ -448,8 +448,7 @@ pub fn conn_server(ip: IpAddr, mode: Progress) -> R<()> {
     while !stop.load(Ordering::Relaxed) {
         let ep = Endpoint::new(&dev).map_err(e2s)?;
         let qp = new_qp(&pd, &cq, 4)?;
-        qp.post_recv(RecvWr::new(1, vec![mr.sge(0, 8)]))
-            .map_err(e2s)?;
+        qp.post_recv(RecvWr::new(1, [mr.sge(0, 8)])).map_err(e2s)?;
         let req = listener.get_request(&ep).map_err(e2s)?;
         let t = Instant::now();
         // Wait for a request, checking `stop` now and then.
@@ -536,7 +535,7 @@ pub fn conn_client(ip: IpAddr, server: IpAddr, mode: Progress, secs: f64) -> R<(
             "complete connect",
         )?;
         let t2 = tc.elapsed();
-        qp.post_send(SendWr::new(7, SendOp::Send, vec![mr.sge(0, 8)]))
+        qp.post_send(SendWr::new(7, SendOp::Send, [mr.sge(0, 8)]))
             .map_err(e2s)?;
         wait_wc(&dev, &cq, "send")?;
         let t3 = tc.elapsed();
@@ -619,9 +618,8 @@ pub fn scale(a: IpAddr, b: IpAddr, qps: u32, idle_secs: f64) -> R<()> {
     let setup = setup.elapsed().as_secs_f64();
     // Prove the first and last pair carry traffic.
     for (qa, qb) in [pairs.first(), pairs.last()].into_iter().flatten() {
-        qb.post_recv(RecvWr::new(1, vec![mb.sge(0, 64)]))
-            .map_err(e2s)?;
-        qa.post_send(SendWr::new(2, SendOp::Send, vec![ma.sge(0, 64)]))
+        qb.post_recv(RecvWr::new(1, [mb.sge(0, 64)])).map_err(e2s)?;
+        qa.post_send(SendWr::new(2, SendOp::Send, [ma.sge(0, 64)]))
             .map_err(e2s)?;
         wait_wc(&da, &ca, "scale send")?;
         wait_wc(&db, &cb, "scale receive")?;

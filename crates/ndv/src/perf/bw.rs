@@ -37,7 +37,7 @@ pub(crate) fn post_recv(
     res.qps[q]
         .post_recv(RecvWr::new(
             q as u64,
-            vec![res.mr.sge(off as usize, size as u32)],
+            [res.mr.sge(off as usize, size as u32)],
         ))
         .map_err(|e| format!("Couldn't post recv Qp={q}: {e}"))
 }
@@ -67,11 +67,11 @@ pub(crate) fn send_wr(r: &RunParams, q: usize, signaled: bool) -> Result<SendWr,
             .mr
             .to_vec(r.send_off(q), size as usize)
             .map_err(|e| e.to_string())?;
-        let mut wr = SendWr::new(q as u64, op, vec![]);
+        let mut wr = SendWr::new(q as u64, op, ndverbs_verbs::SgList::new());
         wr.inline = Some(data);
         wr
     } else {
-        SendWr::new(q as u64, op, vec![sge])
+        SendWr::new(q as u64, op, [sge])
     };
     wr.signaled = signaled;
     Ok(wr)

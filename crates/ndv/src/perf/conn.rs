@@ -202,7 +202,7 @@ impl CmChannel {
         let qp = pd.create_qp(&init).map_err(e)?;
         init_qp(&qp, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
         let mr = pd.reg_mr(2 * CM_KEY_SIZE, Access::LOCAL_WRITE).map_err(e)?;
-        qp.post_recv(RecvWr::new(CTRL_RECV, vec![mr.sge(0, CM_KEY_SIZE as u32)]))
+        qp.post_recv(RecvWr::new(CTRL_RECV, [mr.sge(0, CM_KEY_SIZE as u32)]))
             .map_err(|e| format!("Function ibv_post_recv failed for RDMA_CM QP: {e}"))?;
         Ok((pd, cq, qp, mr))
     }
@@ -274,10 +274,7 @@ impl CmChannel {
             let data = self.mr.to_vec(0, n).map_err(io::Error::other)?;
             self.got.push_back(data);
             self.qp
-                .post_recv(RecvWr::new(
-                    CTRL_RECV,
-                    vec![self.mr.sge(0, CM_KEY_SIZE as u32)],
-                ))
+                .post_recv(RecvWr::new(CTRL_RECV, [self.mr.sge(0, CM_KEY_SIZE as u32)]))
                 .map_err(io::Error::other)?;
         } else {
             self.got_send = true;
@@ -322,7 +319,7 @@ impl Write for CmChannel {
             .post_send(SendWr::new(
                 CTRL_SEND,
                 SendOp::Send,
-                vec![self.mr.sge(CM_KEY_SIZE, n as u32)],
+                [self.mr.sge(CM_KEY_SIZE, n as u32)],
             ))
             .map_err(io::Error::other)?;
         while !self.got_send {

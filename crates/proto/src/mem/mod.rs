@@ -21,7 +21,7 @@
 mod sg;
 pub mod testing;
 
-pub use sg::{gather, lend, scatter, sgl_len, LentPayload, MAX_LENT_PIECES};
+pub use sg::{gather, lend, scatter, sgl_len, LentPayload, SgList, MAX_LENT_PIECES, SGL_INLINE};
 
 use std::fmt;
 use std::ops::{BitOr, BitOrAssign};

@@ -7,6 +7,98 @@
 //! the registered memory — no staging buffer, no allocation.
 
 use super::{AccessError, Memory, Sge};
+use smallvec::SmallVec;
+
+/// Entries a [`SgList`] holds without allocating: one or two SGEs cover
+/// almost every request (perftest and ND's ping-pongs post one).
+pub const SGL_INLINE: usize = 2;
+
+/// A work request's scatter/gather list. Up to [`SGL_INLINE`] elements live
+/// inside the request itself, so posting one costs no allocation (a `Vec`
+/// per post was a measurable part of a small message's latency); longer
+/// lists spill to the heap. Reads as a slice of [`Sge`].
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::mem::{SgList, Sge};
+/// let one: SgList = [Sge::new(0x1000, 8, 7)].into();
+/// let two: SgList = vec![Sge::new(0x1000, 8, 7), Sge::new(0x2000, 4, 7)].into();
+/// let many: SgList = (0..5).map(|i| Sge::new(0x1000 * i, 1, 7)).collect();
+/// assert_eq!((one.len(), two.len(), many.len()), (1, 2, 5));
+/// assert!(!one.spilled() && !two.spilled() && many.spilled());
+/// assert_eq!(two[1].addr, 0x2000);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SgList(SmallVec<[Sge; SGL_INLINE]>);
+
+impl SgList {
+    /// An empty list.
+    pub fn new() -> Self {
+        SgList(SmallVec::new())
+    }
+
+    /// True when the list outgrew the request and lives on the heap.
+    pub fn spilled(&self) -> bool {
+        self.0.spilled()
+    }
+
+    /// Appends an element.
+    pub fn push(&mut self, sge: Sge) {
+        self.0.push(sge);
+    }
+}
+
+impl std::ops::Deref for SgList {
+    type Target = [Sge];
+    fn deref(&self) -> &[Sge] {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for SgList {
+    fn deref_mut(&mut self) -> &mut [Sge] {
+        &mut self.0
+    }
+}
+
+impl From<Vec<Sge>> for SgList {
+    fn from(v: Vec<Sge>) -> Self {
+        SgList(SmallVec::from_vec(v))
+    }
+}
+
+impl<const N: usize> From<[Sge; N]> for SgList {
+    fn from(a: [Sge; N]) -> Self {
+        a.into_iter().collect()
+    }
+}
+
+impl From<&[Sge]> for SgList {
+    fn from(s: &[Sge]) -> Self {
+        SgList(SmallVec::from_slice(s))
+    }
+}
+
+impl From<Sge> for SgList {
+    fn from(s: Sge) -> Self {
+        [s].into()
+    }
+}
+
+impl FromIterator<Sge> for SgList {
+    fn from_iter<I: IntoIterator<Item = Sge>>(iter: I) -> Self {
+        SgList(iter.into_iter().collect())
+    }
+}
+
+impl<'a> IntoIterator for &'a SgList {
+    type Item = &'a Sge;
+    type IntoIter = std::slice::Iter<'a, Sge>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
 
 /// Total bytes described by a scatter/gather list.
 pub fn sgl_len(sgl: &[Sge]) -> u64 {

@@ -2,9 +2,9 @@
 //! payload copied straight from registered memory into the output buffer.
 
 use crate::mem::AccessError;
-use ndverbs_wire::bth::Bth;
+use ndverbs_wire::bth::{Bth, BTH_LEN};
 use ndverbs_wire::icrc::ICRC_LEN;
-use ndverbs_wire::packet::{ExtHeaders, Packet};
+use ndverbs_wire::packet::{write_headers, ExtHeaders, Packet};
 use ndverbs_wire::WireError;
 
 /// Why a packet was not written.
@@ -24,17 +24,6 @@ impl From<WireError> for EmitError {
     }
 }
 
-/// Bytes of the packet: headers, payload, pad and ICRC.
-pub(crate) fn packet_len(
-    bth: &Bth,
-    ext: &ExtHeaders,
-    payload_len: usize,
-) -> Result<usize, EmitError> {
-    let mut p = Packet::new(*bth);
-    p.ext = *ext;
-    Ok(p.header_len()? + payload_len + usize::from(Packet::pad_for(payload_len)) + ICRC_LEN)
-}
-
 /// Writes headers, lets `fill` put `payload_len` bytes in place, zeroes the pad
 /// and writes a zero ICRC (the engine computes the real one). Returns the length.
 pub(crate) fn write_packet(
@@ -45,16 +34,12 @@ pub(crate) fn write_packet(
     fill: impl FnOnce(&mut [u8]) -> Result<(), AccessError>,
 ) -> Result<usize, EmitError> {
     bth.pad = Packet::pad_for(payload_len);
-    let total = packet_len(&bth, &ext, payload_len)?;
+    let hdr = BTH_LEN + bth.opcode.info()?.ext_len();
+    let total = hdr + payload_len + usize::from(bth.pad) + ICRC_LEN;
     if buf.len() < total {
         return Err(EmitError::NoRoom);
     }
-    let mut p = Packet::new(bth);
-    p.ext = ext;
-    let hdr = p.header_len()?;
-    // With an empty payload `write` puts the headers, `pad` zero bytes and the
-    // ICRC at the front; the payload, pad and ICRC are then laid over them.
-    p.write(buf)?;
+    write_headers(&bth, &ext, buf)?;
     fill(&mut buf[hdr..hdr + payload_len]).map_err(|_| EmitError::Memory)?;
     buf[hdr + payload_len..total].fill(0);
     Ok(total)
@@ -71,14 +56,12 @@ pub(crate) fn write_packet_lent(
     payload_len: usize,
 ) -> Result<(usize, usize), EmitError> {
     bth.pad = Packet::pad_for(payload_len);
-    let mut p = Packet::new(bth);
-    p.ext = ext;
-    let hdr = p.header_len()?;
+    let hdr = BTH_LEN + bth.opcode.info()?.ext_len();
     let written = hdr + usize::from(bth.pad) + ICRC_LEN;
     if buf.len() < written {
         return Err(EmitError::NoRoom);
     }
-    // With an empty payload `write` puts the headers, the pad and a zero ICRC.
-    p.write(buf)?;
+    write_headers(&bth, &ext, buf)?;
+    buf[hdr..written].fill(0);
     Ok((hdr, written))
 }

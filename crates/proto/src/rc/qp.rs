@@ -481,13 +481,45 @@ impl RcQp {
         now: Instant,
         mem: &mut dyn Memory,
         buf: &mut [u8],
+        lent: Option<&mut LentPayload>,
+    ) -> Option<usize> {
+        self.poll_transmit_from(now, mem, buf, lent, true)
+    }
+
+    /// True when all the responder has to send is one positive ACK (which
+    /// acknowledges everything up to its PSN, so a later ACK would replace
+    /// it). A caller may then send requests first
+    /// ([`RcQp::poll_transmit_requests`]) and the ACK after them: a reply
+    /// to the message just received leaves without waiting for its ACK.
+    pub fn owes_only_ack(&self) -> bool {
+        !matches!(self.state, QpState::Reset | QpState::Init) && self.resp.owes_only_ack()
+    }
+
+    /// Like [`RcQp::poll_transmit_lending`], but only request packets; the
+    /// responder's replies wait for the next [`RcQp::poll_transmit`].
+    pub fn poll_transmit_requests(
+        &mut self,
+        now: Instant,
+        mem: &mut dyn Memory,
+        buf: &mut [u8],
+        lent: Option<&mut LentPayload>,
+    ) -> Option<usize> {
+        self.poll_transmit_from(now, mem, buf, lent, false)
+    }
+
+    fn poll_transmit_from(
+        &mut self,
+        now: Instant,
+        mem: &mut dyn Memory,
+        buf: &mut [u8],
         mut lent: Option<&mut LentPayload>,
+        with_replies: bool,
     ) -> Option<usize> {
         if let Some(l) = lent.as_deref_mut() {
             l.clear();
         }
         let requester_may = matches!(self.state, QpState::Rts | QpState::Sqd);
-        let responder_may = !matches!(self.state, QpState::Reset | QpState::Init);
+        let responder_may = with_replies && !matches!(self.state, QpState::Reset | QpState::Init);
         let order = if self.responder_first {
             [true, false]
         } else {

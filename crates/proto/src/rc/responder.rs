@@ -162,6 +162,20 @@ impl Responder {
         !self.replies.is_empty()
     }
 
+    /// True if the one reply waiting is a positive ACK (cumulative: a later
+    /// one replaces it).
+    pub fn owes_only_ack(&self) -> bool {
+        self.replies.len() == 1
+            && matches!(
+                self.replies.front(),
+                Some(Reply::Ack {
+                    syndrome: Syndrome::Ack { .. },
+                    terminal: false,
+                    ..
+                })
+            )
+    }
+
     /// The QP entered ERR: keep only the terminal NAK; hand back the receive
     /// being filled so it can be flushed.
     pub fn on_error(&mut self) -> Option<RecvWr> {

@@ -11,7 +11,7 @@
 //! Completions of one queue come out in posting order. The statuses are the
 //! ibverbs `ibv_wc_status` values, in the same numeric order.
 
-use crate::mem::Sge;
+use crate::mem::SgList;
 
 /// Remote buffer of an RDMA WRITE or READ.
 ///
@@ -127,7 +127,7 @@ pub struct SendWr {
     pub op: SendOp,
     /// Local buffers: the data to send (SEND, WRITE) or the destination (READ,
     /// atomics: 8 bytes).
-    pub sgl: Vec<Sge>,
+    pub sgl: SgList,
     /// Inline data: sent instead of `sgl` (SEND and WRITE only; `sgl` must then
     /// be empty). Copied at post time, so the caller's buffer is free at once.
     pub inline: Option<Vec<u8>>,
@@ -140,12 +140,13 @@ pub struct SendWr {
 }
 
 impl SendWr {
-    /// A signaled request with no flags.
-    pub fn new(wr_id: u64, op: SendOp, sgl: Vec<Sge>) -> Self {
+    /// A signaled request with no flags. `sgl` is anything that converts
+    /// to an [`SgList`]: an array or a single [`Sge`](crate::mem::Sge) costs no allocation.
+    pub fn new(wr_id: u64, op: SendOp, sgl: impl Into<SgList>) -> Self {
         SendWr {
             wr_id,
             op,
-            sgl,
+            sgl: sgl.into(),
             inline: None,
             signaled: true,
             fence: false,
@@ -157,7 +158,7 @@ impl SendWr {
     pub fn new_inline(wr_id: u64, op: SendOp, data: Vec<u8>) -> Self {
         SendWr {
             inline: Some(data),
-            ..SendWr::new(wr_id, op, Vec::new())
+            ..SendWr::new(wr_id, op, SgList::new())
         }
     }
 }
@@ -180,13 +181,16 @@ pub struct RecvWr {
     /// Caller's identifier, returned in the completion.
     pub wr_id: u64,
     /// Where incoming SEND data lands.
-    pub sgl: Vec<Sge>,
+    pub sgl: SgList,
 }
 
 impl RecvWr {
-    /// A receive.
-    pub fn new(wr_id: u64, sgl: Vec<Sge>) -> Self {
-        RecvWr { wr_id, sgl }
+    /// A receive (see [`SendWr::new`] for `sgl`).
+    pub fn new(wr_id: u64, sgl: impl Into<SgList>) -> Self {
+        RecvWr {
+            wr_id,
+            sgl: sgl.into(),
+        }
     }
 }
 

@@ -277,3 +277,103 @@ fn dropping_an_adapter_releases_its_port() {
         }
     }
 }
+
+/// Manual progress answers before it acknowledges: the ACK of a received
+/// SEND is postponed while its completion waits for the application; a
+/// reply posted at once leaves first, the ACK right behind it in a datagram
+/// of its own. Without a reply the next progress call sends the ACK. A
+/// hand-driven peer socket sees the exact order.
+#[test]
+fn manual_progress_sends_the_reply_before_the_ack() {
+    use ndverbs_engine::udp::RoceSocket;
+    use ndverbs_proto::rc::{AttrMask, QpAttr};
+    use ndverbs_wire::{bth::Bth, cma::gid_of, opcode::Opcode, packet::Packet};
+
+    let peer_ip = std::net::IpAddr::from([127, 77, 210, 1]);
+    let peer = RoceSocket::bind(peer_ip).unwrap();
+    let b = side(
+        std::net::IpAddr::from([127, 77, 210, 2]),
+        Progress::Manual,
+        4096,
+    );
+    let (peer_qpn, peer_psn, b_psn) = (0x51, 0x100, 0x900);
+    let mut attr = QpAttr {
+        qp_state: QpState::Init,
+        qp_access_flags: ALL,
+        ..QpAttr::default()
+    };
+    let init = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS;
+    b.adapter.modify_qp(b.qp.qpn(), &attr, init).unwrap();
+    attr.qp_state = QpState::Rtr;
+    attr.path_mtu = PathMtu::Mtu1024;
+    attr.dest_qp_num = peer_qpn;
+    attr.rq_psn = peer_psn;
+    attr.av.dgid = gid_of(peer_ip).octets();
+    let rtr = AttrMask::STATE
+        | AttrMask::AV
+        | AttrMask::PATH_MTU
+        | AttrMask::DEST_QPN
+        | AttrMask::RQ_PSN
+        | AttrMask::MAX_DEST_RD_ATOMIC
+        | AttrMask::MIN_RNR_TIMER;
+    b.adapter.modify_qp(b.qp.qpn(), &attr, rtr).unwrap();
+    attr.qp_state = QpState::Rts;
+    attr.sq_psn = b_psn;
+    attr.timeout = 14;
+    attr.retry_cnt = 7;
+    attr.rnr_retry = 7;
+    attr.max_rd_atomic = 1;
+    let rts = AttrMask::STATE
+        | AttrMask::SQ_PSN
+        | AttrMask::TIMEOUT
+        | AttrMask::RETRY_CNT
+        | AttrMask::RNR_RETRY
+        | AttrMask::MAX_QP_RD_ATOMIC;
+    b.adapter.modify_qp(b.qp.qpn(), &attr, rts).unwrap();
+    for i in 0..2 {
+        b.adapter
+            .post_recv(&b.qp, RecvWr::new(i, [sge(&b.mr, 64 * i as usize, 64)]))
+            .unwrap();
+    }
+    // The peer's SEND ONLY, asking for an ACK.
+    let send_from_peer = |psn: u32| {
+        let mut bth = Bth::new(Opcode::RC_SEND_ONLY, b.qp.qpn(), psn);
+        bth.ack_req = true;
+        let mut p = Packet::new(bth);
+        p.payload = b"pingping";
+        let mut buf = [0u8; 64];
+        let n = p.write(&mut buf).unwrap();
+        peer.send_to(&mut buf[..n], b.adapter.local(), 4791)
+            .unwrap();
+    };
+    let mut buf = vec![0u8; 2048];
+    let mut next_from_b = || -> Option<(Opcode, u32)> {
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < Duration::from_millis(200) {
+            if let Some(r) = peer.recv(&mut buf).unwrap() {
+                let r = r.expect("b's packets verify");
+                let p = Packet::parse(&buf[..r.len]).unwrap();
+                return Some((p.bth.opcode, p.bth.psn));
+            }
+        }
+        None
+    };
+
+    // With a reply: the reply first, then the ACK of the request.
+    send_from_peer(peer_psn);
+    let wc = wait_n(&b, 1, LIMIT);
+    assert_eq!((wc[0].opcode, wc[0].byte_len), (WcOpcode::Recv, 8));
+    b.adapter
+        .post_send(&b.qp, SendWr::new(7, SendOp::Send, [sge(&b.mr, 0, 8)]))
+        .unwrap();
+    assert_eq!(next_from_b(), Some((Opcode::RC_SEND_ONLY, b_psn)));
+    assert_eq!(next_from_b(), Some((Opcode::RC_ACK, peer_psn)));
+
+    // Without one: the ACK leaves with the next progress call.
+    send_from_peer(peer_psn + 1);
+    let wc = wait_n(&b, 1, LIMIT);
+    assert_eq!(wc[0].opcode, WcOpcode::Recv);
+    b.adapter.progress();
+    assert_eq!(next_from_b(), Some((Opcode::RC_ACK, peer_psn + 1)));
+    assert_eq!(next_from_b(), None);
+}

@@ -501,7 +501,8 @@ pub(crate) struct Shared {
     sleeping: AtomicBool,
     removed: AtomicBool,
     stop: AtomicBool,
-    epoch: std::time::Instant,
+    /// `CLOCK_MONOTONIC` at open, in nanoseconds: the engine's time zero.
+    epoch_ns: u64,
     counters: AdapterCounters,
     sock_fd: i32,
     /// Packet capture (off unless switched on; see [`crate::capture`]).
@@ -673,7 +674,7 @@ impl Adapter {
             sleeping: AtomicBool::new(false),
             removed: AtomicBool::new(false),
             stop: AtomicBool::new(false),
-            epoch: std::time::Instant::now(),
+            epoch_ns: monotonic_ns(),
             counters: AdapterCounters::default(),
             sock_fd,
             capture: Default::default(),
@@ -1257,7 +1258,7 @@ impl Adapter {
 
     /// The engine's clock.
     pub fn now(&self) -> Instant {
-        Instant::from_nanos(self.shared.epoch.elapsed().as_nanos() as u64)
+        self.shared.now()
     }
 
     /// Runs one step of the engine loop if no other thread is running it;
@@ -1918,7 +1919,8 @@ impl Core {
     /// Sends the ACKs the previous step postponed whose QPs had nothing
     /// else to send in this one.
     fn send_due_acks(&mut self, shared: &Shared, now: Instant) {
-        for (qpn, peer) in std::mem::take(&mut self.acks_due) {
+        // Popped one by one: the list keeps its allocation.
+        while let Some((qpn, peer)) = self.acks_due.pop() {
             self.drain_qp(shared, now, qpn, peer, false);
         }
     }
@@ -2280,6 +2282,11 @@ const TX_BATCH_BYTES: usize = 4 * (MAX_GSO_BYTES + MAX_TRANSPORT);
 const MANUAL_RX_BATCH: usize = 8;
 
 impl Shared {
+    /// The engine's clock: nanoseconds since the adapter opened.
+    fn now(&self) -> Instant {
+        Instant::from_nanos(monotonic_ns().saturating_sub(self.epoch_ns))
+    }
+
     /// Within the busy-poll window after the last datagram.
     fn busy(&self, c: &Core, now: Instant) -> bool {
         let window = self.busy_poll_ns.load(Ordering::Relaxed);
@@ -2287,6 +2294,21 @@ impl Shared {
             && c.last_rx
                 .is_some_and(|t| now.as_nanos().saturating_sub(t.as_nanos()) < window)
     }
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds (the clock of `std::time::Instant`,
+/// read without its `Duration` arithmetic: a busy-polling loop reads it
+/// on every turn).
+fn monotonic_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec to write; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    (t.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(t.tv_nsec as u64)
 }
 
 /// `NDV_BUSY_POLL_US`: the default busy-poll window, in microseconds.
@@ -2303,7 +2325,7 @@ fn busy_poll_from_env() -> u64 {
 /// drops its last handle the state (socket, tables) is freed and the worker
 /// ends at its next wake-up (at most 100 ms later), releasing UDP port 4791.
 fn worker(weak: std::sync::Weak<Shared>) {
-    let clock = |s: &Shared| Instant::from_nanos(s.epoch.elapsed().as_nanos() as u64);
+    let clock = |s: &Shared| s.now();
     loop {
         let Some(shared) = weak.upgrade() else { return };
         if shared.stop.load(Ordering::Acquire) {

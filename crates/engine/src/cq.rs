@@ -170,6 +170,12 @@ pub struct CompletionQueue {
     waiters: Mutex<Vec<Waiter>>,
     has_waiters: AtomicBool,
     ring: ArcSwap<ArrayQueue<WorkCompletion>>,
+    /// Completions pushed and popped so far: equal counts let a poll of an
+    /// empty queue return without loading the ring (the common case of a
+    /// busy-polling application). A push counts after it lands, so a poll
+    /// racing it may miss it, as if it came a moment later.
+    pushed: AtomicU64,
+    popped: AtomicU64,
     /// Serialises resizes with pushes (the engine holds it only while pushing a
     /// batch, so polls never touch it).
     producer: Mutex<()>,
@@ -186,6 +192,8 @@ impl CompletionQueue {
             waiters: Mutex::new(Vec::new()),
             has_waiters: AtomicBool::new(false),
             ring: ArcSwap::from_pointee(ArrayQueue::new(depth.max(1))),
+            pushed: AtomicU64::new(0),
+            popped: AtomicU64::new(0),
             producer: Mutex::new(()),
             armed: AtomicU8::new(DISARMED),
             overflowed: AtomicBool::new(false),
@@ -211,6 +219,9 @@ impl CompletionQueue {
 
     /// Takes up to `out.len()` completions; returns how many.
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
+        if self.surely_empty() {
+            return 0;
+        }
         let ring = self.ring.load();
         let mut n = 0;
         while n < out.len() {
@@ -222,12 +233,27 @@ impl CompletionQueue {
                 None => break,
             }
         }
+        if n > 0 {
+            self.popped.fetch_add(n as u64, Ordering::Release);
+        }
         n
     }
 
     /// Takes one completion.
     pub fn poll_one(&self) -> Option<WorkCompletion> {
-        self.ring.load().pop()
+        if self.surely_empty() {
+            return None;
+        }
+        let wc = self.ring.load().pop();
+        if wc.is_some() {
+            self.popped.fetch_add(1, Ordering::Release);
+        }
+        wc
+    }
+
+    /// True when every completion pushed so far was popped.
+    fn surely_empty(&self) -> bool {
+        self.pushed.load(Ordering::Acquire) == self.popped.load(Ordering::Acquire)
     }
 
     /// Engine side: queues a completion and fires an armed notification.
@@ -241,7 +267,13 @@ impl CompletionQueue {
         };
         let ok = {
             let _g = self.producer.lock().unwrap_or_else(|e| e.into_inner());
-            self.ring.load().push(wc).is_ok()
+            let ok = self.ring.load().push(wc).is_ok();
+            if ok {
+                // One producer at a time (the lock): a plain increment.
+                let n = self.pushed.load(Ordering::Relaxed);
+                self.pushed.store(n + 1, Ordering::Release);
+            }
+            ok
         };
         if !ok && !self.overflowed.swap(true, Ordering::AcqRel) {
             tracing::warn!(

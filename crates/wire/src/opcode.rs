@@ -225,22 +225,13 @@ impl OpcodeInfo {
 
     /// Bytes of extension headers after the BTH.
     pub fn ext_len(&self) -> usize {
-        let h = self.headers;
+        // Indexed by the bit of each header in `Headers`.
+        const LEN: [u8; 9] = [16, 4, 28, 8, 4, 4, 8, 4, 16];
+        let mut bits = self.headers.0;
         let mut n = 0;
-        for (flag, len) in [
-            (Headers::RETH, 16),
-            (Headers::AETH, 4),
-            (Headers::ATOMIC_ETH, 28),
-            (Headers::ATOMIC_ACK_ETH, 8),
-            (Headers::IMMDT, 4),
-            (Headers::IETH, 4),
-            (Headers::DETH, 8),
-            (Headers::FETH, 4),
-            (Headers::CNP, 16),
-        ] {
-            if h.contains(flag) {
-                n += len;
-            }
+        while bits != 0 {
+            n += usize::from(LEN[bits.trailing_zeros() as usize % LEN.len()]);
+            bits &= bits - 1;
         }
         n
     }

@@ -1768,7 +1768,10 @@ impl Core {
         end: usize,
     ) {
         bump(&shared.counters.rcvd_datagrams, 1);
-        match self.sock.verify_segment(&self.rx[off..end], d.src, d.dst) {
+        match self
+            .sock
+            .verify_segment_mut(&self.rx[off..end], d.src, d.dst)
+        {
             Ok(r) => {
                 shared.capture.rx(&r, self.sock.port(), &self.rx[off..end]);
                 self.dispatch(shared, now, r.src.ip(), off, r.len)
@@ -1894,7 +1897,7 @@ impl Core {
             let Some(n) = n else {
                 break;
             };
-            self.batch.add(&self.sock, &mut self.tx, n, &lent, peer);
+            self.batch.add(&mut self.sock, &mut self.tx, n, &lent, peer);
         }
         if ack_last && self.qps.get(&qpn).is_some_and(|e| e.qp.owes_only_ack()) {
             if postpone {
@@ -1909,7 +1912,7 @@ impl Core {
                     e.qp.poll_transmit_lending(now, &mut self.mem, &mut self.tx[end..], None)
                 }) {
                     lent.clear();
-                    self.batch.add(&self.sock, &mut self.tx, n, &lent, peer);
+                    self.batch.add(&mut self.sock, &mut self.tx, n, &lent, peer);
                 }
             }
         }
@@ -2130,7 +2133,7 @@ impl RunBatch {
     /// `lent`'s payload, if any) joins the batch, its ICRC filled in.
     fn add(
         &mut self,
-        sock: &RoceSocket,
+        sock: &mut RoceSocket,
         tx: &mut [u8],
         n: usize,
         lent: &LentPayload,
@@ -2149,7 +2152,7 @@ impl RunBatch {
         let start = self.tx_end;
         let pkt = &mut tx[start..start + n];
         if lent.is_empty() {
-            let crc = sock.icrc(peer, ROCEV2_PORT, id, &[&pkt[..n - ICRC_LEN]]);
+            let crc = sock.icrc_mut(peer, ROCEV2_PORT, id, &[&pkt[..n - ICRC_LEN]]);
             pkt[n - ICRC_LEN..].copy_from_slice(&crc.unwrap_or(0).to_le_bytes());
             self.piece(IoPiece::of(pkt));
         } else {
@@ -2165,7 +2168,7 @@ impl RunBatch {
             let k = lent.pieces().len();
             parts[1 + k] = &pkt[h..n - ICRC_LEN];
             let crc = sock
-                .icrc(peer, ROCEV2_PORT, id, &parts[..k + 2])
+                .icrc_mut(peer, ROCEV2_PORT, id, &parts[..k + 2])
                 .unwrap_or(0);
             pkt[n - ICRC_LEN..].copy_from_slice(&crc.to_le_bytes());
             let pkt = &tx[start..start + n];

@@ -29,7 +29,7 @@ impl From<WireError> for EmitError {
 pub(crate) fn write_packet(
     buf: &mut [u8],
     mut bth: Bth,
-    ext: ExtHeaders,
+    ext: &ExtHeaders,
     payload_len: usize,
     fill: impl FnOnce(&mut [u8]) -> Result<(), AccessError>,
 ) -> Result<usize, EmitError> {
@@ -39,7 +39,7 @@ pub(crate) fn write_packet(
     if buf.len() < total {
         return Err(EmitError::NoRoom);
     }
-    write_headers(&bth, &ext, buf)?;
+    write_headers(&bth, ext, buf)?;
     fill(&mut buf[hdr..hdr + payload_len]).map_err(|_| EmitError::Memory)?;
     buf[hdr + payload_len..total].fill(0);
     Ok(total)
@@ -52,7 +52,7 @@ pub(crate) fn write_packet(
 pub(crate) fn write_packet_lent(
     buf: &mut [u8],
     mut bth: Bth,
-    ext: ExtHeaders,
+    ext: &ExtHeaders,
     payload_len: usize,
 ) -> Result<(usize, usize), EmitError> {
     bth.pad = Packet::pad_for(payload_len);
@@ -61,7 +61,7 @@ pub(crate) fn write_packet_lent(
     if buf.len() < written {
         return Err(EmitError::NoRoom);
     }
-    write_headers(&bth, &ext, buf)?;
+    write_headers(&bth, ext, buf)?;
     buf[hdr..written].fill(0);
     Ok((hdr, written))
 }

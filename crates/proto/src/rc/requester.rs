@@ -330,7 +330,7 @@ impl Requester {
             None => None,
         };
         let written = if let Some(l) = lent {
-            match write_packet_lent(buf, bth, ext, payload as usize) {
+            match write_packet_lent(buf, bth, &ext, payload as usize) {
                 Ok((hdr, n)) => {
                     l.hdr_len = hdr;
                     Ok(n)
@@ -341,7 +341,7 @@ impl Requester {
                 }
             }
         } else {
-            write_packet(buf, bth, ext, payload as usize, |out| {
+            write_packet(buf, bth, &ext, payload as usize, |out| {
                 if out.is_empty() {
                     return Ok(());
                 }

@@ -713,13 +713,13 @@ impl Responder {
             } => {
                 ext.aeth = Some(Aeth::new(syndrome, msn));
                 let bth = Bth::new(Opcode::RC_ACK, p.dest_qpn, psn);
-                write_packet(buf, bth, ext, 0, |_| Ok(())).map(|n| (n, None))
+                write_packet(buf, bth, &ext, 0, |_| Ok(())).map(|n| (n, None))
             }
             Reply::Atomic { psn, orig, msn } => {
                 ext.aeth = Some(Aeth::new(Syndrome::ACK, msn));
                 ext.atomic_ack_eth = Some(orig);
                 let bth = Bth::new(Opcode::RC_ATOMIC_ACK, p.dest_qpn, psn);
-                write_packet(buf, bth, ext, 0, |_| Ok(())).map(|n| (n, None))
+                write_packet(buf, bth, &ext, 0, |_| Ok(())).map(|n| (n, None))
             }
             Reply::Read {
                 psn,
@@ -743,7 +743,7 @@ impl Responder {
                     ext.aeth = Some(Aeth::new(Syndrome::ACK, msn));
                 }
                 let bth = Bth::new(opcode, p.dest_qpn, psn);
-                write_packet(buf, bth, ext, n as usize, |out| {
+                write_packet(buf, bth, &ext, n as usize, |out| {
                     if out.is_empty() {
                         Ok(())
                     } else {

@@ -492,6 +492,12 @@ pub(crate) struct Core {
     completion_ready: bool,
 }
 
+/// A post on its way into the protocol.
+enum Posted {
+    Send(SendWr),
+    Recv(RecvWr),
+}
+
 pub(crate) struct Shared {
     local: IpAddr,
     mode: Progress,
@@ -1155,27 +1161,38 @@ impl Adapter {
             qp.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
             return Err(PostError::QueueFull(qp.caps.max_send_wr).into());
         }
+        // Manual progress: straight into the protocol and onto the wire from
+        // the caller's thread, as a NIC's doorbell starts a transmission,
+        // instead of through the post queue and the next progress call
+        // (which would first look at the socket). When another thread is
+        // running the engine, the queue: that step serves the post.
+        let wr = match self.post_direct(qp, Posted::Send(wr)) {
+            Ok(()) => return Ok(()),
+            Err(Posted::Send(wr)) => wr,
+            Err(Posted::Recv(_)) => unreachable!("a send comes back as a send"),
+        };
         if qp.sq_in.push(wr).is_err() {
             qp.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
             return Err(PostError::QueueFull(qp.caps.max_send_wr).into());
         }
         self.queue_qp(qp);
-        if self.shared.mode == Progress::Manual {
-            self.transmit_posted();
-        }
         Ok(())
     }
 
-    /// Manual progress: sends what was just posted from the caller's thread,
-    /// as a NIC's doorbell starts a transmission, instead of waiting for the
-    /// next progress call (which would first look at the socket). Skipped
-    /// when another thread is running the engine: that step serves the post.
-    fn transmit_posted(&self) {
-        if let Ok(mut c) = self.shared.core.try_lock() {
-            let _adapter = self.shared.span.enter();
-            let now = self.now();
-            c.run_posted(&self.shared, now);
+    /// Manual progress: hands a post to the protocol at once if the engine
+    /// is free (a send is transmitted in the same call); gives it back
+    /// otherwise (another thread runs the engine, thread progress, or the
+    /// QP is gone from the tables), for the post queue.
+    fn post_direct(&self, qp: &QpShared, wr: Posted) -> Result<(), Posted> {
+        if self.shared.mode != Progress::Manual {
+            return Err(wr);
         }
+        let Ok(mut c) = self.shared.core.try_lock() else {
+            return Err(wr);
+        };
+        let _adapter = self.shared.span.enter();
+        let now = self.now();
+        c.post_direct(&self.shared, now, qp.qpn, wr)
     }
 
     /// Posts a receive to a queue pair's own receive queue.
@@ -1201,6 +1218,11 @@ impl Adapter {
             qp.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
             return Err(PostError::QueueFull(qp.max_recv_wr).into());
         }
+        let wr = match self.post_direct(qp, Posted::Recv(wr)) {
+            Ok(()) => return Ok(()),
+            Err(Posted::Recv(wr)) => wr,
+            Err(Posted::Send(_)) => unreachable!("a receive comes back as a receive"),
+        };
         if qp.rq_in.push(wr).is_err() {
             qp.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
             return Err(PostError::QueueFull(qp.max_recv_wr).into());
@@ -1467,25 +1489,35 @@ impl QpEntry {
         let mut moved = false;
         while let Some(wr) = self.shared.sq_in.pop() {
             moved = true;
-            self.sq_in_proto += 1;
-            // No clone on the packet path: the refusal needs only these.
-            let (wr_id, op) = (wr.wr_id, wr.op);
-            if let Err(e) = self.qp.post_send(wr) {
-                // Checked at post time; only a state change in between lands here.
-                tracing::debug!(qpn = self.qp.qpn(), error = %e, "send request refused by the QP");
-                self.send_cq.push(refused(wr_id, op, self.qp.qpn(), e));
-            }
+            self.take_send(wr);
         }
         while let Some(wr) = self.shared.rq_in.pop() {
             moved = true;
-            self.rq_in_proto += 1;
-            let wr_id = wr.wr_id;
-            if let Err(e) = self.qp.post_recv(&mut self.rq, wr) {
-                tracing::debug!(qpn = self.qp.qpn(), error = %e, "receive refused by the QP");
-                self.recv_cq.push(refused_recv(wr_id, self.qp.qpn()));
-            }
+            self.take_recv(wr);
         }
         moved
+    }
+
+    /// Hands a posted send request to the protocol.
+    fn take_send(&mut self, wr: SendWr) {
+        self.sq_in_proto += 1;
+        // No clone on the packet path: the refusal needs only these.
+        let (wr_id, op) = (wr.wr_id, wr.op);
+        if let Err(e) = self.qp.post_send(wr) {
+            // Checked at post time; only a state change in between lands here.
+            tracing::debug!(qpn = self.qp.qpn(), error = %e, "send request refused by the QP");
+            self.send_cq.push(refused(wr_id, op, self.qp.qpn(), e));
+        }
+    }
+
+    /// Hands a posted receive to the protocol.
+    fn take_recv(&mut self, wr: RecvWr) {
+        self.rq_in_proto += 1;
+        let wr_id = wr.wr_id;
+        if let Err(e) = self.qp.post_recv(&mut self.rq, wr) {
+            tracing::debug!(qpn = self.qp.qpn(), error = %e, "receive refused by the QP");
+            self.recv_cq.push(refused_recv(wr_id, self.qp.qpn()));
+        }
     }
 
     /// Lowers the application's outstanding counts by the requests that left
@@ -1631,6 +1663,40 @@ impl Core {
         while let Some(mut h) = f.due(now.as_nanos()) {
             send(&self.sock, shared, &mut h.bytes, h.dst, h.corrupt);
         }
+    }
+
+    /// A post handed to the protocol directly (see `Adapter::post_direct`):
+    /// earlier posts still queued for the QP go first, so the order holds.
+    fn post_direct(
+        &mut self,
+        shared: &Shared,
+        now: Instant,
+        qpn: u32,
+        wr: Posted,
+    ) -> Result<(), Posted> {
+        let Some(e) = self.qps.get_mut(&qpn) else {
+            return Err(wr);
+        };
+        if !e.shared.sq_in.is_empty() || !e.shared.rq_in.is_empty() {
+            e.absorb_posts();
+        }
+        match wr {
+            Posted::Send(wr) => {
+                e.take_send(wr);
+                self.touched.push(qpn);
+                self.run_posted(shared, now);
+            }
+            Posted::Recv(wr) => {
+                e.take_recv(wr);
+                // A receive sends nothing; on a QP in ERR it is flushed at
+                // once, which a step delivers.
+                if e.qp.state() == QpState::Err {
+                    self.touched.push(qpn);
+                    self.finish_step(shared, now);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Takes posted work into the protocol and sends what it produced; true

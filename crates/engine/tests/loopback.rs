@@ -281,12 +281,14 @@ fn dropping_an_adapter_releases_its_port() {
 /// Manual progress answers before it acknowledges: the ACK of a received
 /// SEND is postponed while its completion waits for the application; a
 /// reply posted at once leaves first, the ACK right behind it in a datagram
-/// of its own. Without a reply the next progress call sends the ACK. A
-/// hand-driven peer socket sees the exact order.
+/// of its own. Without a reply the next progress call sends the ACK, and
+/// destroying the QP first sends it too. A hand-driven peer socket sees the
+/// exact order.
 #[test]
 fn manual_progress_sends_the_reply_before_the_ack() {
     use ndverbs_engine::udp::RoceSocket;
     use ndverbs_proto::rc::{AttrMask, QpAttr};
+    use ndverbs_wire::ext::{Aeth, Syndrome};
     use ndverbs_wire::{bth::Bth, cma::gid_of, opcode::Opcode, packet::Packet};
 
     let peer_ip = std::net::IpAddr::from([127, 77, 210, 1]);
@@ -368,6 +370,14 @@ fn manual_progress_sends_the_reply_before_the_ack() {
         .unwrap();
     assert_eq!(next_from_b(), Some((Opcode::RC_SEND_ONLY, b_psn)));
     assert_eq!(next_from_b(), Some((Opcode::RC_ACK, peer_psn)));
+    // The peer acknowledges the reply (or b would send it again).
+    let mut ack = Packet::new(Bth::new(Opcode::RC_ACK, b.qp.qpn(), b_psn));
+    ack.ext.aeth = Some(Aeth::new(Syndrome::ACK, 1));
+    let mut abuf = [0u8; 32];
+    let n = ack.write(&mut abuf).unwrap();
+    peer.send_to(&mut abuf[..n], b.adapter.local(), 4791).unwrap();
+    let wc = wait_n(&b, 1, LIMIT);
+    assert_eq!((wc[0].wr_id, wc[0].status), (7, WcStatus::Success));
 
     // Without one: the ACK leaves with the next progress call.
     send_from_peer(peer_psn + 1);
@@ -376,4 +386,15 @@ fn manual_progress_sends_the_reply_before_the_ack() {
     b.adapter.progress();
     assert_eq!(next_from_b(), Some((Opcode::RC_ACK, peer_psn + 1)));
     assert_eq!(next_from_b(), None);
+
+    // Nor is it lost when the QP goes away first (an application that took
+    // its last message and tears down: the peer's send must complete).
+    b.adapter
+        .post_recv(&b.qp, RecvWr::new(2, [sge(&b.mr, 128, 64)]))
+        .unwrap();
+    send_from_peer(peer_psn + 2);
+    let wc = wait_n(&b, 1, LIMIT);
+    assert_eq!(wc[0].opcode, WcOpcode::Recv);
+    b.adapter.destroy_qp(b.qp.qpn()).unwrap();
+    assert_eq!(next_from_b(), Some((Opcode::RC_ACK, peer_psn + 2)));
 }

@@ -176,11 +176,23 @@ impl Responder {
             )
     }
 
-    /// The QP entered ERR: keep only the terminal NAK; hand back the receive
-    /// being filled so it can be flushed.
+    /// The QP entered ERR: keep only the terminal NAK and a positive ACK
+    /// still owed for what was received (a caller may have postponed it, see
+    /// `RcQp::owes_only_ack`; the peer's requests it covers did land); hand
+    /// back the receive being filled so it can be flushed.
     pub fn on_error(&mut self) -> Option<RecvWr> {
-        self.replies
-            .retain(|r| matches!(r, Reply::Ack { terminal: true, .. }));
+        self.replies.retain(|r| {
+            matches!(
+                r,
+                Reply::Ack {
+                    terminal: true,
+                    ..
+                } | Reply::Ack {
+                    syndrome: Syndrome::Ack { .. },
+                    ..
+                }
+            )
+        });
         self.resources.clear();
         match std::mem::take(&mut self.cur) {
             Current::Send { wr, .. } => Some(wr),

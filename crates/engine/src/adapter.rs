@@ -1935,10 +1935,14 @@ impl Core {
             }
             None => false,
         };
+        // (A QP in ERR answers nothing: its completions are flushes.)
         let postpone = may_postpone
             && !due
             && shared.mode == Progress::Manual
-            && self.qps.get(&qpn).is_some_and(|e| e.qp.has_completion());
+            && self
+                .qps
+                .get(&qpn)
+                .is_some_and(|e| e.qp.has_completion() && e.qp.state() != QpState::Err);
         let ack_last = postpone || due;
         // Zero-copy sends gather payloads from registered memory; a capture
         // wants every packet whole in the buffer.

@@ -375,7 +375,8 @@ fn manual_progress_sends_the_reply_before_the_ack() {
     ack.ext.aeth = Some(Aeth::new(Syndrome::ACK, 1));
     let mut abuf = [0u8; 32];
     let n = ack.write(&mut abuf).unwrap();
-    peer.send_to(&mut abuf[..n], b.adapter.local(), 4791).unwrap();
+    peer.send_to(&mut abuf[..n], b.adapter.local(), 4791)
+        .unwrap();
     let wc = wait_n(&b, 1, LIMIT);
     assert_eq!((wc[0].wr_id, wc[0].status), (7, WcStatus::Success));
 

@@ -184,13 +184,11 @@ impl Responder {
         self.replies.retain(|r| {
             matches!(
                 r,
-                Reply::Ack {
-                    terminal: true,
-                    ..
-                } | Reply::Ack {
-                    syndrome: Syndrome::Ack { .. },
-                    ..
-                }
+                Reply::Ack { terminal: true, .. }
+                    | Reply::Ack {
+                        syndrome: Syndrome::Ack { .. },
+                        ..
+                    }
             )
         });
         self.resources.clear();

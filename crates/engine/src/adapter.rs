@@ -393,6 +393,12 @@ pub(crate) struct QpEntry {
 struct SrqEntry {
     rq: RecvQueue,
     shared: Arc<SrqShared>,
+    /// Receives handed to `rq` and not yet seen consumed (as a QP's
+    /// `rq_in_proto`): the application's outstanding count drops by what
+    /// left `rq` since, never by comparing it with the queues — that raced
+    /// with a post between its count and its push, and let the next post
+    /// past the SRQ's capacity.
+    in_rq: usize,
 }
 
 /// What the application side of a shared receive queue shares with the engine.
@@ -515,6 +521,10 @@ pub(crate) struct Shared {
     pub(crate) capture: crate::capture::Slot,
     /// Busy-poll window in nanoseconds (0: off): see [`Adapter::set_busy_poll`].
     busy_poll_ns: AtomicU64,
+    /// When the engine thread will wake up by itself, in engine nanoseconds,
+    /// written under the core lock before it sleeps (see
+    /// `Adapter::post_direct`).
+    worker_wake_ns: AtomicU64,
     /// The `adapter` span (field `local`), entered by every engine step and
     /// control call, so that ids in the logs name their adapter.
     pub(crate) span: tracing::Span,
@@ -685,6 +695,7 @@ impl Adapter {
             sock_fd,
             capture: Default::default(),
             busy_poll_ns: AtomicU64::new(busy_poll_from_env()),
+            worker_wake_ns: AtomicU64::new(u64::MAX),
             span: tracing::debug_span!(parent: None, "adapter", %local),
         });
         crate::capture::from_env(&shared.capture, local)?;
@@ -921,6 +932,7 @@ impl Adapter {
             SrqEntry {
                 rq: RecvQueue::new(max_wr, max_sge),
                 shared: shared.clone(),
+                in_rq: 0,
             },
         );
         Ok(shared)
@@ -1161,11 +1173,11 @@ impl Adapter {
             qp.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
             return Err(PostError::QueueFull(qp.caps.max_send_wr).into());
         }
-        // Manual progress: straight into the protocol and onto the wire from
-        // the caller's thread, as a NIC's doorbell starts a transmission,
-        // instead of through the post queue and the next progress call
-        // (which would first look at the socket). When another thread is
-        // running the engine, the queue: that step serves the post.
+        // Straight into the protocol and onto the wire from the caller's
+        // thread, as a NIC's doorbell starts a transmission, instead of
+        // through the post queue and the next progress call or a wake-up of
+        // the engine thread. When another thread is running the engine, the
+        // queue: that step serves the post.
         let wr = match self.post_direct(qp, Posted::Send(wr)) {
             Ok(()) => return Ok(()),
             Err(Posted::Send(wr)) => wr,
@@ -1179,20 +1191,39 @@ impl Adapter {
         Ok(())
     }
 
-    /// Manual progress: hands a post to the protocol at once if the engine
-    /// is free (a send is transmitted in the same call); gives it back
-    /// otherwise (another thread runs the engine, thread progress, or the
-    /// QP is gone from the tables), for the post queue.
+    /// Hands a post to the protocol at once if the engine is free (a send
+    /// is transmitted in the same call); gives it back otherwise (another
+    /// thread runs the engine, or the QP is gone from the tables), for the
+    /// post queue.
+    ///
+    /// With an engine thread, a post made here may arm a timer (a send's
+    /// ACK timeout) that the sleeping thread does not know of: it sleeps
+    /// until the wake-up it chose before (`Shared::worker_wake_ns`, at most
+    /// 100 ms away). It is woken only if that would fire the timer later
+    /// than the timer's own length — a retransmission may be late by less
+    /// than one timeout, never more; waking the thread for every post would
+    /// cost the wake-up this path exists to save.
     fn post_direct(&self, qp: &QpShared, wr: Posted) -> Result<(), Posted> {
-        if self.shared.mode != Progress::Manual {
-            return Err(wr);
-        }
         let Ok(mut c) = self.shared.core.try_lock() else {
             return Err(wr);
         };
         let _adapter = self.shared.span.enter();
         let now = self.now();
-        c.post_direct(&self.shared, now, qp.qpn, wr)
+        c.post_direct(&self.shared, now, qp.qpn, wr)?;
+        if self.shared.mode == Progress::Thread {
+            if let Some(d) = c.next_deadline() {
+                let wake = self.shared.worker_wake_ns.load(Ordering::Relaxed);
+                let late_by = wake.saturating_sub(d.as_nanos());
+                let length = d.as_nanos().saturating_sub(now.as_nanos());
+                if late_by > length {
+                    drop(c);
+                    // Unconditionally: the thread may be between choosing
+                    // its wake-up and setting `sleeping`.
+                    self.shared.doorbell.signal();
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Posts a receive to a queue pair's own receive queue.
@@ -1717,7 +1748,11 @@ impl Core {
                         s.shared.queued.store(false, Ordering::Release);
                         while let Some(wr) = s.shared.rq_in.pop() {
                             // Capacity is enforced at post time.
-                            let _ = s.rq.post(wr);
+                            if s.rq.post(wr).is_ok() {
+                                s.in_rq += 1;
+                            } else {
+                                s.shared.outstanding.fetch_sub(1, Ordering::AcqRel);
+                            }
                         }
                     }
                 }
@@ -2067,14 +2102,14 @@ impl Core {
         }
         self.send_due_acks(shared, now);
         // Receives consumed from SRQs (any QP may have taken one).
-        for s in self.srqs.values() {
-            let queued = s.rq.len() as u32 + s.shared.rq_in.len() as u32;
-            let out = s.shared.outstanding.load(Ordering::Acquire);
-            if out > queued {
+        for s in self.srqs.values_mut() {
+            let left = s.in_rq.saturating_sub(s.rq.len());
+            if left > 0 {
                 s.shared
                     .outstanding
-                    .fetch_sub(out - queued, Ordering::AcqRel);
+                    .fetch_sub(left as u32, Ordering::AcqRel);
             }
+            s.in_rq = s.rq.len();
         }
         self.touched = touched;
         self.touched.clear();
@@ -2404,12 +2439,23 @@ fn worker(weak: std::sync::Weak<Shared>) {
         if shared.stop.load(Ordering::Acquire) {
             return;
         }
-        let (deadline, busy) = {
+        // Sleep at most 100 ms so a lost wake-up costs little.
+        let max = Duration::from_millis(100);
+        let (wait, busy) = {
             let _adapter = shared.span.enter();
             let mut c = shared.core.lock().unwrap_or_else(|e| e.into_inner());
             let now = clock(&shared);
             c.step(&shared, now);
-            (c.next_deadline(), shared.busy(&c, now))
+            let wait = c.next_deadline().map_or(max, |d| {
+                Duration::from_nanos(d.as_nanos().saturating_sub(now.as_nanos())).min(max)
+            });
+            // Published while the lock is held: a post that takes the lock
+            // later sees the wake-up this thread will sleep until.
+            shared.worker_wake_ns.store(
+                now.as_nanos().saturating_add(wait.as_nanos() as u64),
+                Ordering::Relaxed,
+            );
+            (wait, shared.busy(&c, now))
         };
         if busy {
             std::hint::spin_loop();
@@ -2421,11 +2467,6 @@ fn worker(weak: std::sync::Weak<Shared>) {
             shared.sleeping.store(false, Ordering::SeqCst);
             continue;
         }
-        // Sleep at most 100 ms so a lost wake-up costs little.
-        let max = Duration::from_millis(100);
-        let wait = deadline.map_or(max, |d| {
-            d.saturating_duration_since(clock(&shared)).min(max)
-        });
         let _ = wait_readable(&[shared.sock_fd, shared.doorbell.fd()], Some(wait));
         shared.sleeping.store(false, Ordering::SeqCst);
         shared.doorbell.drain();

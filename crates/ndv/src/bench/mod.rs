@@ -41,11 +41,11 @@ pub struct Args {
     /// Queue pairs of P4 (pairs: twice as many QPs exist).
     #[arg(long, default_value_t = 10_000)]
     qps: u32,
-    /// Only these tests (comma-separated: p1,p2,p3,p3t,p4; p3t is P3 with
-    /// engine threads instead of manual progress).
-    #[arg(long, default_value = "p1,p2,p3,p3t,p4")]
+    /// Only these tests (comma-separated: p1,p2,p2t,p3,p3t,p4; p2t and p3t
+    /// are P2 and P3 with engine threads instead of manual progress).
+    #[arg(long, default_value = "p1,p2,p2t,p3,p3t,p4")]
     only: String,
-    /// Internal: progress model of the P3 sides (manual or thread).
+    /// Internal: progress model of the P2 and P3 sides (manual or thread).
     #[arg(long, hide = true, default_value = "manual")]
     conn_progress: String,
     /// Sweep WRITE bandwidth over message sizes (64 B … 4 MiB) next to TCP
@@ -108,8 +108,8 @@ fn run_role(role: &str, a: &Args) -> Result<(), String> {
     match role {
         "write-server" => rdma::write_server(ip, peer, mtu, a.size),
         "write-client" => rdma::write_client(ip, peer, mtu, a.size, a.depth, a.secs),
-        "lat-server" => rdma::lat(ip, peer, 8, a.iters, false),
-        "lat-client" => rdma::lat(ip, peer, 8, a.iters, true),
+        "lat-server" => rdma::lat(ip, peer, progress_of(&a.conn_progress)?, a.iters, false),
+        "lat-client" => rdma::lat(ip, peer, progress_of(&a.conn_progress)?, a.iters, true),
         "conn-server" => rdma::conn_server(ip, progress_of(&a.conn_progress)?),
         "conn-client" => rdma::conn_client(ip, peer, progress_of(&a.conn_progress)?, a.secs),
         "scale" => rdma::scale(ip, peer, a.qps, a.secs),
@@ -234,9 +234,9 @@ impl Bench<'_> {
     /// Half round trip in microseconds: the median of the round trips
     /// (perftest's `t_typical`), halved — robust to the scheduling hiccups
     /// of a shared machine; the mean goes to the log.
-    fn p2(&self, rdma: bool) -> Result<f64, String> {
+    fn p2(&self, rdma: bool, progress: &str) -> Result<f64, String> {
         let r = if rdma {
-            self.pair("lat-server", "lat-client", &[])?
+            self.pair("lat-server", "lat-client", &["--conn-progress", progress])?
         } else {
             self.pair("udp-echo", "udp-ping", &[])?
         };
@@ -276,11 +276,12 @@ impl Bench<'_> {
             Samples::default(),
             Samples::default(),
             Samples::default(),
+            Samples::default(),
         ];
         for round in 0..a.rounds {
             eprintln!("round {}/{}", round + 1, a.rounds);
             let flip = round % 2 == 1;
-            for (i, t) in ["p1", "p2", "p3", "p3t"].iter().enumerate() {
+            for (i, t) in ["p1", "p2", "p2t", "p3", "p3t"].iter().enumerate() {
                 if !want(t) {
                     continue;
                 }
@@ -288,11 +289,17 @@ impl Bench<'_> {
                     let v = match (i, rdma) {
                         (0, true) => self.p1_rdma(a.size)? / 1e9 * 8.0,
                         (0, false) => self.p1_tcp(None)? / 1e9 * 8.0,
-                        (1, r) => self.p2(r)?,
-                        (2, r) => self.p3(r, "manual")?,
-                        (3, true) => self.p3(true, "thread")?,
+                        (1, r) => self.p2(r, "manual")?,
+                        (2, true) => self.p2(true, "thread")?,
+                        // One UDP figure per round serves both P2 rows.
+                        (2, false) => match s[1].base.last() {
+                            Some(&v) if want("p2") => v,
+                            _ => self.p2(false, "")?,
+                        },
+                        (3, r) => self.p3(r, "manual")?,
+                        (4, true) => self.p3(true, "thread")?,
                         // One TCP figure per round serves both P3 rows.
-                        (3, false) => match s[2].base.last() {
+                        (4, false) => match s[3].base.last() {
                             Some(&v) if want("p3") => v,
                             _ => self.p3(false, "")?,
                         },
@@ -326,6 +333,10 @@ impl Bench<'_> {
             (
                 "P2 8 B SEND half RTT (median), µs (vs UDP ping-pong)",
                 "≤ 1.1× (1.5×)",
+            ),
+            (
+                "P2 the same with engine threads (Progress::Thread; the application busy-polls its CQ)",
+                "—",
             ),
             (
                 "P3 connect+accept+1 SEND+disconnect /s, manual progress (vs TCP connect/accept/8 B/close)",

@@ -296,12 +296,15 @@ pub fn write_client(
     Ok(())
 }
 
-/// SEND ping-pong, both roles busy-polling in manual progress (as
+/// 8-byte SEND ping-pong, both roles busy-polling their CQ (as
 /// `ib_send_lat`: sends are unsignaled but every 64th; each side waits only
-/// for the peer's message). The client prints `result <iters> <seconds>`.
-pub fn lat(ip: IpAddr, peer: IpAddr, size: usize, iters: u64, client: bool) -> R<()> {
+/// for the peer's message). In manual progress the polls drive the engine;
+/// with engine threads they only read the CQ. The client prints
+/// `result <iters> <seconds> <median ns>`.
+pub fn lat(ip: IpAddr, peer: IpAddr, mode: Progress, iters: u64, client: bool) -> R<()> {
     let depth = 128;
-    let s = Side::new(ip, Progress::Manual, 2 * size, depth)?;
+    let size = 8;
+    let s = Side::new(ip, mode, 2 * size, depth)?;
     for i in 0..depth as u64 {
         s.qp.post_recv(RecvWr::new(i, [s.mr.sge(size, size as u32)]))
             .map_err(e2s)?;

@@ -1213,9 +1213,7 @@ impl Adapter {
         if self.shared.mode == Progress::Thread {
             if let Some(d) = c.next_deadline() {
                 let wake = self.shared.worker_wake_ns.load(Ordering::Relaxed);
-                let late_by = wake.saturating_sub(d.as_nanos());
-                let length = d.as_nanos().saturating_sub(now.as_nanos());
-                if late_by > length {
+                if wakes_too_late(wake, d.as_nanos(), now.as_nanos()) {
                     drop(c);
                     // Unconditionally: the thread may be between choosing
                     // its wake-up and setting `sleeping`.
@@ -2404,6 +2402,13 @@ impl Shared {
     }
 }
 
+/// Whether an engine thread that wakes by itself at `wake` would serve a
+/// timer due at `deadline` (armed at `now`) later than the timer's own
+/// length (all in engine nanoseconds): then a post must wake it.
+fn wakes_too_late(wake: u64, deadline: u64, now: u64) -> bool {
+    wake.saturating_sub(deadline) > deadline.saturating_sub(now)
+}
+
 /// `CLOCK_MONOTONIC` in nanoseconds (the clock of `std::time::Instant`,
 /// read without its `Duration` arithmetic: a busy-polling loop reads it
 /// on every turn).
@@ -2579,5 +2584,29 @@ impl Adapter {
             shared: Arc::downgrade(&self.shared),
             thread: Arc::downgrade(&self.thread),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wakes_too_late;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn a_post_wakes_the_engine_thread_only_for_a_timer_it_would_serve_too_late() {
+        // Asleep until 100 ms: a 67 ms ACK timeout armed at 0 would fire
+        // 33 ms late, less than its length: no wake-up.
+        assert!(!wakes_too_late(100 * MS, 67 * MS, 0));
+        // A 4 ms timeout would fire 96 ms late: wake it.
+        assert!(wakes_too_late(100 * MS, 4 * MS, 0));
+        // Exactly one length late is still tolerated.
+        assert!(!wakes_too_late(100 * MS, 50 * MS, 0));
+        // A thread that wakes before the deadline anyway, or is awake (its
+        // last wake-up in the past), needs nothing.
+        assert!(!wakes_too_late(3 * MS, 4 * MS, 0));
+        assert!(!wakes_too_late(0, 4 * MS, 2 * MS));
+        // A timer already due: any lateness is too much.
+        assert!(wakes_too_late(10 * MS, 5 * MS, 5 * MS));
     }
 }

@@ -1,0 +1,74 @@
+//! `ndv bench` end to end, as a function, not a measurement: one short round
+//! of every test with its baseline must print every row of the table with a
+//! positive ratio. (The figures themselves are benchmarks: BENCHMARKS.md.)
+
+use std::process::Command;
+
+#[test]
+fn every_row_of_the_table_comes_out() {
+    let have = Command::new("iperf3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "iperf3 is required under CI=true (scripts/setup.sh installs it)"
+        );
+        eprintln!(
+            "SKIPPED: every_row_of_the_table_comes_out — iperf3 is not installed (run scripts/setup.sh)"
+        );
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_ndv"))
+        .args([
+            "bench",
+            "-r",
+            "1",
+            "-D",
+            "0.3",
+            "-n",
+            "300",
+            "--qps",
+            "20",
+            "--client-ip",
+            "127.0.88.1",
+            "--server-ip",
+            "127.0.88.2",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "ndv bench failed:\n{stdout}\n{stderr}"
+    );
+    for row in [
+        "| P1 ",
+        "| P2 8 B",
+        "| P2 the same",
+        "| P3 connect",
+        "| P3 the same",
+    ] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(row))
+            .unwrap_or_else(|| panic!("no row {row:?} in:\n{stdout}"));
+        // `| name | ndverbs | baseline | **ratio×** | lo–hi | goal |`
+        let ratio: f64 = line
+            .split("**")
+            .nth(1)
+            .and_then(|r| r.trim_end_matches('×').parse().ok())
+            .unwrap_or_else(|| panic!("no ratio in {line:?}"));
+        assert!(ratio > 0.0 && ratio.is_finite(), "{line}");
+    }
+    let p4 = stdout
+        .lines()
+        .find(|l| l.starts_with("| P4 20 connected QP pairs"))
+        .unwrap_or_else(|| panic!("no P4 row in:\n{stdout}"));
+    assert!(
+        p4.contains("KiB RSS per QP") && p4.contains("idle CPU"),
+        "{p4}"
+    );
+}

@@ -14,13 +14,21 @@
 //!  create/modify/destroy ──────── lock Core (control path, rare)
 //! ```
 //!
+//! **Posting.** When no thread is running the engine, a post takes the Core
+//! lock itself and goes straight into the protocol, and a send leaves in the
+//! same call, as a NIC's doorbell starts a transmission: no queue, and no
+//! wake-up of the worker thread (woken only when a timer the post armed
+//! would otherwise fire late by more than its own length). When the engine
+//! is busy, the post goes through the per-QP queue above and that step
+//! serves it.
+//!
 //! Objects live in tables keyed by ids (QPN for queue pairs, numbers for PDs,
 //! CQs and SRQs, keys for memory), so a handle the application still holds
 //! after destruction names nothing rather than freed state: a lookup that
 //! fails is a typed error, never a crash.
 //!
 //! **Progress.** With [`Progress::Thread`] a worker thread sleeps in `poll` on
-//! the socket and a doorbell and wakes for packets, posts and deadlines. With
+//! the socket and a doorbell and wakes for packets, queued posts and deadlines. With
 //! [`Progress::Manual`] there is no thread: [`Adapter::progress`] (called by
 //! polling a CQ in the layers above) runs the same loop inline, which is how
 //! latency gets close to a raw UDP ping-pong on a 2-core machine.
@@ -1121,7 +1129,8 @@ impl Adapter {
         Ok(*e.qp.counters())
     }
 
-    /// Posts a send request (lock-free; the engine picks it up).
+    /// Posts a send request: sent at once if the engine is free, else queued
+    /// for the step that is running (see the module docs on posting).
     pub fn post_send(&self, qp: &QpShared, wr: SendWr) -> Result<(), EngineError> {
         self.check()?;
         let state = qp.state();

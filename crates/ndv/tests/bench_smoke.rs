@@ -2,22 +2,13 @@
 //! of every test with its baseline must print every row of the table with a
 //! positive ratio. (The figures themselves are benchmarks: BENCHMARKS.md.)
 
+mod support;
+
 use std::process::Command;
 
 #[test]
 fn every_row_of_the_table_comes_out() {
-    let have = Command::new("iperf3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !have {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "iperf3 is required under CI=true (scripts/setup.sh installs it)"
-        );
-        eprintln!(
-            "SKIPPED: every_row_of_the_table_comes_out — iperf3 is not installed (run scripts/setup.sh)"
-        );
+    if !support::tools_or_skip("every_row_of_the_table_comes_out", &["iperf3"]) {
         return;
     }
     let out = Command::new(env!("CARGO_BIN_EXE_ndv"))

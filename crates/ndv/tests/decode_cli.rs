@@ -1,5 +1,7 @@
 //! `ndv decode` end to end: JSON keys, ICRC verdicts, and agreement with tshark.
 
+mod support;
+
 use ndverbs_wire::capture;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -168,16 +170,7 @@ fn text_mode_and_errors() {
 /// agree with an independent zlib-based implementation.
 #[test]
 fn agrees_with_tshark() {
-    let have = Command::new("tshark")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !have {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "tshark is required under CI=true (scripts/setup.sh installs it)"
-        );
-        eprintln!("SKIPPED: agrees_with_tshark — tshark is not installed (run scripts/setup.sh)");
+    if !support::tools_or_skip("agrees_with_tshark", &["tshark"]) {
         return;
     }
     let out = Command::new("python3")
@@ -210,18 +203,10 @@ fn synthetic_and_pcapng_captures_agree_with_tshark() {
     use ndverbs_wire::opcode::{Headers, Opcode, Payload};
     use ndverbs_wire::packet::{write_datagram, Packet};
 
-    let have = |t: &str| {
-        Command::new(t)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if !have("tshark") || !have("editcap") {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "tshark/editcap required under CI=true"
-        );
-        eprintln!("SKIPPED: synthetic_and_pcapng_captures_agree_with_tshark — no tshark/editcap");
+    if !support::tools_or_skip(
+        "synthetic_and_pcapng_captures_agree_with_tshark",
+        &["tshark", "editcap"],
+    ) {
         return;
     }
     let dir = std::env::temp_dir().join(format!("ndv-synth-{}", std::process::id()));

@@ -140,3 +140,32 @@ pub fn retry<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> 
         std::thread::sleep(Duration::from_millis(300));
     }
 }
+
+/// Whether every tool in `tools` runs (`<tool> --version`). When one does
+/// not, prints a SKIPPED line for `test` and returns false — except under
+/// `CI=true`, where `scripts/setup.sh` installed them: there it fails.
+pub fn tools_or_skip(test: &str, tools: &[&str]) -> bool {
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|t| {
+            !Command::new(t)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{test}: {} required under CI=true (scripts/setup.sh installs it)",
+        missing.join(", ")
+    );
+    eprintln!(
+        "SKIPPED: {test} — {} not installed (run scripts/setup.sh)",
+        missing.join(", ")
+    );
+    false
+}

@@ -506,12 +506,6 @@ pub(crate) struct Core {
     completion_ready: bool,
 }
 
-/// A post on its way into the protocol.
-enum Posted {
-    Send(SendWr),
-    Recv(RecvWr),
-}
-
 pub(crate) struct Shared {
     local: IpAddr,
     mode: Progress,
@@ -1187,10 +1181,8 @@ impl Adapter {
         // through the post queue and the next progress call or a wake-up of
         // the engine thread. When another thread is running the engine, the
         // queue: that step serves the post.
-        let wr = match self.post_direct(qp, Posted::Send(wr)) {
-            Ok(()) => return Ok(()),
-            Err(Posted::Send(wr)) => wr,
-            Err(Posted::Recv(_)) => unreachable!("a send comes back as a send"),
+        let Err(wr) = self.post_direct(qp, wr, Core::post_send_direct) else {
+            return Ok(());
         };
         if qp.sq_in.push(wr).is_err() {
             qp.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
@@ -1212,13 +1204,18 @@ impl Adapter {
     /// than the timer's own length — a retransmission may be late by less
     /// than one timeout, never more; waking the thread for every post would
     /// cost the wake-up this path exists to save.
-    fn post_direct(&self, qp: &QpShared, wr: Posted) -> Result<(), Posted> {
+    fn post_direct<W>(
+        &self,
+        qp: &QpShared,
+        wr: W,
+        take: impl FnOnce(&mut Core, &Shared, Instant, u32, W) -> Result<(), W>,
+    ) -> Result<(), W> {
         let Ok(mut c) = self.shared.core.try_lock() else {
             return Err(wr);
         };
         let _adapter = self.shared.span.enter();
         let now = self.now();
-        c.post_direct(&self.shared, now, qp.qpn, wr)?;
+        take(&mut c, &self.shared, now, qp.qpn, wr)?;
         if self.shared.mode == Progress::Thread {
             if let Some(d) = c.next_deadline() {
                 let wake = self.shared.worker_wake_ns.load(Ordering::Relaxed);
@@ -1256,10 +1253,8 @@ impl Adapter {
             qp.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
             return Err(PostError::QueueFull(qp.max_recv_wr).into());
         }
-        let wr = match self.post_direct(qp, Posted::Recv(wr)) {
-            Ok(()) => return Ok(()),
-            Err(Posted::Recv(wr)) => wr,
-            Err(Posted::Send(_)) => unreachable!("a receive comes back as a receive"),
+        let Err(wr) = self.post_direct(qp, wr, Core::post_recv_direct) else {
+            return Ok(());
         };
         if qp.rq_in.push(wr).is_err() {
             qp.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
@@ -1703,36 +1698,49 @@ impl Core {
         }
     }
 
-    /// A post handed to the protocol directly (see `Adapter::post_direct`):
-    /// earlier posts still queued for the QP go first, so the order holds.
-    fn post_direct(
+    /// The QP a post goes to directly (see `Adapter::post_direct`), with
+    /// earlier posts still queued for it taken first, so the order holds.
+    fn entry_in_order(&mut self, qpn: u32) -> Option<&mut QpEntry> {
+        let e = self.qps.get_mut(&qpn)?;
+        if !e.shared.sq_in.is_empty() || !e.shared.rq_in.is_empty() {
+            e.absorb_posts();
+        }
+        Some(e)
+    }
+
+    /// A send request handed to the protocol directly, and sent.
+    fn post_send_direct(
         &mut self,
         shared: &Shared,
         now: Instant,
         qpn: u32,
-        wr: Posted,
-    ) -> Result<(), Posted> {
-        let Some(e) = self.qps.get_mut(&qpn) else {
+        wr: SendWr,
+    ) -> Result<(), SendWr> {
+        let Some(e) = self.entry_in_order(qpn) else {
             return Err(wr);
         };
-        if !e.shared.sq_in.is_empty() || !e.shared.rq_in.is_empty() {
-            e.absorb_posts();
-        }
-        match wr {
-            Posted::Send(wr) => {
-                e.take_send(wr);
-                self.touched.push(qpn);
-                self.run_posted(shared, now);
-            }
-            Posted::Recv(wr) => {
-                e.take_recv(wr);
-                // A receive sends nothing; on a QP in ERR it is flushed at
-                // once, which a step delivers.
-                if e.qp.state() == QpState::Err {
-                    self.touched.push(qpn);
-                    self.finish_step(shared, now);
-                }
-            }
+        e.take_send(wr);
+        self.touched.push(qpn);
+        self.run_posted(shared, now);
+        Ok(())
+    }
+
+    /// A receive handed to the protocol directly. It sends nothing; on a QP
+    /// in ERR it is flushed at once, which a step delivers.
+    fn post_recv_direct(
+        &mut self,
+        shared: &Shared,
+        now: Instant,
+        qpn: u32,
+        wr: RecvWr,
+    ) -> Result<(), RecvWr> {
+        let Some(e) = self.entry_in_order(qpn) else {
+            return Err(wr);
+        };
+        e.take_recv(wr);
+        if e.qp.state() == QpState::Err {
+            self.touched.push(qpn);
+            self.finish_step(shared, now);
         }
         Ok(())
     }
@@ -1966,9 +1974,9 @@ impl Core {
         // and the answer then leaves first, the ACK just after it in a send
         // of its own (riding in one GSO send with the answer cost the answer
         // about 0.45 µs per one-way trip; alone, its send overlaps the peer's
-        // work on the answer). Without a completion (the target of an RDMA WRITE stream)
-        // nobody will answer: the ACK goes now, or the sender's window would
-        // wait a step for it. An ACK is postponed once: one the previous
+        // work on the answer). Without a completion (the target of an RDMA
+        // WRITE stream) nobody will answer: the ACK goes now, or the sender's
+        // window would wait a step for it. An ACK is postponed once: one the previous
         // step postponed leaves in this one.
         let due = match self.acks_due.iter().position(|&(q, _)| q == qpn) {
             Some(i) => {
@@ -2447,7 +2455,6 @@ fn busy_poll_from_env() -> u64 {
 /// drops its last handle the state (socket, tables) is freed and the worker
 /// ends at its next wake-up (at most 100 ms later), releasing UDP port 4791.
 fn worker(weak: std::sync::Weak<Shared>) {
-    let clock = |s: &Shared| s.now();
     loop {
         let Some(shared) = weak.upgrade() else { return };
         if shared.stop.load(Ordering::Acquire) {
@@ -2458,7 +2465,7 @@ fn worker(weak: std::sync::Weak<Shared>) {
         let (wait, busy) = {
             let _adapter = shared.span.enter();
             let mut c = shared.core.lock().unwrap_or_else(|e| e.into_inner());
-            let now = clock(&shared);
+            let now = shared.now();
             c.step(&shared, now);
             let wait = c.next_deadline().map_or(max, |d| {
                 Duration::from_nanos(d.as_nanos().saturating_sub(now.as_nanos())).min(max)

@@ -53,13 +53,9 @@ impl Headers {
         self.0 & other.0 == other.0
     }
 
-    const fn with(self, other: Headers) -> Headers {
-        Headers(self.0 | other.0)
-    }
-
     /// The headers in either set.
-    pub const fn union(self, other: Headers) -> Headers {
-        self.with(other)
+    pub const fn with(self, other: Headers) -> Headers {
+        Headers(self.0 | other.0)
     }
 }
 

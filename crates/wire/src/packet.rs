@@ -86,51 +86,45 @@ pub struct Packet<'a> {
 }
 
 impl ExtHeaders {
+    /// Each extension header: its flag, whether it is present, its name.
+    fn fields(&self) -> [(Headers, bool, &'static str); 9] {
+        [
+            (Headers::DETH, self.deth.is_some(), "DETH"),
+            (Headers::FETH, self.feth.is_some(), "FETH"),
+            (Headers::RETH, self.reth.is_some(), "RETH"),
+            (Headers::ATOMIC_ETH, self.atomic_eth.is_some(), "AtomicETH"),
+            (Headers::AETH, self.aeth.is_some(), "AETH"),
+            (
+                Headers::ATOMIC_ACK_ETH,
+                self.atomic_ack_eth.is_some(),
+                "AtomicAckETH",
+            ),
+            (Headers::IMMDT, self.immdt.is_some(), "ImmDt"),
+            (Headers::IETH, self.ieth.is_some(), "IETH"),
+            (Headers::CNP, self.cnp.is_some(), "CNP reserved bytes"),
+        ]
+    }
+
     /// The set of headers present.
     pub fn present(&self) -> Headers {
-        let mut h = Headers::NONE;
-        for (flag, is) in [
-            (Headers::DETH, self.deth.is_some()),
-            (Headers::FETH, self.feth.is_some()),
-            (Headers::RETH, self.reth.is_some()),
-            (Headers::ATOMIC_ETH, self.atomic_eth.is_some()),
-            (Headers::AETH, self.aeth.is_some()),
-            (Headers::ATOMIC_ACK_ETH, self.atomic_ack_eth.is_some()),
-            (Headers::IMMDT, self.immdt.is_some()),
-            (Headers::IETH, self.ieth.is_some()),
-            (Headers::CNP, self.cnp.is_some()),
-        ] {
-            if is {
-                h = h.union(flag);
-            }
-        }
-        h
+        self.fields()
+            .into_iter()
+            .filter(|&(_, is, _)| is)
+            .fold(Headers::NONE, |h, (flag, _, _)| h.with(flag))
     }
 
     /// The error for headers that do not match what `info`'s opcode carries.
     #[cold]
     fn mismatch(&self, info: &OpcodeInfo) -> WireError {
-        let present = self.present();
-        for (flag, name) in [
-            (Headers::DETH, "DETH"),
-            (Headers::FETH, "FETH"),
-            (Headers::RETH, "RETH"),
-            (Headers::ATOMIC_ETH, "AtomicETH"),
-            (Headers::AETH, "AETH"),
-            (Headers::ATOMIC_ACK_ETH, "AtomicAckETH"),
-            (Headers::IMMDT, "ImmDt"),
-            (Headers::IETH, "IETH"),
-            (Headers::CNP, "CNP reserved bytes"),
-        ] {
-            if info.headers.contains(flag) != present.contains(flag) {
-                return WireError::HeaderMismatch {
-                    opcode: info.name,
-                    header: name,
-                    present: present.contains(flag),
-                };
-            }
-        }
-        unreachable!("called only on a mismatch")
+        self.fields()
+            .into_iter()
+            .find(|&(flag, is, _)| info.headers.contains(flag) != is)
+            .map(|(_, is, name)| WireError::HeaderMismatch {
+                opcode: info.name,
+                header: name,
+                present: is,
+            })
+            .expect("called only on a mismatch")
     }
 }
 

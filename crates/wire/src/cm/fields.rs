@@ -3,6 +3,7 @@
 //! CM layouts pack several sub-byte fields per byte (bit 7 is the MSB, as the
 //! IBTA tables number them); `bits`/`field` read and write one such field.
 
+use crate::be::{put_u32, u32_at};
 use crate::error::WireError;
 use std::net::Ipv6Addr;
 
@@ -45,4 +46,16 @@ pub fn private_data<const N: usize>(msg: &'static str, data: &[u8]) -> Result<[u
     let mut a = [0u8; N];
     a[..data.len()].copy_from_slice(data);
     Ok(a)
+}
+
+/// The sender's and the receiver's communication IDs, the first eight bytes
+/// of every message that answers or follows a REQ.
+pub(super) fn comm_ids(b: &[u8]) -> (u32, u32) {
+    (u32_at(b, 0), u32_at(b, 4))
+}
+
+/// Writes the two communication IDs (see [`comm_ids`]).
+pub(super) fn put_comm_ids(b: &mut [u8], local: u32, remote: u32) {
+    put_u32(b, 0, local);
+    put_u32(b, 4, remote);
 }

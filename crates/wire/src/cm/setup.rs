@@ -1,7 +1,7 @@
 //! The rest of connection set-up: MRA (wait longer), REJ (refused), REP
 //! (the passive side's answer to a REQ) and RTU (ready to use).
 
-use super::fields::{array, bit, bits, field};
+use super::fields::{array, bit, bits, comm_ids, field, put_comm_ids};
 use super::pdata;
 use crate::be::{put_u16, put_u24, put_u32, put_u64, u16_at, u24_at, u32_at, u64_at};
 
@@ -39,9 +39,10 @@ pub struct Mra {
 
 impl Mra {
     pub(super) fn parse(b: &[u8]) -> Self {
+        let (local_comm_id, remote_comm_id) = comm_ids(b);
         Mra {
-            local_comm_id: u32_at(b, 0),
-            remote_comm_id: u32_at(b, 4),
+            local_comm_id,
+            remote_comm_id,
             message_mraed: bits(b, 8, 6, 2),
             service_timeout: bits(b, 9, 3, 5),
             private_data: array(b, 10),
@@ -49,8 +50,7 @@ impl Mra {
     }
 
     pub(super) fn write(&self, b: &mut [u8]) {
-        put_u32(b, 0, self.local_comm_id);
-        put_u32(b, 4, self.remote_comm_id);
+        put_comm_ids(b, self.local_comm_id, self.remote_comm_id);
         b[8] = field(self.message_mraed, 6, 2);
         b[9] = field(self.service_timeout, 3, 5);
         b[10..].copy_from_slice(&self.private_data);
@@ -100,9 +100,10 @@ pub struct Rej {
 
 impl Rej {
     pub(super) fn parse(b: &[u8]) -> Self {
+        let (local_comm_id, remote_comm_id) = comm_ids(b);
         Rej {
-            local_comm_id: u32_at(b, 0),
-            remote_comm_id: u32_at(b, 4),
+            local_comm_id,
+            remote_comm_id,
             message_rejected: bits(b, 8, 6, 2),
             rejected_info_length: bits(b, 9, 1, 7),
             reason: u16_at(b, 10),
@@ -112,8 +113,7 @@ impl Rej {
     }
 
     pub(super) fn write(&self, b: &mut [u8]) {
-        put_u32(b, 0, self.local_comm_id);
-        put_u32(b, 4, self.remote_comm_id);
+        put_comm_ids(b, self.local_comm_id, self.remote_comm_id);
         b[8] = field(self.message_rejected, 6, 2);
         b[9] = field(self.rejected_info_length, 1, 7);
         put_u16(b, 10, self.reason);
@@ -184,9 +184,10 @@ pub struct Rep {
 
 impl Rep {
     pub(super) fn parse(b: &[u8]) -> Self {
+        let (local_comm_id, remote_comm_id) = comm_ids(b);
         Rep {
-            local_comm_id: u32_at(b, 0),
-            remote_comm_id: u32_at(b, 4),
+            local_comm_id,
+            remote_comm_id,
             local_qkey: u32_at(b, 8),
             local_qpn: u24_at(b, 12),
             local_eecn: u24_at(b, 16),
@@ -206,8 +207,7 @@ impl Rep {
     }
 
     pub(super) fn write(&self, b: &mut [u8]) {
-        put_u32(b, 0, self.local_comm_id);
-        put_u32(b, 4, self.remote_comm_id);
+        put_comm_ids(b, self.local_comm_id, self.remote_comm_id);
         put_u32(b, 8, self.local_qkey);
         put_u24(b, 12, self.local_qpn);
         b[15] = (self.vendor_id >> 16) as u8;
@@ -254,16 +254,16 @@ pub struct Rtu {
 
 impl Rtu {
     pub(super) fn parse(b: &[u8]) -> Self {
+        let (local_comm_id, remote_comm_id) = comm_ids(b);
         Rtu {
-            local_comm_id: u32_at(b, 0),
-            remote_comm_id: u32_at(b, 4),
+            local_comm_id,
+            remote_comm_id,
             private_data: array(b, 8),
         }
     }
 
     pub(super) fn write(&self, b: &mut [u8]) {
-        put_u32(b, 0, self.local_comm_id);
-        put_u32(b, 4, self.remote_comm_id);
+        put_comm_ids(b, self.local_comm_id, self.remote_comm_id);
         b[8..].copy_from_slice(&self.private_data);
     }
 }

@@ -1,8 +1,8 @@
 //! Connection teardown: DREQ and DREP.
 
-use super::fields::array;
+use super::fields::{array, comm_ids, put_comm_ids};
 use super::pdata;
-use crate::be::{put_u24, put_u32, u24_at, u32_at};
+use crate::be::{put_u24, u24_at};
 
 /// Disconnect request.
 ///
@@ -34,17 +34,17 @@ pub struct Dreq {
 
 impl Dreq {
     pub(super) fn parse(b: &[u8]) -> Self {
+        let (local_comm_id, remote_comm_id) = comm_ids(b);
         Dreq {
-            local_comm_id: u32_at(b, 0),
-            remote_comm_id: u32_at(b, 4),
+            local_comm_id,
+            remote_comm_id,
             remote_qpn: u24_at(b, 8),
             private_data: array(b, 12),
         }
     }
 
     pub(super) fn write(&self, b: &mut [u8]) {
-        put_u32(b, 0, self.local_comm_id);
-        put_u32(b, 4, self.remote_comm_id);
+        put_comm_ids(b, self.local_comm_id, self.remote_comm_id);
         put_u24(b, 8, self.remote_qpn);
         b[12..].copy_from_slice(&self.private_data);
     }
@@ -77,16 +77,16 @@ pub struct Drep {
 
 impl Drep {
     pub(super) fn parse(b: &[u8]) -> Self {
+        let (local_comm_id, remote_comm_id) = comm_ids(b);
         Drep {
-            local_comm_id: u32_at(b, 0),
-            remote_comm_id: u32_at(b, 4),
+            local_comm_id,
+            remote_comm_id,
             private_data: array(b, 8),
         }
     }
 
     pub(super) fn write(&self, b: &mut [u8]) {
-        put_u32(b, 0, self.local_comm_id);
-        put_u32(b, 4, self.remote_comm_id);
+        put_comm_ids(b, self.local_comm_id, self.remote_comm_id);
         b[8..].copy_from_slice(&self.private_data);
     }
 }

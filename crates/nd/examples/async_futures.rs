@@ -35,18 +35,17 @@ fn block_on<F: Future>(f: F) -> F::Output {
     }
 }
 
+/// Command-line argument `i` as an address, or `default`.
+fn arg(i: usize, default: &str) -> IpAddr {
+    let a = std::env::args().nth(i);
+    a.as_deref()
+        .unwrap_or(default)
+        .parse()
+        .expect("an IP address")
+}
+
 fn main() -> NdResult<()> {
-    let mut a = std::env::args().skip(1);
-    let server_ip: IpAddr = a
-        .next()
-        .unwrap_or_else(|| "127.0.0.1".into())
-        .parse()
-        .expect("IP");
-    let client_ip: IpAddr = a
-        .next()
-        .unwrap_or_else(|| "127.0.0.2".into())
-        .parse()
-        .expect("IP");
+    let (server_ip, client_ip) = (arg(1, "127.0.0.1"), arg(2, "127.0.0.2"));
     let (server, client) = (
         Provider.open_adapter(server_ip)?,
         Provider.open_adapter(client_ip)?,

@@ -7,33 +7,20 @@
 use ndverbs_nd::*;
 use std::net::{IpAddr, SocketAddr};
 
-fn next(cq: &CompletionQueue) -> NdResultEntry {
-    let mut r = [NdResultEntry {
-        status: NdStatus::SUCCESS,
-        bytes_transferred: 0,
-        queue_pair_context: 0,
-        request_context: 0,
-        request_type: RequestType::Send,
-    }];
-    while cq.get_results(&mut r) == 0 {
-        let _ = cq.notify(NotifyType::Any).wait();
-    }
-    r[0]
+/// Command-line argument `i` as an address, or `default`.
+fn arg(i: usize, default: &str) -> IpAddr {
+    let a = std::env::args().nth(i);
+    a.as_deref()
+        .unwrap_or(default)
+        .parse()
+        .expect("an IP address")
 }
 
 fn main() -> NdResult<()> {
-    let mut a = std::env::args().skip(1);
-    let server_ip: IpAddr = a
-        .next()
-        .unwrap_or_else(|| "127.0.0.1".into())
-        .parse()
-        .expect("IP");
-    let client_ip: IpAddr = a
-        .next()
-        .unwrap_or_else(|| "127.0.0.2".into())
-        .parse()
-        .expect("IP");
-    let n: u64 = a.next().map_or(8, |s| s.parse().expect("count"));
+    let (server_ip, client_ip) = (arg(1, "127.0.0.1"), arg(2, "127.0.0.2"));
+    let n: u64 = std::env::args()
+        .nth(3)
+        .map_or(8, |s| s.parse().expect("count"));
 
     let server = Provider.open_adapter(server_ip)?;
     let listener = server.create_listener()?;
@@ -57,7 +44,7 @@ fn main() -> NdResult<()> {
         }
         let mut served = 0;
         while served < n {
-            let r = next(&cq);
+            let r = cq.wait_result()?;
             assert_eq!(r.status, NdStatus::SUCCESS);
             if r.request_type == RequestType::Receive {
                 let mut v = [0u8; 8];
@@ -95,7 +82,7 @@ fn main() -> NdResult<()> {
         conns.push((c, qp));
     }
     for _ in 0..n {
-        let r = next(&cq);
+        let r = cq.wait_result()?;
         assert_eq!(
             (r.status, r.request_type),
             (NdStatus::SUCCESS, RequestType::Receive)

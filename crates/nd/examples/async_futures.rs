@@ -4,9 +4,11 @@
 //!
 //! `cargo run -p ndverbs-nd --example async_futures [SERVER_IP CLIENT_IP]`
 
+mod common;
+
 use ndverbs_nd::*;
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -35,17 +37,8 @@ fn block_on<F: Future>(f: F) -> F::Output {
     }
 }
 
-/// Command-line argument `i` as an address, or `default`.
-fn arg(i: usize, default: &str) -> IpAddr {
-    let a = std::env::args().nth(i);
-    a.as_deref()
-        .unwrap_or(default)
-        .parse()
-        .expect("an IP address")
-}
-
 fn main() -> NdResult<()> {
-    let (server_ip, client_ip) = (arg(1, "127.0.0.1"), arg(2, "127.0.0.2"));
+    let (server_ip, client_ip) = common::addresses();
     let (server, client) = (
         Provider.open_adapter(server_ip)?,
         Provider.open_adapter(client_ip)?,

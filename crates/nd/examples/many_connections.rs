@@ -4,20 +4,13 @@
 //!
 //! `cargo run -p ndverbs-nd --example many_connections [SERVER_IP CLIENT_IP [N]]`
 
-use ndverbs_nd::*;
-use std::net::{IpAddr, SocketAddr};
+mod common;
 
-/// Command-line argument `i` as an address, or `default`.
-fn arg(i: usize, default: &str) -> IpAddr {
-    let a = std::env::args().nth(i);
-    a.as_deref()
-        .unwrap_or(default)
-        .parse()
-        .expect("an IP address")
-}
+use ndverbs_nd::*;
+use std::net::SocketAddr;
 
 fn main() -> NdResult<()> {
-    let (server_ip, client_ip) = (arg(1, "127.0.0.1"), arg(2, "127.0.0.2"));
+    let (server_ip, client_ip) = common::addresses();
     let n: u64 = std::env::args()
         .nth(3)
         .map_or(8, |s| s.parse().expect("count"));

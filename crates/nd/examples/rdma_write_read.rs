@@ -3,8 +3,10 @@
 //!
 //! `cargo run -p ndverbs-nd --example rdma_write_read [SERVER_IP CLIENT_IP]`
 
+mod common;
+
 use ndverbs_nd::*;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 /// Waits for one completion and checks it succeeded.
 fn done(cq: &CompletionQueue) -> NdResult<()> {
@@ -13,17 +15,8 @@ fn done(cq: &CompletionQueue) -> NdResult<()> {
     Ok(())
 }
 
-/// Command-line argument `i` as an address, or `default`.
-fn arg(i: usize, default: &str) -> IpAddr {
-    let a = std::env::args().nth(i);
-    a.as_deref()
-        .unwrap_or(default)
-        .parse()
-        .expect("an IP address")
-}
-
 fn main() -> NdResult<()> {
-    let (server_ip, client_ip) = (arg(1, "127.0.0.1"), arg(2, "127.0.0.2"));
+    let (server_ip, client_ip) = common::addresses();
 
     // The server exposes 1 MiB for remote READ and WRITE.
     let server = Provider.open_adapter(server_ip)?;

@@ -4,17 +4,10 @@
 //!
 //! `cargo run -p ndverbs-nd --example send_receive [SERVER_IP CLIENT_IP]`
 
-use ndverbs_nd::*;
-use std::net::{IpAddr, SocketAddr};
+mod common;
 
-/// Command-line argument `i` as an address, or `default`.
-fn arg(i: usize, default: &str) -> IpAddr {
-    let a = std::env::args().nth(i);
-    a.as_deref()
-        .unwrap_or(default)
-        .parse()
-        .expect("an IP address")
-}
+use ndverbs_nd::*;
+use std::net::SocketAddr;
 
 /// Waits for one completion and checks it succeeded.
 fn one(cq: &CompletionQueue) -> NdResult<NdResultEntry> {
@@ -24,7 +17,7 @@ fn one(cq: &CompletionQueue) -> NdResult<NdResultEntry> {
 }
 
 fn main() -> NdResult<()> {
-    let (server_ip, client_ip) = (arg(1, "127.0.0.1"), arg(2, "127.0.0.2"));
+    let (server_ip, client_ip) = common::addresses();
     let server = Provider.open_adapter(server_ip)?;
     let listener = server.create_listener()?;
     listener.bind(SocketAddr::new(server_ip, 0))?;

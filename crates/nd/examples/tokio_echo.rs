@@ -8,8 +8,10 @@
 //!
 //! `cargo run -p ndverbs-nd --example tokio_echo [SERVER_IP CLIENT_IP [N]]`
 
+mod common;
+
 use ndverbs_nd::*;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
@@ -163,18 +165,9 @@ async fn client(adapter: Adapter, server: SocketAddr, i: usize) -> NdResult<()> 
     Ok(())
 }
 
-/// Command-line argument `i` as an address, or `default`.
-fn arg(i: usize, default: &str) -> IpAddr {
-    let a = std::env::args().nth(i);
-    a.as_deref()
-        .unwrap_or(default)
-        .parse()
-        .expect("an IP address")
-}
-
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> NdResult<()> {
-    let (server_ip, client_ip) = (arg(1, "127.0.0.1"), arg(2, "127.0.0.2"));
+    let (server_ip, client_ip) = common::addresses();
     let n: usize = std::env::args()
         .nth(3)
         .map_or(4, |s| s.parse().expect("count"));

@@ -296,21 +296,12 @@ impl QueuePair {
         add: u64,
         flags: u32,
     ) -> NdResult<()> {
-        let (signaled, fence, _) = flags_of(
-            flags,
-            op_flags::SILENT_SUCCESS | op_flags::READ_FENCE,
-            NdStatus::INVALID_PARAMETER_6,
-        )?;
-        let op = SendOp::FetchAdd {
-            remote: RemoteAddr {
-                va: remote_address,
-                rkey: remote_token,
-            },
-            add,
+        let remote = RemoteAddr {
+            va: remote_address,
+            rkey: remote_token,
         };
-        let mut wr = SendWr::new(wr_id(RequestType::Read, context)?, op, [sge]);
-        (wr.signaled, wr.fence) = (signaled, fence);
-        self.post(wr)
+        let op = SendOp::FetchAdd { remote, add };
+        self.atomic(context, sge, op, flags, NdStatus::INVALID_PARAMETER_6)
     }
 
     /// ndverbs extension: 8-byte COMPARE & SWAP on the peer's memory; the
@@ -326,19 +317,31 @@ impl QueuePair {
         swap: u64,
         flags: u32,
     ) -> NdResult<()> {
-        let (signaled, fence, _) = flags_of(
-            flags,
-            op_flags::SILENT_SUCCESS | op_flags::READ_FENCE,
-            NdStatus::INVALID_PARAMETER_7,
-        )?;
+        let remote = RemoteAddr {
+            va: remote_address,
+            rkey: remote_token,
+        };
         let op = SendOp::CompareSwap {
-            remote: RemoteAddr {
-                va: remote_address,
-                rkey: remote_token,
-            },
+            remote,
             compare,
             swap,
         };
+        self.atomic(context, sge, op, flags, NdStatus::INVALID_PARAMETER_7)
+    }
+
+    /// Posts an atomic `op`; `bad_flags` is the status naming the flags
+    /// parameter's position in the caller's signature.
+    fn atomic(
+        &self,
+        context: u64,
+        sge: NdSge,
+        op: SendOp,
+        flags: u32,
+        bad_flags: NdStatus,
+    ) -> NdResult<()> {
+        let allowed = op_flags::SILENT_SUCCESS | op_flags::READ_FENCE;
+        let (signaled, fence, _) = flags_of(flags, allowed, bad_flags)?;
+        // Atomics return the original value like a READ, and complete as one.
         let mut wr = SendWr::new(wr_id(RequestType::Read, context)?, op, [sge]);
         (wr.signaled, wr.fence) = (signaled, fence);
         self.post(wr)

@@ -406,7 +406,6 @@ impl Endpoints {
     /// Connect on endpoint `ep` with QP `qpn` (`qp_exists`: the core knows
     /// such a QP now). Refused unless the endpoint is idle or its last
     /// connection is over, with nothing queued.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn connect(
         &mut self,
         now: Instant,

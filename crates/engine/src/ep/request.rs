@@ -120,10 +120,7 @@ impl Job {
 
     /// A Connect waiting for the REP, or an Accept waiting for the RTU.
     pub(crate) fn awaits_setup(&self) -> bool {
-        matches!(
-            self,
-            Job::Connect(_, ConnectPhase::AwaitingRep) | Job::Accept(_, AcceptPhase::AwaitingRtu)
-        )
+        self.awaits_rep() || self.awaits_rtu()
     }
 
     /// A Disconnect waiting for the DREP.
@@ -163,11 +160,8 @@ impl Endpoints {
                 self.start(now, cm, ep, req)
             };
             self.note_cm_state(cm, ep);
-            if let Step::Wait(req) = step {
-                if let Some(e) = self.eps.get_mut(&ep) {
-                    e.requests.push_front(req);
-                }
-                return;
+            if let Step::Wait(_) = step {
+                return self.park(ep, step);
             }
         }
     }
@@ -199,11 +193,7 @@ impl Endpoints {
         };
         self.note_cm_state(cm, ep);
         match step {
-            Step::Wait(req) => {
-                if let Some(e) = self.eps.get_mut(&ep) {
-                    e.requests.push_front(req);
-                }
-            }
+            Step::Wait(_) => self.park(ep, step),
             Step::Done => self.run(now, cm, ep),
         }
     }

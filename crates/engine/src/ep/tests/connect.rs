@@ -163,7 +163,7 @@ fn active_reject_after_the_rep_fails_the_accept() {
     );
     // B's QP went to RTS before its REP and stays there; A's never moved.
     assert_eq!((p.a.qps[&qa], p.b.qps[&qb]), (QpState::Init, QpState::Rts));
-    // Pinned as it is: a CompleteConnect after the Reject still moves the
+    // Pinned: a CompleteConnect after the Reject still moves the
     // QP (the REP's attributes are kept), then the CM refuses the RTU.
     let complete = p.a.complete_connect(ea, qa).unwrap();
     assert!(matches!(

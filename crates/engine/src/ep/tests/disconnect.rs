@@ -1,5 +1,6 @@
-//! Disconnect and NotifyDisconnect (networkdirect.md §6: D1–D11), including
-//! the outcomes issue #13 will change, pinned as they are.
+//! Disconnect and NotifyDisconnect (networkdirect.md §6: D1–D11). Where the
+//! machine departs from those rules the test says so and pins what it does,
+//! so that a fix shows up as a change to the test.
 
 use super::*;
 
@@ -108,7 +109,8 @@ fn notify_disconnect_outcomes() {
     assert_eq!(p.a.notify(l), Err(Refused::NotConnected));
     assert_eq!(p.a.notify(99), Err(Refused::NoEndpoint(99)));
 
-    // Pending while our own Disconnect finishes: Disconnected.
+    // Pending while our own Disconnect finishes: Disconnected (departs from
+    // D5, which knows only SUCCESS on a DREQ, CANCELED and CONNECTION_INVALID).
     let (mut p, c) = Pair::connected();
     let na = p.a.notify(c.ea).unwrap();
     p.a.disconnect(c.ea, c.qa).unwrap();
@@ -117,11 +119,13 @@ fn notify_disconnect_outcomes() {
     p.b.disconnect(c.eb, c.qb).unwrap();
     p.pump();
     assert_eq!(p.a.result(na), Some(Err(EpError::Disconnected)));
-    // After our own Disconnect: success at once, though no DREQ came.
+    // After our own Disconnect: success at once, though no DREQ came
+    // (departs from D5).
     let after = p.a.notify(c.ea).unwrap();
     assert_eq!(p.a.result(after), Some(Ok(())));
 
-    // During a Connect that is rejected: Aborted; afterwards: success at once.
+    // During a Connect that is rejected: Aborted; afterwards: success at
+    // once (departs from D5: never connected).
     let mut p = Pair::new();
     let (qa, ea) = (p.a.qp(), p.a.create());
     p.a.connect(ea, qa, p.b.ip()).unwrap();
@@ -154,6 +158,8 @@ fn disconnect_refusals() {
 
 #[test]
 fn disconnect_before_complete_connect_flushes_and_sends_nothing() {
+    // Departs from D11 (never connected: CONNECTION_INVALID), and leaves the
+    // peer waiting.
     let mut p = Pair::new();
     let (_, eb, _) = p.listen();
     let (qa, qb) = (p.a.qp(), p.b.qp());
@@ -178,6 +184,7 @@ fn disconnect_before_complete_connect_flushes_and_sends_nothing() {
 
 #[test]
 fn a_rej_that_ends_an_established_connection_leaves_disconnect_refused() {
+    // Departs from D2: the Disconnect should complete and flush the QP.
     let mut p = Pair::new();
     let (_, eb, _) = p.listen();
     let (qa, qb) = (p.a.qp(), p.b.qp());
@@ -245,6 +252,7 @@ fn accept_completes_on_a_dreq_that_overtakes_the_rtu() {
 
 #[test]
 fn disconnect_whose_qp_is_gone_still_succeeds() {
+    // Departs from D11 (QP already released: CANCELED).
     let (mut p, c) = Pair::connected();
     let da = p.a.disconnect(c.ea, c.qa).unwrap();
     p.a.vanish = Some((c.qa, Op::ToError));

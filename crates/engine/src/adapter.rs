@@ -618,18 +618,35 @@ impl Adapter {
         mode: Progress,
         timers: CmTimers,
     ) -> Result<Adapter, EngineError> {
-        Self::open_inner(RoceSocket::bind(local)?, mode, Some(timers))
+        Self::open_inner(RoceSocket::bind(local)?, mode, Some(timers), true)
+    }
+
+    /// Opens the adapter for `local` exactly as asked: unlike
+    /// [`Adapter::open`] it reads no environment variable (`NDV_FAULTS`,
+    /// `NDV_PCAP`, `NDV_STAT`, `NDV_BUSY_POLL_US`), so a library above it
+    /// configures capture, faults and stats publishing through this API
+    /// alone and a process's environment cannot change it behind its back.
+    ///
+    /// ```
+    /// use ndverbs_engine::adapter::{Adapter, Progress};
+    /// let a = Adapter::open_explicit("127.93.40.1".parse().unwrap(), Progress::Thread)?;
+    /// assert!(a.capture().is_none() && a.fault_counters().is_none());
+    /// # Ok::<(), ndverbs_engine::adapter::EngineError>(())
+    /// ```
+    pub fn open_explicit(local: IpAddr, mode: Progress) -> Result<Adapter, EngineError> {
+        Self::open_inner(RoceSocket::bind(local)?, mode, None, false)
     }
 
     /// Opens an adapter on an already bound socket (tests use other ports).
     pub fn open_on(sock: RoceSocket, mode: Progress) -> Result<Adapter, EngineError> {
-        Self::open_inner(sock, mode, None)
+        Self::open_inner(sock, mode, None, true)
     }
 
     fn open_inner(
         mut sock: RoceSocket,
         mode: Progress,
         timers: Option<CmTimers>,
+        read_env: bool,
     ) -> Result<Adapter, EngineError> {
         let local = sock.local();
         let _span =
@@ -676,6 +693,7 @@ impl Adapter {
             // runs: the first packet is longer than the rest).
             tx: vec![0u8; TX_BATCH_BYTES].into_boxed_slice(),
             faults: match FaultConfig::from_env() {
+                _ if !read_env => None,
                 Ok(c) => c.filter(|c| !c.is_off()).map(Faults::new),
                 Err(e) => {
                     tracing::warn!(error = %e, "NDV_FAULTS ignored");
@@ -696,11 +714,13 @@ impl Adapter {
             counters: AdapterCounters::default(),
             sock_fd,
             capture: Default::default(),
-            busy_poll_ns: AtomicU64::new(busy_poll_from_env()),
+            busy_poll_ns: AtomicU64::new(if read_env { busy_poll_from_env() } else { 0 }),
             worker_wake_ns: AtomicU64::new(u64::MAX),
             span: tracing::debug_span!(parent: None, "adapter", %local),
         });
-        crate::capture::from_env(&shared.capture, local)?;
+        if read_env {
+            crate::capture::from_env(&shared.capture, local)?;
+        }
         let thread = if mode == Progress::Thread {
             let s = Arc::downgrade(&shared);
             Some(
@@ -715,7 +735,9 @@ impl Adapter {
             shared,
             thread: Arc::new(Mutex::new(thread)),
         };
-        crate::stats::publish_from_env(&adapter);
+        if read_env {
+            crate::stats::publish_from_env(&adapter);
+        }
         tracing::debug!(gro, gso = adapter.core_lock().sock.gso(), "adapter open");
         Ok(adapter)
     }

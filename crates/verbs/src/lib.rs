@@ -74,7 +74,7 @@
 //! qp.to_error()?;
 //! let wc = cq.wait_one(std::time::Duration::from_secs(10))?.expect("flushed receive");
 //! assert_eq!((wc.wr_id, wc.status), (1, WcStatus::WrFlushErr));
-//! # Ok::<(), VerbsError>(())
+//! # Ok::<(), Error>(())
 //! ```
 
 #![warn(missing_docs)]

@@ -250,7 +250,7 @@ impl Nic {
         };
         let nic = Nic(Adapter::open_explicit(addr, mode).map_err(|e| err(OP, e))?);
         if let Some(path) = &cfg.capture {
-            nic.0.set_capture(Some(path)).map_err(|e| err(OP, e))?;
+            nic.capture_to(OP, Some(path))?;
         }
         if let Some(f) = &cfg.faults {
             nic.0
@@ -307,9 +307,20 @@ impl Nic {
     }
 
     pub(crate) fn set_capture(&self, path: Option<&Path>) -> Result<()> {
-        self.0
-            .set_capture(path)
-            .map_err(|e| err("Device::set_capture", e))
+        self.capture_to("Device::set_capture", path)
+    }
+
+    /// Starts or stops capture; a file that cannot be written is an error
+    /// naming it (the system's message does not).
+    fn capture_to(&self, op: &'static str, path: Option<&Path>) -> Result<()> {
+        self.0.set_capture(path).map_err(|e| match e {
+            EngineError::Io(io) => Error::io_about(
+                op,
+                path.map(|p| format!("capture file {}", p.display())),
+                io,
+            ),
+            e => err(op, e),
+        })
     }
 
     pub(crate) fn capture_path(&self) -> Option<PathBuf> {

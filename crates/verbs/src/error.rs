@@ -11,27 +11,7 @@
 //! connection manager's refusal ([`Error::cm_error`]), the peer's rejection
 //! ([`Error::rejection`]) and the system error ([`Error::io_error`]).
 //!
-//! | kind | errno | meaning |
-//! |---|---|---|
-//! | `InvalidArgument` | `EINVAL` | an argument out of range or not allowed with the others |
-//! | `InvalidState` | `EINVAL` | the object's state does not allow the call (QP transition, post in RESET, CM request out of order) |
-//! | `NotFound` | `ENOENT` | a handle, key or QP number that names nothing (destroyed, never existed) |
-//! | `Busy` | `EBUSY` | the object is still in use (PD with objects, region with windows, endpoint already in use) |
-//! | `QueueFull` | `ENOMEM` | a work queue holds its maximum (rxe and mlx5 say `ENOMEM`) |
-//! | `NoMemory` | `ENOMEM` | an allocation failed |
-//! | `Overflow` | `EOVERFLOW` | a completion queue lost completions, or cannot shrink below those it holds |
-//! | `Access` | `EACCES` | a memory access outside a region or without the right |
-//! | `DeviceRemoved` | `ENODEV` | the device was removed: only cleanup works |
-//! | `NotConnected` | `ENOTCONN` | the endpoint has no connection |
-//! | `Disconnected` | `ECONNRESET` | this side's disconnect ended the connection before the peer's DREQ arrived |
-//! | `Rejected` | `ECONNREFUSED` | the peer rejected the connection (REJ) |
-//! | `TimedOut` | `ETIMEDOUT` | the peer did not answer in time |
-//! | `Canceled` | `ECANCELED` | the application cancelled the request |
-//! | `ConnectionAborted` | `ECONNABORTED` | the connection went away before the request finished |
-//! | `AddressInUse` | `EADDRINUSE` | the address (UDP 4791) is already open |
-//! | `AddressNotAvailable` | `EADDRNOTAVAIL` | the address is not on this host |
-//! | `Unreachable` | `ENETUNREACH` | no route to the destination |
-//! | `Io` | the system's, else `EIO` | any other system call failure |
+//! The kinds and their errnos are tabled on [`ErrorKind`].
 
 use ndverbs_proto::cm::CmError;
 use ndverbs_proto::mem::AccessError;
@@ -41,8 +21,30 @@ use std::fmt;
 use std::io;
 use std::sync::Arc;
 
-/// What kind of failure an [`Error`] is; see the [module docs](self) for the
-/// errno of each.
+/// What kind of failure an [`Error`] is, and the errno ibverbs and librdmacm
+/// report for it ([`ErrorKind::errno`]):
+///
+/// | kind | errno | meaning |
+/// |---|---|---|
+/// | `InvalidArgument` | `EINVAL` | an argument out of range or not allowed with the others |
+/// | `InvalidState` | `EINVAL` | the object's state does not allow the call (QP transition, post in RESET, CM request out of order) |
+/// | `NotFound` | `ENOENT` | a handle, key or QP number that names nothing (destroyed, never existed) |
+/// | `Busy` | `EBUSY` | the object is still in use (PD with objects, region with windows, endpoint already in use) |
+/// | `QueueFull` | `ENOMEM` | a work queue holds its maximum (rxe and mlx5 say `ENOMEM`) |
+/// | `NoMemory` | `ENOMEM` | an allocation failed |
+/// | `Overflow` | `EOVERFLOW` | a completion queue lost completions, or cannot shrink below those it holds |
+/// | `Access` | `EACCES` | a memory access outside a region or without the right |
+/// | `DeviceRemoved` | `ENODEV` | the device was removed: only cleanup works |
+/// | `NotConnected` | `ENOTCONN` | the endpoint has no connection |
+/// | `Disconnected` | `ECONNRESET` | this side's disconnect ended the connection before the peer's DREQ arrived |
+/// | `Rejected` | `ECONNREFUSED` | the peer rejected the connection (REJ) |
+/// | `TimedOut` | `ETIMEDOUT` | the peer did not answer in time |
+/// | `Canceled` | `ECANCELED` | the application cancelled the request |
+/// | `ConnectionAborted` | `ECONNABORTED` | the connection went away before the request finished |
+/// | `AddressInUse` | `EADDRINUSE` | the address (UDP 4791) is already open |
+/// | `AddressNotAvailable` | `EADDRNOTAVAIL` | the address is not on this host |
+/// | `Unreachable` | `ENETUNREACH` | no route to the destination |
+/// | `Io` | the system's, else `EIO` | any other system call failure |
 ///
 /// # Example
 ///
@@ -98,9 +100,8 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    /// The errno ibverbs and librdmacm report for this kind (table in the
-    /// [module docs](self)). [`Error::errno`] refines `Io` with the
-    /// system's own value.
+    /// The errno ibverbs and librdmacm report for this kind (table above).
+    /// [`Error::errno`] refines `Io` with the system's own value.
     pub fn errno(self) -> i32 {
         use ErrorKind::*;
         match self {
@@ -191,8 +192,10 @@ enum Detail {
     Modify(ModifyError),
     Access(AccessError),
     Cm(CmError),
-    // Shared so that errors stay `Clone` (requests may hand one to several waiters).
-    Io(Arc<io::Error>),
+    // Shared so that errors stay `Clone` (requests may hand one to several
+    // waiters); with what it was about (a file name) when the system's
+    // message does not say.
+    Io(Arc<io::Error>, Option<String>),
     Rejected(Rejection),
 }
 
@@ -295,13 +298,18 @@ impl Error {
     /// A system call failure; the address errors of opening a device get
     /// kinds of their own (rdma_bind_addr's errnos).
     pub(crate) fn io(op: &'static str, e: io::Error) -> Error {
+        Error::io_about(op, None, e)
+    }
+
+    /// A system call failure about `what` (a path, say).
+    pub(crate) fn io_about(op: &'static str, what: Option<String>, e: io::Error) -> Error {
         let kind = match e.kind() {
             io::ErrorKind::AddrInUse => ErrorKind::AddressInUse,
             io::ErrorKind::AddrNotAvailable => ErrorKind::AddressNotAvailable,
             io::ErrorKind::OutOfMemory => ErrorKind::NoMemory,
             _ => ErrorKind::Io,
         };
-        Error::with(kind, op, Detail::Io(Arc::new(e)))
+        Error::with(kind, op, Detail::Io(Arc::new(e), what))
     }
 
     /// The peer's REJ.
@@ -326,7 +334,7 @@ impl Error {
     /// that failed.
     pub fn errno(&self) -> i32 {
         match &self.detail {
-            Detail::Io(e) => e.raw_os_error().unwrap_or_else(|| self.kind.errno()),
+            Detail::Io(e, _) => e.raw_os_error().unwrap_or_else(|| self.kind.errno()),
             _ => self.kind.errno(),
         }
     }
@@ -377,7 +385,7 @@ impl Error {
     /// The system error, if a system call failed.
     pub fn io_error(&self) -> Option<&io::Error> {
         match &self.detail {
-            Detail::Io(e) => Some(e),
+            Detail::Io(e, _) => Some(e),
             _ => None,
         }
     }
@@ -393,7 +401,8 @@ impl fmt::Display for Error {
             Detail::Modify(e) => write!(f, "{e}"),
             Detail::Access(e) => write!(f, "{e}"),
             Detail::Cm(e) => write!(f, "{e}"),
-            Detail::Io(e) => write!(f, "{e}"),
+            Detail::Io(e, None) => write!(f, "{e}"),
+            Detail::Io(e, Some(what)) => write!(f, "{what}: {e}"),
             Detail::Rejected(r) => write!(f, "rejected by the peer (reason {})", r.reason),
         }
     }
@@ -406,7 +415,7 @@ impl std::error::Error for Error {
             Detail::Modify(e) => Some(e),
             Detail::Access(e) => Some(e),
             Detail::Cm(e) => Some(e),
-            Detail::Io(e) => Some(e.as_ref()),
+            Detail::Io(e, _) => Some(e.as_ref()),
             Detail::None | Detail::Text(_) | Detail::Rejected(_) => None,
         }
     }

@@ -70,8 +70,12 @@ impl DeviceInfo {
 }
 
 impl Device {
-    /// Every local address that can be opened as a device, in address order
-    /// (see the [module docs](self)).
+    /// Every local address that can be opened as a device: the addresses of
+    /// the interfaces that are up, minus IPv6 link-local ones (they need a
+    /// scope that a GID cannot carry), in address order and named `ndv0`,
+    /// `ndv1`, … in that order, so a name is stable as long as the host's
+    /// addresses are. Listing binds no socket, so it works next to the
+    /// processes that own the devices.
     pub fn list() -> Result<Vec<DeviceInfo>> {
         let mut found: Vec<sys::IfAddr> = sys::interface_addresses()
             .map_err(|e| Error::io("Device::list", e))?

@@ -969,6 +969,7 @@ fn opening_bad_addresses() {
         e.io_error().map(|e| e.kind()),
         Some(std::io::ErrorKind::NotFound)
     );
+    assert!(e.to_string().contains("/nonexistent/dir/x.pcap"), "{e}");
     assert!(w.a.capture_path().is_none());
 }
 

@@ -14,10 +14,33 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// `NDV_PCAP=FILE`: capture every packet to `FILE` ([`DeviceConfig::from_env`]).
+///
+/// ```
+/// // A tool's `--pcap FILE` option wins over the variable.
+/// fn capture_file(option: Option<std::path::PathBuf>) -> Option<std::path::PathBuf> {
+///     option.or_else(|| std::env::var_os(ndverbs_verbs::PCAP_ENV).map(Into::into))
+/// }
+/// # let _ = capture_file(None);
+/// ```
 pub const PCAP_ENV: &str = "NDV_PCAP";
 /// `NDV_STAT=1`: publish counters for `ndv stat` ([`DeviceConfig::from_env`]).
+///
+/// ```
+/// // What a child tool needs to be seen by `ndv stat`.
+/// let mut child = std::process::Command::new("ndv");
+/// child.env(ndverbs_verbs::STAT_ENV, "1");
+/// ```
 pub const STAT_ENV: &str = "NDV_STAT";
 /// `NDV_FAULTS=SPEC`: inject faults ([`DeviceConfig::from_env`], [`FaultConfig::parse`]).
+///
+/// ```
+/// // Check a specification before handing it to a child process.
+/// let spec = "loss=0.01,seed=1";
+/// ndverbs_verbs::FaultConfig::parse(spec)?;
+/// let mut child = std::process::Command::new("ndv");
+/// child.env(ndverbs_verbs::FAULTS_ENV, spec);
+/// # Ok::<(), ndverbs_verbs::Error>(())
+/// ```
 pub const FAULTS_ENV: &str = "NDV_FAULTS";
 
 /// Who runs a device's engine loop.

@@ -104,7 +104,15 @@ pub struct DeviceLimits {
     pub max_qp_rd_atom: u8,
 }
 
-/// The limits of every ndverbs device.
+/// The limits of every ndverbs device (what [`Device::query`] reports).
+///
+/// ```
+/// use ndverbs_verbs::*;
+/// let dev = Device::open("127.92.31.1".parse().unwrap())?;
+/// assert_eq!(dev.query().limits, LIMITS);
+/// assert!(dev.create_cq(LIMITS.max_cqe + 1).is_err());
+/// # Ok::<(), Error>(())
+/// ```
 pub const LIMITS: DeviceLimits = crate::engine::LIMITS;
 
 /// The node GUID of the device of `addr`: a fixed prefix and the low bits

@@ -439,6 +439,14 @@ pub type Result<T> = std::result::Result<T, Error>;
 mod tests {
     use super::*;
 
+    /// Errors cross threads and tasks (requests complete on the engine's).
+    #[test]
+    fn errors_and_requests_are_send_and_sync() {
+        fn both<T: Send + Sync>() {}
+        both::<Error>();
+        both::<crate::Pending<crate::ConnectInfo>>();
+    }
+
     #[test]
     fn display_names_the_call_and_io_keeps_the_system_errno() {
         let e = Error::kind_only(ErrorKind::DeviceRemoved, "Device::alloc_pd");

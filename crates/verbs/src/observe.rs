@@ -7,6 +7,12 @@ use std::path::{Path, PathBuf};
 
 /// Linux rxe's hardware counters, by name and in rxe's order
 /// (`rxe_hw_counters.c`): the first entries of every [`Stats`].
+///
+/// ```
+/// use ndverbs_verbs::RXE_COUNTERS;
+/// // The same names as /sys/class/infiniband/rxe0/ports/1/hw_counters/.
+/// assert_eq!(&RXE_COUNTERS[..2], ["sent_pkts", "rcvd_pkts"]);
+/// ```
 pub const RXE_COUNTERS: [&str; 15] = crate::engine::RXE_COUNTERS;
 
 /// The directory counter snapshots are published in for `ndv stat`:

@@ -17,11 +17,12 @@
 //! use std::process::Command;
 //! let ndv = "target/debug/ndv";
 //! let (s, c) = addr::pair_v4();
-//! let mut server = Command::new(ndv);
-//! server.args(["ping", "-s", "-a", &s.to_string(), "-p", "7301", "-C", "3"]);
-//! let mut client = Command::new(ndv);
-//! client.args(["ping", "-c", "-a", &s.to_string(), "-I", &c.to_string(), "-p", "7301", "-C", "3"]);
-//! let (client_out, server_out) = process::server_then_client(server, client, process::LIMIT);
+//! let (s, c) = (s.to_string(), c.to_string());
+//! let (client_out, server_out) = process::server_then_client(
+//!     Command::new(ndv).args(["ping", "-s", "-a", &s, "-p", "7301", "-C", "3"]),
+//!     Command::new(ndv).args(["ping", "-c", "-a", &s, "-I", &c, "-p", "7301", "-C", "3"]),
+//!     process::LIMIT,
+//! );
 //! ```
 
 use std::io::{BufRead, BufReader, Read};
@@ -297,9 +298,9 @@ fn log_readiness(cmd: &mut Command) {
 /// [`READY`]; fails the test (with its output) when it exits first or does
 /// not get ready within [`READY_LIMIT`].
 #[track_caller]
-pub fn start_server(mut cmd: Command) -> Running {
-    log_readiness(&mut cmd);
-    let mut server = Running::spawn(&mut cmd);
+pub fn start_server(cmd: &mut Command) -> Running {
+    log_readiness(cmd);
+    let mut server = Running::spawn(cmd);
     if let Err(e) = server.wait_for_stderr(READY, READY_LIMIT) {
         drop(server.kill());
         panic!("server not ready: {e}");
@@ -312,12 +313,12 @@ pub fn start_server(mut cmd: Command) -> Running {
 /// server output), each stdout then stderr.
 #[track_caller]
 pub fn server_then_client(
-    server: Command,
-    mut client: Command,
+    server: &mut Command,
+    client: &mut Command,
     limit: Duration,
 ) -> (String, String) {
     let s = start_server(server);
-    let c = Running::spawn(&mut client).wait(limit);
+    let c = Running::spawn(client).wait(limit);
     let s = s.wait(limit);
     let (out_c, out_s) = (c.text(), s.text());
     assert!(c.ok && s.ok, "client:\n{out_c}\nserver:\n{out_s}");
@@ -336,7 +337,7 @@ mod tests {
 
     #[test]
     fn a_server_is_ready_when_it_says_so() {
-        let s = start_server(sh(
+        let s = start_server(&mut sh(
             "echo \"$RUST_LOG\" >&2; echo out; echo 'INFO ndv: ready for clients addr=x port=1' >&2; read -t 5 x; echo done",
         ));
         let f = s.wait(Duration::from_secs(20));
@@ -351,7 +352,7 @@ mod tests {
 
     #[test]
     fn a_server_that_exits_first_fails_with_its_output() {
-        let r = std::panic::catch_unwind(|| start_server(sh("echo no port >&2; exit 3")));
+        let r = std::panic::catch_unwind(|| start_server(&mut sh("echo no port >&2; exit 3")));
         let msg = r.err().and_then(|p| p.downcast::<String>().ok()).unwrap();
         assert!(msg.contains("exited") && msg.contains("no port"), "{msg}");
     }

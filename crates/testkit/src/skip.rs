@@ -83,6 +83,13 @@ pub fn require_root(what: &str) -> bool {
 /// [`skip`]s naming the missing ones (`scripts/setup.sh` installs them).
 #[track_caller]
 pub fn require_tools(tools: &[&str]) -> bool {
+    require_tools_for("", tools)
+}
+
+/// [`require_tools`] for one part of a test (`what`, named in the
+/// `SKIPPED` line), where the rest of the test goes on without it.
+#[track_caller]
+pub fn require_tools_for(what: &str, tools: &[&str]) -> bool {
     let missing: Vec<&str> = tools
         .iter()
         .copied()
@@ -95,8 +102,13 @@ pub fn require_tools(tools: &[&str]) -> bool {
         })
         .collect();
     if !missing.is_empty() {
+        let part = if what.is_empty() {
+            String::new()
+        } else {
+            format!("{what}: ")
+        };
         skip(format!(
-            "{} not installed (scripts/setup.sh installs it)",
+            "{part}{} not installed (scripts/setup.sh installs it)",
             missing.join(", ")
         ));
     }

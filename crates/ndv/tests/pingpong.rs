@@ -41,7 +41,7 @@ fn ibv_rc_pingpong_server_ndv_client() {
     let Some(g) = Guest::get() else { return };
     let job = g.spawn("timeout 60 ibv_rc_pingpong -g 1 -c -p 18611 -n 500");
     g.wait_listening(&job, Listen::Tcp(18611));
-    let client = Running::spawn(&mut g.netns().command(NDV).args([
+    let client = Running::spawn(g.netns().command(NDV).args([
         "pingpong", "-g", "1", "-c", "-p", "18611", "-n", "500", GUEST,
     ]))
     .wait(LIMIT);

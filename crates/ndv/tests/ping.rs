@@ -40,9 +40,10 @@ fn loopback() {
     check_pings(&out_s, "server ping data: ");
 }
 
-/// Decodes a capture and returns the CM message names in order, checking that
-/// every RoCEv2 frame carries a valid ICRC.
-fn cm_messages(pcap: &std::path::Path) -> Vec<String> {
+/// Decodes a capture (then removes it), checking that every RoCEv2 frame
+/// carries a valid ICRC and that the connection went REQ, REP, RTU, DREQ,
+/// DREP between `client` and `server`.
+fn check_cm(pcap: &std::path::Path, client: &str, server: &str) {
     let out = Command::new(NDV)
         .args(["decode", "--json"])
         .arg(pcap)
@@ -57,7 +58,17 @@ fn cm_messages(pcap: &std::path::Path) -> Vec<String> {
             msgs.push(format!("{}>{}", v["src"].as_str().unwrap(), m));
         }
     }
-    msgs
+    for (from, m) in [
+        (client, "REQ"),
+        (server, "REP"),
+        (client, "RTU"),
+        (client, "DREQ"),
+        (server, "DREP"),
+    ] {
+        let m = format!("{from}>{m}");
+        assert!(msgs.contains(&m), "{m} missing from {msgs:?}");
+    }
+    let _ = std::fs::remove_file(pcap);
 }
 
 fn pcap_path(name: &str) -> std::path::PathBuf {
@@ -83,17 +94,7 @@ fn rping_server_ndv_client() {
     assert!(c.ok && ok_g, "ndv:\n{out}\nrping:\n{out_g}");
     check_pings(&out, "ping data: ");
     check_pings(&out_g, "server ping data: ");
-    let msgs = cm_messages(&pcap);
-    for m in [
-        format!("{HOST}>REQ"),
-        format!("{GUEST}>REP"),
-        format!("{HOST}>RTU"),
-        format!("{HOST}>DREQ"),
-        format!("{GUEST}>DREP"),
-    ] {
-        assert!(msgs.contains(&m), "{m} missing from {msgs:?}");
-    }
-    let _ = std::fs::remove_file(&pcap);
+    check_cm(&pcap, HOST, GUEST);
 }
 
 #[test]
@@ -113,15 +114,5 @@ fn ndv_server_rping_client() {
     assert!(ok_g && s.ok, "rping:\n{out_g}\nndv:\n{out_s}");
     check_pings(&out_g, "ping data: ");
     check_pings(&out_s, "server ping data: ");
-    let msgs = cm_messages(&pcap);
-    for m in [
-        format!("{GUEST}>REQ"),
-        format!("{HOST}>REP"),
-        format!("{GUEST}>RTU"),
-        format!("{GUEST}>DREQ"),
-        format!("{HOST}>DREP"),
-    ] {
-        assert!(msgs.contains(&m), "{m} missing from {msgs:?}");
-    }
-    let _ = std::fs::remove_file(&pcap);
+    check_cm(&pcap, GUEST, HOST);
 }

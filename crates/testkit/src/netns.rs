@@ -137,45 +137,27 @@ impl Netns {
             format!("{addr}/{}", if v6 { 128 } else { 32 })
         };
         if v6 {
-            ip(&[
-                "-n",
-                &self.name,
-                "-6",
-                "addr",
-                "add",
-                &with_prefix,
-                "dev",
-                dev,
-                "nodad",
-            ])
+            self.ip(&["-6", "addr", "add", &with_prefix, "dev", dev, "nodad"])
         } else {
-            ip(&["-n", &self.name, "addr", "add", &with_prefix, "dev", dev])
+            self.ip(&["addr", "add", &with_prefix, "dev", dev])
         }
     }
 
     /// Sets `dev` up or down.
     pub fn set_link(&self, dev: &str, up: bool) -> Result<(), String> {
-        ip(&[
-            "-n",
-            &self.name,
-            "link",
-            "set",
-            dev,
-            if up { "up" } else { "down" },
-        ])
+        self.ip(&["link", "set", dev, if up { "up" } else { "down" }])
     }
 
     /// Sets the MTU of `dev`.
     pub fn set_mtu(&self, dev: &str, mtu: u32) -> Result<(), String> {
-        ip(&[
-            "-n",
-            &self.name,
-            "link",
-            "set",
-            dev,
-            "mtu",
-            &mtu.to_string(),
-        ])
+        self.ip(&["link", "set", dev, "mtu", &mtu.to_string()])
+    }
+
+    /// `ip -n NAME ARGS`.
+    fn ip(&self, args: &[&str]) -> Result<(), String> {
+        let mut all = vec!["-n", &self.name];
+        all.extend_from_slice(args);
+        ip(&all)
     }
 
     /// Loads an nftables ruleset (`nft -f -`) in the namespace, such as a

@@ -12,7 +12,8 @@
 //!   completion checked to arrive exactly once and successfully;
 //!   [`Pair::send`], [`Pair::write`] and [`Pair::read`] run one with every
 //!   byte verified.
-//! * [`wait_wc`], [`wc_ok`], [`poll_n`]: completions with a time limit.
+//! * [`wait_wc`], [`wc_ok`], [`poll_n`]: completions with a time limit;
+//!   [`connect_args`] for connections through an endpoint.
 //!
 //! ```no_run
 //! use ndverbs_testkit::verbs::Pair;
@@ -21,8 +22,8 @@
 //! ```
 
 use ndverbs_verbs::{
-    Access, AttrMask, Cq, Device, Mr, PathMtu, Pd, Progress, Qp, QpAttr, QpInitAttr, QpState,
-    RecvWr, RemoteAddr, SendOp, SendWr, WcStatus, WorkCompletion,
+    Access, AttrMask, ConnectArgs, Cq, Device, Mr, PathMtu, Pd, Progress, Qp, QpAttr, QpInitAttr,
+    QpState, RecvWr, RemoteAddr, SendOp, SendWr, WcStatus, WorkCompletion,
 };
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -171,6 +172,23 @@ pub fn connect_qps(a: &Qp, a_addr: IpAddr, b: &Qp, b_addr: IpAddr, p: &RcParams)
         .unwrap_or_else(|e| panic!("connecting QP {:#x} to {a_addr}: {e}", b.qpn()));
 }
 
+/// Arguments of an rdma_cm-style connect to `remote:port` (from local
+/// port 40001): 4 READs/atomics each way, 7 retries and RNR retries, path
+/// MTU 1024, no private data. Change fields with struct update syntax.
+pub fn connect_args(remote: IpAddr, port: u16) -> ConnectArgs {
+    ConnectArgs {
+        remote,
+        remote_port: port,
+        local_port: 40001,
+        responder_resources: 4,
+        initiator_depth: 4,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        path_mtu: PathMtu::Mtu1024,
+        private_data: Vec::new(),
+    }
+}
+
 /// How a [`Pair`] is built.
 #[derive(Debug, Clone, Copy)]
 pub struct PairConfig {
@@ -239,6 +257,14 @@ impl Side {
     pub fn addr(&self) -> IpAddr {
         self.dev.query().addr
     }
+
+    /// Where `offset` of this side's region is, for the peer's WRITE or READ.
+    pub fn remote(&self, offset: usize) -> RemoteAddr {
+        RemoteAddr {
+            va: self.mr.addr() + offset as u64,
+            rkey: self.mr.rkey(),
+        }
+    }
 }
 
 fn new_qp(pd: &Pd, cq: &Cq, max_wr: u32) -> Qp {
@@ -295,12 +321,31 @@ impl Pair {
         );
     }
 
-    fn slots(&self, len: u32, window: usize) {
+    /// Runs `count` operations of a's with `window` in flight, operation
+    /// `i` using slot `i % window` (`len` bytes at the same offset of both
+    /// regions): `post(i, offset)` posts it, `verify(completion, offset)`
+    /// checks it.
+    #[track_caller]
+    fn slotted(
+        &self,
+        count: u64,
+        len: u32,
+        window: usize,
+        post: impl Fn(u64, usize),
+        verify: impl Fn(&WorkCompletion, usize),
+    ) {
         let need = window * len as usize;
         assert!(
             need <= self.a.mr.len() && need <= self.b.mr.len(),
             "{window} slots of {len} bytes do not fit the {}-byte regions",
             self.a.mr.len()
+        );
+        let off = |i: u64| (i % window as u64) as usize * len as usize;
+        Pump::new(window).run(
+            count,
+            || self.a.cq.poll_one(),
+            |i| post(i, off(i)),
+            |wc| verify(wc, off(wc.wr_id)),
         );
     }
 
@@ -309,25 +354,23 @@ impl Pair {
     /// in order, with its bytes.
     #[track_caller]
     pub fn send(&self, count: u64, len: u32, window: usize) {
-        self.slots(len, window);
-        let (a, b) = (&self.a, &self.b);
-        let off = |i: u64| (i % window as u64) as usize * len as usize;
-        Pump::new(window).run(
+        let (a, b, n) = (&self.a, &self.b, len as usize);
+        self.slotted(
             count,
-            || a.cq.poll_one(),
-            |i| {
-                a.mr.write(off(i), &pattern(i, len as usize)).unwrap();
-                b.qp.post_recv(RecvWr::new(i, vec![b.mr.sge(off(i), len)]))
+            len,
+            window,
+            |i, off| {
+                a.mr.write(off, &pattern(i, n)).unwrap();
+                b.qp.post_recv(RecvWr::new(i, vec![b.mr.sge(off, len)]))
                     .unwrap();
-                a.qp.post_send(SendWr::new(i, SendOp::Send, vec![a.mr.sge(off(i), len)]))
-                    .unwrap();
+                let wr = SendWr::new(i, SendOp::Send, vec![a.mr.sge(off, len)]);
+                a.qp.post_send(wr).unwrap();
             },
-            |wc| {
-                let i = wc.wr_id;
+            |wc, off| {
                 let r = wc_ok(&b.cq);
-                assert_eq!((r.wr_id, r.byte_len), (i, len), "{r:?}");
-                let got = b.mr.to_vec(off(i), len as usize).unwrap();
-                assert!(got == pattern(i, len as usize), "SEND {i} corrupted");
+                assert_eq!((r.wr_id, r.byte_len), (wc.wr_id, len), "{r:?}");
+                let got = b.mr.to_vec(off, n).unwrap();
+                assert!(got == pattern(wc.wr_id, n), "SEND {} corrupted", wc.wr_id);
             },
         );
     }
@@ -336,29 +379,20 @@ impl Pair {
     /// each verified at b when it completes.
     #[track_caller]
     pub fn write(&self, count: u64, len: u32, window: usize) {
-        self.slots(len, window);
-        let (a, b) = (&self.a, &self.b);
-        let off = |i: u64| (i % window as u64) as usize * len as usize;
-        Pump::new(window).run(
+        let (a, b, n) = (&self.a, &self.b, len as usize);
+        self.slotted(
             count,
-            || a.cq.poll_one(),
-            |i| {
-                a.mr.write(off(i), &pattern(i, len as usize)).unwrap();
-                let to = RemoteAddr {
-                    va: b.mr.addr() + off(i) as u64,
-                    rkey: b.mr.rkey(),
-                };
-                a.qp.post_send(SendWr::new(
-                    i,
-                    SendOp::Write(to),
-                    vec![a.mr.sge(off(i), len)],
-                ))
-                .unwrap();
+            len,
+            window,
+            |i, off| {
+                a.mr.write(off, &pattern(i, n)).unwrap();
+                let to = b.remote(off);
+                let wr = SendWr::new(i, SendOp::Write(to), vec![a.mr.sge(off, len)]);
+                a.qp.post_send(wr).unwrap();
             },
-            |wc| {
-                let i = wc.wr_id;
-                let got = b.mr.to_vec(off(i), len as usize).unwrap();
-                assert!(got == pattern(i, len as usize), "WRITE {i} corrupted");
+            |wc, off| {
+                let got = b.mr.to_vec(off, n).unwrap();
+                assert!(got == pattern(wc.wr_id, n), "WRITE {} corrupted", wc.wr_id);
             },
         );
     }
@@ -367,30 +401,26 @@ impl Pair {
     /// verified at a when it completes.
     #[track_caller]
     pub fn read(&self, count: u64, len: u32, window: usize) {
-        self.slots(len, window);
-        let (a, b) = (&self.a, &self.b);
-        let off = |i: u64| (i % window as u64) as usize * len as usize;
-        let seed = |i: u64| i ^ 0x5eed_0000;
-        Pump::new(window).run(
+        let (a, b, n) = (&self.a, &self.b, len as usize);
+        // Other seeds than WRITE's: a READ must not pass on stale bytes.
+        let seed = |i: u64| !i;
+        self.slotted(
             count,
-            || a.cq.poll_one(),
-            |i| {
-                b.mr.write(off(i), &pattern(seed(i), len as usize)).unwrap();
-                let from = RemoteAddr {
-                    va: b.mr.addr() + off(i) as u64,
-                    rkey: b.mr.rkey(),
-                };
-                a.qp.post_send(SendWr::new(
-                    i,
-                    SendOp::Read(from),
-                    vec![a.mr.sge(off(i), len)],
-                ))
-                .unwrap();
+            len,
+            window,
+            |i, off| {
+                b.mr.write(off, &pattern(seed(i), n)).unwrap();
+                let from = b.remote(off);
+                let wr = SendWr::new(i, SendOp::Read(from), vec![a.mr.sge(off, len)]);
+                a.qp.post_send(wr).unwrap();
             },
-            |wc| {
-                let i = wc.wr_id;
-                let got = a.mr.to_vec(off(i), len as usize).unwrap();
-                assert!(got == pattern(seed(i), len as usize), "READ {i} corrupted");
+            |wc, off| {
+                let got = a.mr.to_vec(off, n).unwrap();
+                assert!(
+                    got == pattern(seed(wc.wr_id), n),
+                    "READ {} corrupted",
+                    wc.wr_id
+                );
             },
         );
     }
@@ -487,18 +517,20 @@ pub fn poll_n(cq: &Cq, n: usize) -> Vec<WorkCompletion> {
     (0..n).map(|_| wait_wc(cq)).collect()
 }
 
-/// `len` bytes of a reproducible pattern for `seed` (xorshift), for
-/// checking transfers byte for byte.
+/// `len` bytes of a reproducible pattern for `seed` (SplitMix64 output,
+/// eight bytes a step), for checking transfers byte for byte.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let mut state = seed;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    out.truncate(len);
+    out
 }
 
 #[cfg(test)]

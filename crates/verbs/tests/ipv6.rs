@@ -7,7 +7,7 @@
 //! the test prints `SKIPPED` and passes, except under `CI=true`, where it fails.
 
 use ndverbs_testkit::netns::Netns;
-use ndverbs_testkit::verbs::{wc_ok, PairConfig, RcParams, Side};
+use ndverbs_testkit::verbs::{self as kit, wc_ok, PairConfig, RcParams, Side};
 use ndverbs_testkit::{addr, verbs::WC_LIMIT as T};
 use ndverbs_verbs::*;
 use std::net::IpAddr;
@@ -41,15 +41,9 @@ fn cycle(a_addr: IpAddr, b_addr: IpAddr, port: u16) {
         .connect(
             &a.qp,
             ConnectArgs {
-                remote: b_addr,
-                remote_port: port,
-                local_port: 40001,
-                responder_resources: 4,
-                initiator_depth: 4,
-                retry_count: 7,
-                rnr_retry_count: 7,
                 path_mtu: PathMtu::Mtu4096,
                 private_data: b"over IPv6".to_vec(),
+                ..kit::connect_args(b_addr, port)
             },
         )
         .unwrap();

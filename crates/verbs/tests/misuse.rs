@@ -845,17 +845,7 @@ fn endpoints_in_the_wrong_state() {
 }
 
 fn connect_args(port: u16) -> ConnectArgs {
-    ConnectArgs {
-        remote: addrs().1,
-        remote_port: port,
-        local_port: 40001,
-        responder_resources: 4,
-        initiator_depth: 4,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        path_mtu: PathMtu::Mtu1024,
-        private_data: Vec::new(),
-    }
+    kit::connect_args(addrs().1, port)
 }
 
 fn accept_args() -> AcceptArgs {

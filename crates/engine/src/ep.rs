@@ -1,7 +1,7 @@
 //! Connection endpoints: the CM side of a connection, and the requests that
 //! run on it phase by phase (WinVerbs' `wv_ep.c`).
 //!
-//! An endpoint is an id in the adapter's table. Connect, CompleteConnect,
+//! An endpoint is an id in the NIC's table. Connect, CompleteConnect,
 //! Accept and Disconnect are *requests* that name the endpoint **and** the QP
 //! (by number) and run in phases on the endpoint's serialised queue:
 //!
@@ -23,12 +23,13 @@
 //! `ep_complete_connect`, `ep_accept`, `ep_disconnect`,
 //! `ep_notify_disconnect`, `ep_get_request`) with the endpoint id `ep` and,
 //! for the four that name one, the QP number `qp`, open from the call until
-//! the request completes (inside the adapter's `adapter` span, field `local`);
+//! the request completes (inside the NIC's `nic` span, field `local`);
 //! its phases are child spans `cm_phase` and `qp_phase`, in the order they
 //! run. CM events and CM state transitions (`from`, `to`) are `debug` events
 //! with the `ep` field; CM timeouts are `warn`.
 
-use crate::adapter::{Adapter, Core, EngineError, Shared};
+use crate::error::EngineError;
+use crate::nic::{Core, Nic, Shared};
 use crate::pending::{pending, Completion, Pending};
 use ndverbs_proto::cm::{
     AcceptParams, CmError, CmEvent, ConnectParams, DisconnectHow, DisconnectStarted, EndpointId,
@@ -46,13 +47,14 @@ use tracing::Span;
 /// # Example
 ///
 /// ```
-/// # use ndverbs_engine::adapter::{Adapter, Progress, QpInit, QpShared};
+/// # use ndverbs_engine::config::Progress;
+/// # use ndverbs_engine::nic::{Nic, QpInit, QpShared};
 /// # use ndverbs_engine::ep::*;
 /// # use ndverbs_proto::mem::Access;
 /// # use ndverbs_proto::rc::*;
 /// # use std::sync::Arc;
-/// # fn side(ip: &str) -> (Adapter, Arc<QpShared>) {
-/// #     let ad = Adapter::open(ip.parse().unwrap(), Progress::Thread).unwrap();
+/// # fn side(ip: &str) -> (Nic, Arc<QpShared>) {
+/// #     let ad = Nic::open(ip.parse().unwrap(), Progress::Thread).unwrap();
 /// #     let pd = ad.alloc_pd().unwrap();
 /// #     let (cq, _) = ad.create_cq(16).unwrap();
 /// #     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
@@ -62,7 +64,7 @@ use tracing::Span;
 /// #         AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
 /// #     (ad, qp)
 /// # }
-/// # fn cargs(to: &Adapter, port: u16) -> ConnectArgs {
+/// # fn cargs(to: &Nic, port: u16) -> ConnectArgs {
 /// #     ConnectArgs { remote: to.local(), remote_port: port, local_port: 40000, responder_resources: 1,
 /// #         initiator_depth: 1, retry_count: 7, rnr_retry_count: 7, path_mtu: PathMtu::Mtu1024,
 /// #         private_data: b"hello".to_vec() }
@@ -84,7 +86,7 @@ use tracing::Span;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EpError {
-    /// The adapter was removed.
+    /// The NIC was removed.
     #[error("device removed")]
     DeviceRemoved,
     /// Cancelled by the application (or by destroying the endpoint).
@@ -129,14 +131,15 @@ pub enum EpError {
 /// # Example
 ///
 /// ```
-/// use ndverbs_engine::adapter::{Adapter, Progress, QpInit, QpShared};
+/// use ndverbs_engine::config::Progress;
+/// use ndverbs_engine::nic::{Nic, QpInit, QpShared};
 /// use ndverbs_engine::ep::{AcceptArgs, ConnectArgs};
 /// use ndverbs_proto::mem::Access;
 /// use ndverbs_proto::rc::*;
 /// use std::sync::Arc;
-/// /// An adapter with one QP in INIT (the CM takes it on to RTR and RTS).
-/// fn side(ip: &str) -> Result<(Adapter, Arc<QpShared>), Box<dyn std::error::Error>> {
-///     let ad = Adapter::open(ip.parse()?, Progress::Thread)?;
+/// /// A NIC with one QP in INIT (the CM takes it on to RTR and RTS).
+/// fn side(ip: &str) -> Result<(Nic, Arc<QpShared>), Box<dyn std::error::Error>> {
+///     let ad = Nic::open(ip.parse()?, Progress::Thread)?;
 ///     let pd = ad.alloc_pd()?;
 ///     let (cq, _) = ad.create_cq(16)?;
 ///     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
@@ -200,13 +203,14 @@ pub struct ConnectArgs {
 /// # Example
 ///
 /// ```
-/// # use ndverbs_engine::adapter::{Adapter, Progress, QpInit, QpShared};
+/// # use ndverbs_engine::config::Progress;
+/// # use ndverbs_engine::nic::{Nic, QpInit, QpShared};
 /// # use ndverbs_engine::ep::*;
 /// # use ndverbs_proto::mem::Access;
 /// # use ndverbs_proto::rc::*;
 /// # use std::sync::Arc;
-/// # fn side(ip: &str) -> (Adapter, Arc<QpShared>) {
-/// #     let ad = Adapter::open(ip.parse().unwrap(), Progress::Thread).unwrap();
+/// # fn side(ip: &str) -> (Nic, Arc<QpShared>) {
+/// #     let ad = Nic::open(ip.parse().unwrap(), Progress::Thread).unwrap();
 /// #     let pd = ad.alloc_pd().unwrap();
 /// #     let (cq, _) = ad.create_cq(16).unwrap();
 /// #     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
@@ -216,7 +220,7 @@ pub struct ConnectArgs {
 /// #         AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
 /// #     (ad, qp)
 /// # }
-/// # fn cargs(to: &Adapter, port: u16) -> ConnectArgs {
+/// # fn cargs(to: &Nic, port: u16) -> ConnectArgs {
 /// #     ConnectArgs { remote: to.local(), remote_port: port, local_port: 40000, responder_resources: 1,
 /// #         initiator_depth: 1, retry_count: 7, rnr_retry_count: 7, path_mtu: PathMtu::Mtu1024,
 /// #         private_data: b"hello".to_vec() }
@@ -255,13 +259,14 @@ pub struct AcceptArgs {
 /// # Example
 ///
 /// ```
-/// # use ndverbs_engine::adapter::{Adapter, Progress, QpInit, QpShared};
+/// # use ndverbs_engine::config::Progress;
+/// # use ndverbs_engine::nic::{Nic, QpInit, QpShared};
 /// # use ndverbs_engine::ep::*;
 /// # use ndverbs_proto::mem::Access;
 /// # use ndverbs_proto::rc::*;
 /// # use std::sync::Arc;
-/// # fn side(ip: &str) -> (Adapter, Arc<QpShared>) {
-/// #     let ad = Adapter::open(ip.parse().unwrap(), Progress::Thread).unwrap();
+/// # fn side(ip: &str) -> (Nic, Arc<QpShared>) {
+/// #     let ad = Nic::open(ip.parse().unwrap(), Progress::Thread).unwrap();
 /// #     let pd = ad.alloc_pd().unwrap();
 /// #     let (cq, _) = ad.create_cq(16).unwrap();
 /// #     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
@@ -271,7 +276,7 @@ pub struct AcceptArgs {
 /// #         AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
 /// #     (ad, qp)
 /// # }
-/// # fn cargs(to: &Adapter, port: u16) -> ConnectArgs {
+/// # fn cargs(to: &Nic, port: u16) -> ConnectArgs {
 /// #     ConnectArgs { remote: to.local(), remote_port: port, local_port: 40000, responder_resources: 1,
 /// #         initiator_depth: 1, retry_count: 7, rnr_retry_count: 7, path_mtu: PathMtu::Mtu1024,
 /// #         private_data: b"hello".to_vec() }
@@ -304,13 +309,14 @@ pub struct ConnectInfo {
 /// # Example
 ///
 /// ```
-/// # use ndverbs_engine::adapter::{Adapter, Progress, QpInit, QpShared};
+/// # use ndverbs_engine::config::Progress;
+/// # use ndverbs_engine::nic::{Nic, QpInit, QpShared};
 /// # use ndverbs_engine::ep::*;
 /// # use ndverbs_proto::mem::Access;
 /// # use ndverbs_proto::rc::*;
 /// # use std::sync::Arc;
-/// # fn side(ip: &str) -> (Adapter, Arc<QpShared>) {
-/// #     let ad = Adapter::open(ip.parse().unwrap(), Progress::Thread).unwrap();
+/// # fn side(ip: &str) -> (Nic, Arc<QpShared>) {
+/// #     let ad = Nic::open(ip.parse().unwrap(), Progress::Thread).unwrap();
 /// #     let pd = ad.alloc_pd().unwrap();
 /// #     let (cq, _) = ad.create_cq(16).unwrap();
 /// #     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
@@ -320,7 +326,7 @@ pub struct ConnectInfo {
 /// #         AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
 /// #     (ad, qp)
 /// # }
-/// # fn cargs(to: &Adapter, port: u16) -> ConnectArgs {
+/// # fn cargs(to: &Nic, port: u16) -> ConnectArgs {
 /// #     ConnectArgs { remote: to.local(), remote_port: port, local_port: 40000, responder_resources: 1,
 /// #         initiator_depth: 1, retry_count: 7, rnr_retry_count: 7, path_mtu: PathMtu::Mtu1024,
 /// #         private_data: b"hello".to_vec() }
@@ -360,15 +366,16 @@ pub struct RequestInfo {
 /// # Example
 ///
 /// ```
-/// use ndverbs_engine::adapter::{Adapter, Progress};
-/// let a = Adapter::open("127.93.15.1".parse().unwrap(), Progress::Thread)?;
+/// use ndverbs_engine::config::Progress;
+/// use ndverbs_engine::nic::Nic;
+/// let a = Nic::open("127.93.15.1".parse().unwrap(), Progress::Thread)?;
 /// let ep = a.create_ep()?;
 /// let info = a.ep_info(ep)?;
 /// assert!(info.cm_state.is_none() && !info.listening); // not bound to anything yet
 /// a.ep_listen(ep, 7000, 8)?;
 /// let info = a.ep_info(ep)?;
 /// assert!(info.listening && info.peer.is_none() && info.comm_ids.is_none());
-/// # Ok::<(), ndverbs_engine::adapter::EngineError>(())
+/// # Ok::<(), ndverbs_engine::error::EngineError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct EpInfo {
@@ -456,10 +463,11 @@ fn cm_event_name(ev: &CmEvent) -> &'static str {
 /// # Example
 ///
 /// ```
-/// use ndverbs_engine::adapter::{Adapter, Progress};
+/// use ndverbs_engine::config::Progress;
+/// use ndverbs_engine::nic::Nic;
 /// use ndverbs_engine::ep::{EpError, EpPending, RequestInfo};
 /// use std::time::Duration;
-/// let a = Adapter::open("127.93.17.1".parse().unwrap(), Progress::Thread)?;
+/// let a = Nic::open("127.93.17.1".parse().unwrap(), Progress::Thread)?;
 /// let (listener, ep) = (a.create_ep()?, a.create_ep()?);
 /// a.ep_listen(listener, 7000, 1)?;
 /// let req: EpPending<RequestInfo> = a.ep_get_request(listener, ep)?;
@@ -467,7 +475,7 @@ fn cm_event_name(ev: &CmEvent) -> &'static str {
 /// assert_eq!(req.wait_timeout(Duration::from_millis(10)), None);
 /// a.ep_cancel(listener)?;
 /// assert_eq!(req.wait(), Err(EpError::Canceled));
-/// # Ok::<(), ndverbs_engine::adapter::EngineError>(())
+/// # Ok::<(), ndverbs_engine::error::EngineError>(())
 /// ```
 pub type EpPending<T> = Pending<Result<T, EpError>>;
 
@@ -566,7 +574,7 @@ impl Core {
     /// there): any other state would fail only after the CM exchange began,
     /// leaving the peer waiting for a REP that never comes.
     fn qp_ready(&self, qpn: u32) -> Result<(), EpError> {
-        match self.qps.get(&qpn) {
+        match self.tables.qps.get(&qpn) {
             None => Err(EpError::NoQp(qpn)),
             Some(e) if e.qp.state() == QpState::Init => Ok(()),
             Some(_) => Err(EpError::InvalidState("the QP is not in INIT")),
@@ -575,7 +583,7 @@ impl Core {
 
     /// Applies what the CM negotiated to QP `qpn`: INIT → RTR → RTS.
     fn qp_to_rts(&mut self, qpn: u32, s: &QpSetup, now: Instant) -> Result<(), EpError> {
-        let Some(e) = self.qps.get_mut(&qpn) else {
+        let Some(e) = self.tables.qps.get_mut(&qpn) else {
             return Err(EpError::NoQp(qpn));
         };
         let mut a = QpAttr {
@@ -625,7 +633,7 @@ impl Core {
 
     /// Moves QP `qpn` to ERR (flushing it); false if there is no such QP.
     fn qp_to_error(&mut self, qpn: u32) -> bool {
-        let Some(e) = self.qps.get_mut(&qpn) else {
+        let Some(e) = self.tables.qps.get_mut(&qpn) else {
             return false;
         };
         e.absorb_posts();
@@ -695,11 +703,11 @@ impl Core {
                 span,
             } => {
                 if let Err(e) = self.qp_ready(qpn) {
-                    finish(&mut self.later, &span, done, Err(e));
+                    finish(&mut self.deliveries.later, &span, done, Err(e));
                     return None;
                 }
                 let _phase = tracing::debug_span!("cm_phase").entered();
-                let psn = self.keys.psn();
+                let psn = self.tables.keys.psn();
                 let service_id = cma::service_id(cma::RDMA_PS_TCP, args.remote_port);
                 let mut p = ConnectParams::new(service_id, args.remote, qpn, psn);
                 p.local_port = args.local_port;
@@ -728,7 +736,7 @@ impl Core {
                         })
                     }
                     Err(e) => {
-                        finish(&mut self.later, &span, done, Err(e.into()));
+                        finish(&mut self.deliveries.later, &span, done, Err(e.into()));
                         None
                     }
                 }
@@ -741,7 +749,7 @@ impl Core {
                 let ep = self.eps.eps.get(&id)?;
                 let (Some(setup), Some(cm_id)) = (ep.setup, ep.cm) else {
                     finish(
-                        &mut self.later,
+                        &mut self.deliveries.later,
                         &span,
                         done,
                         Err(EpError::InvalidState(
@@ -758,7 +766,7 @@ impl Core {
                         tracing::debug!("RTU sent");
                         Ok(())
                     });
-                finish(&mut self.later, &span, done, r);
+                finish(&mut self.deliveries.later, &span, done, r);
                 None
             }
             Request::Accept {
@@ -771,7 +779,7 @@ impl Core {
                 let ep = self.eps.eps.get(&id)?;
                 let Some(cm_id) = ep.cm else {
                     finish(
-                        &mut self.later,
+                        &mut self.deliveries.later,
                         &span,
                         done,
                         Err(EpError::InvalidState("Accept without a connection request")),
@@ -779,10 +787,10 @@ impl Core {
                     return None;
                 };
                 if let Err(e) = self.qp_ready(qpn) {
-                    finish(&mut self.later, &span, done, Err(e));
+                    finish(&mut self.deliveries.later, &span, done, Err(e));
                     return None;
                 }
-                let psn = self.keys.psn();
+                let psn = self.tables.keys.psn();
                 let mut a = AcceptParams::new(qpn, psn);
                 a.responder_resources = args.responder_resources;
                 a.initiator_depth = args.initiator_depth;
@@ -798,7 +806,7 @@ impl Core {
                 let setup = match r {
                     Ok(s) => s,
                     Err(e) => {
-                        finish(&mut self.later, &span, done, Err(e));
+                        finish(&mut self.deliveries.later, &span, done, Err(e));
                         return None;
                     }
                 };
@@ -819,7 +827,7 @@ impl Core {
                         })
                     }
                     Err(e) => {
-                        finish(&mut self.later, &span, done, Err(e.into()));
+                        finish(&mut self.deliveries.later, &span, done, Err(e.into()));
                         None
                     }
                 }
@@ -912,12 +920,16 @@ impl Core {
                 tracing::debug!("the QP is gone; nothing to flush");
             }
         });
-        self.timewait_qpns.insert(qpn);
+        self.tables.timewait_qpns.insert(qpn);
         if let Some(ep) = self.eps.eps.get_mut(&id) {
             ep.closed = true;
-            end_notifies(&mut self.later, &mut ep.notify, Err(EpError::Disconnected));
+            end_notifies(
+                &mut self.deliveries.later,
+                &mut ep.notify,
+                Err(EpError::Disconnected),
+            );
         }
-        finish(&mut self.later, span, done, outcome);
+        finish(&mut self.deliveries.later, span, done, outcome);
     }
 
     /// Routes one CM event to its endpoint and resumes what waited for it.
@@ -985,7 +997,7 @@ impl Core {
                 {
                     if let Some(Request::Connect { done, span, .. }) = ep.requests.pop_front() {
                         finish(
-                            &mut self.later,
+                            &mut self.deliveries.later,
                             &span,
                             done,
                             Ok(ConnectInfo {
@@ -1042,7 +1054,7 @@ impl Core {
                 };
                 ep.info.dreq_received = true;
                 // NotifyDisconnect completes; the QP is not touched (rule D6).
-                end_notifies(&mut self.later, &mut ep.notify, Ok(()));
+                end_notifies(&mut self.deliveries.later, &mut ep.notify, Ok(()));
                 // A DREQ while the REP waits for its RTU: the connection is
                 // up and already closing; the Accept has done its job (WV).
                 if let Some(Request::Accept {
@@ -1051,7 +1063,7 @@ impl Core {
                 }) = ep.requests.front()
                 {
                     if let Some(Request::Accept { done, span, .. }) = ep.requests.pop_front() {
-                        finish(&mut self.later, &span, done, Ok(()));
+                        finish(&mut self.deliveries.later, &span, done, Ok(()));
                     }
                     self.run_ep(id, now);
                 }
@@ -1081,7 +1093,7 @@ impl Core {
                 }
             }
             CmEvent::TimewaitExit { local_qpn, .. } => {
-                self.timewait_qpns.remove(&local_qpn);
+                self.tables.timewait_qpns.remove(&local_qpn);
             }
             _ => {}
         }
@@ -1114,7 +1126,7 @@ impl Core {
         }
         match ep.requests.pop_front() {
             Some(Request::Connect { done, span, .. }) => finish(
-                &mut self.later,
+                &mut self.deliveries.later,
                 &span,
                 done,
                 result.and(Err(EpError::InvalidState(
@@ -1122,7 +1134,7 @@ impl Core {
                 ))),
             ),
             Some(Request::Accept { done, span, .. }) => {
-                finish(&mut self.later, &span, done, result)
+                finish(&mut self.deliveries.later, &span, done, result)
             }
             _ => {}
         }
@@ -1137,7 +1149,7 @@ impl Core {
             .copied()
             .and_then(|id| self.eps.eps.get_mut(&id))
         {
-            end_notifies(&mut self.later, &mut ep.notify, Err(err));
+            end_notifies(&mut self.deliveries.later, &mut ep.notify, Err(err));
         }
     }
 
@@ -1147,7 +1159,7 @@ impl Core {
             return;
         };
         for r in ep.requests.drain(..) {
-            let l = &mut self.later;
+            let l = &mut self.deliveries.later;
             match r {
                 Request::Connect { done, span, .. } => finish(l, &span, done, Err(err.clone())),
                 Request::CompleteConnect { done, span, .. } => {
@@ -1157,10 +1169,10 @@ impl Core {
                 Request::Disconnect { done, span, .. } => finish(l, &span, done, Err(err.clone())),
             }
         }
-        end_notifies(&mut self.later, &mut ep.notify, Err(err.clone()));
+        end_notifies(&mut self.deliveries.later, &mut ep.notify, Err(err.clone()));
         if let Some(l) = ep.listener.as_mut() {
             for (_, span, w) in l.waiters.drain(..) {
-                finish(&mut self.later, &span, w, Err(err.clone()));
+                finish(&mut self.deliveries.later, &span, w, Err(err.clone()));
             }
         }
     }
@@ -1182,7 +1194,12 @@ impl Core {
                 if let Some(l) = self.eps.eps.get_mut(&lid).and_then(|e| e.listener.as_mut()) {
                     l.queue.push_front(req);
                 }
-                finish(&mut self.later, &span, done, Err(EpError::Canceled));
+                finish(
+                    &mut self.deliveries.later,
+                    &span,
+                    done,
+                    Err(EpError::Canceled),
+                );
                 continue;
             };
             let peer_port = req.cma.map_or(0, |h: CmaHeader| h.src_port);
@@ -1204,7 +1221,7 @@ impl Core {
             span.in_scope(|| {
                 tracing::debug!(peer = %info.peer, port = info.peer_port, "connection request handed over")
             });
-            finish(&mut self.later, &span, done, Ok(info));
+            finish(&mut self.deliveries.later, &span, done, Ok(info));
             self.note_cm_state(new_id);
         }
     }
@@ -1220,12 +1237,12 @@ impl Core {
     }
 }
 
-impl Adapter {
+impl Nic {
     fn with_core<T>(
         &self,
         f: impl FnOnce(&mut Core, Instant) -> Result<T, EngineError>,
     ) -> Result<T, EngineError> {
-        let _adapter = self.shared().span.enter();
+        let _nic = self.shared().span.enter();
         let now = self.now();
         let mut c = self.core_guard()?;
         let r = f(&mut c, now);
@@ -1328,7 +1345,7 @@ impl Adapter {
     }
 
     /// Connects endpoint `ep` with QP `qpn` (in INIT). Completes when the REP
-    /// arrives (then call [`Adapter::ep_complete_connect`]), on REJ, or on timeout.
+    /// arrives (then call [`Nic::ep_complete_connect`]), on REJ, or on timeout.
     pub fn ep_connect(
         &self,
         ep: u32,
@@ -1344,7 +1361,7 @@ impl Adapter {
             if e.listener.is_some() || (e.cm.is_some() && !e.closed) || !e.requests.is_empty() {
                 return Err(EngineError::Busy("connection already active"));
             }
-            if !c.qps.contains_key(&qpn) {
+            if !c.tables.qps.contains_key(&qpn) {
                 return Err(EngineError::NotFound {
                     what: "QP",
                     id: qpn,
@@ -1445,7 +1462,7 @@ impl Adapter {
             let (p, done) = pending::<Result<(), EpError>>(removed);
             let span = tracing::debug_span!("ep_notify_disconnect", ep);
             if e.info.dreq_received || e.closed {
-                finish(&mut c.later, &span, done, Ok(()));
+                finish(&mut c.deliveries.later, &span, done, Ok(()));
             } else {
                 span.in_scope(|| tracing::debug!("waiting for the peer's DREQ"));
                 e.notify.push((span, done));
@@ -1481,7 +1498,7 @@ impl Adapter {
     /// and the CM endpoint goes the Linux way (REJ, DREQ or DREP as its state
     /// demands).
     pub fn destroy_ep(&self, ep: u32) -> Result<(), EngineError> {
-        let _adapter = self.shared().span.enter();
+        let _nic = self.shared().span.enter();
         let now = self.now();
         let mut c = self.core_lock();
         tracing::debug!(ep, "destroying the endpoint");

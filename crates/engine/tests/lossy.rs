@@ -1,5 +1,5 @@
 //! Bulk WRITE, READ and SEND across a lossy network: the fault layer drops
-//! 10 % of the packets each adapter sends and duplicates, reorders and delays
+//! 10 % of the packets each NIC sends and duplicates, reorders and delays
 //! others. Every byte is verified and every work request must complete exactly
 //! once, successfully.
 //!
@@ -9,8 +9,9 @@
 mod common;
 
 use common::*;
-use ndverbs_engine::adapter::{sge, Progress};
-use ndverbs_engine::faults::FaultConfig;
+use ndverbs_engine::config::Progress;
+use ndverbs_engine::link::faults::FaultConfig;
+use ndverbs_engine::nic::sge;
 use ndverbs_proto::rc::{PathMtu, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcStatus};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -78,8 +79,8 @@ fn pump(s: &Side, total: usize, mut issue: impl FnMut(usize), mut check: impl Fn
 fn write_read_send_through_ten_percent_loss() {
     let mib = volume_mib();
     let (a, b) = pair(30, Progress::Thread, PathMtu::Mtu4096, SLOTS * CHUNK * 2);
-    a.adapter.set_faults(Some(faults(1))).unwrap();
-    b.adapter.set_faults(Some(faults(2))).unwrap();
+    a.nic.set_faults(Some(faults(1))).unwrap();
+    b.nic.set_faults(Some(faults(2))).unwrap();
     let t0 = Instant::now();
 
     // WRITE: a's slot i → b's slot i; verified at b.
@@ -93,7 +94,7 @@ fn write_read_send_through_ten_percent_loss() {
                 va: b.mr.addr() + (slot * CHUNK) as u64,
                 rkey: b.mr.rkey(),
             };
-            a.adapter
+            a.nic
                 .post_send(
                     &a.qp,
                     SendWr::new(
@@ -126,7 +127,7 @@ fn write_read_send_through_ten_percent_loss() {
                 rkey: b.mr.rkey(),
             };
             let local = sge(&a.mr, (SLOTS + slot) * CHUNK, CHUNK as u32);
-            a.adapter
+            a.nic
                 .post_send(
                     &a.qp,
                     SendWr::new(i as u64, SendOp::Read(remote), vec![local]),
@@ -147,7 +148,7 @@ fn write_read_send_through_ten_percent_loss() {
     // SEND: a's slot → b's receive buffers (second half of b's region).
     let t2 = Instant::now();
     for slot in 0..SLOTS {
-        b.adapter
+        b.nic
             .post_recv(
                 &b.qp,
                 RecvWr::new(
@@ -166,7 +167,7 @@ fn write_read_send_through_ten_percent_loss() {
             let slot = i % SLOTS;
             a.mr.write(slot * CHUNK, &pattern(2_000_000 + i as u64, CHUNK))
                 .unwrap();
-            a.adapter
+            a.nic
                 .post_send(
                     &a.qp,
                     SendWr::new(
@@ -196,7 +197,7 @@ fn write_read_send_through_ten_percent_loss() {
                 );
                 expected_slot_seed.insert(slot, n as u64);
                 let next_id = w.wr_id + SLOTS as u64;
-                b.adapter
+                b.nic
                     .post_recv(
                         &b.qp,
                         RecvWr::new(
@@ -220,14 +221,14 @@ fn write_read_send_through_ten_percent_loss() {
     assert!(recvd.values().all(|&n| n == 1));
     let t_send = t2.elapsed();
 
-    let fa = a.adapter.fault_counters().unwrap();
-    let fb = b.adapter.fault_counters().unwrap();
+    let fa = a.nic.fault_counters().unwrap();
+    let fb = b.nic.fault_counters().unwrap();
     let bad_icrc = a
-        .adapter
+        .nic
         .counters()
         .drop_bad_icrc
         .load(std::sync::atomic::Ordering::Relaxed)
-        + b.adapter
+        + b.nic
             .counters()
             .drop_bad_icrc
             .load(std::sync::atomic::Ordering::Relaxed);

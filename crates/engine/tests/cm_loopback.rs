@@ -220,8 +220,9 @@ fn one_sided_disconnect_with_the_peers_notify_pending() {
 fn dreq_timeout_against_a_silent_peer() {
     let (a, b) = (side("127.77.63.1"), side("127.77.63.2"));
     let (ea, _eb, _l) = connect(&a, &b, 7104, "127.77.63.2");
-    // B goes silent: everything it sends is lost.
-    b.ad.set_faults(Some(FaultConfig {
+    // B goes silent: everything it sends is lost on the way to A (the
+    // fault layer works where packets arrive).
+    a.ad.set_faults(Some(FaultConfig {
         loss: 1.0,
         ..FaultConfig::default()
     }))

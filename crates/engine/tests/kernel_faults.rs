@@ -1,7 +1,8 @@
 //! Real kernel faults between two network namespaces joined by a veth pair:
 //! the kernel itself drops 10 % of the RoCE packets in each direction
-//! (nftables `numgen random`; this kernel has no netem), the engine's fault
-//! layer adds reordering, duplication and delay on top, and:
+//! (nftables `numgen random`; this kernel has no netem), each NIC's fault
+//! layer adds reordering, duplication and delay to what arrives at it (so
+//! both senders stay on their GSO/zero-copy path), and:
 //!
 //! * bulk WRITE/READ/SEND complete with every byte verified;
 //! * the link goes down and up mid-transfer and the transfer still completes;
@@ -280,7 +281,8 @@ fn bulk_through_kernel_drops_and_a_link_flap() {
     let Some(net) = Net::new("kf", 1) else { return };
     let a = side(nic_in(&net.a, net.ip_a));
     let b = side(nic_in(&net.b, net.ip_b));
-    // The engine adds what nft cannot: reordering, duplication, delay.
+    // The engine adds what nft cannot: reordering, duplication, delay, to
+    // what each side receives.
     for (s, seed) in [(&a, 1), (&b, 2)] {
         s.ad.set_faults(Some(FaultConfig {
             dup: 0.01,

@@ -35,7 +35,22 @@ pub fn pair(net: u8, mode: Progress, mtu: PathMtu, region: usize) -> (Side, Side
 }
 
 pub fn side(ip: IpAddr, mode: Progress, region: usize) -> Side {
-    let nic = Nic::open(ip, mode).unwrap_or_else(|e| panic!("open {ip}: {e}"));
+    side_on(
+        Nic::open(ip, mode).unwrap_or_else(|e| panic!("open {ip}: {e}")),
+        region,
+    )
+}
+
+/// Connects one QP pair between two NICs already open (see [`pair`]).
+pub fn pair_on(a: Nic, b: Nic, mtu: PathMtu, region: usize) -> (Side, Side) {
+    let (a, b) = (side_on(a, region), side_on(b, region));
+    connect(&a, &b, mtu, 0x10_0000);
+    connect(&b, &a, mtu, 0x20_0000);
+    (a, b)
+}
+
+/// A side on `nic`: PD, CQ, QP and `region` bytes of memory.
+pub fn side_on(nic: Nic, region: usize) -> Side {
     let pd = nic.alloc_pd().unwrap();
     let (cq_id, cq) = nic.create_cq(4096).unwrap();
     let caps = QpCaps {

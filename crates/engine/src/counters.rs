@@ -1,7 +1,7 @@
 //! NIC-wide packet counters (per-QP counters live in the QPs).
 //!
 //! Only the engine writes them, holding the core lock, so each update is a
-//! plain load and store ([`bump`]) rather than a locked read-modify-write per
+//! plain load and store (`bump`) rather than a locked read-modify-write per
 //! packet; anyone may read them at any time.
 //!
 //! Besides what arrived, left and was dropped, they say *how* packets left:

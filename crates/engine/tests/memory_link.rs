@@ -154,7 +154,7 @@ fn manual_progress_pingpong_without_sockets() {
             a.nic
                 .post_recv(&a.qp, RecvWr::new(i, vec![sge(&a.mr, 64, 64)]))
                 .unwrap();
-            a.mr.write(0, &(i as u64).to_le_bytes()).unwrap();
+            a.mr.write(0, &i.to_le_bytes()).unwrap();
             let wr = SendWr::new(i, SendOp::Send, vec![sge(&a.mr, 0, 8)]);
             a.nic.post_send(&a.qp, wr).unwrap();
             let (mut sent, mut echo) = (false, false);
@@ -169,7 +169,7 @@ fn manual_progress_pingpong_without_sockets() {
                     }
                 }
             }
-            assert_eq!(bytes(&a, 64, 8), (i as u64).to_le_bytes());
+            assert_eq!(bytes(&a, 64, 8), i.to_le_bytes());
         }
         a_done.store(true, Relaxed);
     });

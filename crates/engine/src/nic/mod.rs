@@ -113,26 +113,26 @@ use tables::Tables;
 ///
 /// /// One side: a NIC driven by `progress` (no thread), PD, CQ, QP, 4 KiB region.
 /// fn open(ip: &str) -> Result<(Nic, Arc<CompletionQueue>, Arc<QpShared>, Arc<Region>), EngineError> {
-///     let ad = Nic::open(ip.parse().unwrap(), Progress::Manual)?;
-///     let pd = ad.alloc_pd()?;
-///     let (cq_id, cq) = ad.create_cq(16)?;
-///     let qp = ad.create_qp(QpInit { pd, send_cq: cq_id, recv_cq: cq_id, srq: None,
+///     let nic = Nic::open(ip.parse().unwrap(), Progress::Manual)?;
+///     let pd = nic.alloc_pd()?;
+///     let (cq_id, cq) = nic.create_cq(16)?;
+///     let qp = nic.create_qp(QpInit { pd, send_cq: cq_id, recv_cq: cq_id, srq: None,
 ///         caps: QpCaps::default(), max_recv_wr: 16, max_recv_sge: 1 })?;
-///     let mr = ad.reg_mr(pd, RegionBuf::alloc(4096)?, Access::LOCAL_WRITE)?;
-///     Ok((ad, cq, qp, mr))
+///     let mr = nic.reg_mr(pd, RegionBuf::alloc(4096)?, Access::LOCAL_WRITE)?;
+///     Ok((nic, cq, qp, mr))
 /// }
 /// let (a, cq_a, qp_a, mr_a) = open("127.93.1.1")?;
 /// let (b, cq_b, qp_b, mr_b) = open("127.93.1.2")?;
 /// // RESET -> INIT -> RTR -> RTS, each QP towards the other (PSN 0 both ways).
-/// for (ad, qp, peer, peer_qpn) in [(&a, &qp_a, &b, qp_b.qpn()), (&b, &qp_b, &a, qp_a.qpn())] {
+/// for (nic, qp, peer, peer_qpn) in [(&a, &qp_a, &b, qp_b.qpn()), (&b, &qp_b, &a, qp_a.qpn())] {
 ///     let mut attr = QpAttr { qp_state: QpState::Init, dest_qp_num: peer_qpn, ..QpAttr::default() };
 ///     attr.av.dgid = gid_of(peer.local()).octets();
-///     ad.modify_qp(qp.qpn(), &attr, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+///     nic.modify_qp(qp.qpn(), &attr, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
 ///     attr.qp_state = QpState::Rtr;
-///     ad.modify_qp(qp.qpn(), &attr, AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN
+///     nic.modify_qp(qp.qpn(), &attr, AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN
 ///         | AttrMask::RQ_PSN | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER)?;
 ///     attr.qp_state = QpState::Rts;
-///     ad.modify_qp(qp.qpn(), &attr, AttrMask::STATE | AttrMask::SQ_PSN | AttrMask::TIMEOUT
+///     nic.modify_qp(qp.qpn(), &attr, AttrMask::STATE | AttrMask::SQ_PSN | AttrMask::TIMEOUT
 ///         | AttrMask::RETRY_CNT | AttrMask::RNR_RETRY | AttrMask::MAX_QP_RD_ATOMIC)?;
 /// }
 /// b.post_recv(&qp_b, RecvWr::new(1, vec![Sge::new(mr_b.addr(), 4096, mr_b.lkey())]))?;

@@ -101,7 +101,7 @@ impl Core {
 
     /// Runs the CM's timer if it expired; true if it did.
     fn drive_cm_timer(&mut self, now: Instant) -> bool {
-        if !self.cm.poll_timeout().is_some_and(|t| t <= now) {
+        if self.cm.poll_timeout().is_none_or(|t| t > now) {
             return false;
         }
         let retries = self.cm.counters().tx_retries;

@@ -13,7 +13,7 @@
 //!   it, and a control message less per receive is cheaper).
 //!
 //! **Batching.** [`RoceSocket::send_runs`] sends up to
-//! [`MAX_RUNS`](crate::link::MAX_RUNS) runs with one `sendmmsg`, each run one
+//! [`MAX_RUNS`] runs with one `sendmmsg`, each run one
 //! UDP GSO datagram gathered from pieces (`UDP_SEGMENT` control message); a
 //! lone packet goes with a plain `sendto`. With `UDP_GRO` on
 //! ([`RoceSocket::enable_gro`]) [`RoceSocket::recv_datagram`] may return

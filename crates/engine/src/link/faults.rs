@@ -320,6 +320,8 @@ pub struct FaultLink<L> {
     ready: VecDeque<Slice>,
     /// The source and destination of the stashed datagram.
     stash_from: (SocketAddr, Option<IpAddr>),
+    /// The fates of a datagram's packets (kept for its allocation).
+    fates: Vec<Fate>,
     /// Packets held back, in release order.
     held: VecDeque<Held>,
 }
@@ -350,6 +352,7 @@ impl<L: Link> FaultLink<L> {
             stash: Vec::new(),
             ready: VecDeque::new(),
             stash_from: (SocketAddr::from(([0, 0, 0, 0], 0)), None),
+            fates: Vec::new(),
             held: VecDeque::new(),
         }
     }
@@ -398,35 +401,28 @@ impl<L: Link> FaultLink<L> {
 
     /// Decides the fate of every packet of `d` (in `buf`); returns `d` if
     /// all of them simply pass, else stashes what passes (to hand on from
-    /// the next call) and holds what is held, and returns `None`.
+    /// the next calls) and holds what is held, and returns `None`.
     fn apply(&mut self, d: Datagram, buf: &mut [u8], now_ns: u64) -> Option<Datagram> {
         let Some(f) = self.faults.as_mut() else {
             return Some(d);
         };
-        let mut fates = d.packets().map(|p| (p.clone(), f.fate(now_ns, p.len())));
-        // The common case, decided without a copy: nothing happened to any
-        // packet up to the first one something happened to.
-        let mut first = None;
-        for (p, fate) in fates.by_ref() {
-            if fate != Fate::PLAIN {
-                first = Some((p, fate));
-                break;
-            }
-        }
-        let Some((p, fate)) = first else {
+        let mut fates = std::mem::take(&mut self.fates);
+        fates.clear();
+        fates.extend(d.packets().map(|p| f.fate(now_ns, p.len())));
+        if fates.iter().all(|&x| x == Fate::PLAIN) {
+            // The common case: handed on as it came, without a copy.
+            self.fates = fates;
             return Some(d);
-        };
-        let rest: Vec<_> = fates.collect();
+        }
         self.ready.clear();
         self.stash.clear();
         self.stash.extend_from_slice(&buf[..d.len]);
         self.stash_from = (d.src, d.dst);
-        // Packets before `p` passed: they stay coalesced.
-        let mut group = 0..p.start;
-        for (p, fate) in std::iter::once((p, fate)).chain(rest) {
+        // Packets that pass in a row stay coalesced, as `group`.
+        let mut group = 0..0;
+        for (p, &fate) in d.packets().zip(&fates) {
             let flip = |stash: &mut [u8], bit: usize| {
-                let len = p.len();
-                stash[p.start + (bit / 8) % len] ^= 1 << (bit % 8);
+                stash[p.start + (bit / 8) % p.len()] ^= 1 << (bit % 8);
             };
             match fate {
                 Fate::Pass { copies, corrupt } => {
@@ -435,6 +431,7 @@ impl<L: Link> FaultLink<L> {
                     }
                     group.end = p.end;
                     if copies > 1 {
+                        // The copies right behind the original.
                         self.close(&mut group, d.seg);
                         for _ in 1..copies {
                             self.ready.push_back(Slice {
@@ -465,6 +462,7 @@ impl<L: Link> FaultLink<L> {
             }
         }
         self.close(&mut group, d.seg);
+        self.fates = fates;
         None
     }
 

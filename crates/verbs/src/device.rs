@@ -3,9 +3,11 @@
 use crate::memory::{Mr, Mw};
 use crate::qp::{Qp, QpInitAttr, Srq};
 use crate::{Result, VerbsError};
-use ndverbs_engine::adapter::{node_guid, Adapter, Limits, Progress, LIMITS};
+use ndverbs_engine::config::Progress;
 use ndverbs_engine::cq::{CompletionQueue, NotifyOn, ResizeError};
+use ndverbs_engine::limits::{Limits, LIMITS};
 use ndverbs_engine::mr::RegionBuf;
+use ndverbs_engine::nic::{node_guid, Nic};
 use ndverbs_proto::mem::Access;
 use ndverbs_proto::rc::WorkCompletion;
 use ndverbs_wire::cma::gid_of;
@@ -41,7 +43,7 @@ use std::time::{Duration, Instant};
 /// ```
 #[derive(Debug, Clone)]
 pub struct Device {
-    pub(crate) adapter: Adapter,
+    pub(crate) adapter: Nic,
 }
 
 /// What a device reports about itself.
@@ -67,7 +69,7 @@ pub struct DeviceAttr {
     /// Its GID (IPv4-mapped for IPv4).
     pub gid: Ipv6Addr,
     /// Node GUID, derived from the address: the CA GUID the connection
-    /// manager sends ([`ndverbs_engine::adapter::node_guid`]).
+    /// manager sends ([`ndverbs_engine::nic::node_guid`]).
     pub node_guid: u64,
     /// Enforced limits.
     pub limits: Limits,
@@ -82,7 +84,7 @@ impl Device {
     /// Opens the device for `addr` with the given progress model.
     pub fn open_with(addr: IpAddr, progress: Progress) -> Result<Device> {
         Ok(Device {
-            adapter: Adapter::open(addr, progress)?,
+            adapter: Nic::open(addr, progress)?,
         })
     }
 
@@ -103,7 +105,7 @@ impl Device {
     }
 
     /// The engine behind the device (for layers that drive it directly).
-    pub fn adapter(&self) -> &Adapter {
+    pub fn adapter(&self) -> &Nic {
         &self.adapter
     }
 

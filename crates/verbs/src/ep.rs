@@ -11,10 +11,10 @@
 use crate::device::Device;
 use crate::qp::QpId;
 use crate::{Result, VerbsError};
-use ndverbs_engine::adapter::EngineError;
 pub use ndverbs_engine::ep::{
     AcceptArgs, ConnectArgs, ConnectInfo, EpError, EpInfo, EpPending, RequestInfo,
 };
+use ndverbs_engine::error::EngineError;
 
 /// A connection endpoint. Dropping it destroys it (the CM endpoint ends the
 /// Linux way: REJ, DREQ or DREP as its state demands).

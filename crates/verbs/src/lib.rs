@@ -77,11 +77,14 @@ pub use ep::{
     AcceptArgs, ConnectArgs, ConnectInfo, Endpoint, EpError, EpInfo, EpPending, RequestInfo,
 };
 pub use memory::{Mr, Mw};
-pub use ndverbs_engine::adapter::{node_guid, Limits, Progress, LIMITS};
-pub use ndverbs_engine::capture::PCAP_ENV;
+pub use ndverbs_engine::config::Progress;
+pub use ndverbs_engine::config::PCAP_ENV;
+pub use ndverbs_engine::config::{stat_dir, STAT_ENV};
 pub use ndverbs_engine::cq::{NotifyError, NotifyOn};
+pub use ndverbs_engine::limits::{Limits, LIMITS};
+pub use ndverbs_engine::nic::node_guid;
 pub use ndverbs_engine::pending::Pending;
-pub use ndverbs_engine::stats::{stat_dir, Stats, RXE_COUNTERS, STAT_ENV};
+pub use ndverbs_engine::stats::{Stats, RXE_COUNTERS};
 pub use ndverbs_proto::mem::{Access, SgList, Sge};
 pub use ndverbs_proto::rc::{
     AddressVector, AttrMask, Counters as QpCounters, PathMtu, QpAttr, QpCaps, QpState, RecvWr,
@@ -89,8 +92,8 @@ pub use ndverbs_proto::rc::{
 };
 pub use qp::{Qp, QpId, QpInitAttr, Srq};
 
-pub use ndverbs_engine::adapter::EngineError;
 pub use ndverbs_engine::cq::ResizeError;
+pub use ndverbs_engine::error::EngineError;
 pub use ndverbs_engine::mr::MemError;
 pub use ndverbs_proto::mem::AccessError;
 pub use ndverbs_proto::rc::{ModifyError, PostError};

@@ -2,7 +2,7 @@
 
 use crate::device::PdInner;
 use crate::{Result, VerbsError};
-use ndverbs_engine::adapter::EngineError;
+use ndverbs_engine::error::EngineError;
 use ndverbs_engine::mr::Region;
 use ndverbs_proto::mem::{Access, AccessError, Sge};
 use std::sync::Arc;

@@ -52,6 +52,6 @@ impl Device {
     /// Publishes this device's counters for `ndv stat` (once a second, until
     /// the device is dropped). `NDV_STAT=1` does it for every device.
     pub fn publish_stats(&self) {
-        ndverbs_engine::stats::publish(&self.adapter);
+        self.adapter.publish_stats();
     }
 }

@@ -2,8 +2,8 @@
 
 use crate::device::{Cq, CqInner, Pd, PdInner};
 use crate::{Result, VerbsError};
-use ndverbs_engine::adapter::EngineError;
-use ndverbs_engine::adapter::{QpInit, QpShared, SrqShared};
+use ndverbs_engine::error::EngineError;
+use ndverbs_engine::nic::{QpInit, QpShared, SrqShared};
 use ndverbs_proto::rc::{AttrMask, Counters, QpAttr, QpCaps, QpState, RecvWr, SendWr};
 use std::sync::Arc;
 

@@ -12,8 +12,10 @@
 //! locally or by the peer's SEND_WITH_INVALIDATE, after which its key is dead.
 //! A region with bound windows cannot be deregistered.
 //!
-//! [`MemTable`] implements [`ndverbs_proto::mem::Memory`]: every access checks
-//! key, PD, bounds and rights before a byte moves.
+//! [`MemTable`] implements [`ndverbs_proto::mem::Memory`]: every access looks
+//! its key up and runs proto's checks ([`ndverbs_proto::mem::check_local`] and
+//! its siblings: key, PD, rights, bounds) before a byte moves, the same
+//! checks the simulation's memory runs.
 //!
 //! # Lifetime and sharing
 //!
@@ -31,7 +33,10 @@
 
 use crate::keys::KeyGen;
 use foldhash::HashMap;
-use ndverbs_proto::mem::{Access, AccessError, AtomicOp, Memory, Sge};
+use ndverbs_proto::mem::{
+    check_atomic, check_bind, check_invalidate, check_local, check_remote, Access, AccessError,
+    AtomicOp, Grant, GrantKind, Memory, Sge,
+};
 use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -304,21 +309,17 @@ impl Region {
         }
     }
 
-    /// Offset of `[va, va+len)` in the region, if it lies inside.
-    fn offset_of(&self, va: u64, len: u64) -> Result<usize, AccessError> {
-        let off = va.wrapping_sub(self.addr());
-        if va < self.addr() {
-            return Err(AccessError::OutOfBounds {
-                key: self.key,
-                addr: va,
-                len,
-            });
+    /// What the region's key grants, for proto's checks.
+    fn grant(&self) -> Grant {
+        Grant {
+            kind: GrantKind::Region {
+                remote_invalidate: false,
+            },
+            pd: self.pd,
+            access: self.access,
+            va: self.addr(),
+            len: self.len() as u64,
         }
-        self.range(off, len).map_err(|_| AccessError::OutOfBounds {
-            key: self.key,
-            addr: va,
-            len,
-        })
     }
 }
 
@@ -457,26 +458,7 @@ impl MemTable {
             .get(&lkey)
             .ok_or(MemError::UnknownKey(lkey))?
             .clone();
-        if region.pd != w.pd {
-            return Err(MemError::BadBind(AccessError::PdMismatch {
-                key: lkey,
-                region_pd: region.pd,
-                qp_pd: w.pd,
-            }));
-        }
-        region.offset_of(va, len).map_err(MemError::BadBind)?;
-        for right in [
-            Access::REMOTE_READ,
-            Access::REMOTE_WRITE,
-            Access::REMOTE_ATOMIC,
-        ] {
-            if access.contains(right) && !region.access.contains(right) {
-                return Err(MemError::BadBind(AccessError::NoPermission {
-                    key: lkey,
-                    needed: right,
-                }));
-            }
-        }
+        check_bind(&region.grant(), lkey, w.pd, va, len, access).map_err(MemError::BadBind)?;
         let mut w = self.windows.remove(&mw).expect("present");
         if let Some(old) = w.binding.take() {
             old.region.windows.fetch_sub(1, Ordering::Relaxed);
@@ -513,6 +495,25 @@ impl MemTable {
         Ok(())
     }
 
+    /// What `key` names, for proto's checks, with the region holding its
+    /// bytes and the grant's first byte as an offset in that region.
+    fn lookup(&self, key: u32) -> Option<(Grant, &Region, usize)> {
+        if let Some(r) = self.regions.get(&key) {
+            return Some((r.grant(), r, 0));
+        }
+        let w = self.windows.get(&key)?;
+        let b = w.binding.as_ref()?;
+        let grant = Grant {
+            kind: GrantKind::Window,
+            pd: w.pd,
+            access: b.access,
+            va: b.va,
+            len: b.len,
+        };
+        // The bind checked the window lies inside the region.
+        Some((grant, &b.region, (b.va - b.region.addr()) as usize))
+    }
+
     fn local(
         &self,
         pd: u32,
@@ -521,39 +522,17 @@ impl MemTable {
         len: usize,
         write: bool,
     ) -> Result<(&Region, usize), AccessError> {
-        let r = self
-            .regions
-            .get(&sge.lkey)
-            .ok_or(AccessError::InvalidLkey(sge.lkey))?;
-        if r.pd != pd {
-            return Err(AccessError::PdMismatch {
-                key: sge.lkey,
-                region_pd: r.pd,
-                qp_pd: pd,
-            });
-        }
-        if write && !r.access.contains(Access::LOCAL_WRITE) {
-            return Err(AccessError::NoPermission {
-                key: sge.lkey,
-                needed: Access::LOCAL_WRITE,
-            });
-        }
-        if u64::from(offset) + len as u64 > u64::from(sge.len) {
-            return Err(AccessError::OutOfBounds {
-                key: sge.lkey,
-                addr: sge.addr,
-                len: u64::from(sge.len),
-            });
-        }
-        let va = sge
-            .addr
-            .checked_add(u64::from(offset))
-            .ok_or(AccessError::OutOfBounds {
-                key: sge.lkey,
-                addr: sge.addr,
-                len: len as u64,
-            })?;
-        Ok((r, r.offset_of(va, len as u64)?))
+        let found = self.lookup(sge.lkey);
+        let off = check_local(
+            found.map(|f| f.0).as_ref(),
+            pd,
+            sge,
+            offset,
+            len as u64,
+            write,
+        )?;
+        let (_, r, base) = found.expect("checked");
+        Ok((r, base + off as usize))
     }
 
     fn remote(
@@ -564,51 +543,10 @@ impl MemTable {
         len: u64,
         need: Access,
     ) -> Result<(&Region, usize), AccessError> {
-        if let Some(r) = self.regions.get(&rkey) {
-            if r.pd != pd {
-                return Err(AccessError::PdMismatch {
-                    key: rkey,
-                    region_pd: r.pd,
-                    qp_pd: pd,
-                });
-            }
-            if !r.access.contains(need) {
-                return Err(AccessError::NoPermission {
-                    key: rkey,
-                    needed: need,
-                });
-            }
-            return Ok((r, r.offset_of(va, len)?));
-        }
-        let w = self
-            .windows
-            .get(&rkey)
-            .ok_or(AccessError::InvalidRkey(rkey))?;
-        let b = w.binding.as_ref().ok_or(AccessError::InvalidRkey(rkey))?;
-        if w.pd != pd {
-            return Err(AccessError::PdMismatch {
-                key: rkey,
-                region_pd: w.pd,
-                qp_pd: pd,
-            });
-        }
-        if !b.access.contains(need) {
-            return Err(AccessError::NoPermission {
-                key: rkey,
-                needed: need,
-            });
-        }
-        let inside = va >= b.va && va.checked_add(len).is_some_and(|e| e <= b.va + b.len);
-        if !inside {
-            return Err(AccessError::OutOfBounds {
-                key: rkey,
-                addr: va,
-                len,
-            });
-        }
-        // The region cannot have been deregistered while bound (Busy), but the
-        // range check against it is kept as a second line of defence.
-        Ok((&b.region, b.region.offset_of(va, len)?))
+        let found = self.lookup(rkey);
+        let off = check_remote(found.map(|f| f.0).as_ref(), pd, rkey, va, len, need)?;
+        let (_, r, base) = found.expect("checked");
+        Ok((r, base + off as usize))
     }
 }
 
@@ -693,30 +631,17 @@ impl Memory for MemTable {
         va: u64,
         op: AtomicOp,
     ) -> Result<u64, AccessError> {
-        if va % 8 != 0 {
-            return Err(AccessError::Misaligned(va));
-        }
-        let (r, off) = self.remote(pd, rkey, va, 8, Access::REMOTE_ATOMIC)?;
-        Ok(r.buf.atomic(off, op))
+        let found = self.lookup(rkey);
+        let off = check_atomic(found.map(|f| f.0).as_ref(), pd, rkey, va)?;
+        let (_, r, base) = found.expect("checked");
+        Ok(r.buf.atomic(base + off as usize, op))
     }
 
     fn invalidate_remote(&mut self, pd: u32, rkey: u32) -> Result<(), AccessError> {
-        match self.windows.get(&rkey) {
-            Some(w) if w.binding.is_some() => {
-                if w.pd != pd {
-                    return Err(AccessError::PdMismatch {
-                        key: rkey,
-                        region_pd: w.pd,
-                        qp_pd: pd,
-                    });
-                }
-                self.invalidate_window(rkey)
-                    .map_err(|_| AccessError::InvalidRkey(rkey))
-            }
-            Some(_) => Err(AccessError::InvalidRkey(rkey)),
-            None if self.regions.contains_key(&rkey) => Err(AccessError::NotInvalidatable(rkey)),
-            None => Err(AccessError::InvalidRkey(rkey)),
-        }
+        check_invalidate(self.lookup(rkey).map(|f| f.0).as_ref(), pd, rkey)?;
+        // Only windows pass: the engine's regions are never remotely invalidatable.
+        self.invalidate_window(rkey)
+            .map_err(|_| AccessError::InvalidRkey(rkey))
     }
 }
 

@@ -616,7 +616,7 @@ impl Responder {
         let Some(a) = pkt.ext.atomic_eth else {
             return Ok(());
         };
-        if cx.p.max_dest_rd_atomic == 0 || a.va % 8 != 0 {
+        if cx.p.max_dest_rd_atomic == 0 {
             return Err(self.fatal(cx, p, NakCode::InvalidRequest, WcStatus::RemInvReqErr, None));
         }
         let op = if pkt.bth.opcode == Opcode::RC_COMPARE_SWAP {

@@ -48,6 +48,7 @@ mod attr;
 mod completer;
 mod counters;
 mod emit;
+mod post;
 mod qp;
 mod recv_queue;
 mod requester;
@@ -60,6 +61,7 @@ pub use attr::{
     ModifyError, PathMtu, QpAttr, QpCaps, QpState, MAX_RD_ATOMIC,
 };
 pub use counters::{Counters, Drops};
+pub use post::{validate_recv, validate_send};
 pub use qp::{RcQp, MAX_HEADER_LEN};
 pub use recv_queue::RecvQueue;
 pub use requester::{MAX_PKT_PER_ACK, MAX_UNACKED_PSNS};

@@ -43,11 +43,11 @@ use ndverbs_proto::cm::{
 use ndverbs_proto::mem::testing::{MrKeys, VecMemory};
 use ndverbs_proto::mem::Access;
 use ndverbs_proto::rc::{
-    AttrMask, PathMtu, QpAttr, QpCaps, QpState, RcQp, RecvQueue, RecvWr, RemoteAddr, SendOp,
+    AttrMask, QpAttr, QpCaps, QpState, RcConnection, RcQp, RecvQueue, RecvWr, RemoteAddr, SendOp,
     SendWr, WcOpcode, WcStatus, WorkCompletion,
 };
 use ndverbs_proto::time::{Duration, Instant};
-use ndverbs_wire::cma::{self, gid_of};
+use ndverbs_wire::cma;
 use ndverbs_wire::mad::MAD_LEN;
 use ndverbs_wire::packet::Packet;
 use std::collections::{BTreeMap, HashMap};
@@ -392,17 +392,9 @@ impl Node {
                 sq_sig_all: false,
             },
         );
-        let init = QpAttr {
-            qp_state: QpState::Init,
-            port_num: 1,
-            qp_access_flags: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
-            ..QpAttr::default()
-        };
-        qp.modify(
-            &init,
-            AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-        )
-        .unwrap();
+        // The QP is in INIT before the CM starts, as rdma_cm leaves it.
+        let (init, mask) = RcConnection::new(0).init();
+        qp.modify(&init, mask).unwrap();
         let peer_ops = &sc.ops[1 - idx];
         let n_recv = peer_ops.iter().filter(|o| o.recv_idx.is_some()).count();
         let slot = slot_len(sc.max_len);
@@ -493,52 +485,10 @@ impl Node {
     }
 
     fn apply_setup(&mut self, s: &QpSetup) -> bool {
-        let mut a = QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: PathMtu::from_enum(s.path_mtu).unwrap_or(PathMtu::Mtu1024),
-            dest_qp_num: s.dest_qpn,
-            rq_psn: s.rq_psn,
-            max_dest_rd_atomic: s.max_dest_rd_atomic,
-            min_rnr_timer: s.min_rnr_timer,
-            ..self.qp.query()
-        };
-        a.av.dgid = gid_of(s.remote_addr).octets();
-        a.av.hop_limit = s.hop_limit;
-        a.av.flow_label = s.flow_label;
-        a.av.traffic_class = s.traffic_class;
-        if self
-            .qp
-            .modify(
-                &a,
-                AttrMask::STATE
-                    | AttrMask::AV
-                    | AttrMask::PATH_MTU
-                    | AttrMask::DEST_QPN
-                    | AttrMask::RQ_PSN
-                    | AttrMask::MAX_DEST_RD_ATOMIC
-                    | AttrMask::MIN_RNR_TIMER,
-            )
-            .is_err()
-        {
-            return false;
-        }
-        a.qp_state = QpState::Rts;
-        a.sq_psn = s.sq_psn;
-        a.timeout = s.timeout;
-        a.retry_cnt = s.retry_cnt;
-        a.rnr_retry = s.rnr_retry;
-        a.max_rd_atomic = s.max_rd_atomic;
-        self.qp
-            .modify(
-                &a,
-                AttrMask::STATE
-                    | AttrMask::SQ_PSN
-                    | AttrMask::TIMEOUT
-                    | AttrMask::RETRY_CNT
-                    | AttrMask::RNR_RETRY
-                    | AttrMask::MAX_QP_RD_ATOMIC,
-            )
-            .is_ok()
+        let c = RcConnection::from(s);
+        [c.rtr(), c.rts()]
+            .iter()
+            .all(|(attr, mask)| self.qp.modify(attr, *mask).is_ok())
     }
 
     fn move_to_error(&mut self) {

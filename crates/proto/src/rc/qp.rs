@@ -42,14 +42,9 @@ pub const MAX_HEADER_LEN: usize = 12 + 28 + 4 + 3 + 4;
 ///
 /// /// RESET → INIT → RTR → RTS towards QP `peer` (PSN 0 both ways, defaults elsewhere).
 /// fn connect(qp: &mut RcQp, peer: u32) {
-///     let mut a = QpAttr { qp_state: QpState::Init, dest_qp_num: peer, ..QpAttr::default() };
-///     qp.modify(&a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
-///     a.qp_state = QpState::Rtr;
-///     qp.modify(&a, AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN
-///         | AttrMask::RQ_PSN | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER).unwrap();
-///     a.qp_state = QpState::Rts;
-///     qp.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN | AttrMask::TIMEOUT | AttrMask::RETRY_CNT
-///         | AttrMask::RNR_RETRY | AttrMask::MAX_QP_RD_ATOMIC).unwrap();
+///     for (attr, mask) in RcConnection::new(peer).steps() {
+///         qp.modify(&attr, mask).unwrap();
+///     }
 /// }
 ///
 /// /// Moves every packet `from` has to send into `to`; returns how many.

@@ -293,8 +293,8 @@ pub enum WcOpcode {
 /// use ndverbs_proto::rc::*;
 /// let mut qp = RcQp::new(1, 0, QpCaps::default());
 /// let mut rq = RecvQueue::new(4, 1);
-/// let init = QpAttr { qp_state: QpState::Init, ..QpAttr::default() };
-/// qp.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+/// let (init, mask) = RcConnection::new(2).init();
+/// qp.modify(&init, mask)?;
 /// qp.post_recv(&mut rq, RecvWr::new(9, vec![Sge::new(0x1000, 64, 0x105)]))?;
 /// // ERR flushes every receive: one completion each, marked as the receive queue's.
 /// qp.modify(&QpAttr { qp_state: QpState::Err, ..init }, AttrMask::STATE)?;

@@ -12,10 +12,10 @@
 //! locally or by the peer's SEND_WITH_INVALIDATE, after which its key is dead.
 //! A region with bound windows cannot be deregistered.
 //!
-//! [`MemTable`] implements [`ndverbs_proto::mem::Memory`]: every access looks
-//! its key up and runs proto's checks ([`ndverbs_proto::mem::check_local`] and
-//! its siblings: key, PD, rights, bounds) before a byte moves, the same
-//! checks the simulation's memory runs.
+//! [`MemTable`] is a [`GrantTable`], and so an [`ndverbs_proto::mem::Memory`]:
+//! it says what each key names and where the bytes are; proto looks the key
+//! up and runs its checks (key, PD, rights, bounds) before a byte moves —
+//! the same checks, in the same order, as the simulation's memory.
 //!
 //! # Lifetime and sharing
 //!
@@ -34,8 +34,7 @@
 use crate::keys::KeyGen;
 use foldhash::HashMap;
 use ndverbs_proto::mem::{
-    check_atomic, check_bind, check_invalidate, check_local, check_remote, Access, AccessError,
-    AtomicOp, Grant, GrantKind, Memory, Sge,
+    check_bind, Access, AccessError, AtomicOp, Grant, GrantBytes, GrantKind, GrantTable,
 };
 use std::alloc::Layout;
 use std::ptr::NonNull;
@@ -494,12 +493,44 @@ impl MemTable {
         self.windows.remove(&rkey);
         Ok(())
     }
+}
 
-    /// What `key` names, for proto's checks, with the region holding its
-    /// bytes and the grant's first byte as an offset in that region.
-    fn lookup(&self, key: u32) -> Option<(Grant, &Region, usize)> {
+/// A grant's bytes in the engine: the region that holds them and the
+/// grant's first byte as an offset in it.
+#[derive(Debug, Clone, Copy)]
+pub struct RegionBytes<'a> {
+    region: &'a Region,
+    base: usize,
+}
+
+impl GrantBytes for RegionBytes<'_> {
+    fn read(&self, off: u64, out: &mut [u8]) {
+        self.region.buf.copy_out(self.base + off as usize, out);
+    }
+
+    fn write(&mut self, off: u64, data: &[u8]) {
+        self.region.buf.copy_in(self.base + off as usize, data);
+    }
+
+    fn atomic(&mut self, off: u64, op: AtomicOp) -> u64 {
+        self.region.buf.atomic(self.base + off as usize, op)
+    }
+
+    /// The region stays in the table (so its bytes stay mapped) until the
+    /// table is next changed, which takes the engine's lock the send runs
+    /// under.
+    fn lend(&self, off: u64) -> Option<usize> {
+        Some(self.region.buf.addr() as usize + self.base + off as usize)
+    }
+}
+
+impl GrantTable for MemTable {
+    type Bytes<'a> = RegionBytes<'a>;
+
+    fn grant(&mut self, key: u32) -> Option<(Grant, RegionBytes<'_>)> {
         if let Some(r) = self.regions.get(&key) {
-            return Some((r.grant(), r, 0));
+            let bytes = RegionBytes { region: r, base: 0 };
+            return Some((r.grant(), bytes));
         }
         let w = self.windows.get(&key)?;
         let b = w.binding.as_ref()?;
@@ -510,144 +541,28 @@ impl MemTable {
             va: b.va,
             len: b.len,
         };
-        // The bind checked the window lies inside the region.
-        Some((grant, &b.region, (b.va - b.region.addr()) as usize))
+        // The bind checked that the window lies inside the region.
+        let base = (b.va - b.region.addr()) as usize;
+        Some((
+            grant,
+            RegionBytes {
+                region: &b.region,
+                base,
+            },
+        ))
     }
 
-    fn local(
-        &self,
-        pd: u32,
-        sge: &Sge,
-        offset: u32,
-        len: usize,
-        write: bool,
-    ) -> Result<(&Region, usize), AccessError> {
-        let found = self.lookup(sge.lkey);
-        let off = check_local(
-            found.map(|f| f.0).as_ref(),
-            pd,
-            sge,
-            offset,
-            len as u64,
-            write,
-        )?;
-        let (_, r, base) = found.expect("checked");
-        Ok((r, base + off as usize))
-    }
-
-    fn remote(
-        &self,
-        pd: u32,
-        rkey: u32,
-        va: u64,
-        len: u64,
-        need: Access,
-    ) -> Result<(&Region, usize), AccessError> {
-        let found = self.lookup(rkey);
-        let off = check_remote(found.map(|f| f.0).as_ref(), pd, rkey, va, len, need)?;
-        let (_, r, base) = found.expect("checked");
-        Ok((r, base + off as usize))
-    }
-}
-
-impl Memory for MemTable {
-    fn read_local(
-        &mut self,
-        pd: u32,
-        sge: &Sge,
-        offset: u32,
-        out: &mut [u8],
-    ) -> Result<(), AccessError> {
-        let (r, off) = self.local(pd, sge, offset, out.len(), false)?;
-        r.buf.copy_out(off, out);
-        Ok(())
-    }
-
-    fn write_local(
-        &mut self,
-        pd: u32,
-        sge: &Sge,
-        offset: u32,
-        data: &[u8],
-    ) -> Result<(), AccessError> {
-        let (r, off) = self.local(pd, sge, offset, data.len(), true)?;
-        r.buf.copy_in(off, data);
-        Ok(())
-    }
-
-    fn lend_local(
-        &mut self,
-        pd: u32,
-        sge: &Sge,
-        offset: u32,
-        len: usize,
-    ) -> Result<Option<usize>, AccessError> {
-        // The region stays in the table (so its bytes stay mapped) until the
-        // table is next changed, which takes the engine's lock the send runs
-        // under.
-        let (r, off) = self.local(pd, sge, offset, len, false)?;
-        Ok(Some(r.buf.addr() as usize + off))
-    }
-
-    fn check_remote(
-        &mut self,
-        pd: u32,
-        rkey: u32,
-        va: u64,
-        len: u64,
-        access: Access,
-    ) -> Result<(), AccessError> {
-        self.remote(pd, rkey, va, len, access).map(|_| ())
-    }
-
-    fn write_remote(
-        &mut self,
-        pd: u32,
-        rkey: u32,
-        va: u64,
-        data: &[u8],
-    ) -> Result<(), AccessError> {
-        let (r, off) = self.remote(pd, rkey, va, data.len() as u64, Access::REMOTE_WRITE)?;
-        r.buf.copy_in(off, data);
-        Ok(())
-    }
-
-    fn read_remote(
-        &mut self,
-        pd: u32,
-        rkey: u32,
-        va: u64,
-        out: &mut [u8],
-    ) -> Result<(), AccessError> {
-        let (r, off) = self.remote(pd, rkey, va, out.len() as u64, Access::REMOTE_READ)?;
-        r.buf.copy_out(off, out);
-        Ok(())
-    }
-
-    fn atomic_remote(
-        &mut self,
-        pd: u32,
-        rkey: u32,
-        va: u64,
-        op: AtomicOp,
-    ) -> Result<u64, AccessError> {
-        let found = self.lookup(rkey);
-        let off = check_atomic(found.map(|f| f.0).as_ref(), pd, rkey, va)?;
-        let (_, r, base) = found.expect("checked");
-        Ok(r.buf.atomic(base + off as usize, op))
-    }
-
-    fn invalidate_remote(&mut self, pd: u32, rkey: u32) -> Result<(), AccessError> {
-        check_invalidate(self.lookup(rkey).map(|f| f.0).as_ref(), pd, rkey)?;
-        // Only windows pass: the engine's regions are never remotely invalidatable.
-        self.invalidate_window(rkey)
-            .map_err(|_| AccessError::InvalidRkey(rkey))
+    /// Only windows get here: the engine's regions are never remotely
+    /// invalidatable.
+    fn invalidate(&mut self, key: u32) {
+        let _ = self.invalidate_window(key);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ndverbs_proto::mem::{Memory, Sge};
 
     fn table() -> MemTable {
         MemTable::new(KeyGen::seeded(7))

@@ -134,6 +134,7 @@ fn check_bounds(key: u32, g: &Grant, addr: u64, len: u64) -> Result<u64, AccessE
 /// assert_eq!(check_local(Some(&mr), 1, &sge, 60, 8, false),
 ///     Err(AccessError::OutOfBounds { key: 0x42, addr: 0x10bc, len: 8 }));
 /// ```
+#[inline]
 pub fn check_local(
     found: Option<&Grant>,
     pd: u32,
@@ -185,6 +186,7 @@ pub fn check_local(
 /// assert_eq!(check_remote(Some(&mr), 1, 7, u64::MAX, 2, Access::REMOTE_READ),
 ///     Err(AccessError::OutOfBounds { key: 7, addr: u64::MAX, len: 2 }));
 /// ```
+#[inline]
 pub fn check_remote(
     found: Option<&Grant>,
     pd: u32,
@@ -213,6 +215,7 @@ pub fn check_remote(
 /// // Out of bounds wins over misaligned: alignment is the last check.
 /// assert!(matches!(check_atomic(Some(&mr), 1, 7, 0x103c), Err(AccessError::OutOfBounds { .. })));
 /// ```
+#[inline]
 pub fn check_atomic(
     found: Option<&Grant>,
     pd: u32,

@@ -16,10 +16,12 @@
 //!
 //! The checks are written once, as pure functions over what a table found
 //! under a key ([`Grant`]): [`check_local`], [`check_remote`],
-//! [`check_atomic`], [`check_invalidate`] and [`check_bind`]. Every
-//! [`Memory`] calls them, so the engine's memory table and the test memory
-//! give the same [`AccessError`] for the same request, in Linux rxe's order:
-//! key, PD, rights, bounds (then an atomic's alignment).
+//! [`check_atomic`], [`check_invalidate`] and [`check_bind`]. A memory table
+//! says only what each key names and where its bytes are ([`GrantTable`]);
+//! [`Memory`] follows from that for every table, so the engine's memory
+//! table and the test memory give the same [`AccessError`] for the same
+//! request, in Linux rxe's order: key, PD, rights, bounds (then an atomic's
+//! alignment).
 //!
 //! The responder turns an error into a NAK (remote access error) and the
 //! requester into a completion error (local protection error).
@@ -28,12 +30,14 @@
 
 mod check;
 mod sg;
+mod table;
 pub mod testing;
 
 pub use check::{
     check_atomic, check_bind, check_invalidate, check_local, check_remote, Grant, GrantKind,
 };
 pub use sg::{gather, lend, scatter, sgl_len, LentPayload, SgList, MAX_LENT_PIECES, SGL_INLINE};
+pub use table::{GrantBytes, GrantTable};
 
 use std::fmt;
 use std::ops::{BitOr, BitOrAssign};
@@ -193,6 +197,27 @@ pub enum AtomicOp {
     },
 }
 
+impl AtomicOp {
+    /// The value the 8 bytes hold after the operation, given the value
+    /// `orig` they held before.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_proto::mem::AtomicOp;
+    /// assert_eq!(AtomicOp::FetchAdd { add: 2 }.apply(u64::MAX), 1); // wraps
+    /// assert_eq!(AtomicOp::CompareSwap { compare: 1, swap: 9 }.apply(1), 9);
+    /// assert_eq!(AtomicOp::CompareSwap { compare: 1, swap: 9 }.apply(2), 2);
+    /// ```
+    pub fn apply(self, orig: u64) -> u64 {
+        match self {
+            AtomicOp::CompareSwap { compare, swap } if orig == compare => swap,
+            AtomicOp::CompareSwap { .. } => orig,
+            AtomicOp::FetchAdd { add } => orig.wrapping_add(add),
+        }
+    }
+}
+
 /// Why a memory access was refused.
 ///
 /// # Example
@@ -266,7 +291,8 @@ pub enum AccessError {
 ///
 /// Every method looks its key up, runs the matching check of this module
 /// ([`check_local`], [`check_remote`], [`check_atomic`],
-/// [`check_invalidate`]) and moves nothing if it fails. `offset` in the local
+/// [`check_invalidate`]) and moves nothing if it fails. Memory tables do not
+/// implement it themselves: they implement [`GrantTable`], and this follows. `offset` in the local
 /// methods is a byte offset inside the SGE (`sge.addr + offset` is the first
 /// byte touched); a piece outside the SGE is out of bounds.
 ///

@@ -338,6 +338,30 @@ impl Both {
         }
     }
 
+    /// Both answers as comparable text, with the test memory's keys written
+    /// as the engine's.
+    fn answers<T: std::fmt::Debug>(
+        &self,
+        t: Result<T, AccessError>,
+        v: Result<T, AccessError>,
+    ) -> (String, String) {
+        (
+            format!("{t:?}"),
+            format!("{:?}", v.map_err(|e| self.canon(e))),
+        )
+    }
+
+    /// Runs `f` on each memory with that memory's keys of `keys`.
+    fn both<T: std::fmt::Debug>(
+        &mut self,
+        keys: (u32, u32),
+        mut f: impl FnMut(&mut dyn Memory, u32) -> Result<T, AccessError>,
+    ) -> (String, String) {
+        let t = f(&mut self.table, keys.0);
+        let v = f(&mut self.vec, keys.1);
+        self.answers(t, v)
+    }
+
     /// Runs `op` on both and returns what each answered, comparable.
     fn run(&mut self, op: &Op) -> (String, String) {
         match *op {
@@ -383,21 +407,15 @@ impl Both {
                     w.keys = (*kt, *kv);
                     w.bound = Some((va, len));
                 }
-                let t = match t {
-                    Ok(_) => Ok(()),
-                    Err(MemError::BadBind(e)) => Err(format!("{e:?}")),
-                    // The engine's table errors for unknown keys say "unknown"; the
-                    // test memory's name the key's role.
-                    Err(MemError::UnknownKey(k)) if k == lkey => {
-                        Err(format!("{:?}", AccessError::InvalidLkey(k)))
-                    }
-                    Err(MemError::UnknownKey(k)) => {
-                        Err(format!("{:?}", AccessError::InvalidRkey(k)))
-                    }
-                    Err(e) => Err(format!("{e:?}")),
-                };
-                let v = v.map(|_| ()).map_err(|e| format!("{:?}", self.canon(e)));
-                (format!("{t:?}"), format!("{v:?}"))
+                let t = t.map(|_| ()).map_err(|e| match e {
+                    MemError::BadBind(e) => e,
+                    // The engine's table says "unknown key"; the test memory
+                    // names the key's role.
+                    MemError::UnknownKey(k) if k == lkey => AccessError::InvalidLkey(k),
+                    MemError::UnknownKey(k) => AccessError::InvalidRkey(k),
+                    e => panic!("unexpected bind error {e}"),
+                });
+                self.answers(t, v.map(|_| ()))
             }
             Op::InvalidateWindow { window } => {
                 if self.windows.is_empty() {
@@ -428,26 +446,15 @@ impl Both {
                 fill,
             } => {
                 let tg = self.target(key);
-                let (kt, kv) = tg.keys;
                 let (pd, addr) = (tg.pd(pd), tg.addr(at));
-                let (st, sv) = (Sge::new(addr, sge_len, kt), Sge::new(addr, sge_len, kv));
-                if write {
-                    let data = vec![fill; len];
-                    let t = self.table.write_local(pd, &st, offset, &data);
-                    let v = self.vec.write_local(pd, &sv, offset, &data);
-                    (
-                        format!("{t:?}"),
-                        format!("{:?}", v.map_err(|e| self.canon(e))),
-                    )
-                } else {
-                    let (mut ot, mut ov) = (vec![0; len], vec![0; len]);
-                    let t = self.table.read_local(pd, &st, offset, &mut ot).map(|_| ot);
-                    let v = self.vec.read_local(pd, &sv, offset, &mut ov).map(|_| ov);
-                    (
-                        format!("{t:?}"),
-                        format!("{:?}", v.map_err(|e| self.canon(e))),
-                    )
-                }
+                self.both(tg.keys, |m, k| {
+                    let sge = Sge::new(addr, sge_len, k);
+                    let mut buf = vec![fill; len];
+                    match write {
+                        true => m.write_local(pd, &sge, offset, &buf).map(|_| buf),
+                        false => m.read_local(pd, &sge, offset, &mut buf).map(|_| buf),
+                    }
+                })
             }
             Op::CheckRemote {
                 pd,
@@ -457,14 +464,8 @@ impl Both {
                 need,
             } => {
                 let tg = self.target(key);
-                let (kt, kv) = tg.keys;
                 let (pd, va) = (tg.pd(pd), tg.addr(at));
-                let t = self.table.check_remote(pd, kt, va, len, need);
-                let v = self.vec.check_remote(pd, kv, va, len, need);
-                (
-                    format!("{t:?}"),
-                    format!("{:?}", v.map_err(|e| self.canon(e))),
-                )
+                self.both(tg.keys, |m, k| m.check_remote(pd, k, va, len, need))
             }
             Op::Remote {
                 write,
@@ -475,25 +476,14 @@ impl Both {
                 fill,
             } => {
                 let tg = self.target(key);
-                let (kt, kv) = tg.keys;
                 let (pd, va) = (tg.pd(pd), tg.addr(at));
-                if write {
-                    let data = vec![fill; len];
-                    let t = self.table.write_remote(pd, kt, va, &data);
-                    let v = self.vec.write_remote(pd, kv, va, &data);
-                    (
-                        format!("{t:?}"),
-                        format!("{:?}", v.map_err(|e| self.canon(e))),
-                    )
-                } else {
-                    let (mut ot, mut ov) = (vec![0; len], vec![0; len]);
-                    let t = self.table.read_remote(pd, kt, va, &mut ot).map(|_| ot);
-                    let v = self.vec.read_remote(pd, kv, va, &mut ov).map(|_| ov);
-                    (
-                        format!("{t:?}"),
-                        format!("{:?}", v.map_err(|e| self.canon(e))),
-                    )
-                }
+                self.both(tg.keys, |m, k| {
+                    let mut buf = vec![fill; len];
+                    match write {
+                        true => m.write_remote(pd, k, va, &buf).map(|_| buf),
+                        false => m.read_remote(pd, k, va, &mut buf).map(|_| buf),
+                    }
+                })
             }
             Op::Atomic {
                 pd,
@@ -504,37 +494,25 @@ impl Both {
                 b,
             } => {
                 let tg = self.target(key);
-                let (kt, kv) = tg.keys;
                 let (pd, va) = (tg.pd(pd), tg.addr(at));
-                let op = if cas {
-                    AtomicOp::CompareSwap {
+                let op = match cas {
+                    true => AtomicOp::CompareSwap {
                         compare: a,
                         swap: b,
-                    }
-                } else {
-                    AtomicOp::FetchAdd { add: b }
+                    },
+                    false => AtomicOp::FetchAdd { add: b },
                 };
-                let t = self.table.atomic_remote(pd, kt, va, op);
-                let v = self.vec.atomic_remote(pd, kv, va, op);
-                (
-                    format!("{t:?}"),
-                    format!("{:?}", v.map_err(|e| self.canon(e))),
-                )
+                self.both(tg.keys, |m, k| m.atomic_remote(pd, k, va, op))
             }
             Op::InvalidateRemote { pd, key } => {
                 let tg = self.target(key);
-                let ((kt, kv), pd) = (tg.keys, tg.pd(pd));
-                let t = self.table.invalidate_remote(pd, kt);
-                let v = self.vec.invalidate_remote(pd, kv);
-                if t.is_ok() {
-                    if let Some(w) = self.windows.iter_mut().find(|w| w.keys.0 == kt) {
-                        w.bound = None;
-                    }
+                let pd = tg.pd(pd);
+                let answers = self.both(tg.keys, |m, k| m.invalidate_remote(pd, k));
+                let unbound = self.windows.iter_mut().find(|w| w.keys == tg.keys);
+                if let (Some(w), "Ok(())") = (unbound, answers.0.as_str()) {
+                    w.bound = None;
                 }
-                (
-                    format!("{t:?}"),
-                    format!("{:?}", v.map_err(|e| self.canon(e))),
-                )
+                answers
             }
         }
     }

@@ -346,38 +346,34 @@ impl RcQp {
                 drops.bad_state += 1;
                 return;
             }
-            let mut cx = RespCx {
-                p: &self.p,
-                cq: &mut self.cq,
-                counters: &mut self.counters,
-            };
-            self.resp.handle(&mut cx, mem, rq, pkt)
+            let (resp, mut cx) = self.responder();
+            resp.handle(&mut cx, mem, rq, pkt)
         } else {
             if !matches!(self.state, QpState::Rts | QpState::Sqd) {
                 drops.bad_state += 1;
                 return;
             }
-            let mut cx = SendCx {
-                sq: &mut self.sq,
-                req: &mut self.req,
-                p: &self.p,
-                cq: &mut self.cq,
-                counters: &mut self.counters,
-                now,
-            };
-            self.comp.handle(&mut cx, mem, pkt)
+            let (comp, mut cx) = self.completer(now);
+            comp.handle(&mut cx, mem, pkt)
         };
         if let Err(Fatal(cause)) = result {
             self.enter_error(cause);
         }
     }
 
-    /// Runs the timers that expired by `now`.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
-            return;
-        }
-        let mut cx = SendCx {
+    /// The responder and what it works on.
+    fn responder(&mut self) -> (&mut Responder, RespCx<'_>) {
+        let cx = RespCx {
+            p: &self.p,
+            cq: &mut self.cq,
+            counters: &mut self.counters,
+        };
+        (&mut self.resp, cx)
+    }
+
+    /// The completer and what it works on at `now`.
+    fn completer(&mut self, now: Instant) -> (&mut Completer, SendCx<'_>) {
+        let cx = SendCx {
             sq: &mut self.sq,
             req: &mut self.req,
             p: &self.p,
@@ -385,7 +381,16 @@ impl RcQp {
             counters: &mut self.counters,
             now,
         };
-        if let Err(Fatal(cause)) = self.comp.handle_timeout(&mut cx) {
+        (&mut self.comp, cx)
+    }
+
+    /// Runs the timers that expired by `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            return;
+        }
+        let (comp, mut cx) = self.completer(now);
+        if let Err(Fatal(cause)) = comp.handle_timeout(&mut cx) {
             self.enter_error(cause);
         }
     }
@@ -500,22 +505,14 @@ impl RcQp {
     }
 
     fn poll_responder(&mut self, mem: &mut dyn Memory, buf: &mut [u8]) -> Option<usize> {
-        let mut cx = RespCx {
-            p: &self.p,
-            cq: &mut self.cq,
-            counters: &mut self.counters,
-        };
-        match self.resp.poll(&mut cx, mem, buf) {
+        let (resp, mut cx) = self.responder();
+        match resp.poll(&mut cx, mem, buf) {
             Ok(n) => n,
             Err(Fatal(cause)) => {
                 self.enter_error(cause);
                 // The terminal NAK is now first in line.
-                let mut cx = RespCx {
-                    p: &self.p,
-                    cq: &mut self.cq,
-                    counters: &mut self.counters,
-                };
-                self.resp.poll(&mut cx, mem, buf).ok().flatten()
+                let (resp, mut cx) = self.responder();
+                resp.poll(&mut cx, mem, buf).ok().flatten()
             }
         }
     }

@@ -7,4 +7,6 @@ mod disconnect;
 mod harness;
 mod hostile;
 mod lifecycle;
+#[path = "../common/rng.rs"]
+mod rng;
 mod sim;

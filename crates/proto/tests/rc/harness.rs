@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub use crate::rng::Rng;
 use ndverbs_proto::mem::testing::VecMemory;
 use ndverbs_proto::mem::{Access, Memory};
 use ndverbs_proto::rc::{
@@ -14,39 +15,6 @@ use ndverbs_proto::rc::{
 use ndverbs_proto::time::{Duration, Instant};
 use ndverbs_wire::packet::Packet;
 use std::collections::HashMap;
-
-/// splitmix64: tiny, seedable, good enough for fault injection.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next_u64() % n
-        }
-    }
-    pub fn chance(&mut self, p: f64) -> bool {
-        p > 0.0 && ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p
-    }
-    pub fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            let v = self.next_u64().to_le_bytes();
-            chunk.copy_from_slice(&v[..chunk.len()]);
-        }
-    }
-}
 
 /// Deterministic test bytes.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {

@@ -8,3 +8,5 @@ mod harness;
 mod hostile;
 mod modify;
 mod read_retry;
+#[path = "../common/rng.rs"]
+mod rng;

@@ -1,6 +1,8 @@
 //! RC protocol tests: two QPs back to back on virtual time.
 
 mod basic;
+#[path = "../common/captures.rs"]
+mod capture_files;
 mod captures;
 mod errors;
 mod faults;

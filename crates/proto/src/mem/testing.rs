@@ -354,34 +354,14 @@ mod tests {
             m.read_remote(7, k.rkey ^ 1, 0x10_000, &mut out),
             Err(AccessError::InvalidRkey(_))
         ));
-        assert_eq!(
-            m.atomic_remote(7, k.rkey, 0x10_008, AtomicOp::FetchAdd { add: 5 }),
-            Ok(0)
-        );
-        assert_eq!(
-            m.atomic_remote(
-                7,
-                k.rkey,
-                0x10_008,
-                AtomicOp::CompareSwap {
-                    compare: 5,
-                    swap: 9
-                }
-            ),
-            Ok(5)
-        );
-        assert_eq!(
-            m.atomic_remote(
-                7,
-                k.rkey,
-                0x10_008,
-                AtomicOp::CompareSwap {
-                    compare: 5,
-                    swap: 1
-                }
-            ),
-            Ok(9)
-        );
+        let cas = |compare, swap| AtomicOp::CompareSwap { compare, swap };
+        for (op, before) in [
+            (AtomicOp::FetchAdd { add: 5 }, 0),
+            (cas(5, 9), 5),
+            (cas(5, 1), 9),
+        ] {
+            assert_eq!(m.atomic_remote(7, k.rkey, 0x10_008, op), Ok(before));
+        }
         assert_eq!(
             m.atomic_remote(7, k.rkey, 0x10_004, AtomicOp::FetchAdd { add: 1 }),
             Err(AccessError::Misaligned(0x10_004))

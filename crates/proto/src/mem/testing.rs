@@ -1,4 +1,4 @@
-//! [`VecMemory`]: an in-memory [`Memory`] for tests, examples, the
+//! [`VecMemory`]: an in-memory [`Memory`](super::Memory) for tests, examples, the
 //! simulation and the fuzzers.
 //!
 //! Regions are `Vec<u8>`s registered at a chosen virtual address with a PD and

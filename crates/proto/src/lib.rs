@@ -16,8 +16,8 @@
 //! | Module | Job |
 //! |---|---|
 //! | [`time`] | virtual time |
-//! | [`mem`] | access rights, SGEs, the `Memory` trait, scatter/gather, a test memory |
-//! | [`rc`] | Reliable Connected QPs: requester, completer, responder |
+//! | [`mem`] | access rights, SGEs, the access checks, the `Memory` trait, scatter/gather, a test memory |
+//! | [`rc`] | Reliable Connected QPs: requester, completer, responder; post checks, the connection ladder |
 //! | [`ud`] | Unreliable Datagram QPs, e.g. QP1 for the CM's MADs |
 //! | [`cm`] | the IB connection manager (REQ/REP/RTU, DREQ/DREP, rdma_cm compatible) |
 //!

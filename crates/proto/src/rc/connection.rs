@@ -18,8 +18,8 @@ use ndverbs_wire::cma::gid_of;
 use std::net::IpAddr;
 
 /// One side's view of an RC connection: everything the INIT, RTR and RTS
-/// steps set. Fields are public; [`RcConnection::new`] fills in the
-/// defaults perftest and rdma_cm use.
+/// steps set. Fields are public; [`RcConnection::new`] fills in defaults
+/// that work between any two RoCE devices.
 ///
 /// # Example
 ///
@@ -67,11 +67,13 @@ pub struct RcConnection {
 }
 
 impl RcConnection {
-    /// A connection to QP `dest_qpn`, with PSN 0 both ways, a zero GID and
-    /// perftest's defaults: 1024-byte MTU, the peer may WRITE, READ and run
-    /// atomics (memory regions still decide what it reaches), 16 READ/atomics
-    /// outstanding each way, ACK timeout 14 (about 67 ms), 7 retries of each
-    /// kind, RNR timer 12 (0.64 ms), hop limit 64.
+    /// A connection to QP `dest_qpn`, with PSN 0 both ways and a zero GID.
+    /// The retry rules are perftest's and ibv_rc_pingpong's: ACK timeout 14
+    /// (about 67 ms), 7 retries of each kind (7 = infinite), RNR timer 12
+    /// (0.64 ms). The rest: 1024-byte MTU (every RoCE device has it), the
+    /// peer may WRITE, READ and run atomics (memory regions still decide
+    /// what it reaches), 16 READ/atomics outstanding each way (pipelined
+    /// READs without exceeding what rxe offers), hop limit 64.
     ///
     /// # Example
     ///

@@ -3,7 +3,9 @@
 //!
 //! usage: cargo run -p ndverbs-engine --example roce_listen -- 10.77.0.1 [count]
 
-use ndverbs_engine::udp::{RoceSocket, MAX_TRANSPORT};
+use ndverbs_engine::icrc::IcrcCache;
+use ndverbs_engine::link::udp::RoceSocket;
+use ndverbs_engine::link::MAX_DATAGRAM;
 use ndverbs_wire::packet::Packet;
 use std::time::Duration;
 
@@ -16,17 +18,18 @@ fn main() -> std::io::Result<()> {
         .expect("IP address");
     let count: usize = args.next().map_or(1, |c| c.parse().expect("count"));
     let sock = RoceSocket::bind(ip)?;
-    let mut buf = [0u8; MAX_TRANSPORT];
+    let mut icrc = IcrcCache::new(sock.addr());
+    let mut buf = vec![0u8; MAX_DATAGRAM];
     let mut seen = 0;
     while seen < count {
-        match sock.recv(&mut buf)? {
-            None => std::thread::sleep(Duration::from_millis(1)),
-            Some(Err(drop)) => {
-                seen += 1;
-                println!("dropped: {drop:?}");
-            }
-            Some(Ok(r)) => {
-                seen += 1;
+        let Some(d) = sock.recv_datagram(&mut buf)? else {
+            std::thread::sleep(Duration::from_millis(1));
+            continue;
+        };
+        seen += 1;
+        match icrc.verify(&buf[..d.len], d.src, d.dst) {
+            Err(e) => println!("dropped: {e:?}"),
+            Ok(r) => {
                 let what = match Packet::parse(&buf[..r.len]) {
                     Ok(p) => p.bth.opcode.to_string(),
                     Err(e) => e.to_string(),

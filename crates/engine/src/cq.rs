@@ -95,7 +95,7 @@ pub enum ResizeError {
         /// Depth asked for.
         depth: usize,
     },
-    /// Depth 0 or above the adapter's maximum.
+    /// Depth 0 or above the NIC's maximum.
     #[error("depth {0} is out of range")]
     OutOfRange(usize),
 }
@@ -130,7 +130,7 @@ pub enum NotifyError {
     /// The queue overflowed (completions were lost).
     #[error("completion queue overflow")]
     Overflow,
-    /// The adapter was removed.
+    /// The NIC was removed.
     #[error("device removed")]
     DeviceRemoved,
 }

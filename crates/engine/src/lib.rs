@@ -1,22 +1,46 @@
 //! # ndverbs-engine: the provider's worker
 //!
-//! What a kernel driver is for WinVerbs, this crate is for ndverbs: it owns the
-//! UDP socket of each adapter, the timers and the object tables, and drives the
-//! sans-IO state machines of `ndverbs-proto` with packets and time.
+//! What a kernel driver is for WinVerbs, this crate is for ndverbs: the only
+//! crate with sockets, threads and the clock. It owns each NIC's link, the
+//! timers and the object tables, and drives the sans-IO state machines of
+//! `ndverbs-proto` with packets and time.
 //!
-//! * [`udp`] — RoCEv2 datagrams over a plain UDP socket bound to `<ip>:4791`,
-//!   with the ICRC computed for the IP ID the kernel will write and verified on
-//!   receive by solving for the ID the socket hides.
+//! * [`nic`] — a software RoCE NIC: one local IP address, its link, object
+//!   tables and worker; the control and post paths and the engine loop.
+//! * [`link`] — how packets reach the network: the [`Link`](link::Link)
+//!   trait, a UDP socket on `<ip>:4791` with GSO/GRO, an in-memory pair for
+//!   tests, and the fault-injecting and capturing wrappers.
+//! * [`icrc`] — the ICRC, computed for the IP ID the kernel will write and
+//!   verified on receive by solving for the ID the socket hides.
+//! * [`ep`] — connection endpoints: CM requests run phase by phase.
+//! * [`mr`], [`cq`], [`gsi`], [`keys`], [`pending`], [`event`] — memory
+//!   regions, completion queues, QP1, unpredictable keys, pending results,
+//!   eventfd doorbells.
+//! * [`config`], [`limits`], [`counters`], [`stats`], [`error`] — how a NIC
+//!   is opened (and every environment variable the engine reads), its
+//!   limits, its counters and their publication, and the error of engine
+//!   calls.
 
-pub mod adapter;
-pub mod capture;
+pub mod config;
+pub mod counters;
 pub mod cq;
 pub mod ep;
+pub mod error;
 pub mod event;
-pub mod faults;
 pub mod gsi;
+pub mod icrc;
 pub mod keys;
+pub mod limits;
+pub mod link;
 pub mod mr;
+pub mod nic;
 pub mod pending;
 pub mod stats;
-pub mod udp;
+
+/// The paths the examples of [`mr`] still name.
+#[doc(hidden)]
+pub mod adapter {
+    pub use crate::config::Progress;
+    pub use crate::error::EngineError;
+    pub use crate::nic::Nic as Adapter;
+}

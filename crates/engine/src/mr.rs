@@ -12,8 +12,10 @@
 //! locally or by the peer's SEND_WITH_INVALIDATE, after which its key is dead.
 //! A region with bound windows cannot be deregistered.
 //!
-//! [`MemTable`] implements [`ndverbs_proto::mem::Memory`]: every access checks
-//! key, PD, bounds and rights before a byte moves.
+//! [`MemTable`] is a [`GrantTable`], and so an [`ndverbs_proto::mem::Memory`]:
+//! it says what each key names and where the bytes are; proto looks the key
+//! up and runs its checks (key, PD, rights, bounds) before a byte moves —
+//! the same checks, in the same order, as the simulation's memory.
 //!
 //! # Lifetime and sharing
 //!
@@ -31,7 +33,9 @@
 
 use crate::keys::KeyGen;
 use foldhash::HashMap;
-use ndverbs_proto::mem::{Access, AccessError, AtomicOp, Memory, Sge};
+use ndverbs_proto::mem::{
+    check_bind, Access, AccessError, AtomicOp, Grant, GrantBytes, GrantKind, GrantTable,
+};
 use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -304,21 +308,17 @@ impl Region {
         }
     }
 
-    /// Offset of `[va, va+len)` in the region, if it lies inside.
-    fn offset_of(&self, va: u64, len: u64) -> Result<usize, AccessError> {
-        let off = va.wrapping_sub(self.addr());
-        if va < self.addr() {
-            return Err(AccessError::OutOfBounds {
-                key: self.key,
-                addr: va,
-                len,
-            });
+    /// What the region's key grants, for proto's checks.
+    fn grant(&self) -> Grant {
+        Grant {
+            kind: GrantKind::Region {
+                remote_invalidate: false,
+            },
+            pd: self.pd,
+            access: self.access,
+            va: self.addr(),
+            len: self.len() as u64,
         }
-        self.range(off, len).map_err(|_| AccessError::OutOfBounds {
-            key: self.key,
-            addr: va,
-            len,
-        })
     }
 }
 
@@ -457,26 +457,7 @@ impl MemTable {
             .get(&lkey)
             .ok_or(MemError::UnknownKey(lkey))?
             .clone();
-        if region.pd != w.pd {
-            return Err(MemError::BadBind(AccessError::PdMismatch {
-                key: lkey,
-                region_pd: region.pd,
-                qp_pd: w.pd,
-            }));
-        }
-        region.offset_of(va, len).map_err(MemError::BadBind)?;
-        for right in [
-            Access::REMOTE_READ,
-            Access::REMOTE_WRITE,
-            Access::REMOTE_ATOMIC,
-        ] {
-            if access.contains(right) && !region.access.contains(right) {
-                return Err(MemError::BadBind(AccessError::NoPermission {
-                    key: lkey,
-                    needed: right,
-                }));
-            }
-        }
+        check_bind(&region.grant(), lkey, w.pd, va, len, access).map_err(MemError::BadBind)?;
         let mut w = self.windows.remove(&mw).expect("present");
         if let Some(old) = w.binding.take() {
             old.region.windows.fetch_sub(1, Ordering::Relaxed);
@@ -512,217 +493,76 @@ impl MemTable {
         self.windows.remove(&rkey);
         Ok(())
     }
+}
 
-    fn local(
-        &self,
-        pd: u32,
-        sge: &Sge,
-        offset: u32,
-        len: usize,
-        write: bool,
-    ) -> Result<(&Region, usize), AccessError> {
-        let r = self
-            .regions
-            .get(&sge.lkey)
-            .ok_or(AccessError::InvalidLkey(sge.lkey))?;
-        if r.pd != pd {
-            return Err(AccessError::PdMismatch {
-                key: sge.lkey,
-                region_pd: r.pd,
-                qp_pd: pd,
-            });
-        }
-        if write && !r.access.contains(Access::LOCAL_WRITE) {
-            return Err(AccessError::NoPermission {
-                key: sge.lkey,
-                needed: Access::LOCAL_WRITE,
-            });
-        }
-        if u64::from(offset) + len as u64 > u64::from(sge.len) {
-            return Err(AccessError::OutOfBounds {
-                key: sge.lkey,
-                addr: sge.addr,
-                len: u64::from(sge.len),
-            });
-        }
-        let va = sge
-            .addr
-            .checked_add(u64::from(offset))
-            .ok_or(AccessError::OutOfBounds {
-                key: sge.lkey,
-                addr: sge.addr,
-                len: len as u64,
-            })?;
-        Ok((r, r.offset_of(va, len as u64)?))
+/// A grant's bytes in the engine: the region that holds them and the
+/// grant's first byte as an offset in it.
+#[derive(Debug, Clone, Copy)]
+pub struct RegionBytes<'a> {
+    region: &'a Region,
+    base: usize,
+}
+
+impl GrantBytes for RegionBytes<'_> {
+    fn read(&self, off: u64, out: &mut [u8]) {
+        self.region.buf.copy_out(self.base + off as usize, out);
     }
 
-    fn remote(
-        &self,
-        pd: u32,
-        rkey: u32,
-        va: u64,
-        len: u64,
-        need: Access,
-    ) -> Result<(&Region, usize), AccessError> {
-        if let Some(r) = self.regions.get(&rkey) {
-            if r.pd != pd {
-                return Err(AccessError::PdMismatch {
-                    key: rkey,
-                    region_pd: r.pd,
-                    qp_pd: pd,
-                });
-            }
-            if !r.access.contains(need) {
-                return Err(AccessError::NoPermission {
-                    key: rkey,
-                    needed: need,
-                });
-            }
-            return Ok((r, r.offset_of(va, len)?));
-        }
-        let w = self
-            .windows
-            .get(&rkey)
-            .ok_or(AccessError::InvalidRkey(rkey))?;
-        let b = w.binding.as_ref().ok_or(AccessError::InvalidRkey(rkey))?;
-        if w.pd != pd {
-            return Err(AccessError::PdMismatch {
-                key: rkey,
-                region_pd: w.pd,
-                qp_pd: pd,
-            });
-        }
-        if !b.access.contains(need) {
-            return Err(AccessError::NoPermission {
-                key: rkey,
-                needed: need,
-            });
-        }
-        let inside = va >= b.va && va.checked_add(len).is_some_and(|e| e <= b.va + b.len);
-        if !inside {
-            return Err(AccessError::OutOfBounds {
-                key: rkey,
-                addr: va,
-                len,
-            });
-        }
-        // The region cannot have been deregistered while bound (Busy), but the
-        // range check against it is kept as a second line of defence.
-        Ok((&b.region, b.region.offset_of(va, len)?))
+    fn write(&mut self, off: u64, data: &[u8]) {
+        self.region.buf.copy_in(self.base + off as usize, data);
+    }
+
+    fn atomic(&mut self, off: u64, op: AtomicOp) -> u64 {
+        self.region.buf.atomic(self.base + off as usize, op)
+    }
+
+    /// The region stays in the table (so its bytes stay mapped) until the
+    /// table is next changed, which takes the engine's lock the send runs
+    /// under.
+    fn lend(&self, off: u64) -> Option<usize> {
+        Some(self.region.buf.addr() as usize + self.base + off as usize)
     }
 }
 
-impl Memory for MemTable {
-    fn read_local(
-        &mut self,
-        pd: u32,
-        sge: &Sge,
-        offset: u32,
-        out: &mut [u8],
-    ) -> Result<(), AccessError> {
-        let (r, off) = self.local(pd, sge, offset, out.len(), false)?;
-        r.buf.copy_out(off, out);
-        Ok(())
-    }
+impl GrantTable for MemTable {
+    type Bytes<'a> = RegionBytes<'a>;
 
-    fn write_local(
-        &mut self,
-        pd: u32,
-        sge: &Sge,
-        offset: u32,
-        data: &[u8],
-    ) -> Result<(), AccessError> {
-        let (r, off) = self.local(pd, sge, offset, data.len(), true)?;
-        r.buf.copy_in(off, data);
-        Ok(())
-    }
-
-    fn lend_local(
-        &mut self,
-        pd: u32,
-        sge: &Sge,
-        offset: u32,
-        len: usize,
-    ) -> Result<Option<usize>, AccessError> {
-        // The region stays in the table (so its bytes stay mapped) until the
-        // table is next changed, which takes the engine's lock the send runs
-        // under.
-        let (r, off) = self.local(pd, sge, offset, len, false)?;
-        Ok(Some(r.buf.addr() as usize + off))
-    }
-
-    fn check_remote(
-        &mut self,
-        pd: u32,
-        rkey: u32,
-        va: u64,
-        len: u64,
-        access: Access,
-    ) -> Result<(), AccessError> {
-        self.remote(pd, rkey, va, len, access).map(|_| ())
-    }
-
-    fn write_remote(
-        &mut self,
-        pd: u32,
-        rkey: u32,
-        va: u64,
-        data: &[u8],
-    ) -> Result<(), AccessError> {
-        let (r, off) = self.remote(pd, rkey, va, data.len() as u64, Access::REMOTE_WRITE)?;
-        r.buf.copy_in(off, data);
-        Ok(())
-    }
-
-    fn read_remote(
-        &mut self,
-        pd: u32,
-        rkey: u32,
-        va: u64,
-        out: &mut [u8],
-    ) -> Result<(), AccessError> {
-        let (r, off) = self.remote(pd, rkey, va, out.len() as u64, Access::REMOTE_READ)?;
-        r.buf.copy_out(off, out);
-        Ok(())
-    }
-
-    fn atomic_remote(
-        &mut self,
-        pd: u32,
-        rkey: u32,
-        va: u64,
-        op: AtomicOp,
-    ) -> Result<u64, AccessError> {
-        if va % 8 != 0 {
-            return Err(AccessError::Misaligned(va));
+    fn grant(&mut self, key: u32) -> Option<(Grant, RegionBytes<'_>)> {
+        if let Some(r) = self.regions.get(&key) {
+            let bytes = RegionBytes { region: r, base: 0 };
+            return Some((r.grant(), bytes));
         }
-        let (r, off) = self.remote(pd, rkey, va, 8, Access::REMOTE_ATOMIC)?;
-        Ok(r.buf.atomic(off, op))
+        let w = self.windows.get(&key)?;
+        let b = w.binding.as_ref()?;
+        let grant = Grant {
+            kind: GrantKind::Window,
+            pd: w.pd,
+            access: b.access,
+            va: b.va,
+            len: b.len,
+        };
+        // The bind checked that the window lies inside the region.
+        let base = (b.va - b.region.addr()) as usize;
+        Some((
+            grant,
+            RegionBytes {
+                region: &b.region,
+                base,
+            },
+        ))
     }
 
-    fn invalidate_remote(&mut self, pd: u32, rkey: u32) -> Result<(), AccessError> {
-        match self.windows.get(&rkey) {
-            Some(w) if w.binding.is_some() => {
-                if w.pd != pd {
-                    return Err(AccessError::PdMismatch {
-                        key: rkey,
-                        region_pd: w.pd,
-                        qp_pd: pd,
-                    });
-                }
-                self.invalidate_window(rkey)
-                    .map_err(|_| AccessError::InvalidRkey(rkey))
-            }
-            Some(_) => Err(AccessError::InvalidRkey(rkey)),
-            None if self.regions.contains_key(&rkey) => Err(AccessError::NotInvalidatable(rkey)),
-            None => Err(AccessError::InvalidRkey(rkey)),
-        }
+    /// Only windows get here: the engine's regions are never remotely
+    /// invalidatable.
+    fn invalidate(&mut self, key: u32) {
+        let _ = self.invalidate_window(key);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ndverbs_proto::mem::{Memory, Sge};
 
     fn table() -> MemTable {
         MemTable::new(KeyGen::seeded(7))
@@ -797,37 +637,15 @@ mod tests {
         let all = Access::LOCAL_WRITE | Access::REMOTE_ATOMIC;
         let r = t.register(1, RegionBuf::alloc(64).unwrap(), all).unwrap();
         let a = r.addr() + 8;
-        assert_eq!(
-            t.atomic_remote(1, r.rkey(), a, AtomicOp::FetchAdd { add: 5 })
-                .unwrap(),
-            0
-        );
-        assert_eq!(
-            t.atomic_remote(
-                1,
-                r.rkey(),
-                a,
-                AtomicOp::CompareSwap {
-                    compare: 5,
-                    swap: 9
-                }
-            )
-            .unwrap(),
-            5
-        );
-        assert_eq!(
-            t.atomic_remote(
-                1,
-                r.rkey(),
-                a,
-                AtomicOp::CompareSwap {
-                    compare: 5,
-                    swap: 1
-                }
-            )
-            .unwrap(),
-            9
-        );
+        // The engine's atomics are the hardware's, on the region's bytes.
+        let cas = |compare, swap| AtomicOp::CompareSwap { compare, swap };
+        for (op, before) in [
+            (AtomicOp::FetchAdd { add: 5 }, 0),
+            (cas(5, 9), 5),
+            (cas(5, 1), 9),
+        ] {
+            assert_eq!(t.atomic_remote(1, r.rkey(), a, op), Ok(before));
+        }
         assert_eq!(
             t.atomic_remote(1, r.rkey(), a + 1, AtomicOp::FetchAdd { add: 1 }),
             Err(AccessError::Misaligned(a + 1))

@@ -1,31 +1,34 @@
-//! Adapter counters with Linux rxe's names, and publishing them for `ndv stat`.
+//! NIC counters with Linux rxe's names, and publishing them for `ndv stat`.
 //!
-//! [`Adapter::stats`] is one snapshot of the adapter: rxe's hardware counters
-//! (`rxe_hw_counters.c`, same names, same order) summed over every queue pair
-//! the adapter has had, then every drop by cause — the adapter's (ICRC,
-//! malformed, unknown QP, …), the queue pairs' ([`Drops`], prefixed `qp_`) and
-//! the connection manager's (prefixed `cm_`).
+//! [`Nic::stats`](crate::nic::Nic::stats) is one snapshot of the NIC: rxe's
+//! hardware counters (`rxe_hw_counters.c`, same names, same order) summed over
+//! every queue pair the NIC has had, then every drop by cause — the NIC's
+//! (ICRC, malformed, unknown QP, …), how its packets left (link calls, GSO
+//! runs, zero-copy payloads), the queue pairs' drops ([`Drops`], prefixed
+//! `qp_`) and the connection manager's counters (prefixed `cm_`).
 //!
 //! | rxe counter | here |
 //! |---|---|
-//! | `sent_pkts`, `rcvd_pkts` | every datagram sent / received by the adapter (QP1 included) |
+//! | `sent_pkts`, `rcvd_pkts` | every datagram sent / received by the NIC (QP1 included) |
 //! | `duplicate_request` … `send_err`, `rdma_sends`, `rdma_recvs` | the sum of the queue pairs' [`Counters`] |
-//! | `link_downed` | 1 once the adapter was removed |
+//! | `link_downed` | 1 once the NIC was removed |
 //!
-//! **Publishing.** With `NDV_STAT=1` in the environment (the `ndv` tools set
-//! it), every adapter the process opens writes its snapshot once a second to
-//! `<dir>/<pid>-<address>.json` and removes it when the adapter goes away;
-//! `<dir>` is `$NDV_STAT_DIR`, else `$XDG_RUNTIME_DIR/ndv-stat`, else
-//! `/tmp/ndv-stat`. `ndv stat [PID]` reads them. A file is one JSON object:
+//! **Publishing.** [`Nic::publish_stats`](crate::nic::Nic::publish_stats)
+//! (or `NDV_STAT=1` in the environment, which the `ndv` tools set: see
+//! [`crate::config`]) writes the NIC's snapshot twice a second to
+//! `<dir>/<pid>-<address>.json` and removes it when the NIC goes away;
+//! `<dir>` is [`stat_dir`](crate::config::stat_dir). `ndv stat [PID]` reads them. A file is one JSON object:
 //! `{"pid":…,"addr":"…","time_ms":…,"counters":{"sent_pkts":…,…}}`, counters
 //! in the order above.
 //!
 //! [`Drops`]: ndverbs_proto::rc::Drops
 
-use crate::adapter::{Adapter, WeakAdapter};
+use crate::counters::NicCounters;
+use ndverbs_proto::cm::CmCounters;
 use ndverbs_proto::rc::Counters;
+use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -48,27 +51,23 @@ pub const RXE_COUNTERS: [&str; 15] = [
     "rdma_recvs",
 ];
 
-/// The environment variable that switches publishing on (`1`).
-pub const STAT_ENV: &str = "NDV_STAT";
-/// The environment variable naming the directory of published snapshots.
-pub const STAT_DIR_ENV: &str = "NDV_STAT_DIR";
-
-/// One snapshot of an adapter's counters: `(name, value)` in rxe's order,
+/// One snapshot of a NIC's counters: `(name, value)` in rxe's order,
 /// then drops by cause.
 ///
 /// # Example
 ///
 /// ```
-/// use ndverbs_engine::adapter::{Adapter, Progress};
+/// use ndverbs_engine::config::Progress;
+/// use ndverbs_engine::nic::Nic;
 /// use ndverbs_engine::stats::RXE_COUNTERS;
-/// let a = Adapter::open("127.93.18.1".parse().unwrap(), Progress::Thread)?;
+/// let a = Nic::open("127.93.18.1".parse().unwrap(), Progress::Thread)?;
 /// let s = a.stats();
 /// // rxe's hardware counters first, with rxe's names in `rxe_hw_counters.c` order.
 /// let names: Vec<&str> = s.pairs().iter().map(|(n, _)| n.as_str()).collect();
 /// assert_eq!(names[..RXE_COUNTERS.len()], RXE_COUNTERS);
 /// assert_eq!(s.get("sent_pkts"), 0);
 /// assert!(s.to_json().starts_with("{\"sent_pkts\":0,"));
-/// # Ok::<(), ndverbs_engine::adapter::EngineError>(())
+/// # Ok::<(), ndverbs_engine::error::EngineError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Stats {
@@ -76,6 +75,52 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// A snapshot from its parts: the NIC's own counters, the sum of its
+    /// queue pairs' counters, its CM agent's counters, and whether it was
+    /// removed.
+    pub(crate) fn collect(
+        nic: &NicCounters,
+        qp: &Counters,
+        cm: &CmCounters,
+        removed: bool,
+    ) -> Stats {
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut pairs: Vec<(String, u64)> = Vec::with_capacity(52);
+        for name in RXE_COUNTERS {
+            let v = match name {
+                "sent_pkts" => ld(&nic.sent_datagrams),
+                "rcvd_pkts" => ld(&nic.rcvd_datagrams),
+                "link_downed" => u64::from(removed),
+                n => qp
+                    .pairs()
+                    .into_iter()
+                    .find(|(k, _)| *k == n)
+                    .map_or(0, |(_, v)| v),
+            };
+            pairs.push((name.to_string(), v));
+        }
+        for (n, v) in [
+            ("drop_bad_icrc", ld(&nic.drop_bad_icrc)),
+            ("drop_malformed", ld(&nic.drop_malformed)),
+            ("drop_unknown_qp", ld(&nic.drop_unknown_qp)),
+            ("drop_wrong_source", ld(&nic.drop_wrong_source)),
+            ("drop_gsi", ld(&nic.drop_gsi)),
+            ("send_would_block", ld(&nic.send_would_block)),
+            ("send_calls", ld(&nic.send_calls)),
+            ("gso_runs", ld(&nic.gso_runs)),
+            ("zero_copy_packets", ld(&nic.zero_copy_packets)),
+        ] {
+            pairs.push((n.to_string(), v));
+        }
+        for (n, v) in qp.drops.pairs() {
+            pairs.push((format!("qp_drop_{n}"), v));
+        }
+        for (n, v) in cm_pairs(cm) {
+            pairs.push((format!("cm_{n}"), v));
+        }
+        Stats { pairs }
+    }
+
     /// Every counter in order.
     pub fn pairs(&self) -> &[(String, u64)] {
         &self.pairs
@@ -134,62 +179,7 @@ pub fn add(acc: &mut Counters, c: &Counters) {
     x.tx_no_room += d.tx_no_room;
 }
 
-impl Adapter {
-    /// A snapshot of the adapter's counters (see [`crate::stats`]).
-    ///
-    /// ```no_run
-    /// # use ndverbs_engine::adapter::{Adapter, Progress};
-    /// let a = Adapter::open("127.0.0.1".parse().unwrap(), Progress::Thread)?;
-    /// let s = a.stats();
-    /// println!("sent {} received {}", s.get("sent_pkts"), s.get("rcvd_pkts"));
-    /// # Ok::<(), ndverbs_engine::adapter::EngineError>(())
-    /// ```
-    pub fn stats(&self) -> Stats {
-        let (qp, cm) = {
-            let c = self.core_lock();
-            let mut sum = c.retired;
-            for e in c.qps.values() {
-                add(&mut sum, e.qp.counters());
-            }
-            (sum, *c.cm.counters())
-        };
-        let ac = self.counters();
-        let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-        let mut pairs: Vec<(String, u64)> = Vec::with_capacity(48);
-        for name in RXE_COUNTERS {
-            let v = match name {
-                "sent_pkts" => ld(&ac.sent_datagrams),
-                "rcvd_pkts" => ld(&ac.rcvd_datagrams),
-                "link_downed" => u64::from(self.is_removed()),
-                n => qp
-                    .pairs()
-                    .into_iter()
-                    .find(|(k, _)| *k == n)
-                    .map_or(0, |(_, v)| v),
-            };
-            pairs.push((name.to_string(), v));
-        }
-        for (n, v) in [
-            ("drop_bad_icrc", ld(&ac.drop_bad_icrc)),
-            ("drop_malformed", ld(&ac.drop_malformed)),
-            ("drop_unknown_qp", ld(&ac.drop_unknown_qp)),
-            ("drop_wrong_source", ld(&ac.drop_wrong_source)),
-            ("drop_gsi", ld(&ac.drop_gsi)),
-            ("send_would_block", ld(&ac.send_would_block)),
-        ] {
-            pairs.push((n.to_string(), v));
-        }
-        for (n, v) in qp.drops.pairs() {
-            pairs.push((format!("qp_drop_{n}"), v));
-        }
-        for (n, v) in cm_pairs(&cm) {
-            pairs.push((format!("cm_{n}"), v));
-        }
-        Stats { pairs }
-    }
-}
-
-fn cm_pairs(c: &ndverbs_proto::cm::CmCounters) -> [(&'static str, u64); 15] {
+fn cm_pairs(c: &CmCounters) -> [(&'static str, u64); 15] {
     [
         ("rx_mads", c.rx_mads),
         ("rx_malformed", c.rx_malformed),
@@ -209,27 +199,27 @@ fn cm_pairs(c: &ndverbs_proto::cm::CmCounters) -> [(&'static str, u64); 15] {
     ]
 }
 
-/// The directory of published snapshots.
-pub fn stat_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os(STAT_DIR_ENV).filter(|d| !d.is_empty()) {
-        return PathBuf::from(d);
-    }
-    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d).join("ndv-stat");
-    }
-    PathBuf::from("/tmp/ndv-stat")
-}
-
-/// The file an adapter at `addr` of process `pid` publishes to.
-pub fn stat_file(pid: u32, addr: std::net::IpAddr) -> PathBuf {
-    stat_dir().join(format!("{pid}-{addr}.json"))
+/// The file a NIC at `addr` of process `pid` publishes to.
+pub fn stat_file(pid: u32, addr: IpAddr) -> PathBuf {
+    crate::config::stat_dir().join(format!("{pid}-{addr}.json"))
 }
 
 /// How often snapshots are rewritten.
 pub const PUBLISH_INTERVAL: Duration = Duration::from_millis(500);
 
-fn publisher() -> &'static Mutex<Vec<(std::net::IpAddr, WeakAdapter, PathBuf)>> {
-    static P: OnceLock<Mutex<Vec<(std::net::IpAddr, WeakAdapter, PathBuf)>>> = OnceLock::new();
+/// Something whose counters are published: a NIC, held weakly so that
+/// publishing does not keep it open.
+pub(crate) trait Source: Send {
+    /// The NIC's address.
+    fn local(&self) -> IpAddr;
+    /// A snapshot, or `None` once the NIC is gone.
+    fn snapshot(&self) -> Option<Stats>;
+}
+
+type Published = Vec<(Box<dyn Source>, PathBuf)>;
+
+fn publisher() -> &'static Mutex<Published> {
+    static P: OnceLock<Mutex<Published>> = OnceLock::new();
     P.get_or_init(|| {
         let _ = std::thread::Builder::new()
             .name("ndv-stat".into())
@@ -238,34 +228,29 @@ fn publisher() -> &'static Mutex<Vec<(std::net::IpAddr, WeakAdapter, PathBuf)>> 
     })
 }
 
-/// Starts publishing `a`'s counters if [`STAT_ENV`] is `1`.
-pub(crate) fn publish_from_env(a: &Adapter) {
-    if std::env::var(STAT_ENV).as_deref() == Ok("1") {
-        publish(a);
-    }
-}
-
-/// Publishes `a`'s counters for `ndv stat` until the adapter is dropped.
-pub fn publish(a: &Adapter) {
-    let path = stat_file(std::process::id(), a.local());
-    if let Err(e) = std::fs::create_dir_all(stat_dir()) {
-        tracing::warn!(dir = %stat_dir().display(), error = %e, "counters not published");
+/// Publishes `src`'s counters for `ndv stat` until it is gone.
+pub(crate) fn publish(src: Box<dyn Source>) {
+    let dir = crate::config::stat_dir();
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        tracing::warn!(dir = %dir.display(), error = %e, "counters not published");
         return;
     }
-    write_snapshot(a, &path);
+    let path = stat_file(std::process::id(), src.local());
+    if let Some(s) = src.snapshot() {
+        write_snapshot(src.local(), &s, &path);
+    }
     let mut g = publisher().lock().unwrap_or_else(|e| e.into_inner());
-    g.push((a.local(), a.downgrade(), path));
+    g.push((src, path));
 }
 
-fn write_snapshot(a: &Adapter, path: &std::path::Path) {
+fn write_snapshot(addr: IpAddr, s: &Stats, path: &std::path::Path) {
     let ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
     let json = format!(
-        "{{\"pid\":{},\"addr\":\"{}\",\"time_ms\":{ms},\"counters\":{}}}\n",
+        "{{\"pid\":{},\"addr\":\"{addr}\",\"time_ms\":{ms},\"counters\":{}}}\n",
         std::process::id(),
-        a.local(),
-        a.stats().to_json()
+        s.to_json()
     );
     // Write then rename, so that readers never see half a file.
     let tmp = path.with_extension("json.tmp");
@@ -277,21 +262,21 @@ fn write_snapshot(a: &Adapter, path: &std::path::Path) {
 fn publish_loop() {
     loop {
         std::thread::sleep(PUBLISH_INTERVAL);
-        let list: Vec<(WeakAdapter, PathBuf)> = {
-            let mut g = publisher().lock().unwrap_or_else(|e| e.into_inner());
-            g.retain(|(_, w, p)| {
-                let alive = w.is_alive();
-                if !alive {
-                    let _ = std::fs::remove_file(p);
-                }
-                alive
-            });
-            g.iter().map(|(_, w, p)| (w.clone(), p.clone())).collect()
-        };
-        for (w, p) in list {
-            if let Some(a) = w.upgrade() {
-                write_snapshot(&a, &p);
+        // Taken out of the list while snapshots (each taking a NIC's core
+        // lock) are written: publishing a NIC meanwhile does not wait.
+        let mut list = std::mem::take(&mut *publisher().lock().unwrap_or_else(|e| e.into_inner()));
+        list.retain(|(src, path)| match src.snapshot() {
+            Some(s) => {
+                write_snapshot(src.local(), &s, path);
+                true
             }
-        }
+            None => {
+                let _ = std::fs::remove_file(path);
+                false
+            }
+        });
+        let mut g = publisher().lock().unwrap_or_else(|e| e.into_inner());
+        list.append(&mut g);
+        *g = list;
     }
 }

@@ -1,14 +1,15 @@
 //! Connection management end to end on loopback: listen, connect, accept,
 //! reject, and every disconnect case of the inherited rules — with real MADs on
-//! QP1 between two adapters.
+//! QP1 between two NICs.
 
 mod common;
 
 use common::CmSide as Side;
-use ndverbs_engine::adapter::{sge, Adapter, CmTimers, Progress};
+use ndverbs_engine::config::{CmTimers, NicConfig, Progress};
 use ndverbs_engine::cq::CompletionQueue;
 use ndverbs_engine::ep::{AcceptArgs, ConnectArgs, EpError};
-use ndverbs_engine::faults::FaultConfig;
+use ndverbs_engine::link::faults::FaultConfig;
+use ndverbs_engine::nic::{sge, Nic};
 use ndverbs_proto::mem::Access;
 use ndverbs_proto::rc::{
     AttrMask, PathMtu, QpAttr, QpCaps, QpState, RecvWr, SendOp, SendWr, WcStatus,
@@ -25,7 +26,15 @@ const FAST: CmTimers = CmTimers {
 };
 
 fn side(ip: &str) -> Side {
-    let ad = Adapter::open_with_timers(ip.parse().unwrap(), Progress::Thread, FAST).unwrap();
+    let ad = Nic::open_with(
+        ip.parse().unwrap(),
+        NicConfig {
+            progress: Progress::Thread,
+            cm_timers: FAST,
+            ..NicConfig::from_env()
+        },
+    )
+    .unwrap();
     let caps = QpCaps {
         max_send_wr: 64,
         max_send_sge: 2,
@@ -211,8 +220,9 @@ fn one_sided_disconnect_with_the_peers_notify_pending() {
 fn dreq_timeout_against_a_silent_peer() {
     let (a, b) = (side("127.77.63.1"), side("127.77.63.2"));
     let (ea, _eb, _l) = connect(&a, &b, 7104, "127.77.63.2");
-    // B goes silent: everything it sends is lost.
-    b.ad.set_faults(Some(FaultConfig {
+    // B goes silent: everything it sends is lost on the way to A (the
+    // fault layer works where packets arrive).
+    a.ad.set_faults(Some(FaultConfig {
         loss: 1.0,
         ..FaultConfig::default()
     }))
@@ -358,7 +368,7 @@ fn device_removal_completes_everything_pending() {
 fn dead_peer_disconnect_times_out_and_flushes_once() {
     let (a, b) = (side("127.77.66.1"), side("127.77.66.2"));
     let (ea, _eb, _l) = connect(&a, &b, 7108, "127.77.66.2");
-    // The peer dies: its adapter is gone, its port closed (ICMP unreachable).
+    // The peer dies: its NIC is gone, its port closed (ICMP unreachable).
     b.ad.remove();
     drop(b);
     a.ad.post_recv(&a.qp, RecvWr::new(1, vec![sge(&a.mr, 0, 64)]))

@@ -1,6 +1,6 @@
 //! A hostile peer floods a live connection.
 //!
-//! Two adapters on loopback (127.77.90.1 ↔ .2) with a connected RC QP pair;
+//! Two NICs on loopback (127.77.90.1 ↔ .2) with a connected RC QP pair;
 //! the target (B) holds a region granted to the peer (all remote rights), a
 //! private region (local access only), a region with a memory window bound to
 //! one page of it, a window bound and then invalidated, and a region that was
@@ -33,8 +33,8 @@
 //! connection: exact comm IDs from a wrong source address (DREQ, REJ, DREP,
 //! RTU, MRA, REP, duplicate and "stale connection" REQs), and from the
 //! peer's own address with a wrong remote comm ID or (DREQ) a wrong QPN.
-//! Meanwhile a second, unrelated CM connection to the same adapter (from a
-//! third adapter) exchanges verified SENDs and WRITEs in both directions.
+//! Meanwhile a second, unrelated CM connection to the same NIC (from a
+//! third NIC) exchanges verified SENDs and WRITEs in both directions.
 //! Afterwards no endpoint was notified of a disconnect, all stay
 //! established, the drops are counted (`cm_rx_wrong_source`,
 //! `cm_rx_dreq_bad_qpn`, `cm_rx_unmatched`), memory is unchanged, both
@@ -50,11 +50,13 @@
 mod common;
 
 use common::*;
-use ndverbs_engine::adapter::{node_guid, sge, Adapter, Progress, QpInit, QpShared};
+use ndverbs_engine::config::Progress;
 use ndverbs_engine::cq::CompletionQueue;
 use ndverbs_engine::ep::{AcceptArgs, ConnectArgs};
+use ndverbs_engine::icrc::IcrcCache;
+use ndverbs_engine::link::udp::RoceSocket;
 use ndverbs_engine::mr::{Region, RegionBuf};
-use ndverbs_engine::udp::RoceSocket;
+use ndverbs_engine::nic::{node_guid, sge, Nic, QpInit, QpShared};
 use ndverbs_proto::cm::CmState;
 use ndverbs_proto::mem::Access;
 use ndverbs_proto::rc::{
@@ -116,11 +118,13 @@ fn snapshot(r: &Region) -> Vec<u8> {
     v
 }
 
-/// Sends `buf` (a transport packet whose ICRC the socket fills in), waiting
-/// while the socket buffer is full.
+/// Sends `buf` (a transport packet, its ICRC filled in here), waiting while
+/// the socket buffer is full.
 fn send_valid(s: &RoceSocket, buf: &mut [u8], dst: IpAddr) {
+    let dst = std::net::SocketAddr::new(dst, 4791);
+    IcrcCache::new(s.addr()).fill(buf, dst, 0).unwrap();
     loop {
-        match s.send_to_flipped(buf, dst, 4791, None) {
+        match s.send_to(buf, dst) {
             Ok(()) => return,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
             Err(e) => panic!("forger send: {e}"),
@@ -564,10 +568,10 @@ fn flood_leaves_memory_and_connection_intact() {
     let _one = FLOOD.lock().unwrap_or_else(|e| e.into_inner());
     let n = packets();
     let (a, b) = pair(NET, Progress::Thread, PathMtu::Mtu1024, LEN);
-    let a_ip = a.adapter.local();
-    let b_ip = b.adapter.local();
+    let a_ip = a.nic.local();
+    let b_ip = b.nic.local();
     let pd = b.pd;
-    let ad = &b.adapter;
+    let ad = &b.nic;
     let reg = |acc: Access, seed: u64| -> Arc<Region> {
         let r = ad.reg_mr(pd, RegionBuf::alloc(LEN).unwrap(), acc).unwrap();
         r.write(0, &pattern(seed, LEN)).unwrap();
@@ -627,7 +631,7 @@ fn flood_leaves_memory_and_connection_intact() {
     .enumerate()
     {
         let len = if op.is_atomic() { 8 } else { 4096 };
-        a.adapter
+        a.nic
             .post_send(
                 &a.qp,
                 SendWr::new(i as u64, op, vec![sge(&a_buf, 32768, len)]),
@@ -639,9 +643,9 @@ fn flood_leaves_memory_and_connection_intact() {
     }
     let before: Vec<Vec<u8>> = regions.iter().map(|(_, r)| snapshot(r)).collect();
     let b_qpn = b.qp.qpn();
-    let epsn = b.adapter.query_qp(b_qpn).unwrap().rq_psn;
-    let b_counters0 = b.adapter.qp_counters(b_qpn).unwrap();
-    let rcvd0 = b.adapter.counters().rcvd_datagrams.load(Ordering::Relaxed);
+    let epsn = b.nic.query_qp(b_qpn).unwrap().rq_psn;
+    let b_counters0 = b.nic.qp_counters(b_qpn).unwrap();
+    let rcvd0 = b.nic.counters().rcvd_datagrams.load(Ordering::Relaxed);
 
     let targets = Targets {
         keys: vec![
@@ -674,7 +678,7 @@ fn flood_leaves_memory_and_connection_intact() {
     let kinds = flood(n, &forgers, &aim, &mut Rng(0xf100d));
     let send_time = t0.elapsed();
     // Wait until the engine has drained its socket.
-    let counters = &b.adapter.counters();
+    let counters = &b.nic.counters();
     let mut last = u64::MAX;
     loop {
         std::thread::sleep(Duration::from_millis(200));
@@ -685,7 +689,7 @@ fn flood_leaves_memory_and_connection_intact() {
         last = now;
     }
     let arrived = last - rcvd0;
-    let c = b.adapter.qp_counters(b_qpn).unwrap();
+    let c = b.nic.qp_counters(b_qpn).unwrap();
     let get = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
     println!(
         "flood: {n} packets in {:.1} s ({:?} garbage/valid-ICRC-random/wrong-source/right-but-source/peer-address/MAD), {arrived} arrived",
@@ -693,14 +697,14 @@ fn flood_leaves_memory_and_connection_intact() {
         &kinds[..6]
     );
     println!(
-        "adapter drops: bad ICRC {}, malformed {}, unknown QP {}, wrong source {}, GSI {}",
+        "NIC drops: bad ICRC {}, malformed {}, unknown QP {}, wrong source {}, GSI {}",
         get(&counters.drop_bad_icrc),
         get(&counters.drop_malformed),
         get(&counters.drop_unknown_qp),
         get(&counters.drop_wrong_source),
         get(&counters.drop_gsi),
     );
-    let st = b.adapter.stats();
+    let st = b.nic.stats();
     println!(
         "CM: {:?}",
         st.pairs()
@@ -739,7 +743,7 @@ fn flood_leaves_memory_and_connection_intact() {
     // The connection is intact.
     for s in [&a, &b] {
         assert_eq!(
-            s.adapter.query_qp(s.qp.qpn()).unwrap().qp_state,
+            s.nic.query_qp(s.qp.qpn()).unwrap().qp_state,
             QpState::Rts,
             "a QP left RTS"
         );
@@ -747,7 +751,7 @@ fn flood_leaves_memory_and_connection_intact() {
     assert!(a.cq.poll_one().is_none() && b.cq.poll_one().is_none());
     let data = pattern(77, 32768);
     a_buf.write(0, &data).unwrap();
-    b.adapter
+    b.nic
         .post_recv(&b.qp, RecvWr::new(100, vec![sge(&private, 0, 32768)]))
         .unwrap();
     let remote = RemoteAddr {
@@ -760,7 +764,7 @@ fn flood_leaves_memory_and_connection_intact() {
         SendWr::new(3, SendOp::Send, vec![sge(&a_buf, 0, 32768)]),
     ];
     for wr in posts {
-        a.adapter.post_send(&a.qp, wr).unwrap();
+        a.nic.post_send(&a.qp, wr).unwrap();
     }
     for wc in wait_n(&a, 3, Duration::from_secs(20)) {
         assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
@@ -778,7 +782,7 @@ fn flood_leaves_memory_and_connection_intact() {
     private.read(0, &mut got).unwrap();
     assert!(got == data, "SEND after the flood corrupted");
     // And the other way.
-    b.adapter
+    b.nic
         .post_send(
             &b.qp,
             SendWr::new(
@@ -801,7 +805,7 @@ fn flood_leaves_memory_and_connection_intact() {
 }
 
 /// Keys are not predictable: consecutive registrations give keys with no
-/// fixed stride, spread over all 32 bits, and two adapters give unrelated
+/// fixed stride, spread over all 32 bits, and two NICs give unrelated
 /// sequences.
 #[test]
 fn keys_are_not_predictable() {
@@ -812,11 +816,11 @@ fn keys_are_not_predictable() {
         let mut ks = Vec::new();
         for _ in 0..256 {
             let r = s
-                .adapter
+                .nic
                 .reg_mr(s.pd, RegionBuf::alloc(64).unwrap(), Access::ALL)
                 .unwrap();
             ks.push(r.rkey());
-            s.adapter.dereg_mr(r.lkey()).unwrap();
+            s.nic.dereg_mr(r.lkey()).unwrap();
         }
         keys.push(ks);
     }
@@ -831,7 +835,7 @@ fn keys_are_not_predictable() {
         assert_eq!(uniq.len(), ks.len(), "a key repeated");
     }
     let shared: Vec<_> = keys[0].iter().filter(|k| keys[1].contains(k)).collect();
-    assert!(shared.is_empty(), "two adapters produced the same keys");
+    assert!(shared.is_empty(), "two NICs produced the same keys");
 }
 
 /// The floods run one at a time (each needs the cores to drain its socket).
@@ -847,7 +851,7 @@ struct End {
     mr: Arc<Region>,
 }
 
-fn end(ad: &Adapter, pd: u32) -> End {
+fn end(ad: &Nic, pd: u32) -> End {
     let (cq_id, cq) = ad.create_cq(1024).unwrap();
     let qp = ad
         .create_qp(QpInit {
@@ -887,8 +891,8 @@ const CM_T: Duration = Duration::from_secs(30);
 /// Connects `a`'s end to `b`'s through the CM (B listens on `listener`,
 /// port `port`); returns (A's endpoint, B's endpoint).
 fn cm_connect(
-    (ad_a, a): (&Adapter, &End),
-    (ad_b, b): (&Adapter, &End),
+    (ad_a, a): (&Nic, &End),
+    (ad_b, b): (&Nic, &End),
     listener: u32,
     port: u16,
 ) -> (u32, u32) {
@@ -948,7 +952,7 @@ fn wait_cq(cq: &CompletionQueue, n: usize) -> Vec<ndverbs_proto::rc::WorkComplet
 /// One verified exchange from `x` to `y`: a SEND of `len` bytes of pattern
 /// `seed` into `y`'s region at 0 and a WRITE of the same bytes to `y`'s
 /// region at `LEN / 2`; every completion succeeds and the bytes arrive.
-fn exchange((ad_x, x): (&Adapter, &End), (ad_y, y): (&Adapter, &End), seed: u64, len: usize) {
+fn exchange((ad_x, x): (&Nic, &End), (ad_y, y): (&Nic, &End), seed: u64, len: usize) {
     let data = pattern(seed, len);
     x.mr.write(0, &data).unwrap();
     ad_y.post_recv(&y.qp, RecvWr::new(seed, vec![sge(&y.mr, 0, len as u32)]))
@@ -981,7 +985,7 @@ fn exchange((ad_x, x): (&Adapter, &End), (ad_y, y): (&Adapter, &End), seed: u64,
 
 /// The flood against QPs connected through the CM (connection endpoints),
 /// with MADs aimed at that connection among the forgeries, while a second,
-/// unrelated connection on the same adapter moves verified data.
+/// unrelated connection on the same NIC moves verified data.
 ///
 /// B (127.77.91.2) listens; A (.1) connects to it, and so does C (.5), the
 /// bystander. The forgers also send, besides everything of
@@ -999,7 +1003,7 @@ fn flood_spares_cm_connections() {
     let _one = FLOOD.lock().unwrap_or_else(|e| e.into_inner());
     let n = packets();
     let open =
-        |host: u8| Adapter::open(IpAddr::from([127, 77, CM_NET, host]), Progress::Thread).unwrap();
+        |host: u8| Nic::open(IpAddr::from([127, 77, CM_NET, host]), Progress::Thread).unwrap();
     let (ad_a, ad_b, ad_c) = (open(1), open(2), open(5));
     let pd_a = ad_a.alloc_pd().unwrap();
     let pd_b = ad_b.alloc_pd().unwrap();
@@ -1103,7 +1107,7 @@ fn flood_spares_cm_connections() {
             .collect::<Vec<_>>()
     );
     println!(
-        "adapter drops: bad ICRC {}, malformed {}, unknown QP {}, wrong source {}",
+        "NIC drops: bad ICRC {}, malformed {}, unknown QP {}, wrong source {}",
         delta("drop_bad_icrc"),
         delta("drop_malformed"),
         delta("drop_unknown_qp"),

@@ -6,7 +6,9 @@
 //!   rping does.
 //! * We accept what rxe sends (random IP IDs recovered from the ICRC).
 
-use ndverbs_engine::udp::{RoceSocket, MAX_TRANSPORT};
+use ndverbs_engine::icrc::IcrcCache;
+use ndverbs_engine::link::udp::RoceSocket;
+use ndverbs_engine::link::MAX_DATAGRAM;
 use ndverbs_wire::bth::Bth;
 use ndverbs_wire::cm::{rej_reason, CmMessage, CmPath, Req};
 use ndverbs_wire::cma::{self, CmaHeader};
@@ -152,19 +154,32 @@ fn req(local: IpAddr, peer: IpAddr, port: u16, comm_id: u32) -> Vec<u8> {
     out
 }
 
+/// Fills in the ICRC of `pkt` (for IPv4 ID 0, which the socket sends) and
+/// sends it to `dst`'s RoCEv2 port.
+fn send_signed(sock: &RoceSocket, pkt: &mut [u8], dst: std::net::IpAddr) {
+    let dst = std::net::SocketAddr::new(dst, ROCEV2_PORT);
+    IcrcCache::new(sock.addr()).fill(pkt, dst, 0).unwrap();
+    sock.send_to(pkt, dst).unwrap();
+}
+
 /// The next CM message received (with a verified ICRC), within `limit`.
 fn next_cm(sock: &RoceSocket, limit: Duration) -> Option<(CmMessage, Option<u16>)> {
-    let mut buf = [0u8; MAX_TRANSPORT];
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let mut icrc = IcrcCache::new(sock.addr());
     let t0 = Instant::now();
     while t0.elapsed() < limit {
-        match sock.recv(&mut buf).unwrap() {
-            None => std::thread::sleep(Duration::from_millis(2)),
-            Some(Err(d)) => panic!("dropped a datagram from rxe: {d:?}"),
-            Some(Ok(r)) => {
-                let p = Packet::parse(&buf[..r.len]).unwrap();
-                if let Ok(cm) = Mad::parse(p.payload).and_then(|m| CmMessage::parse(&m)) {
-                    return Some((cm, r.ipv4_id));
-                }
+        let Some(d) = sock.recv_datagram(&mut buf).unwrap() else {
+            std::thread::sleep(Duration::from_millis(2));
+            continue;
+        };
+        for range in d.packets() {
+            let r = match icrc.verify(&buf[range.clone()], d.src, d.dst) {
+                Ok(r) => r,
+                Err(e) => panic!("dropped a packet from rxe: {e:?}"),
+            };
+            let p = Packet::parse(&buf[range.start..range.start + r.len]).unwrap();
+            if let Ok(cm) = Mad::parse(p.payload).and_then(|m| CmMessage::parse(&m)) {
+                return Some((cm, r.ipv4_id));
             }
         }
     }
@@ -183,8 +198,7 @@ fn rxe_accepts_our_icrc_and_rejects_an_unknown_service() {
         7999,
         0x1111_0001,
     );
-    sock.send_to(&mut pkt, GUEST.parse().unwrap(), ROCEV2_PORT)
-        .unwrap();
+    send_signed(&sock, &mut pkt, GUEST.parse().unwrap());
     let (cm, id) = next_cm(&sock, Duration::from_secs(10)).expect("no answer from rxe");
     let CmMessage::Rej(rej) = cm else {
         panic!("expected REJ, got {}", cm.name())
@@ -213,8 +227,7 @@ fn rxe_answers_rep_when_rping_listens() {
             port,
             0x2222_0000 + attempt,
         );
-        sock.send_to(&mut pkt, GUEST.parse().unwrap(), ROCEV2_PORT)
-            .unwrap();
+        send_signed(&sock, &mut pkt, GUEST.parse().unwrap());
         if let Some((cm, _)) = next_cm(&sock, Duration::from_millis(700)) {
             match cm {
                 CmMessage::Rep(rep) => {

@@ -1,7 +1,8 @@
 //! Real kernel faults between two network namespaces joined by a veth pair:
 //! the kernel itself drops 10 % of the RoCE packets in each direction
-//! (nftables `numgen random`; this kernel has no netem), the engine's fault
-//! layer adds reordering, duplication and delay on top, and:
+//! (nftables `numgen random`; this kernel has no netem), each NIC's fault
+//! layer adds reordering, duplication and delay to what arrives at it (so
+//! both senders stay on their GSO/zero-copy path), and:
 //!
 //! * bulk WRITE/READ/SEND complete with every byte verified;
 //! * the link goes down and up mid-transfer and the transfer still completes;
@@ -17,9 +18,10 @@
 mod common;
 
 use common::{pattern, CmSide as Side};
-use ndverbs_engine::adapter::{sge, Adapter, CmTimers, Progress};
+use ndverbs_engine::config::{CmTimers, NicConfig, Progress};
 use ndverbs_engine::ep::{AcceptArgs, ConnectArgs, EpError};
-use ndverbs_engine::faults::FaultConfig;
+use ndverbs_engine::link::faults::FaultConfig;
+use ndverbs_engine::nic::{sge, Nic};
 use ndverbs_proto::rc::{PathMtu, QpCaps, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcStatus};
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
@@ -152,21 +154,29 @@ impl Drop for Net {
     }
 }
 
-/// Opens an adapter inside namespace `ns` (sockets belong to the namespace of
+/// Opens a NIC inside namespace `ns` (sockets belong to the namespace of
 /// the thread that creates them; a helper thread enters it).
-fn adapter_in(ns: &str, ip: IpAddr) -> Adapter {
+fn nic_in(ns: &str, ip: IpAddr) -> Nic {
     let ns = ns.to_string();
     std::thread::spawn(move || {
         let f = std::fs::File::open(format!("/run/netns/{ns}")).expect("netns");
         // SAFETY: plain syscall on a valid fd; affects this helper thread only.
         assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0);
-        Adapter::open_with_timers(ip, Progress::Thread, FAST).expect("adapter")
+        Nic::open_with(
+            ip,
+            NicConfig {
+                progress: Progress::Thread,
+                cm_timers: FAST,
+                ..NicConfig::from_env()
+            },
+        )
+        .expect("NIC")
     })
     .join()
     .unwrap()
 }
 
-fn side(ad: Adapter) -> Side {
+fn side(ad: Nic) -> Side {
     let caps = QpCaps {
         max_send_wr: 256,
         max_send_sge: 1,
@@ -269,9 +279,10 @@ fn pump(
 #[test]
 fn bulk_through_kernel_drops_and_a_link_flap() {
     let Some(net) = Net::new("kf", 1) else { return };
-    let a = side(adapter_in(&net.a, net.ip_a));
-    let b = side(adapter_in(&net.b, net.ip_b));
-    // The engine adds what nft cannot: reordering, duplication, delay.
+    let a = side(nic_in(&net.a, net.ip_a));
+    let b = side(nic_in(&net.b, net.ip_b));
+    // The engine adds what nft cannot: reordering, duplication, delay, to
+    // what each side receives.
     for (s, seed) in [(&a, 1), (&b, 2)] {
         s.ad.set_faults(Some(FaultConfig {
             dup: 0.01,
@@ -435,7 +446,7 @@ fn zz_peer_process() {
         return;
     };
     let ip: IpAddr = std::env::var("NDV_KF_PEER_IP").unwrap().parse().unwrap();
-    let b = side(adapter_in(&ns, ip));
+    let b = side(nic_in(&ns, ip));
     let l = b.ad.create_ep().unwrap();
     b.ad.ep_listen(l, 7301, 4).unwrap();
     let eb = b.ad.create_ep().unwrap();
@@ -490,7 +501,7 @@ fn peer_killed_mid_transfer() {
     }
     let mut child = Reap(child);
     std::thread::sleep(Duration::from_millis(500));
-    let a = side(adapter_in(&net.a, net.ip_a));
+    let a = side(nic_in(&net.a, net.ip_a));
     // Connect with a finite retry count (3) so a dead peer surfaces as retry-exceeded.
     let l_port = 7301;
     let ea = a.ad.create_ep().unwrap();

@@ -1,10 +1,12 @@
-//! The engine end to end on loopback: two adapters (127.77.x.1 and .2, both
+//! The engine end to end on loopback: two NICs (127.77.x.1 and .2, both
 //! on UDP 4791), real sockets, real ICRCs, both progress models.
 
 mod common;
 
 use common::*;
-use ndverbs_engine::adapter::{sge, EngineError, Progress};
+use ndverbs_engine::config::Progress;
+use ndverbs_engine::error::EngineError;
+use ndverbs_engine::nic::sge;
 use ndverbs_proto::rc::{
     PathMtu, PostError, QpState, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcStatus,
 };
@@ -30,10 +32,10 @@ fn send_write_read_atomics_threaded() {
     let (a, b) = pair(1, Progress::Thread, PathMtu::Mtu1024, 1 << 20);
     // SEND of 10000 bytes (10 packets) into a posted receive.
     fill(&a, 0, 10_000, 1);
-    b.adapter
+    b.nic
         .post_recv(&b.qp, RecvWr::new(7, vec![sge(&b.mr, 100_000, 16_384)]))
         .unwrap();
-    a.adapter
+    a.nic
         .post_send(
             &a.qp,
             SendWr::new(1, SendOp::SendImm(0xabcd), vec![sge(&a.mr, 0, 10_000)]),
@@ -54,7 +56,7 @@ fn send_write_read_atomics_threaded() {
         va: b.mr.addr() + 500_000,
         rkey: b.mr.rkey(),
     };
-    a.adapter
+    a.nic
         .post_send(
             &a.qp,
             SendWr::new(2, SendOp::Write(remote), vec![sge(&a.mr, 200_000, 300_000)]),
@@ -68,7 +70,7 @@ fn send_write_read_atomics_threaded() {
         va: b.mr.addr() + 500_000,
         rkey: b.mr.rkey(),
     };
-    a.adapter
+    a.nic
         .post_send(
             &a.qp,
             SendWr::new(3, SendOp::Read(remote), vec![sge(&a.mr, 600_000, 300_000)]),
@@ -87,7 +89,7 @@ fn send_write_read_atomics_threaded() {
         va: b.mr.addr() + 8,
         rkey: b.mr.rkey(),
     };
-    a.adapter
+    a.nic
         .post_send(
             &a.qp,
             SendWr::new(
@@ -97,7 +99,7 @@ fn send_write_read_atomics_threaded() {
             ),
         )
         .unwrap();
-    a.adapter
+    a.nic
         .post_send(
             &a.qp,
             SendWr::new(
@@ -122,7 +124,7 @@ fn send_write_read_atomics_threaded() {
         va: b.mr.addr(),
         rkey: b.mr.rkey() ^ 0x5a5a,
     };
-    a.adapter
+    a.nic
         .post_send(
             &a.qp,
             SendWr::new(6, SendOp::Write(bad), vec![sge(&a.mr, 0, 64)]),
@@ -135,14 +137,14 @@ fn send_write_read_atomics_threaded() {
 }
 
 /// 4 KiB SEND ping-pong, 1000 round trips, in manual progress mode (one thread
-/// drives both adapters) — the `ndv pingpong -s 4096 -n 1000` pattern.
+/// drives both NICs) — the `ndv pingpong -s 4096 -n 1000` pattern.
 #[test]
 fn pingpong_manual_progress() {
     let (a, b) = pair(2, Progress::Manual, PathMtu::Mtu4096, 1 << 16);
     let n = 1000;
     for s in [&a, &b] {
         for i in 0..16 {
-            s.adapter
+            s.nic
                 .post_recv(&s.qp, RecvWr::new(i, vec![sge(&s.mr, 8192, 4096)]))
                 .unwrap();
         }
@@ -151,7 +153,7 @@ fn pingpong_manual_progress() {
     fill(&b, 0, 4096, 4);
     let (mut a_recv, mut b_recv) = (0, 0);
     for i in 0..n {
-        a.adapter
+        a.nic
             .post_send(
                 &a.qp,
                 SendWr::new(i, SendOp::Send, vec![sge(&a.mr, 0, 4096)]),
@@ -162,14 +164,14 @@ fn pingpong_manual_progress() {
                 assert_eq!(w.status, WcStatus::Success);
                 if w.opcode == WcOpcode::Recv {
                     b_recv += 1;
-                    b.adapter
+                    b.nic
                         .post_recv(&b.qp, RecvWr::new(w.wr_id, vec![sge(&b.mr, 8192, 4096)]))
                         .unwrap();
                 }
             }
             b_recv > i
         });
-        b.adapter
+        b.nic
             .post_send(
                 &b.qp,
                 SendWr::new(i, SendOp::Send, vec![sge(&b.mr, 0, 4096)]),
@@ -180,7 +182,7 @@ fn pingpong_manual_progress() {
                 assert_eq!(w.status, WcStatus::Success);
                 if w.opcode == WcOpcode::Recv {
                     a_recv += 1;
-                    a.adapter
+                    a.nic
                         .post_recv(&a.qp, RecvWr::new(w.wr_id, vec![sge(&a.mr, 8192, 4096)]))
                         .unwrap();
                 }
@@ -191,7 +193,7 @@ fn pingpong_manual_progress() {
     assert_eq!(bytes(&b, 8192, 4096), bytes(&a, 0, 4096));
     assert_eq!(bytes(&a, 8192, 4096), bytes(&b, 0, 4096));
     assert_eq!(
-        a.adapter
+        a.nic
             .counters()
             .drop_bad_icrc
             .load(std::sync::atomic::Ordering::Relaxed),
@@ -205,24 +207,23 @@ fn post_errors_destroy_and_removal() {
     // Too many SGEs, inline too large: typed, synchronous.
     let many = vec![sge(&a.mr, 0, 1); 5];
     assert!(matches!(
-        a.adapter
-            .post_send(&a.qp, SendWr::new(1, SendOp::Send, many)),
+        a.nic.post_send(&a.qp, SendWr::new(1, SendOp::Send, many)),
         Err(EngineError::Post(PostError::TooManySges { .. }))
     ));
     let mut w = SendWr::new(1, SendOp::Send, vec![]);
     w.inline = Some(vec![0; 257]);
     assert!(matches!(
-        a.adapter.post_send(&a.qp, w),
+        a.nic.post_send(&a.qp, w),
         Err(EngineError::Post(PostError::InlineTooLarge { .. }))
     ));
     // Receives outstanding, then removal: each completes exactly once, flushed.
     for i in 0..10 {
-        b.adapter
+        b.nic
             .post_recv(&b.qp, RecvWr::new(i, vec![sge(&b.mr, 0, 64)]))
             .unwrap();
     }
     std::thread::sleep(Duration::from_millis(20));
-    b.adapter.remove();
+    b.nic.remove();
     let w = wait_n(&b, 10, LIMIT);
     let mut ids: Vec<u64> = w.iter().map(|w| w.wr_id).collect();
     ids.sort_unstable();
@@ -230,30 +231,30 @@ fn post_errors_destroy_and_removal() {
     assert!(w.iter().all(|w| w.status == WcStatus::WrFlushErr));
     assert!(b.cq.poll_one().is_none());
     assert!(matches!(
-        b.adapter.post_recv(&b.qp, RecvWr::new(1, vec![])),
+        b.nic.post_recv(&b.qp, RecvWr::new(1, vec![])),
         Err(EngineError::Removed)
     ));
-    assert!(matches!(b.adapter.alloc_pd(), Err(EngineError::Removed)));
+    assert!(matches!(b.nic.alloc_pd(), Err(EngineError::Removed)));
     // Destroy: later use of the id is a typed error.
     let qpn = a.qp.qpn();
-    a.adapter.destroy_qp(qpn).unwrap();
+    a.nic.destroy_qp(qpn).unwrap();
     assert!(matches!(
-        a.adapter.query_qp(qpn),
+        a.nic.query_qp(qpn),
         Err(EngineError::NotFound { .. })
     ));
     assert!(matches!(
-        a.adapter.destroy_qp(qpn),
+        a.nic.destroy_qp(qpn),
         Err(EngineError::NotFound { .. })
     ));
 }
 
-/// Dropping every handle of a threaded adapter ends its worker and frees its
+/// Dropping every handle of a threaded NIC ends its worker and frees its
 /// UDP port: the same address can be opened again at once.
 #[test]
-fn dropping_an_adapter_releases_its_port() {
+fn dropping_a_nic_releases_its_port() {
     let ip: std::net::IpAddr = "127.77.4.1".parse().unwrap();
     for _ in 0..3 {
-        let a = ndverbs_engine::adapter::Adapter::open(ip, Progress::Thread).unwrap();
+        let a = ndverbs_engine::nic::Nic::open(ip, Progress::Thread).unwrap();
         let pd = a.alloc_pd().unwrap();
         let _ = a.create_cq(8).unwrap();
         let _ = pd;
@@ -261,7 +262,7 @@ fn dropping_an_adapter_releases_its_port() {
         // The worker may hold the state for one more turn (≤ 100 ms).
         let t0 = std::time::Instant::now();
         loop {
-            match ndverbs_engine::udp::RoceSocket::bind(ip) {
+            match ndverbs_engine::link::udp::RoceSocket::bind(ip) {
                 Ok(s) => {
                     drop(s);
                     break;
@@ -286,8 +287,17 @@ fn dropping_an_adapter_releases_its_port() {
 /// exact order.
 #[test]
 fn manual_progress_sends_the_reply_before_the_ack() {
-    use ndverbs_engine::udp::RoceSocket;
+    use ndverbs_engine::icrc::IcrcCache;
+    use ndverbs_engine::link::udp::RoceSocket;
     use ndverbs_proto::rc::{AttrMask, QpAttr};
+    use std::net::{IpAddr, SocketAddr};
+
+    /// Fills in the ICRC of `pkt` and sends it to `dst`'s RoCEv2 port.
+    fn send_signed(sock: &RoceSocket, pkt: &mut [u8], dst: IpAddr) {
+        let dst = SocketAddr::new(dst, 4791);
+        IcrcCache::new(sock.addr()).fill(pkt, dst, 0).unwrap();
+        sock.send_to(pkt, dst).unwrap();
+    }
     use ndverbs_wire::ext::{Aeth, Syndrome};
     use ndverbs_wire::{bth::Bth, cma::gid_of, opcode::Opcode, packet::Packet};
 
@@ -305,7 +315,7 @@ fn manual_progress_sends_the_reply_before_the_ack() {
         ..QpAttr::default()
     };
     let init = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS;
-    b.adapter.modify_qp(b.qp.qpn(), &attr, init).unwrap();
+    b.nic.modify_qp(b.qp.qpn(), &attr, init).unwrap();
     attr.qp_state = QpState::Rtr;
     attr.path_mtu = PathMtu::Mtu1024;
     attr.dest_qp_num = peer_qpn;
@@ -318,7 +328,7 @@ fn manual_progress_sends_the_reply_before_the_ack() {
         | AttrMask::RQ_PSN
         | AttrMask::MAX_DEST_RD_ATOMIC
         | AttrMask::MIN_RNR_TIMER;
-    b.adapter.modify_qp(b.qp.qpn(), &attr, rtr).unwrap();
+    b.nic.modify_qp(b.qp.qpn(), &attr, rtr).unwrap();
     attr.qp_state = QpState::Rts;
     attr.sq_psn = b_psn;
     attr.timeout = 14;
@@ -331,9 +341,9 @@ fn manual_progress_sends_the_reply_before_the_ack() {
         | AttrMask::RETRY_CNT
         | AttrMask::RNR_RETRY
         | AttrMask::MAX_QP_RD_ATOMIC;
-    b.adapter.modify_qp(b.qp.qpn(), &attr, rts).unwrap();
+    b.nic.modify_qp(b.qp.qpn(), &attr, rts).unwrap();
     for i in 0..2 {
-        b.adapter
+        b.nic
             .post_recv(&b.qp, RecvWr::new(i, [sge(&b.mr, 64 * i as usize, 64)]))
             .unwrap();
     }
@@ -345,14 +355,16 @@ fn manual_progress_sends_the_reply_before_the_ack() {
         p.payload = b"pingping";
         let mut buf = [0u8; 64];
         let n = p.write(&mut buf).unwrap();
-        peer.send_to(&mut buf[..n], b.adapter.local(), 4791)
-            .unwrap();
+        send_signed(&peer, &mut buf[..n], b.nic.local());
     };
-    let mut buf = vec![0u8; 2048];
+    let mut buf = vec![0u8; ndverbs_engine::link::MAX_DATAGRAM];
+    let mut icrc = IcrcCache::new(peer.addr());
     let mut next_from_b = || -> Option<(Opcode, u32)> {
         let t0 = std::time::Instant::now();
         while t0.elapsed() < Duration::from_millis(200) {
-            if let Some(r) = peer.recv(&mut buf).unwrap() {
+            if let Some(d) = peer.recv_datagram(&mut buf).unwrap() {
+                assert_eq!(d.len, d.seg, "one packet per datagram");
+                let r = icrc.verify(&buf[..d.len], d.src, d.dst);
                 let r = r.expect("b's packets verify");
                 let p = Packet::parse(&buf[..r.len]).unwrap();
                 return Some((p.bth.opcode, p.bth.psn));
@@ -365,7 +377,7 @@ fn manual_progress_sends_the_reply_before_the_ack() {
     send_from_peer(peer_psn);
     let wc = wait_n(&b, 1, LIMIT);
     assert_eq!((wc[0].opcode, wc[0].byte_len), (WcOpcode::Recv, 8));
-    b.adapter
+    b.nic
         .post_send(&b.qp, SendWr::new(7, SendOp::Send, [sge(&b.mr, 0, 8)]))
         .unwrap();
     assert_eq!(next_from_b(), Some((Opcode::RC_SEND_ONLY, b_psn)));
@@ -375,8 +387,7 @@ fn manual_progress_sends_the_reply_before_the_ack() {
     ack.ext.aeth = Some(Aeth::new(Syndrome::ACK, 1));
     let mut abuf = [0u8; 32];
     let n = ack.write(&mut abuf).unwrap();
-    peer.send_to(&mut abuf[..n], b.adapter.local(), 4791)
-        .unwrap();
+    send_signed(&peer, &mut abuf[..n], b.nic.local());
     let wc = wait_n(&b, 1, LIMIT);
     assert_eq!((wc[0].wr_id, wc[0].status), (7, WcStatus::Success));
 
@@ -384,18 +395,18 @@ fn manual_progress_sends_the_reply_before_the_ack() {
     send_from_peer(peer_psn + 1);
     let wc = wait_n(&b, 1, LIMIT);
     assert_eq!(wc[0].opcode, WcOpcode::Recv);
-    b.adapter.progress();
+    b.nic.progress();
     assert_eq!(next_from_b(), Some((Opcode::RC_ACK, peer_psn + 1)));
     assert_eq!(next_from_b(), None);
 
     // Nor is it lost when the QP goes away first (an application that took
     // its last message and tears down: the peer's send must complete).
-    b.adapter
+    b.nic
         .post_recv(&b.qp, RecvWr::new(2, [sge(&b.mr, 128, 64)]))
         .unwrap();
     send_from_peer(peer_psn + 2);
     let wc = wait_n(&b, 1, LIMIT);
     assert_eq!(wc[0].opcode, WcOpcode::Recv);
-    b.adapter.destroy_qp(b.qp.qpn()).unwrap();
+    b.nic.destroy_qp(b.qp.qpn()).unwrap();
     assert_eq!(next_from_b(), Some((Opcode::RC_ACK, peer_psn + 2)));
 }

@@ -1,7 +1,12 @@
-//! Bulk WRITE, READ and SEND across a lossy network: the fault layer drops
-//! 10 % of the packets each adapter sends and duplicates, reorders and delays
-//! others. Every byte is verified and every work request must complete exactly
-//! once, successfully.
+//! Bulk WRITE, READ and SEND across a lossy network: each NIC's fault layer
+//! loses 10 % of the packets that arrive at it and duplicates, reorders,
+//! delays and corrupts others. Every byte is verified and every work request
+//! must complete exactly once, successfully.
+//!
+//! Faults are injected where packets arrive, so the senders stay on the
+//! production path — GSO runs, `sendmmsg`, payloads straight from registered
+//! memory — and both tests here check that they did: a fault layer that
+//! pushed senders back to one packet per system call would fail them.
 //!
 //! Volume: `NDV_LOSSY_MIB` MiB per operation (default 16 here; the README's
 //! test command runs this file again in release mode with 1024 = 1 GiB each).
@@ -9,10 +14,14 @@
 mod common;
 
 use common::*;
-use ndverbs_engine::adapter::{sge, Progress};
-use ndverbs_engine::faults::FaultConfig;
+use ndverbs_engine::config::Progress;
+use ndverbs_engine::counters::NicCounters;
+use ndverbs_engine::link::faults::FaultConfig;
+use ndverbs_engine::nic::sge;
+use ndverbs_engine::nic::Nic;
 use ndverbs_proto::rc::{PathMtu, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcStatus};
 use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 const CHUNK: usize = 1 << 20;
@@ -78,8 +87,8 @@ fn pump(s: &Side, total: usize, mut issue: impl FnMut(usize), mut check: impl Fn
 fn write_read_send_through_ten_percent_loss() {
     let mib = volume_mib();
     let (a, b) = pair(30, Progress::Thread, PathMtu::Mtu4096, SLOTS * CHUNK * 2);
-    a.adapter.set_faults(Some(faults(1))).unwrap();
-    b.adapter.set_faults(Some(faults(2))).unwrap();
+    a.nic.set_faults(Some(faults(1))).unwrap();
+    b.nic.set_faults(Some(faults(2))).unwrap();
     let t0 = Instant::now();
 
     // WRITE: a's slot i → b's slot i; verified at b.
@@ -93,7 +102,7 @@ fn write_read_send_through_ten_percent_loss() {
                 va: b.mr.addr() + (slot * CHUNK) as u64,
                 rkey: b.mr.rkey(),
             };
-            a.adapter
+            a.nic
                 .post_send(
                     &a.qp,
                     SendWr::new(
@@ -126,7 +135,7 @@ fn write_read_send_through_ten_percent_loss() {
                 rkey: b.mr.rkey(),
             };
             let local = sge(&a.mr, (SLOTS + slot) * CHUNK, CHUNK as u32);
-            a.adapter
+            a.nic
                 .post_send(
                     &a.qp,
                     SendWr::new(i as u64, SendOp::Read(remote), vec![local]),
@@ -147,7 +156,7 @@ fn write_read_send_through_ten_percent_loss() {
     // SEND: a's slot → b's receive buffers (second half of b's region).
     let t2 = Instant::now();
     for slot in 0..SLOTS {
-        b.adapter
+        b.nic
             .post_recv(
                 &b.qp,
                 RecvWr::new(
@@ -166,7 +175,7 @@ fn write_read_send_through_ten_percent_loss() {
             let slot = i % SLOTS;
             a.mr.write(slot * CHUNK, &pattern(2_000_000 + i as u64, CHUNK))
                 .unwrap();
-            a.adapter
+            a.nic
                 .post_send(
                     &a.qp,
                     SendWr::new(
@@ -196,7 +205,7 @@ fn write_read_send_through_ten_percent_loss() {
                 );
                 expected_slot_seed.insert(slot, n as u64);
                 let next_id = w.wr_id + SLOTS as u64;
-                b.adapter
+                b.nic
                     .post_recv(
                         &b.qp,
                         RecvWr::new(
@@ -220,14 +229,14 @@ fn write_read_send_through_ten_percent_loss() {
     assert!(recvd.values().all(|&n| n == 1));
     let t_send = t2.elapsed();
 
-    let fa = a.adapter.fault_counters().unwrap();
-    let fb = b.adapter.fault_counters().unwrap();
+    let fa = a.nic.fault_counters().unwrap();
+    let fb = b.nic.fault_counters().unwrap();
     let bad_icrc = a
-        .adapter
+        .nic
         .counters()
         .drop_bad_icrc
         .load(std::sync::atomic::Ordering::Relaxed)
-        + b.adapter
+        + b.nic
             .counters()
             .drop_bad_icrc
             .load(std::sync::atomic::Ordering::Relaxed);
@@ -242,4 +251,85 @@ fn write_read_send_through_ten_percent_loss() {
         bad_icrc > 0,
         "corrupted packets must be dropped by the ICRC check"
     );
+    // A sent the WRITE and SEND payloads (from registered memory), B the
+    // READ responses (copied by the responder): both in GSO runs.
+    if gso_or_skip(&a.nic, "write_read_send_through_ten_percent_loss") {
+        assert_batched("A", a.nic.counters());
+        assert_zero_copy("A", a.nic.counters());
+        assert_batched("B", b.nic.counters());
+    }
+}
+
+/// Whether the link sends GSO runs; prints SKIPPED for the send-path checks
+/// of `test` if not (a kernel without UDP GSO).
+fn gso_or_skip(nic: &Nic, test: &str) -> bool {
+    if !nic.gso() {
+        eprintln!("SKIPPED: send-path checks of {test} — no UDP GSO in this kernel");
+    }
+    nic.gso()
+}
+
+/// The NIC sent its bulk data as production does: several packets per link
+/// call, in multi-packet GSO runs.
+fn assert_batched(who: &str, c: &NicCounters) {
+    let (calls, sent) = (c.send_calls.load(Relaxed), c.sent_datagrams.load(Relaxed));
+    let runs = c.gso_runs.load(Relaxed);
+    eprintln!("{who}: {sent} packets in {calls} link calls, {runs} GSO runs");
+    assert!(runs > 0, "{who} sent no multi-packet GSO run");
+    assert!(
+        sent >= 4 * calls,
+        "{who} sent {sent} packets in {calls} calls: not batched"
+    );
+}
+
+/// The NIC sent payloads straight from registered memory.
+fn assert_zero_copy(who: &str, c: &NicCounters) {
+    let lent = c.zero_copy_packets.load(Relaxed);
+    eprintln!("{who}: {lent} packets zero-copy");
+    assert!(lent > 0, "{who} sent no payload zero-copy");
+}
+
+/// Faults on both sides do not push senders off the production path: a bulk
+/// WRITE through loss, duplication, reordering, delay and corruption still
+/// leaves in multi-packet GSO runs with zero-copy payloads, and the faults
+/// were applied to what arrived.
+#[test]
+fn faults_leave_senders_on_the_gso_zero_copy_path() {
+    let n = 8;
+    let (a, b) = pair(31, Progress::Thread, PathMtu::Mtu4096, n * CHUNK);
+    a.nic.set_faults(Some(faults(3))).unwrap();
+    b.nic.set_faults(Some(faults(4))).unwrap();
+    pump(
+        &a,
+        n,
+        |i| {
+            a.mr.write(i * CHUNK, &pattern(i as u64, CHUNK)).unwrap();
+            let remote = RemoteAddr {
+                va: b.mr.addr() + (i * CHUNK) as u64,
+                rkey: b.mr.rkey(),
+            };
+            let wr = SendWr::new(
+                i as u64,
+                SendOp::Write(remote),
+                vec![sge(&a.mr, i * CHUNK, CHUNK as u32)],
+            );
+            a.nic.post_send(&a.qp, wr).unwrap();
+        },
+        |i| {
+            let mut got = vec![0u8; CHUNK];
+            b.mr.read(i * CHUNK, &mut got).unwrap();
+            assert!(got == pattern(i as u64, CHUNK), "WRITE chunk {i} corrupted");
+        },
+    );
+    // B received the data, A the ACKs: both through the fault layer.
+    let (fa, fb) = (
+        a.nic.fault_counters().unwrap(),
+        b.nic.fault_counters().unwrap(),
+    );
+    assert!(fb.packets >= (n * CHUNK / 4096) as u64, "{fb:?}");
+    assert!(fb.lost > 0 && fa.packets > 0, "a {fa:?} b {fb:?}");
+    if gso_or_skip(&a.nic, "faults_leave_senders_on_the_gso_zero_copy_path") {
+        assert_batched("A", a.nic.counters());
+        assert_zero_copy("A", a.nic.counters());
+    }
 }

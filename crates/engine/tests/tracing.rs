@@ -1,17 +1,18 @@
 //! The engine reports through `tracing`: a recording subscriber sees a
 //! loopback connect, a SEND and a disconnect as the spans and events the
-//! adapter documentation promises — request spans with the endpoint and QP
+//! NIC documentation promises — request spans with the endpoint and QP
 //! ids, their CM and QP phases in order, QP state changes, CM state changes,
-//! MADs, flushes, the adapter's opening and closing — and nothing per packet
+//! MADs, flushes, the NIC's opening and closing — and nothing per packet
 //! at `debug`; an unanswered SEND warns when its retries run out; device
 //! removal is an `info` span.
 
 mod common;
 
 use common::CmSide as Side;
-use ndverbs_engine::adapter::{sge, Adapter, CmTimers, Progress};
+use ndverbs_engine::config::{CmTimers, NicConfig, Progress};
 use ndverbs_engine::cq::CompletionQueue;
 use ndverbs_engine::ep::{AcceptArgs, ConnectArgs};
+use ndverbs_engine::nic::{sge, Nic};
 use ndverbs_proto::rc::{PathMtu, QpCaps, RecvWr, SendOp, SendWr, WcStatus};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -57,8 +58,8 @@ impl Rec {
             .map(|(_, f)| f)
     }
 
-    fn adapter(&self) -> Option<&str> {
-        self.within("adapter")
+    fn nic(&self) -> Option<&str> {
+        self.within("nic")
             .and_then(|f| f.get("local"))
             .map(String::as_str)
     }
@@ -149,15 +150,23 @@ fn records() -> Vec<Rec> {
     recorder().0.lock().unwrap().clone()
 }
 
-/// An adapter with one QP in INIT; `fast`: short CM timers, hence short
+/// A NIC with one QP in INIT; `fast`: short CM timers, hence short
 /// transport timeouts (else Linux's, so that a loaded machine does not make
 /// the transport retransmit).
 fn side(ip: &str, fast: bool) -> Side {
     let ip = ip.parse().unwrap();
     let ad = if fast {
-        Adapter::open_with_timers(ip, Progress::Thread, FAST).unwrap()
+        Nic::open_with(
+            ip,
+            NicConfig {
+                progress: Progress::Thread,
+                cm_timers: FAST,
+                ..NicConfig::from_env()
+            },
+        )
+        .unwrap()
     } else {
-        Adapter::open(ip, Progress::Thread).unwrap()
+        Nic::open(ip, Progress::Thread).unwrap()
     };
     let caps = QpCaps {
         max_send_wr: 64,
@@ -220,10 +229,10 @@ fn wait(cq: &CompletionQueue, n: usize) -> Vec<ndverbs_proto::rc::WorkCompletion
     v
 }
 
-/// The spans called `name` opened on adapter `local` with these fields.
+/// The spans called `name` opened on NIC `local` with these fields.
 fn spans<'a>(recs: &'a [Rec], local: &str, name: &str, fields: &[(&str, String)]) -> Vec<&'a Rec> {
     recs.iter()
-        .filter(|r| r.span && r.name == name && r.adapter() == Some(local))
+        .filter(|r| r.span && r.name == name && r.nic() == Some(local))
         .filter(|r| fields.iter().all(|(k, v)| r.field(k) == Some(v.as_str())))
         .collect()
 }
@@ -232,7 +241,7 @@ fn spans<'a>(recs: &'a [Rec], local: &str, name: &str, fields: &[(&str, String)]
 /// these `ep` and `qp` fields, in the order they opened.
 fn phases(recs: &[Rec], local: &str, request: &str, ep: u32, qp: u32) -> Vec<String> {
     recs.iter()
-        .filter(|r| r.span && r.adapter() == Some(local))
+        .filter(|r| r.span && r.nic() == Some(local))
         .filter(|r| {
             r.scope.last().is_some_and(|(n, f)| {
                 n == request
@@ -293,7 +302,7 @@ fn connect_send_disconnect_as_spans_and_events() {
     let chatter: Vec<Rec> = records()[before..]
         .iter()
         .filter(|r| !r.span && r.level <= Level::DEBUG)
-        .filter(|r| matches!(r.adapter(), Some(l) if l == ia || l == ib))
+        .filter(|r| matches!(r.nic(), Some(l) if l == ia || l == ib))
         .cloned()
         .collect();
     assert!(chatter.is_empty(), "per-packet logging: {chatter:#?}");
@@ -314,7 +323,7 @@ fn connect_send_disconnect_as_spans_and_events() {
     assert_eq!(flushed[0].status, WcStatus::WrFlushErr);
 
     let recs = records();
-    // Request spans carry the endpoint and QP ids, inside their adapter's span.
+    // Request spans carry the endpoint and QP ids, inside their NIC's span.
     let id = |ep: u32, qp: u32| [("ep", ep.to_string()), ("qp", qp.to_string())];
     for (local, name, ep, qp) in [
         (ia, "ep_connect", ea, qa),
@@ -375,7 +384,7 @@ fn connect_send_disconnect_as_spans_and_events() {
                     && r.field("to") == Some(to)
             })
             .expect("state event");
-        assert_eq!(e.adapter(), Some(local));
+        assert_eq!(e.nic(), Some(local));
         let req = e.within(request).expect("inside the request span");
         assert_eq!(req.get("ep"), Some(&ep.to_string()));
         assert!(e.within("qp_phase").is_some() && e.within("modify_qp").is_some());
@@ -392,7 +401,7 @@ fn connect_send_disconnect_as_spans_and_events() {
         assert!(
             recs.iter().any(|r| !r.span
                 && r.name == "request completed"
-                && r.adapter() == Some(local)
+                && r.nic() == Some(local)
                 && r.within(request).and_then(|f| f.get("ep")) == Some(&ep.to_string())),
             "{request} on {local} completed"
         );
@@ -400,7 +409,7 @@ fn connect_send_disconnect_as_spans_and_events() {
     // CM state transitions of both endpoints.
     let cm = |local: &str, ep: u32| -> Vec<String> {
         recs.iter()
-            .filter(|r| !r.span && r.name == "CM state" && r.adapter() == Some(local))
+            .filter(|r| !r.span && r.name == "CM state" && r.nic() == Some(local))
             .filter(|r| r.field("ep") == Some(&ep.to_string()))
             .map(|r| r.field("to").unwrap().to_string())
             .collect()
@@ -416,7 +425,7 @@ fn connect_send_disconnect_as_spans_and_events() {
     // MADs, both ways.
     let mads = |local: &str, what: &str| -> Vec<String> {
         recs.iter()
-            .filter(|r| !r.span && r.name == what && r.adapter() == Some(local))
+            .filter(|r| !r.span && r.name == what && r.nic() == Some(local))
             .map(|r| r.field("mad").unwrap().to_string())
             .collect()
     };
@@ -427,30 +436,29 @@ fn connect_send_disconnect_as_spans_and_events() {
     // The flush, counted, on B's QP, inside B's disconnect.
     let flush = recs
         .iter()
-        .find(|r| !r.span && r.name == "work requests flushed" && r.adapter() == Some(ib))
+        .find(|r| !r.span && r.name == "work requests flushed" && r.nic() == Some(ib))
         .expect("flush event");
     assert_eq!(flush.field("qp"), Some(qb.to_string().as_str()));
     assert_eq!(flush.field("requests"), Some("1"));
     assert_eq!(flush.level, Level::DEBUG);
-    // Both adapters' opening was a span of its own, and so is their closing
+    // Both NICs' opening was a span of its own, and so is their closing
     // once the application lets go of them.
     for local in [ia, ib] {
         assert!(recs
             .iter()
-            .any(|r| r.span && r.name == "adapter_open" && r.field("local") == Some(local)));
+            .any(|r| r.span && r.name == "nic_open" && r.field("local") == Some(local)));
     }
     drop((a, b));
     let t0 = std::time::Instant::now();
     let closed = |local: &str| {
         records().iter().any(|r| {
             !r.span
-                && r.name == "adapter closed"
-                && r.within("adapter_close").and_then(|f| f.get("local"))
-                    == Some(&local.to_string())
+                && r.name == "NIC closed"
+                && r.within("nic_close").and_then(|f| f.get("local")) == Some(&local.to_string())
         })
     };
     while !(closed(ia) && closed(ib)) {
-        assert!(t0.elapsed() < T, "no adapter_close span for {ia} and {ib}");
+        assert!(t0.elapsed() < T, "no nic_close span for {ia} and {ib}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -480,7 +488,7 @@ fn exhausted_retries_warn_and_removal_is_a_span() {
         .find(|r| !r.span && r.level == Level::WARN && r.field("qp") == Some(&qa.to_string()))
         .expect("a warning for the exhausted retries");
     assert_eq!(warn.field("wr_id"), Some("77"));
-    assert_eq!(warn.adapter(), Some(ia));
+    assert_eq!(warn.nic(), Some(ia));
     assert!(
         recs.iter().any(|r| !r.span
             && r.name.starts_with("retransmitting")

@@ -239,6 +239,7 @@ fn server(a: &Args) -> Result<(), String> {
     listener
         .listen(a.port, 3)
         .map_err(|e| format!("rdma_listen: {e}"))?;
+    tracing::info!(%addr, port = a.port, "ready for clients");
     debug!(a, "rdma_listen");
     loop {
         let child = Endpoint::new(&dev).map_err(|e| e.to_string())?;

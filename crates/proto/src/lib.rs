@@ -16,8 +16,8 @@
 //! | Module | Job |
 //! |---|---|
 //! | [`time`] | virtual time |
-//! | [`mem`] | access rights, SGEs, the `Memory` trait, scatter/gather, a test memory |
-//! | [`rc`] | Reliable Connected QPs: requester, completer, responder |
+//! | [`mem`] | access rights, SGEs, the access checks, the `Memory` trait, scatter/gather, a test memory |
+//! | [`rc`] | Reliable Connected QPs: requester, completer, responder; post checks, the connection ladder |
 //! | [`ud`] | Unreliable Datagram QPs, e.g. QP1 for the CM's MADs |
 //! | [`cm`] | the IB connection manager (REQ/REP/RTU, DREQ/DREP, rdma_cm compatible) |
 //!
@@ -29,24 +29,17 @@
 //! use ndverbs_proto::time::Instant;
 //! use ndverbs_wire::packet::Packet;
 //!
-//! // RESET -> INIT -> RTR -> RTS, as ibv_modify_qp would.
-//! fn connect(qp: &mut RcQp, peer: u32, rq_psn: u32, sq_psn: u32) {
-//!     let mut a = QpAttr { qp_state: QpState::Init, ..QpAttr::default() };
-//!     qp.modify(&a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT
-//!         | AttrMask::ACCESS_FLAGS).unwrap();
-//!     a.qp_state = QpState::Rtr;
-//!     (a.dest_qp_num, a.rq_psn) = (peer, rq_psn);
-//!     qp.modify(&a, AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN
-//!         | AttrMask::RQ_PSN | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER).unwrap();
-//!     a.qp_state = QpState::Rts;
-//!     a.sq_psn = sq_psn;
-//!     qp.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN | AttrMask::TIMEOUT
-//!         | AttrMask::RETRY_CNT | AttrMask::RNR_RETRY | AttrMask::MAX_QP_RD_ATOMIC).unwrap();
-//! }
-//!
+//! // RESET -> INIT -> RTR -> RTS, as ibv_modify_qp would: each expects the
+//! // PSN the other sends from.
 //! let (mut a, mut b) = (RcQp::new(0x11, 1, QpCaps::default()), RcQp::new(0x22, 1, QpCaps::default()));
-//! connect(&mut a, 0x22, 500, 100);
-//! connect(&mut b, 0x11, 100, 500);
+//! let to_b = RcConnection { rq_psn: 500, sq_psn: 100, ..RcConnection::new(0x22) };
+//! let to_a = RcConnection { rq_psn: 100, sq_psn: 500, ..RcConnection::new(0x11) };
+//! for (attr, mask) in to_b.steps() {
+//!     a.modify(&attr, mask).unwrap();
+//! }
+//! for (attr, mask) in to_a.steps() {
+//!     b.modify(&attr, mask).unwrap();
+//! }
 //! let (mut mem_a, mut mem_b) = (VecMemory::new(), VecMemory::new());
 //! let (mut rq_a, mut rq_b) = (RecvQueue::new(16, 1), RecvQueue::new(16, 1));
 //! let src = mem_a.register_bytes(1, 0x1000, b"hello, rxe".to_vec(), Access::NONE);

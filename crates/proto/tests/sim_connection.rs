@@ -36,6 +36,9 @@
 //!
 //! A failing seed prints its replay command.
 
+#[path = "common/rng.rs"]
+mod rng;
+
 use ndverbs_proto::cm::{
     AcceptParams, CmAgent, CmConfig, CmEvent, ConnectParams, DisconnectHow, DisconnectStarted,
     EndpointId, QpSetup,
@@ -43,11 +46,11 @@ use ndverbs_proto::cm::{
 use ndverbs_proto::mem::testing::{MrKeys, VecMemory};
 use ndverbs_proto::mem::Access;
 use ndverbs_proto::rc::{
-    AttrMask, PathMtu, QpAttr, QpCaps, QpState, RcQp, RecvQueue, RecvWr, RemoteAddr, SendOp,
+    AttrMask, QpAttr, QpCaps, QpState, RcConnection, RcQp, RecvQueue, RecvWr, RemoteAddr, SendOp,
     SendWr, WcOpcode, WcStatus, WorkCompletion,
 };
 use ndverbs_proto::time::{Duration, Instant};
-use ndverbs_wire::cma::{self, gid_of};
+use ndverbs_wire::cma;
 use ndverbs_wire::mad::MAD_LEN;
 use ndverbs_wire::packet::Packet;
 use std::collections::{BTreeMap, HashMap};
@@ -56,50 +59,20 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use rng::Rng;
+
 // ---------------------------------------------------------------------------
 // randomness
 
-/// splitmix64.
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed ^ 0x51_6d_c0_22)
-    }
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next_u64() % n
-        }
-    }
-    /// Uniform in `lo..=hi`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
-    }
-    fn chance(&mut self, p: f64) -> bool {
-        p > 0.0 && ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p
-    }
-    fn ms(&mut self, max: u64) -> Duration {
-        Duration::from_micros(self.below(max * 1000 + 1))
-    }
+/// The simulation's generator for `seed` (salted, so its streams differ
+/// from other tests' with the same seed).
+fn rng(seed: u64) -> Rng {
+    Rng::new(seed ^ 0x51_6d_c0_22)
 }
 
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut r = Rng::new(seed ^ 0xda7a);
     let mut v = vec![0u8; len];
-    for c in v.chunks_mut(8) {
-        let x = r.next_u64().to_le_bytes();
-        c.copy_from_slice(&x[..c.len()]);
-    }
+    rng(seed ^ 0xda7a).fill(&mut v);
     v
 }
 
@@ -194,7 +167,7 @@ struct Scenario {
 }
 
 fn scenario(seed: u64) -> Scenario {
-    let mut r = Rng::new(seed);
+    let mut r = rng(seed);
     let loss = r.below(31) as f64 / 100.0;
     let dup = r.below(11) as f64 / 100.0;
     let latency = match r.below(4) {
@@ -392,17 +365,9 @@ impl Node {
                 sq_sig_all: false,
             },
         );
-        let init = QpAttr {
-            qp_state: QpState::Init,
-            port_num: 1,
-            qp_access_flags: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
-            ..QpAttr::default()
-        };
-        qp.modify(
-            &init,
-            AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-        )
-        .unwrap();
+        // The QP is in INIT before the CM starts, as rdma_cm leaves it.
+        let (init, mask) = RcConnection::new(0).init();
+        qp.modify(&init, mask).unwrap();
         let peer_ops = &sc.ops[1 - idx];
         let n_recv = peer_ops.iter().filter(|o| o.recv_idx.is_some()).count();
         let slot = slot_len(sc.max_len);
@@ -493,52 +458,10 @@ impl Node {
     }
 
     fn apply_setup(&mut self, s: &QpSetup) -> bool {
-        let mut a = QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: PathMtu::from_enum(s.path_mtu).unwrap_or(PathMtu::Mtu1024),
-            dest_qp_num: s.dest_qpn,
-            rq_psn: s.rq_psn,
-            max_dest_rd_atomic: s.max_dest_rd_atomic,
-            min_rnr_timer: s.min_rnr_timer,
-            ..self.qp.query()
-        };
-        a.av.dgid = gid_of(s.remote_addr).octets();
-        a.av.hop_limit = s.hop_limit;
-        a.av.flow_label = s.flow_label;
-        a.av.traffic_class = s.traffic_class;
-        if self
-            .qp
-            .modify(
-                &a,
-                AttrMask::STATE
-                    | AttrMask::AV
-                    | AttrMask::PATH_MTU
-                    | AttrMask::DEST_QPN
-                    | AttrMask::RQ_PSN
-                    | AttrMask::MAX_DEST_RD_ATOMIC
-                    | AttrMask::MIN_RNR_TIMER,
-            )
-            .is_err()
-        {
-            return false;
-        }
-        a.qp_state = QpState::Rts;
-        a.sq_psn = s.sq_psn;
-        a.timeout = s.timeout;
-        a.retry_cnt = s.retry_cnt;
-        a.rnr_retry = s.rnr_retry;
-        a.max_rd_atomic = s.max_rd_atomic;
-        self.qp
-            .modify(
-                &a,
-                AttrMask::STATE
-                    | AttrMask::SQ_PSN
-                    | AttrMask::TIMEOUT
-                    | AttrMask::RETRY_CNT
-                    | AttrMask::RNR_RETRY
-                    | AttrMask::MAX_QP_RD_ATOMIC,
-            )
-            .is_ok()
+        let c = RcConnection::from(s);
+        [c.rtr(), c.rts()]
+            .iter()
+            .all(|(attr, mask)| self.qp.modify(attr, *mask).is_ok())
     }
 
     fn move_to_error(&mut self) {
@@ -705,7 +628,7 @@ impl World {
         let sc = scenario(seed);
         let n = [Node::new(0, seed, &sc), Node::new(1, seed, &sc)];
         let mut w = World {
-            rng: Rng::new(seed ^ 0x7e7),
+            rng: rng(seed ^ 0x7e7),
             now: Instant::ZERO,
             n,
             net: BTreeMap::new(),

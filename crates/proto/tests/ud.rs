@@ -1,31 +1,22 @@
 //! UD QPs: byte-exact against rxe's GSI MADs and ibv_ud_pingpong, and the
 //! receive-side rules.
 
+#[path = "common/captures.rs"]
+mod capture_files;
+
 use ndverbs_proto::mem::testing::VecMemory;
 use ndverbs_proto::mem::{Access, Sge};
 use ndverbs_proto::rc::{PathMtu, QpState, RecvQueue, RecvWr, WcStatus};
 use ndverbs_proto::ud::{UdDest, UdQp, UdSendWr, GRH_LEN, GSI_QKEY};
-use ndverbs_wire::capture;
-use ndverbs_wire::ip::Envelope;
 use ndverbs_wire::packet::Packet;
 
 /// UDP payloads of the UD frames of a capture sent from `src`.
 fn ud_frames(name: &str, src: &str) -> Vec<Vec<u8>> {
-    let path = format!(
-        "{}/../../testdata/captures/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let file = std::fs::read(path).unwrap();
     let src: std::net::IpAddr = src.parse().unwrap();
-    capture::read_frames(&file)
-        .unwrap()
-        .iter()
-        .filter_map(|f| {
-            let (_, ip) = capture::ip_packet(f.link, f.data)?;
-            let (env, rest) = Envelope::parse(ip).ok()?;
-            let p = Packet::parse(rest).ok()?;
-            (env.ip.src() == src && p.ext.deth.is_some()).then(|| rest.to_vec())
-        })
+    capture_files::packets(name)
+        .into_iter()
+        .filter(|c| c.src == src && c.packet().ext.deth.is_some())
+        .map(|c| c.bytes)
         .collect()
 }
 

@@ -72,9 +72,10 @@ pub enum Progress {
     Manual,
 }
 
-/// Packet faults a device injects, for testing applications against a bad
-/// network: each probability (0.0 to 1.0) applies per packet, from one seed,
-/// so a failing run replays.
+/// Packet faults a device injects into what it receives, for testing
+/// applications against a bad network: each probability (0.0 to 1.0)
+/// applies per packet, from one seed, so a failing run replays. Senders are
+/// untouched, so traffic still leaves by the production send path.
 ///
 /// # Example
 ///
@@ -94,9 +95,9 @@ pub enum Progress {
 pub struct FaultConfig {
     /// Chance a packet is dropped.
     pub loss: f64,
-    /// Chance a packet is delivered twice.
+    /// Chance a packet arrives twice.
     pub dup: f64,
-    /// Chance a packet is held back behind the next one.
+    /// Chance a packet is held back behind later ones.
     pub reorder: f64,
     /// Chance a packet is delayed.
     pub delay: f64,

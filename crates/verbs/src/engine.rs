@@ -16,10 +16,14 @@ use crate::ep::{AcceptArgs, ConnectArgs, ConnectInfo, EpInfo, RequestInfo};
 use crate::error::{Error, ErrorKind, Result};
 use crate::observe::Stats;
 use crate::pending::{Pending, Source};
-use ndverbs_engine::adapter::{self as engine, Adapter, EngineError, QpInit, QpShared, SrqShared};
+use ndverbs_engine::config::{NicConfig, Progress as EngineProgress};
 use ndverbs_engine::cq::{CompletionQueue, NotifyError, NotifyOn, ResizeError};
 use ndverbs_engine::ep::EpError;
+use ndverbs_engine::error::EngineError;
+use ndverbs_engine::limits::LIMITS as ENGINE_LIMITS;
+use ndverbs_engine::link::faults::FaultConfig as EngineFaults;
 use ndverbs_engine::mr::{MemError, Region, RegionBuf};
+use ndverbs_engine::nic::{Nic as EngineNic, QpInit, QpShared, SrqShared};
 use ndverbs_proto::mem::{Access, AccessError};
 use ndverbs_proto::rc::{
     AttrMask, Counters, QpAttr, QpCaps, QpState, RecvWr, SendWr, WorkCompletion,
@@ -34,13 +38,13 @@ use std::time::Duration;
 
 /// The limits of every device.
 pub(crate) const LIMITS: DeviceLimits = DeviceLimits {
-    max_qp_wr: engine::LIMITS.max_qp_wr,
-    max_sge: engine::LIMITS.max_sge,
-    max_inline_data: engine::LIMITS.max_inline_data,
-    max_cqe: engine::LIMITS.max_cqe,
-    max_qp: engine::LIMITS.max_qp,
-    max_msg_size: engine::LIMITS.max_msg_size,
-    max_qp_rd_atom: engine::LIMITS.max_qp_rd_atom,
+    max_qp_wr: ENGINE_LIMITS.max_qp_wr,
+    max_sge: ENGINE_LIMITS.max_sge,
+    max_inline_data: ENGINE_LIMITS.max_inline_data,
+    max_cqe: ENGINE_LIMITS.max_cqe,
+    max_qp: ENGINE_LIMITS.max_qp,
+    max_msg_size: ENGINE_LIMITS.max_msg_size,
+    max_qp_rd_atom: ENGINE_LIMITS.max_qp_rd_atom,
 };
 
 /// rxe's hardware counter names, in rxe's order.
@@ -48,17 +52,17 @@ pub(crate) const RXE_COUNTERS: [&str; 15] = ndverbs_engine::stats::RXE_COUNTERS;
 
 /// The node GUID of the device of `addr`.
 pub(crate) fn node_guid(addr: IpAddr) -> u64 {
-    engine::node_guid(addr)
+    ndverbs_engine::nic::node_guid(addr)
 }
 
 /// Where published counter snapshots go.
 pub(crate) fn stat_dir() -> PathBuf {
-    ndverbs_engine::stats::stat_dir()
+    ndverbs_engine::config::stat_dir()
 }
 
 /// Parses the `NDV_FAULTS` syntax.
 pub(crate) fn parse_faults(spec: &str) -> Result<FaultConfig> {
-    let c = ndverbs_engine::faults::FaultConfig::parse(spec).map_err(|e| {
+    let c = EngineFaults::parse(spec).map_err(|e| {
         Error::new(
             ErrorKind::InvalidArgument,
             "FaultConfig::parse",
@@ -76,8 +80,8 @@ pub(crate) fn parse_faults(spec: &str) -> Result<FaultConfig> {
     })
 }
 
-fn engine_faults(c: &FaultConfig) -> ndverbs_engine::faults::FaultConfig {
-    ndverbs_engine::faults::FaultConfig {
+fn engine_faults(c: &FaultConfig) -> EngineFaults {
+    EngineFaults {
         loss: c.loss,
         dup: c.dup,
         reorder: c.reorder,
@@ -237,28 +241,31 @@ fn notify_on(on: crate::NotifyOn) -> NotifyOn {
 
 /// The engine of one device.
 #[derive(Debug, Clone)]
-pub(crate) struct Nic(Adapter);
+pub(crate) struct Nic(EngineNic);
 
 impl Nic {
     /// Opens the engine for `addr` and applies `cfg` (no environment is read:
     /// see [`DeviceConfig::from_env`] for that).
     pub(crate) fn open(addr: IpAddr, cfg: &DeviceConfig) -> Result<Nic> {
         const OP: &str = "Device::open";
-        let mode = match cfg.progress {
-            Progress::Thread => engine::Progress::Thread,
-            Progress::Manual => engine::Progress::Manual,
+        let progress = match cfg.progress {
+            Progress::Thread => EngineProgress::Thread,
+            Progress::Manual => EngineProgress::Manual,
         };
-        let nic = Nic(Adapter::open_explicit(addr, mode).map_err(|e| err(OP, e))?);
+        // Built field by field, never from the engine's environment reader.
+        let engine_cfg = NicConfig {
+            progress,
+            faults: cfg.faults.as_ref().map(engine_faults),
+            capture: None,
+            publish_stats: cfg.publish_stats,
+            ..NicConfig::default()
+        };
+        let nic = Nic(EngineNic::open_with(addr, engine_cfg).map_err(|e| err(OP, e))?);
+        // Capture is switched on here rather than by the engine's open, so a
+        // file that cannot be written is told apart from the address (both
+        // are I/O errors) and named.
         if let Some(path) = &cfg.capture {
             nic.capture_to(OP, Some(path))?;
-        }
-        if let Some(f) = &cfg.faults {
-            nic.0
-                .set_faults(Some(engine_faults(f)))
-                .map_err(|e| err(OP, e))?;
-        }
-        if cfg.publish_stats {
-            nic.publish_stats();
         }
         Ok(nic)
     }
@@ -269,8 +276,8 @@ impl Nic {
 
     pub(crate) fn progress_mode(&self) -> Progress {
         match self.0.mode() {
-            engine::Progress::Thread => Progress::Thread,
-            engine::Progress::Manual => Progress::Manual,
+            EngineProgress::Thread => Progress::Thread,
+            EngineProgress::Manual => Progress::Manual,
         }
     }
 
@@ -303,7 +310,7 @@ impl Nic {
     }
 
     pub(crate) fn publish_stats(&self) {
-        ndverbs_engine::stats::publish(&self.0);
+        self.0.publish_stats();
     }
 
     pub(crate) fn set_capture(&self, path: Option<&Path>) -> Result<()> {

@@ -136,7 +136,7 @@ impl Device {
     }
 
     /// Turns fault injection on with `faults`, or off with `None`, for the
-    /// packets of this device from now on (see [`FaultConfig`]).
+    /// packets this device receives from now on (see [`FaultConfig`]).
     ///
     /// ```
     /// use ndverbs_verbs::*;

@@ -1,7 +1,7 @@
 //! Connection endpoints: the CM side of a connection, and the requests that
 //! run on it phase by phase (WinVerbs' `wv_ep.c`).
 //!
-//! An endpoint is an id in the adapter's table. Connect, CompleteConnect,
+//! An endpoint is an id in the NIC's table. Connect, CompleteConnect,
 //! Accept and Disconnect are *requests* that name the endpoint **and** the QP
 //! (by number) and run in phases on the endpoint's serialised queue — only
 //! the head runs, the others wait their turn:
@@ -24,7 +24,7 @@
 //!
 //! The rules live in `Endpoints`, a value with no sockets, threads or clock
 //! (quinn-proto style): the application's calls and the CM's events go in
-//! as method calls taking `now` and the adapter's `CmAgent` (which the
+//! as method calls taking `now` and the NIC's `CmAgent` (which the
 //! machine drives directly: it is sans-IO too), and what the core must do
 //! comes out of `poll_action`, in order:
 //!
@@ -37,8 +37,8 @@
 //! Requests are named by a `RequestId`; the completion handles the
 //! application waits on ([`EpPending`]) stay with the core in a side table
 //! keyed by it, so the machine's outcomes are plain values a test can
-//! compare. The core's part (`drive.rs`) is that table, the action pump and
-//! the QP operations; the unit tests drive the machine against two
+//! compare. The core's part is that table (`table.rs`) and, in
+//! `crate::nic::endpoints`, the action pump and the QP operations; the unit tests drive the machine against two
 //! `CmAgent`s wired in memory and a table of fake QPs instead.
 //!
 //! ## Endpoint states
@@ -60,21 +60,22 @@
 //! `ep_complete_connect`, `ep_accept`, `ep_disconnect`,
 //! `ep_notify_disconnect`, `ep_get_request`) with the endpoint id `ep` and,
 //! for the four that name one, the QP number `qp`, open from the call until
-//! the request completes (inside the adapter's `adapter` span, field `local`);
+//! the request completes (inside the NIC's `nic` span, field `local`);
 //! its phases are child spans `cm_phase` and `qp_phase`, in the order they
 //! run. CM events and CM state transitions (`from`, `to`) are `debug` events
 //! with the `ep` field; CM timeouts are `warn`.
 
-mod drive;
 mod events;
 mod machine;
 mod request;
+mod table;
 mod types;
 mod waiters;
 
 #[cfg(test)]
 mod tests;
 
-pub(crate) use drive::EpTable;
+pub(crate) use machine::{Action, QpError, QpOp, Refused};
+pub(crate) use table::EpTable;
 pub use types::{AcceptArgs, ConnectArgs, ConnectInfo, EpError, EpInfo, EpPending, RequestInfo};
 pub(crate) use waiters::Later;

@@ -11,13 +11,14 @@ use std::net::IpAddr;
 /// # Example
 ///
 /// ```
-/// # use ndverbs_engine::adapter::{Adapter, Progress, QpInit, QpShared};
+/// # use ndverbs_engine::config::Progress;
+/// # use ndverbs_engine::nic::{Nic, QpInit, QpShared};
 /// # use ndverbs_engine::ep::*;
 /// # use ndverbs_proto::mem::Access;
 /// # use ndverbs_proto::rc::*;
 /// # use std::sync::Arc;
-/// # fn side(ip: &str) -> (Adapter, Arc<QpShared>) {
-/// #     let ad = Adapter::open(ip.parse().unwrap(), Progress::Thread).unwrap();
+/// # fn side(ip: &str) -> (Nic, Arc<QpShared>) {
+/// #     let ad = Nic::open(ip.parse().unwrap(), Progress::Thread).unwrap();
 /// #     let pd = ad.alloc_pd().unwrap();
 /// #     let (cq, _) = ad.create_cq(16).unwrap();
 /// #     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
@@ -27,7 +28,7 @@ use std::net::IpAddr;
 /// #         AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
 /// #     (ad, qp)
 /// # }
-/// # fn cargs(to: &Adapter, port: u16) -> ConnectArgs {
+/// # fn cargs(to: &Nic, port: u16) -> ConnectArgs {
 /// #     ConnectArgs { remote: to.local(), remote_port: port, local_port: 40000, responder_resources: 1,
 /// #         initiator_depth: 1, retry_count: 7, rnr_retry_count: 7, path_mtu: PathMtu::Mtu1024,
 /// #         private_data: b"hello".to_vec() }
@@ -49,7 +50,7 @@ use std::net::IpAddr;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EpError {
-    /// The adapter was removed.
+    /// The NIC was removed.
     #[error("device removed")]
     DeviceRemoved,
     /// Cancelled by the application (or by destroying the endpoint).
@@ -94,14 +95,15 @@ pub enum EpError {
 /// # Example
 ///
 /// ```
-/// use ndverbs_engine::adapter::{Adapter, Progress, QpInit, QpShared};
+/// use ndverbs_engine::config::Progress;
+/// use ndverbs_engine::nic::{Nic, QpInit, QpShared};
 /// use ndverbs_engine::ep::{AcceptArgs, ConnectArgs};
 /// use ndverbs_proto::mem::Access;
 /// use ndverbs_proto::rc::*;
 /// use std::sync::Arc;
-/// /// An adapter with one QP in INIT (the CM takes it on to RTR and RTS).
-/// fn side(ip: &str) -> Result<(Adapter, Arc<QpShared>), Box<dyn std::error::Error>> {
-///     let ad = Adapter::open(ip.parse()?, Progress::Thread)?;
+/// /// A NIC with one QP in INIT (the CM takes it on to RTR and RTS).
+/// fn side(ip: &str) -> Result<(Nic, Arc<QpShared>), Box<dyn std::error::Error>> {
+///     let ad = Nic::open(ip.parse()?, Progress::Thread)?;
 ///     let pd = ad.alloc_pd()?;
 ///     let (cq, _) = ad.create_cq(16)?;
 ///     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
@@ -165,13 +167,14 @@ pub struct ConnectArgs {
 /// # Example
 ///
 /// ```
-/// # use ndverbs_engine::adapter::{Adapter, Progress, QpInit, QpShared};
+/// # use ndverbs_engine::config::Progress;
+/// # use ndverbs_engine::nic::{Nic, QpInit, QpShared};
 /// # use ndverbs_engine::ep::*;
 /// # use ndverbs_proto::mem::Access;
 /// # use ndverbs_proto::rc::*;
 /// # use std::sync::Arc;
-/// # fn side(ip: &str) -> (Adapter, Arc<QpShared>) {
-/// #     let ad = Adapter::open(ip.parse().unwrap(), Progress::Thread).unwrap();
+/// # fn side(ip: &str) -> (Nic, Arc<QpShared>) {
+/// #     let ad = Nic::open(ip.parse().unwrap(), Progress::Thread).unwrap();
 /// #     let pd = ad.alloc_pd().unwrap();
 /// #     let (cq, _) = ad.create_cq(16).unwrap();
 /// #     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
@@ -181,7 +184,7 @@ pub struct ConnectArgs {
 /// #         AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
 /// #     (ad, qp)
 /// # }
-/// # fn cargs(to: &Adapter, port: u16) -> ConnectArgs {
+/// # fn cargs(to: &Nic, port: u16) -> ConnectArgs {
 /// #     ConnectArgs { remote: to.local(), remote_port: port, local_port: 40000, responder_resources: 1,
 /// #         initiator_depth: 1, retry_count: 7, rnr_retry_count: 7, path_mtu: PathMtu::Mtu1024,
 /// #         private_data: b"hello".to_vec() }
@@ -220,13 +223,14 @@ pub struct AcceptArgs {
 /// # Example
 ///
 /// ```
-/// # use ndverbs_engine::adapter::{Adapter, Progress, QpInit, QpShared};
+/// # use ndverbs_engine::config::Progress;
+/// # use ndverbs_engine::nic::{Nic, QpInit, QpShared};
 /// # use ndverbs_engine::ep::*;
 /// # use ndverbs_proto::mem::Access;
 /// # use ndverbs_proto::rc::*;
 /// # use std::sync::Arc;
-/// # fn side(ip: &str) -> (Adapter, Arc<QpShared>) {
-/// #     let ad = Adapter::open(ip.parse().unwrap(), Progress::Thread).unwrap();
+/// # fn side(ip: &str) -> (Nic, Arc<QpShared>) {
+/// #     let ad = Nic::open(ip.parse().unwrap(), Progress::Thread).unwrap();
 /// #     let pd = ad.alloc_pd().unwrap();
 /// #     let (cq, _) = ad.create_cq(16).unwrap();
 /// #     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
@@ -236,7 +240,7 @@ pub struct AcceptArgs {
 /// #         AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
 /// #     (ad, qp)
 /// # }
-/// # fn cargs(to: &Adapter, port: u16) -> ConnectArgs {
+/// # fn cargs(to: &Nic, port: u16) -> ConnectArgs {
 /// #     ConnectArgs { remote: to.local(), remote_port: port, local_port: 40000, responder_resources: 1,
 /// #         initiator_depth: 1, retry_count: 7, rnr_retry_count: 7, path_mtu: PathMtu::Mtu1024,
 /// #         private_data: b"hello".to_vec() }
@@ -269,13 +273,14 @@ pub struct ConnectInfo {
 /// # Example
 ///
 /// ```
-/// # use ndverbs_engine::adapter::{Adapter, Progress, QpInit, QpShared};
+/// # use ndverbs_engine::config::Progress;
+/// # use ndverbs_engine::nic::{Nic, QpInit, QpShared};
 /// # use ndverbs_engine::ep::*;
 /// # use ndverbs_proto::mem::Access;
 /// # use ndverbs_proto::rc::*;
 /// # use std::sync::Arc;
-/// # fn side(ip: &str) -> (Adapter, Arc<QpShared>) {
-/// #     let ad = Adapter::open(ip.parse().unwrap(), Progress::Thread).unwrap();
+/// # fn side(ip: &str) -> (Nic, Arc<QpShared>) {
+/// #     let ad = Nic::open(ip.parse().unwrap(), Progress::Thread).unwrap();
 /// #     let pd = ad.alloc_pd().unwrap();
 /// #     let (cq, _) = ad.create_cq(16).unwrap();
 /// #     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
@@ -285,7 +290,7 @@ pub struct ConnectInfo {
 /// #         AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
 /// #     (ad, qp)
 /// # }
-/// # fn cargs(to: &Adapter, port: u16) -> ConnectArgs {
+/// # fn cargs(to: &Nic, port: u16) -> ConnectArgs {
 /// #     ConnectArgs { remote: to.local(), remote_port: port, local_port: 40000, responder_resources: 1,
 /// #         initiator_depth: 1, retry_count: 7, rnr_retry_count: 7, path_mtu: PathMtu::Mtu1024,
 /// #         private_data: b"hello".to_vec() }
@@ -325,15 +330,16 @@ pub struct RequestInfo {
 /// # Example
 ///
 /// ```
-/// use ndverbs_engine::adapter::{Adapter, Progress};
-/// let a = Adapter::open("127.93.15.1".parse().unwrap(), Progress::Thread)?;
+/// use ndverbs_engine::config::Progress;
+/// use ndverbs_engine::nic::Nic;
+/// let a = Nic::open("127.93.15.1".parse().unwrap(), Progress::Thread)?;
 /// let ep = a.create_ep()?;
 /// let info = a.ep_info(ep)?;
 /// assert!(info.cm_state.is_none() && !info.listening); // not bound to anything yet
 /// a.ep_listen(ep, 7000, 8)?;
 /// let info = a.ep_info(ep)?;
 /// assert!(info.listening && info.peer.is_none() && info.comm_ids.is_none());
-/// # Ok::<(), ndverbs_engine::adapter::EngineError>(())
+/// # Ok::<(), ndverbs_engine::error::EngineError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct EpInfo {
@@ -360,10 +366,11 @@ pub struct EpInfo {
 /// # Example
 ///
 /// ```
-/// use ndverbs_engine::adapter::{Adapter, Progress};
+/// use ndverbs_engine::config::Progress;
+/// use ndverbs_engine::nic::Nic;
 /// use ndverbs_engine::ep::{EpError, EpPending, RequestInfo};
 /// use std::time::Duration;
-/// let a = Adapter::open("127.93.17.1".parse().unwrap(), Progress::Thread)?;
+/// let a = Nic::open("127.93.17.1".parse().unwrap(), Progress::Thread)?;
 /// let (listener, ep) = (a.create_ep()?, a.create_ep()?);
 /// a.ep_listen(listener, 7000, 1)?;
 /// let req: EpPending<RequestInfo> = a.ep_get_request(listener, ep)?;
@@ -371,6 +378,6 @@ pub struct EpInfo {
 /// assert_eq!(req.wait_timeout(Duration::from_millis(10)), None);
 /// a.ep_cancel(listener)?;
 /// assert_eq!(req.wait(), Err(EpError::Canceled));
-/// # Ok::<(), ndverbs_engine::adapter::EngineError>(())
+/// # Ok::<(), ndverbs_engine::error::EngineError>(())
 /// ```
 pub type EpPending<T> = Pending<Result<T, EpError>>;

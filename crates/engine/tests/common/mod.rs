@@ -1,10 +1,11 @@
-//! Two adapters on loopback addresses with one connected RC QP pair, and
+//! Two NICs on loopback addresses with one connected RC QP pair, and
 //! sides for connections through the CM (a QP in INIT, as ND creates them).
 #![allow(dead_code)]
 
-use ndverbs_engine::adapter::{Adapter, Progress, QpInit, QpShared};
+use ndverbs_engine::config::Progress;
 use ndverbs_engine::cq::CompletionQueue;
 use ndverbs_engine::mr::{Region, RegionBuf};
+use ndverbs_engine::nic::{Nic, QpInit, QpShared};
 use ndverbs_proto::mem::Access;
 use ndverbs_proto::rc::{AttrMask, PathMtu, QpAttr, QpCaps, QpState, WorkCompletion};
 use ndverbs_wire::cma::gid_of;
@@ -12,9 +13,9 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// One side: adapter, PD, CQ, QP and a region.
+/// One side: NIC, PD, CQ, QP and a region.
 pub struct Side {
-    pub adapter: Adapter,
+    pub nic: Nic,
     pub pd: u32,
     pub cq: Arc<CompletionQueue>,
     pub qp: Arc<QpShared>,
@@ -23,7 +24,7 @@ pub struct Side {
 
 pub const ALL: Access = Access::ALL;
 
-/// Opens two adapters on `127.<net>.<host>.1` and `.2` and connects one QP
+/// Opens two NICs on `127.<net>.<host>.1` and `.2` and connects one QP
 /// pair between them (path MTU `mtu`, `region` bytes of memory each).
 pub fn pair(net: u8, mode: Progress, mtu: PathMtu, region: usize) -> (Side, Side) {
     let a = side(IpAddr::from([127, 77, net, 1]), mode, region);
@@ -34,16 +35,31 @@ pub fn pair(net: u8, mode: Progress, mtu: PathMtu, region: usize) -> (Side, Side
 }
 
 pub fn side(ip: IpAddr, mode: Progress, region: usize) -> Side {
-    let adapter = Adapter::open(ip, mode).unwrap_or_else(|e| panic!("open {ip}: {e}"));
-    let pd = adapter.alloc_pd().unwrap();
-    let (cq_id, cq) = adapter.create_cq(4096).unwrap();
+    side_on(
+        Nic::open(ip, mode).unwrap_or_else(|e| panic!("open {ip}: {e}")),
+        region,
+    )
+}
+
+/// Connects one QP pair between two NICs already open (see [`pair`]).
+pub fn pair_on(a: Nic, b: Nic, mtu: PathMtu, region: usize) -> (Side, Side) {
+    let (a, b) = (side_on(a, region), side_on(b, region));
+    connect(&a, &b, mtu, 0x10_0000);
+    connect(&b, &a, mtu, 0x20_0000);
+    (a, b)
+}
+
+/// A side on `nic`: PD, CQ, QP and `region` bytes of memory.
+pub fn side_on(nic: Nic, region: usize) -> Side {
+    let pd = nic.alloc_pd().unwrap();
+    let (cq_id, cq) = nic.create_cq(4096).unwrap();
     let caps = QpCaps {
         max_send_wr: 1024,
         max_send_sge: 4,
         max_inline_data: 256,
         sq_sig_all: false,
     };
-    let qp = adapter
+    let qp = nic
         .create_qp(QpInit {
             pd,
             send_cq: cq_id,
@@ -54,11 +70,11 @@ pub fn side(ip: IpAddr, mode: Progress, region: usize) -> Side {
             max_recv_sge: 4,
         })
         .unwrap();
-    let mr = adapter
+    let mr = nic
         .reg_mr(pd, RegionBuf::alloc(region).unwrap(), ALL)
         .unwrap();
     Side {
-        adapter,
+        nic,
         pd,
         cq,
         qp,
@@ -76,7 +92,7 @@ pub fn connect(a: &Side, b: &Side, mtu: PathMtu, _psn: u32) {
         qp_access_flags: ALL,
         ..QpAttr::default()
     };
-    a.adapter
+    a.nic
         .modify_qp(
             a.qp.qpn(),
             &attr,
@@ -89,9 +105,9 @@ pub fn connect(a: &Side, b: &Side, mtu: PathMtu, _psn: u32) {
     attr.rq_psn = b_psn;
     attr.max_dest_rd_atomic = 16;
     attr.min_rnr_timer = 1;
-    attr.av.dgid = gid_of(b.adapter.local()).octets();
+    attr.av.dgid = gid_of(b.nic.local()).octets();
     attr.av.hop_limit = 64;
-    a.adapter
+    a.nic
         .modify_qp(
             a.qp.qpn(),
             &attr,
@@ -110,7 +126,7 @@ pub fn connect(a: &Side, b: &Side, mtu: PathMtu, _psn: u32) {
     attr.retry_cnt = 7;
     attr.rnr_retry = 7;
     attr.max_rd_atomic = 16;
-    a.adapter
+    a.nic
         .modify_qp(
             a.qp.qpn(),
             &attr,
@@ -143,8 +159,8 @@ pub fn wait_n(s: &Side, n: usize, limit: Duration) -> Vec<WorkCompletion> {
             "timed out with {} of {n} completions: {out:?}",
             out.len()
         );
-        if s.adapter.mode() == Progress::Manual {
-            s.adapter.progress();
+        if s.nic.mode() == Progress::Manual {
+            s.nic.progress();
         } else {
             std::thread::yield_now();
         }
@@ -152,13 +168,13 @@ pub fn wait_n(s: &Side, n: usize, limit: Duration) -> Vec<WorkCompletion> {
     out
 }
 
-/// Drives both manual-mode adapters until `pred` holds.
+/// Drives both manual-mode NICs until `pred` holds.
 pub fn drive_until(a: &Side, b: &Side, limit: Duration, mut pred: impl FnMut() -> bool) {
     let t0 = Instant::now();
     while !pred() {
         assert!(t0.elapsed() < limit, "timed out");
-        a.adapter.progress();
-        b.adapter.progress();
+        a.nic.progress();
+        b.nic.progress();
     }
 }
 
@@ -175,11 +191,11 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// A side for connections through the CM: adapter, CQ, one QP already in
+/// A side for connections through the CM: NIC, CQ, one QP already in
 /// INIT (as ND creates them, so receives can be posted before connecting)
 /// and a region.
 pub struct CmSide {
-    pub ad: Adapter,
+    pub ad: Nic,
     pub cq: Arc<CompletionQueue>,
     pub qp: Arc<QpShared>,
     pub mr: Arc<Region>,
@@ -188,13 +204,7 @@ pub struct CmSide {
 /// Builds a [`CmSide`] on `ad`: a CQ of `cq_depth`, a QP with `caps` and
 /// `max_recv_wr` receives (`caps.max_send_sge` SGEs each way), `region`
 /// bytes of memory.
-pub fn cm_side(
-    ad: Adapter,
-    caps: QpCaps,
-    cq_depth: u32,
-    max_recv_wr: u32,
-    region: usize,
-) -> CmSide {
+pub fn cm_side(ad: Nic, caps: QpCaps, cq_depth: u32, max_recv_wr: u32, region: usize) -> CmSide {
     let pd = ad.alloc_pd().unwrap();
     let (cq_id, cq) = ad.create_cq(cq_depth).unwrap();
     let qp = ad

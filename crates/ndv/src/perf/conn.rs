@@ -442,6 +442,7 @@ pub fn accept_tcp(port: u16, bind: Option<IpAddr>) -> Result<TcpStream, String> 
     sock.bind(&addr.into())
         .map_err(|e| format!("Couldn't listen to port {port}: {e}"))?;
     sock.listen(1).map_err(|e| e.to_string())?;
+    tracing::info!(addr = %addr.ip(), port, "ready for clients");
     let l: TcpListener = sock.into();
     let (s, _) = l.accept().map_err(|e| format!("accept() failed: {e}"))?;
     let _ = s.set_nodelay(true);

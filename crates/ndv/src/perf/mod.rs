@@ -510,6 +510,7 @@ fn open_cm(
             listener
                 .listen(a.port, 2 * plan.qps + 2)
                 .map_err(|e| format!("rdma_listen: {e}"))?;
+            tracing::info!(addr = %local, port = a.port, "ready for clients");
             // No time limit: the server waits for its client like perftest.
             let ch = conn::CmChannel::accept(&dev, &listener, Duration::from_secs(3600 * 24))?;
             drop(pump);

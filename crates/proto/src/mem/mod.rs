@@ -9,19 +9,35 @@
 //!   them. A message is the concatenation of its SGEs; [`gather`] and
 //!   [`scatter`] translate a byte offset in the message into SGE pieces.
 //! * **Remote** accesses arrive from the peer with an *R_Key*, a virtual address
-//!   and a length. Every one is checked — key valid, range inside the region,
-//!   the region's [`Access`] flags allow the operation, and the region belongs to
-//!   the QP's protection domain (PD) — before a single byte moves.
+//!   and a length. Every one is checked — the key names a live region or
+//!   window, which belongs to the QP's protection domain (PD), whose [`Access`]
+//!   flags allow the operation, and the range lies inside it — before a single
+//!   byte moves.
 //!
-//! Keys that fail any check give a typed [`AccessError`]; the responder turns it
-//! into a NAK (remote access error) and the requester into a completion error
-//! (local protection error). [`testing::VecMemory`] is a complete, simple
-//! implementation over `Vec<u8>` regions for tests and examples.
+//! The checks are written once, as pure functions over what a table found
+//! under a key ([`Grant`]): [`check_local`], [`check_remote`],
+//! [`check_atomic`], [`check_invalidate`] and [`check_bind`]. A memory table
+//! says only what each key names and where its bytes are ([`GrantTable`]);
+//! [`Memory`] follows from that for every table, so the engine's memory
+//! table and the test memory give the same [`AccessError`] for the same
+//! request, in Linux rxe's order: key, PD, rights, bounds (then an atomic's
+//! alignment).
+//!
+//! The responder turns an error into a NAK (remote access error) and the
+//! requester into a completion error (local protection error).
+//! [`testing::VecMemory`] is a complete, simple implementation over `Vec<u8>`
+//! regions for tests, examples, the simulation and the fuzzers.
 
+mod check;
 mod sg;
+mod table;
 pub mod testing;
 
+pub use check::{
+    check_atomic, check_bind, check_invalidate, check_local, check_remote, Grant, GrantKind,
+};
 pub use sg::{gather, lend, scatter, sgl_len, LentPayload, SgList, MAX_LENT_PIECES, SGL_INLINE};
+pub use table::{GrantBytes, GrantTable};
 
 use std::fmt;
 use std::ops::{BitOr, BitOrAssign};
@@ -181,6 +197,27 @@ pub enum AtomicOp {
     },
 }
 
+impl AtomicOp {
+    /// The value the 8 bytes hold after the operation, given the value
+    /// `orig` they held before.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_proto::mem::AtomicOp;
+    /// assert_eq!(AtomicOp::FetchAdd { add: 2 }.apply(u64::MAX), 1); // wraps
+    /// assert_eq!(AtomicOp::CompareSwap { compare: 1, swap: 9 }.apply(1), 9);
+    /// assert_eq!(AtomicOp::CompareSwap { compare: 1, swap: 9 }.apply(2), 2);
+    /// ```
+    pub fn apply(self, orig: u64) -> u64 {
+        match self {
+            AtomicOp::CompareSwap { compare, swap } if orig == compare => swap,
+            AtomicOp::CompareSwap { .. } => orig,
+            AtomicOp::FetchAdd { add } => orig.wrapping_add(add),
+        }
+    }
+}
+
 /// Why a memory access was refused.
 ///
 /// # Example
@@ -224,12 +261,12 @@ pub enum AccessError {
         /// Length.
         len: u64,
     },
-    /// The region does not grant the right the operation needs.
+    /// The region or window does not grant a right the operation needs.
     #[error("key 0x{key:08x}: region lacks {needed:?}")]
     NoPermission {
         /// The key used.
         key: u32,
-        /// The right that is missing.
+        /// The rights that are missing.
         needed: Access,
     },
     /// An atomic on an address that is not 8-byte aligned.
@@ -252,10 +289,12 @@ pub enum AccessError {
 
 /// The engine's memory: MR/MW tables and the bytes behind them.
 ///
-/// Every method checks its key, range, rights and PD and moves nothing if a
-/// check fails. `offset` in the local methods is a byte offset inside the SGE
-/// (`sge.addr + offset` is the first byte touched); the caller keeps
-/// `offset + len <= sge.len`.
+/// Every method looks its key up, runs the matching check of this module
+/// ([`check_local`], [`check_remote`], [`check_atomic`],
+/// [`check_invalidate`]) and moves nothing if it fails. Memory tables do not
+/// implement it themselves: they implement [`GrantTable`], and this follows. `offset` in the local
+/// methods is a byte offset inside the SGE (`sge.addr + offset` is the first
+/// byte touched); a piece outside the SGE is out of bounds.
 ///
 /// # Example
 ///

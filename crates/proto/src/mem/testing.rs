@@ -1,11 +1,15 @@
-//! [`VecMemory`]: an in-memory [`Memory`] for tests and examples.
+//! [`VecMemory`]: an in-memory [`Memory`](super::Memory) for tests, examples, the
+//! simulation and the fuzzers.
 //!
 //! Regions are `Vec<u8>`s registered at a chosen virtual address with a PD and
-//! access rights. As in Linux rxe a region's L_Key and R_Key are the same
-//! number: a 24-bit index and an 8-bit key byte. Every check a real MR table
-//! makes is made here too, so tests exercise the protocol's error paths.
+//! access rights; memory windows grant a peer part of a region under keys of
+//! their own. As in Linux rxe a region's L_Key and R_Key are the same number:
+//! a 24-bit index and an 8-bit key byte. It is a [`GrantTable`], as the
+//! engine's memory table is, so every access runs the same checks in the
+//! same order and tests exercise the protocol's error paths with the errors
+//! production gives.
 
-use super::{Access, AccessError, AtomicOp, Memory, Sge};
+use super::{check_bind, Access, AccessError, Grant, GrantKind, GrantTable, Sge};
 
 /// Keys and placement of a registered region.
 ///
@@ -49,19 +53,31 @@ struct Region {
     remote_invalidate: bool,
 }
 
-impl Region {
-    fn range(&self, key: u32, addr: u64, len: u64) -> Result<std::ops::Range<usize>, AccessError> {
-        let oob = AccessError::OutOfBounds { key, addr, len };
-        let start = addr.checked_sub(self.va).ok_or(oob)?;
-        let end = start.checked_add(len).ok_or(oob)?;
-        if end > self.data.len() as u64 {
-            return Err(oob);
-        }
-        Ok(start as usize..end as usize)
-    }
+#[derive(Debug, Clone)]
+struct Window {
+    key: u32,
+    pd: u32,
+    binding: Option<Binding>,
 }
 
-/// Registered regions in plain vectors. See the [module docs](self).
+/// A bound window: `len` bytes at `va` of region `region` (an index).
+#[derive(Debug, Clone, Copy)]
+struct Binding {
+    region: usize,
+    va: u64,
+    len: u64,
+    access: Access,
+}
+
+/// Where a key's bytes are: a region (by index) and the grant's first byte
+/// as an offset inside it.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    region: usize,
+    base: u64,
+}
+
+/// Registered regions and windows in plain vectors. See the [module docs](self).
 ///
 /// # Example
 ///
@@ -71,7 +87,16 @@ impl Region {
 /// let mr = mem.register(1, 0x1000, 8, Access::LOCAL_WRITE | Access::REMOTE_READ);
 /// scatter(&mut mem, 1, &[mr.sge(0, 8)], 2, b"hey")?;
 /// assert_eq!(mem.bytes(mr.lkey), b"\0\0hey\0\0\0");
-/// // Invalidate the key: remote reads through it now fail.
+/// // Grant the peer 4 bytes of it through a window, then take them back.
+/// let mw = mem.alloc_window(1);
+/// let rkey = mem.bind_window(mw, mr.lkey, 0x1002, 4, Access::REMOTE_READ)?;
+/// let mut out = [0; 3];
+/// mem.read_remote(1, rkey, 0x1002, &mut out)?;
+/// assert_eq!(&out, b"hey");
+/// assert!(mem.read_remote(1, rkey, 0x1000, &mut out).is_err()); // outside the window
+/// mem.invalidate_window(rkey)?;
+/// assert!(mem.read_remote(1, rkey, 0x1002, &mut out).is_err());
+/// // Invalidate the region's own key: remote reads through it now fail.
 /// mem.set_valid(mr.rkey, false);
 /// assert!(mem.read_remote(1, mr.rkey, 0x1000, &mut [0; 8]).is_err());
 /// # Ok::<(), ndverbs_proto::mem::AccessError>(())
@@ -79,6 +104,8 @@ impl Region {
 #[derive(Debug, Clone, Default)]
 pub struct VecMemory {
     regions: Vec<Region>,
+    windows: Vec<Window>,
+    issued: u32,
     next_key_byte: u8,
 }
 
@@ -88,6 +115,13 @@ impl VecMemory {
         VecMemory::default()
     }
 
+    /// A key no earlier call returned: an index and a key byte, as rxe's.
+    fn fresh_key(&mut self) -> u32 {
+        self.next_key_byte = self.next_key_byte.wrapping_add(0x35);
+        self.issued += 1;
+        (self.issued << 8) | u32::from(self.next_key_byte)
+    }
+
     /// Registers `len` zero bytes at virtual address `va`.
     pub fn register(&mut self, pd: u32, va: u64, len: u32, access: Access) -> MrKeys {
         self.register_bytes(pd, va, vec![0; len as usize], access)
@@ -95,8 +129,7 @@ impl VecMemory {
 
     /// Registers `data` at virtual address `va`.
     pub fn register_bytes(&mut self, pd: u32, va: u64, data: Vec<u8>, access: Access) -> MrKeys {
-        self.next_key_byte = self.next_key_byte.wrapping_add(0x35);
-        let key = ((self.regions.len() as u32 + 1) << 8) | u32::from(self.next_key_byte);
+        let key = self.fresh_key();
         self.register_with_key(pd, va, data, access, key)
     }
 
@@ -128,24 +161,80 @@ impl VecMemory {
         }
     }
 
-    /// Lets the peer invalidate `key` with SEND_WITH_INVALIDATE (like a bound
-    /// memory window or a fast-registered MR).
+    /// Lets the peer invalidate region `key` with SEND_WITH_INVALIDATE (as a
+    /// fast-registered MR may be).
     pub fn allow_remote_invalidate(&mut self, key: u32) {
-        if let Some(r) = self.find_mut(key) {
-            r.remote_invalidate = true;
+        if let Some(i) = self.region_index(key) {
+            self.regions[i].remote_invalidate = true;
         }
     }
 
-    /// Invalidates or revalidates a key locally.
+    /// Invalidates or revalidates a region's key locally. Windows bound to
+    /// the region keep working, as after the engine revokes a region.
     pub fn set_valid(&mut self, key: u32, valid: bool) {
         if let Some(r) = self.regions.iter_mut().rev().find(|r| r.key == key) {
             r.valid = valid;
         }
     }
 
-    /// True if `key` names a valid region.
+    /// True if `key` names a valid region or a bound window.
     pub fn is_valid(&self, key: u32) -> bool {
-        self.regions.iter().rev().any(|r| r.key == key && r.valid)
+        self.lookup(key).is_some()
+    }
+
+    /// Allocates an unbound memory window in `pd`; returns its key.
+    pub fn alloc_window(&mut self, pd: u32) -> u32 {
+        let key = self.fresh_key();
+        self.windows.push(Window {
+            key,
+            pd,
+            binding: None,
+        });
+        key
+    }
+
+    /// Binds window `mw` to `len` bytes at `va` of region `lkey`, granting
+    /// `access` (checked by [`check_bind`]); returns the window's new key, as
+    /// each bind of a type-2 window gives one so old grants die. An unknown
+    /// window is [`AccessError::InvalidRkey`], an unknown region
+    /// [`AccessError::InvalidLkey`].
+    pub fn bind_window(
+        &mut self,
+        mw: u32,
+        lkey: u32,
+        va: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<u32, AccessError> {
+        let w = self
+            .windows
+            .iter()
+            .position(|w| w.key == mw)
+            .ok_or(AccessError::InvalidRkey(mw))?;
+        let (grant, place) = self.lookup(lkey).ok_or(AccessError::InvalidLkey(lkey))?;
+        check_bind(&grant, lkey, self.windows[w].pd, va, len, access)?;
+        let key = self.fresh_key();
+        let w = &mut self.windows[w];
+        w.key = key;
+        w.binding = Some(Binding {
+            region: place.region,
+            va,
+            len,
+            access,
+        });
+        Ok(key)
+    }
+
+    /// Unbinds window `rkey` (a local invalidate); the window stays
+    /// allocated under that key.
+    pub fn invalidate_window(&mut self, rkey: u32) -> Result<(), AccessError> {
+        let w = self
+            .windows
+            .iter_mut()
+            .find(|w| w.key == rkey)
+            .ok_or(AccessError::InvalidRkey(rkey))?;
+        w.binding = None;
+        Ok(())
     }
 
     /// The bytes of the region with `key` (valid or not). Panics on an unknown key.
@@ -170,191 +259,70 @@ impl VecMemory {
             .data
     }
 
-    fn find_mut(&mut self, key: u32) -> Option<&mut Region> {
-        self.regions
-            .iter_mut()
-            .rev()
-            .find(|r| r.key == key && r.valid)
+    /// The newest valid region registered under `key`.
+    fn region_index(&self, key: u32) -> Option<usize> {
+        self.regions.iter().rposition(|r| r.key == key && r.valid)
     }
 
-    fn local(
-        &mut self,
-        pd: u32,
-        sge: &Sge,
-        offset: u32,
-        len: usize,
-        write: bool,
-    ) -> Result<(&mut Region, std::ops::Range<usize>), AccessError> {
-        let key = sge.lkey;
-        if u64::from(offset) + len as u64 > u64::from(sge.len) {
-            return Err(AccessError::OutOfBounds {
-                key,
-                addr: sge.addr.wrapping_add(u64::from(offset)),
-                len: len as u64,
-            });
+    /// What `key` names, for the checks, and where its bytes are.
+    fn lookup(&self, key: u32) -> Option<(Grant, Place)> {
+        if let Some(i) = self.region_index(key) {
+            let r = &self.regions[i];
+            let grant = Grant {
+                kind: GrantKind::Region {
+                    remote_invalidate: r.remote_invalidate,
+                },
+                pd: r.pd,
+                access: r.access,
+                va: r.va,
+                len: r.data.len() as u64,
+            };
+            return Some((grant, Place { region: i, base: 0 }));
         }
-        let r = self.find_mut(key).ok_or(AccessError::InvalidLkey(key))?;
-        if r.pd != pd {
-            return Err(AccessError::PdMismatch {
-                key,
-                region_pd: r.pd,
-                qp_pd: pd,
-            });
-        }
-        if write && !r.access.contains(Access::LOCAL_WRITE) {
-            return Err(AccessError::NoPermission {
-                key,
-                needed: Access::LOCAL_WRITE,
-            });
-        }
-        let addr = sge
-            .addr
-            .checked_add(u64::from(offset))
-            .ok_or(AccessError::OutOfBounds {
-                key,
-                addr: sge.addr,
-                len: len as u64,
-            })?;
-        let range = r.range(key, addr, len as u64)?;
-        Ok((r, range))
-    }
-
-    fn remote(
-        &mut self,
-        pd: u32,
-        rkey: u32,
-        va: u64,
-        len: u64,
-        access: Access,
-    ) -> Result<(&mut Region, std::ops::Range<usize>), AccessError> {
-        let r = self.find_mut(rkey).ok_or(AccessError::InvalidRkey(rkey))?;
-        if r.pd != pd {
-            return Err(AccessError::PdMismatch {
-                key: rkey,
-                region_pd: r.pd,
-                qp_pd: pd,
-            });
-        }
-        if !r.access.contains(access) {
-            return Err(AccessError::NoPermission {
-                key: rkey,
-                needed: access,
-            });
-        }
-        let range = r.range(rkey, va, len)?;
-        Ok((r, range))
+        let w = self.windows.iter().find(|w| w.key == key)?;
+        let b = w.binding?;
+        let grant = Grant {
+            kind: GrantKind::Window,
+            pd: w.pd,
+            access: b.access,
+            va: b.va,
+            len: b.len,
+        };
+        let base = b.va - self.regions[b.region].va;
+        Some((
+            grant,
+            Place {
+                region: b.region,
+                base,
+            },
+        ))
     }
 }
 
-impl Memory for VecMemory {
-    fn read_local(
-        &mut self,
-        pd: u32,
-        sge: &Sge,
-        offset: u32,
-        out: &mut [u8],
-    ) -> Result<(), AccessError> {
-        let (r, range) = self.local(pd, sge, offset, out.len(), false)?;
-        out.copy_from_slice(&r.data[range]);
-        Ok(())
+impl GrantTable for VecMemory {
+    type Bytes<'a> = &'a mut [u8];
+
+    fn grant(&mut self, key: u32) -> Option<(Grant, &mut [u8])> {
+        let (grant, place) = self.lookup(key)?;
+        let start = place.base as usize;
+        let bytes = &mut self.regions[place.region].data[start..start + grant.len as usize];
+        Some((grant, bytes))
     }
 
-    fn write_local(
-        &mut self,
-        pd: u32,
-        sge: &Sge,
-        offset: u32,
-        data: &[u8],
-    ) -> Result<(), AccessError> {
-        let (r, range) = self.local(pd, sge, offset, data.len(), true)?;
-        r.data[range].copy_from_slice(data);
-        Ok(())
-    }
-
-    fn check_remote(
-        &mut self,
-        pd: u32,
-        rkey: u32,
-        va: u64,
-        len: u64,
-        access: Access,
-    ) -> Result<(), AccessError> {
-        self.remote(pd, rkey, va, len, access).map(|_| ())
-    }
-
-    fn write_remote(
-        &mut self,
-        pd: u32,
-        rkey: u32,
-        va: u64,
-        data: &[u8],
-    ) -> Result<(), AccessError> {
-        let (r, range) = self.remote(pd, rkey, va, data.len() as u64, Access::REMOTE_WRITE)?;
-        r.data[range].copy_from_slice(data);
-        Ok(())
-    }
-
-    fn read_remote(
-        &mut self,
-        pd: u32,
-        rkey: u32,
-        va: u64,
-        out: &mut [u8],
-    ) -> Result<(), AccessError> {
-        let (r, range) = self.remote(pd, rkey, va, out.len() as u64, Access::REMOTE_READ)?;
-        out.copy_from_slice(&r.data[range]);
-        Ok(())
-    }
-
-    fn atomic_remote(
-        &mut self,
-        pd: u32,
-        rkey: u32,
-        va: u64,
-        op: AtomicOp,
-    ) -> Result<u64, AccessError> {
-        if va % 8 != 0 {
-            return Err(AccessError::Misaligned(va));
-        }
-        let (r, range) = self.remote(pd, rkey, va, 8, Access::REMOTE_ATOMIC)?;
-        let cell = &mut r.data[range];
-        let mut b = [0u8; 8];
-        b.copy_from_slice(cell);
-        let orig = u64::from_ne_bytes(b);
-        let new = match op {
-            AtomicOp::CompareSwap { compare, swap } => {
-                if orig == compare {
-                    swap
-                } else {
-                    orig
-                }
+    fn invalidate(&mut self, key: u32) {
+        match self.region_index(key) {
+            Some(i) => self.regions[i].valid = false,
+            None => {
+                let _ = self.invalidate_window(key);
             }
-            AtomicOp::FetchAdd { add } => orig.wrapping_add(add),
-        };
-        cell.copy_from_slice(&new.to_ne_bytes());
-        Ok(orig)
-    }
-
-    fn invalidate_remote(&mut self, pd: u32, rkey: u32) -> Result<(), AccessError> {
-        let r = self.find_mut(rkey).ok_or(AccessError::InvalidRkey(rkey))?;
-        if r.pd != pd {
-            return Err(AccessError::PdMismatch {
-                key: rkey,
-                region_pd: r.pd,
-                qp_pd: pd,
-            });
         }
-        if !r.remote_invalidate {
-            return Err(AccessError::NotInvalidatable(rkey));
-        }
-        r.valid = false;
-        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mem::{AtomicOp, Memory};
 
     #[test]
     fn remote_checks() {
@@ -386,34 +354,14 @@ mod tests {
             m.read_remote(7, k.rkey ^ 1, 0x10_000, &mut out),
             Err(AccessError::InvalidRkey(_))
         ));
-        assert_eq!(
-            m.atomic_remote(7, k.rkey, 0x10_008, AtomicOp::FetchAdd { add: 5 }),
-            Ok(0)
-        );
-        assert_eq!(
-            m.atomic_remote(
-                7,
-                k.rkey,
-                0x10_008,
-                AtomicOp::CompareSwap {
-                    compare: 5,
-                    swap: 9
-                }
-            ),
-            Ok(5)
-        );
-        assert_eq!(
-            m.atomic_remote(
-                7,
-                k.rkey,
-                0x10_008,
-                AtomicOp::CompareSwap {
-                    compare: 5,
-                    swap: 1
-                }
-            ),
-            Ok(9)
-        );
+        let cas = |compare, swap| AtomicOp::CompareSwap { compare, swap };
+        for (op, before) in [
+            (AtomicOp::FetchAdd { add: 5 }, 0),
+            (cas(5, 9), 5),
+            (cas(5, 1), 9),
+        ] {
+            assert_eq!(m.atomic_remote(7, k.rkey, 0x10_008, op), Ok(before));
+        }
         assert_eq!(
             m.atomic_remote(7, k.rkey, 0x10_004, AtomicOp::FetchAdd { add: 1 }),
             Err(AccessError::Misaligned(0x10_004))

@@ -26,14 +26,14 @@ use std::fmt;
 /// # Example
 ///
 /// ```
-/// use ndverbs_proto::rc::{AttrMask, QpAttr, QpCaps, QpState, RcQp};
+/// use ndverbs_proto::rc::{AttrMask, QpAttr, QpCaps, QpState, RcConnection, RcQp};
 /// let mut qp = RcQp::new(1, 0, QpCaps::default());
 /// assert_eq!(qp.state(), QpState::Reset);
 /// // Any state may go to ERR (except RESET) or back to RESET.
 /// let to_err = QpAttr { qp_state: QpState::Err, ..QpAttr::default() };
 /// assert!(qp.modify(&to_err, AttrMask::STATE).is_err()); // RESET -> ERR is illegal
-/// let init = QpAttr { qp_state: QpState::Init, ..QpAttr::default() };
-/// qp.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+/// let (init, mask) = RcConnection::new(2).init();
+/// qp.modify(&init, mask)?;
 /// qp.modify(&to_err, AttrMask::STATE)?;
 /// assert_eq!(qp.state(), QpState::Err);
 /// # Ok::<(), ndverbs_proto::rc::ModifyError>(())
@@ -311,7 +311,8 @@ impl fmt::Display for AttrMask {
 /// let mut qp = RcQp::new(5, 0, QpCaps::default());
 /// let mut attr = QpAttr { qp_state: QpState::Init, ..QpAttr::default() };
 /// qp.modify(&attr, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
-/// // INIT -> RTR: the peer's QP number and first PSN, the path and its MTU.
+/// // INIT -> RTR by hand (RcConnection writes the whole ladder): the
+/// // peer's QP number and first PSN, the path and its MTU.
 /// attr.qp_state = QpState::Rtr;
 /// attr.dest_qp_num = 9;
 /// attr.rq_psn = 0x1234;
@@ -691,27 +692,12 @@ mod tests {
     #[test]
     fn table() {
         let a = QpAttr::default();
-        use QpState::{Init, Reset, Rtr, Rts};
+        use QpState::{Reset, Rtr, Rts};
         assert_eq!(
             check_modify(Reset, &QpAttr { qp_state: Rtr, ..a }, AttrMask::STATE),
             Err(ModifyError::IllegalTransition {
                 from: Reset,
                 to: Rtr
-            })
-        );
-        assert_eq!(
-            check_modify(
-                Reset,
-                &QpAttr {
-                    qp_state: Init,
-                    ..a
-                },
-                AttrMask::STATE | AttrMask::PORT | AttrMask::ACCESS_FLAGS
-            ),
-            Err(ModifyError::MissingAttribute {
-                from: Reset,
-                to: Init,
-                attr: AttrMask::PKEY_INDEX
             })
         );
         assert_eq!(

@@ -21,7 +21,10 @@
 //! Linux rxe — `requester.rs`, `completer.rs` and `responder.rs`, each opening
 //! with a description of its rules — and [`RcQp`] (`qp.rs`) owns them and is
 //! the only public face. `send_queue.rs` holds the work queue elements the
-//! requester and completer share, `attr.rs` the state/attribute rules.
+//! requester and completer share, `attr.rs` the state/attribute rules,
+//! `post.rs` the checks a work request passes when posted
+//! ([`validate_send`], [`validate_recv`]) and `connection.rs` the
+//! RESET → INIT → RTR → RTS ladder ([`RcConnection`]).
 //!
 //! ## Driving an `RcQp` (sans-IO)
 //!
@@ -46,8 +49,10 @@
 
 mod attr;
 mod completer;
+mod connection;
 mod counters;
 mod emit;
+mod post;
 mod qp;
 mod recv_queue;
 mod requester;
@@ -59,7 +64,9 @@ pub use attr::{
     check_modify, rxe_default_udp_sport, rxe_udp_sport, transition_rules, AddressVector, AttrMask,
     ModifyError, PathMtu, QpAttr, QpCaps, QpState, MAX_RD_ATOMIC,
 };
+pub use connection::RcConnection;
 pub use counters::{Counters, Drops};
+pub use post::{validate_recv, validate_send};
 pub use qp::{RcQp, MAX_HEADER_LEN};
 pub use recv_queue::RecvQueue;
 pub use requester::{MAX_PKT_PER_ACK, MAX_UNACKED_PSNS};
@@ -79,10 +86,10 @@ use ndverbs_wire::ext::{ack_timeout_nanos, NakCode};
 /// # Example
 ///
 /// ```
-/// use ndverbs_proto::rc::{AttrMask, QpAttr, QpCaps, QpErrorCause, QpState, RcQp};
+/// use ndverbs_proto::rc::{AttrMask, QpAttr, QpCaps, QpErrorCause, QpState, RcConnection, RcQp};
 /// let mut qp = RcQp::new(1, 0, QpCaps::default());
-/// let init = QpAttr { qp_state: QpState::Init, ..QpAttr::default() };
-/// qp.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+/// let (init, mask) = RcConnection::new(2).init();
+/// qp.modify(&init, mask)?;
 /// assert_eq!(qp.error_cause(), None);
 /// qp.modify(&QpAttr { qp_state: QpState::Err, ..init }, AttrMask::STATE)?;
 /// assert_eq!(qp.error_cause(), Some(QpErrorCause::Modify));

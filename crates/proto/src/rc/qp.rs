@@ -3,15 +3,16 @@
 
 use super::attr::{check_modify, rxe_default_udp_sport, rxe_udp_sport};
 use super::completer::{Completer, SendCx};
+use super::post::{validate_recv, validate_send};
 use super::requester::ReqOut;
 use super::responder::{RespCx, Responder};
 use super::send_queue::{complete_send, SendQueue, Wqe};
 use super::wr::{WcOpcode, WcQueue};
 use super::{
     AttrMask, Counters, Fatal, ModifyError, Params, PostError, QpAttr, QpCaps, QpErrorCause,
-    QpState, RecvQueue, RecvWr, Requester, SendOp, SendWr, WcStatus, WorkCompletion,
+    QpState, RecvQueue, RecvWr, Requester, SendWr, WcStatus, WorkCompletion,
 };
-use crate::mem::{sgl_len, LentPayload, Memory};
+use crate::mem::{LentPayload, Memory};
 use crate::time::Instant;
 use ndverbs_wire::bth::MASK24;
 use ndverbs_wire::opcode::Transport;
@@ -41,14 +42,9 @@ pub const MAX_HEADER_LEN: usize = 12 + 28 + 4 + 3 + 4;
 ///
 /// /// RESET → INIT → RTR → RTS towards QP `peer` (PSN 0 both ways, defaults elsewhere).
 /// fn connect(qp: &mut RcQp, peer: u32) {
-///     let mut a = QpAttr { qp_state: QpState::Init, dest_qp_num: peer, ..QpAttr::default() };
-///     qp.modify(&a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
-///     a.qp_state = QpState::Rtr;
-///     qp.modify(&a, AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN
-///         | AttrMask::RQ_PSN | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER).unwrap();
-///     a.qp_state = QpState::Rts;
-///     qp.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN | AttrMask::TIMEOUT | AttrMask::RETRY_CNT
-///         | AttrMask::RNR_RETRY | AttrMask::MAX_QP_RD_ATOMIC).unwrap();
+///     for (attr, mask) in RcConnection::new(peer).steps() {
+///         qp.modify(&attr, mask).unwrap();
+///     }
 /// }
 ///
 /// /// Moves every packet `from` has to send into `to`; returns how many.
@@ -255,18 +251,14 @@ impl RcQp {
     }
 
     fn flush_one_recv(&mut self, wr: RecvWr) {
-        self.cq.push_back(WorkCompletion {
-            wr_id: wr.wr_id,
-            status: WcStatus::WrFlushErr,
-            opcode: WcOpcode::Recv,
-            queue: WcQueue::Recv,
-            byte_len: 0,
-            imm: None,
-            invalidated_rkey: None,
-            qpn: self.qpn,
-            src_qp: self.p.dest_qpn,
-            solicited: false,
-        });
+        self.cq.push_back(WorkCompletion::unfinished(
+            wr.wr_id,
+            WcStatus::WrFlushErr,
+            WcOpcode::Recv,
+            WcQueue::Recv,
+            self.qpn,
+            self.p.dest_qpn,
+        ));
     }
 
     /// In ERR: completes every receive in `rq` with `WrFlushErr` and returns
@@ -288,51 +280,14 @@ impl RcQp {
     /// Posts a send request. Allowed in RTS and SQD (queued) and in ERR
     /// (flushed at once), as Linux rxe does.
     pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
-        if !matches!(self.state, QpState::Rts | QpState::Sqd | QpState::Err) {
-            return Err(PostError::InvalidState(self.state));
-        }
-        if wr.sgl.len() > self.caps.max_send_sge as usize {
-            return Err(PostError::TooManySges {
-                given: wr.sgl.len(),
-                max: self.caps.max_send_sge,
-            });
-        }
-        let len = match &wr.inline {
-            Some(data) => {
-                let data_op = matches!(
-                    wr.op,
-                    SendOp::Send
-                        | SendOp::SendImm(_)
-                        | SendOp::SendInv(_)
-                        | SendOp::Write(_)
-                        | SendOp::WriteImm(..)
-                );
-                if !data_op || !wr.sgl.is_empty() {
-                    return Err(PostError::InlineNotAllowed);
-                }
-                if data.len() > self.caps.max_inline_data as usize {
-                    return Err(PostError::InlineTooLarge {
-                        len: data.len(),
-                        max: self.caps.max_inline_data,
-                    });
-                }
-                data.len() as u64
-            }
-            None => sgl_len(&wr.sgl),
-        };
-        if len > 1 << 31 {
-            return Err(PostError::MessageTooLong(len));
-        }
-        if wr.op.is_atomic() && len != 8 {
-            return Err(PostError::AtomicLength(len));
-        }
+        let len = validate_send(&self.caps, self.state, &wr)?;
         if wr.op.is_read_or_atomic() && self.p.max_rd_atomic == 0 && self.state != QpState::Err {
             return Err(PostError::NoRdAtomicCredits);
         }
         if self.sq.wqes.len() >= self.caps.max_send_wr as usize {
             return Err(PostError::QueueFull(self.caps.max_send_wr));
         }
-        let wqe = Wqe::new(wr, len as u32);
+        let wqe = Wqe::new(wr, len);
         if self.state == QpState::Err {
             complete_send(
                 &wqe,
@@ -350,10 +305,8 @@ impl RcQp {
     /// Posts a receive to this QP's own receive queue `rq` (refused in RESET,
     /// flushed at once in ERR).
     pub fn post_recv(&mut self, rq: &mut RecvQueue, wr: RecvWr) -> Result<(), PostError> {
-        if self.state == QpState::Reset {
-            return Err(PostError::InvalidState(self.state));
-        }
-        rq.post(wr)?;
+        validate_recv(rq.max_sge(), Some(self.state), &wr)?;
+        rq.push(wr)?;
         self.flush_recv(rq);
         Ok(())
     }
@@ -393,38 +346,34 @@ impl RcQp {
                 drops.bad_state += 1;
                 return;
             }
-            let mut cx = RespCx {
-                p: &self.p,
-                cq: &mut self.cq,
-                counters: &mut self.counters,
-            };
-            self.resp.handle(&mut cx, mem, rq, pkt)
+            let (resp, mut cx) = self.responder();
+            resp.handle(&mut cx, mem, rq, pkt)
         } else {
             if !matches!(self.state, QpState::Rts | QpState::Sqd) {
                 drops.bad_state += 1;
                 return;
             }
-            let mut cx = SendCx {
-                sq: &mut self.sq,
-                req: &mut self.req,
-                p: &self.p,
-                cq: &mut self.cq,
-                counters: &mut self.counters,
-                now,
-            };
-            self.comp.handle(&mut cx, mem, pkt)
+            let (comp, mut cx) = self.completer(now);
+            comp.handle(&mut cx, mem, pkt)
         };
         if let Err(Fatal(cause)) = result {
             self.enter_error(cause);
         }
     }
 
-    /// Runs the timers that expired by `now`.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
-            return;
-        }
-        let mut cx = SendCx {
+    /// The responder and what it works on.
+    fn responder(&mut self) -> (&mut Responder, RespCx<'_>) {
+        let cx = RespCx {
+            p: &self.p,
+            cq: &mut self.cq,
+            counters: &mut self.counters,
+        };
+        (&mut self.resp, cx)
+    }
+
+    /// The completer and what it works on at `now`.
+    fn completer(&mut self, now: Instant) -> (&mut Completer, SendCx<'_>) {
+        let cx = SendCx {
             sq: &mut self.sq,
             req: &mut self.req,
             p: &self.p,
@@ -432,7 +381,16 @@ impl RcQp {
             counters: &mut self.counters,
             now,
         };
-        if let Err(Fatal(cause)) = self.comp.handle_timeout(&mut cx) {
+        (&mut self.comp, cx)
+    }
+
+    /// Runs the timers that expired by `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            return;
+        }
+        let (comp, mut cx) = self.completer(now);
+        if let Err(Fatal(cause)) = comp.handle_timeout(&mut cx) {
             self.enter_error(cause);
         }
     }
@@ -547,22 +505,14 @@ impl RcQp {
     }
 
     fn poll_responder(&mut self, mem: &mut dyn Memory, buf: &mut [u8]) -> Option<usize> {
-        let mut cx = RespCx {
-            p: &self.p,
-            cq: &mut self.cq,
-            counters: &mut self.counters,
-        };
-        match self.resp.poll(&mut cx, mem, buf) {
+        let (resp, mut cx) = self.responder();
+        match resp.poll(&mut cx, mem, buf) {
             Ok(n) => n,
             Err(Fatal(cause)) => {
                 self.enter_error(cause);
                 // The terminal NAK is now first in line.
-                let mut cx = RespCx {
-                    p: &self.p,
-                    cq: &mut self.cq,
-                    counters: &mut self.counters,
-                };
-                self.resp.poll(&mut cx, mem, buf).ok().flatten()
+                let (resp, mut cx) = self.responder();
+                resp.poll(&mut cx, mem, buf).ok().flatten()
             }
         }
     }

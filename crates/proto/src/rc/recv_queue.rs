@@ -7,8 +7,8 @@
 //! immediate) begins; with none posted it answers RNR NAK and the requester
 //! retries later.
 
+use super::post::validate_recv;
 use super::wr::{PostError, RecvWr};
-use crate::mem::sgl_len;
 use std::collections::VecDeque;
 
 /// A FIFO of posted receives.
@@ -43,22 +43,25 @@ impl RecvQueue {
         }
     }
 
-    /// Posts a receive.
+    /// Posts a receive (checked by [`validate_recv`](super::validate_recv)
+    /// as a shared receive queue's: in any QP state).
     pub fn post(&mut self, wr: RecvWr) -> Result<(), PostError> {
-        if wr.sgl.len() > self.max_sge as usize {
-            return Err(PostError::TooManySges {
-                given: wr.sgl.len(),
-                max: self.max_sge,
-            });
-        }
-        if sgl_len(&wr.sgl) > 1 << 31 {
-            return Err(PostError::MessageTooLong(sgl_len(&wr.sgl)));
-        }
+        validate_recv(self.max_sge, None, &wr)?;
+        self.push(wr)
+    }
+
+    /// Queues a checked receive, if there is room.
+    pub(crate) fn push(&mut self, wr: RecvWr) -> Result<(), PostError> {
         if self.wrs.len() >= self.max_wr as usize {
             return Err(PostError::QueueFull(self.max_wr));
         }
         self.wrs.push_back(wr);
         Ok(())
+    }
+
+    /// The most SGEs a receive may have.
+    pub fn max_sge(&self) -> u32 {
+        self.max_sge
     }
 
     /// Receives waiting.

@@ -554,6 +554,31 @@ impl Responder {
         self.resources.push_back(r);
     }
 
+    /// READs and atomics need responder resources: on a QP that keeps none
+    /// for the peer, the request is invalid.
+    fn needs_resources(&mut self, cx: &mut RespCx<'_>, p: u32) -> Result<(), Fatal> {
+        if cx.p.max_dest_rd_atomic == 0 {
+            return Err(self.fatal(cx, p, NakCode::InvalidRequest, WcStatus::RemInvReqErr, None));
+        }
+        Ok(())
+    }
+
+    /// A READ or atomic ran: keep it for duplicates, count the message,
+    /// expect `epsn` next and queue the reply for the new MSN.
+    fn answer(
+        &mut self,
+        cx: &mut RespCx<'_>,
+        resource: Resource,
+        epsn: u32,
+        reply: impl FnOnce(u32) -> Reply,
+    ) {
+        self.push_resource(cx, resource);
+        self.msn = psn::add(self.msn, 1);
+        self.epsn = epsn;
+        let msn = self.msn;
+        self.queue(cx, reply(msn));
+    }
+
     fn read(
         &mut self,
         cx: &mut RespCx<'_>,
@@ -564,9 +589,7 @@ impl Responder {
         let Some(reth) = pkt.ext.reth else {
             return Ok(());
         };
-        if cx.p.max_dest_rd_atomic == 0 {
-            return Err(self.fatal(cx, p, NakCode::InvalidRequest, WcStatus::RemInvReqErr, None));
-        }
+        self.needs_resources(cx, p)?;
         if reth.len > 0 {
             if let Err(e) = mem.check_remote(
                 cx.p.pd,
@@ -579,30 +602,21 @@ impl Responder {
             }
         }
         let n = npkts(reth.len, cx.p.mtu);
-        self.push_resource(
-            cx,
-            Resource::Read {
-                first_psn: p,
-                last_psn: psn::add(p, n - 1),
-                va: reth.va,
-                rkey: reth.rkey,
-                len: reth.len,
-            },
-        );
-        self.msn = psn::add(self.msn, 1);
-        self.epsn = psn::add(p, n);
-        let msn = self.msn;
-        self.queue(
-            cx,
-            Reply::Read {
-                psn: p,
-                va: reth.va,
-                rkey: reth.rkey,
-                remaining: reth.len,
-                first: true,
-                msn,
-            },
-        );
+        let resource = Resource::Read {
+            first_psn: p,
+            last_psn: psn::add(p, n - 1),
+            va: reth.va,
+            rkey: reth.rkey,
+            len: reth.len,
+        };
+        self.answer(cx, resource, psn::add(p, n), |msn| Reply::Read {
+            psn: p,
+            va: reth.va,
+            rkey: reth.rkey,
+            remaining: reth.len,
+            first: true,
+            msn,
+        });
         Ok(())
     }
 
@@ -616,9 +630,7 @@ impl Responder {
         let Some(a) = pkt.ext.atomic_eth else {
             return Ok(());
         };
-        if cx.p.max_dest_rd_atomic == 0 || a.va % 8 != 0 {
-            return Err(self.fatal(cx, p, NakCode::InvalidRequest, WcStatus::RemInvReqErr, None));
-        }
+        self.needs_resources(cx, p)?;
         let op = if pkt.bth.opcode == Opcode::RC_COMPARE_SWAP {
             AtomicOp::CompareSwap {
                 compare: a.compare,
@@ -631,11 +643,12 @@ impl Responder {
             Ok(v) => v,
             Err(e) => return Err(self.access_fatal(cx, p, e, None)),
         };
-        self.push_resource(cx, Resource::Atomic { psn: p, orig });
-        self.msn = psn::add(self.msn, 1);
-        self.epsn = psn::add(p, 1);
-        let msn = self.msn;
-        self.queue(cx, Reply::Atomic { psn: p, orig, msn });
+        let resource = Resource::Atomic { psn: p, orig };
+        self.answer(cx, resource, psn::add(p, 1), |msn| Reply::Atomic {
+            psn: p,
+            orig,
+            msn,
+        });
         Ok(())
     }
 

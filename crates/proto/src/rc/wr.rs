@@ -293,8 +293,8 @@ pub enum WcOpcode {
 /// use ndverbs_proto::rc::*;
 /// let mut qp = RcQp::new(1, 0, QpCaps::default());
 /// let mut rq = RecvQueue::new(4, 1);
-/// let init = QpAttr { qp_state: QpState::Init, ..QpAttr::default() };
-/// qp.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+/// let (init, mask) = RcConnection::new(2).init();
+/// qp.modify(&init, mask)?;
 /// qp.post_recv(&mut rq, RecvWr::new(9, vec![Sge::new(0x1000, 64, 0x105)]))?;
 /// // ERR flushes every receive: one completion each, marked as the receive queue's.
 /// qp.modify(&QpAttr { qp_state: QpState::Err, ..init }, AttrMask::STATE)?;
@@ -349,6 +349,76 @@ pub struct WorkCompletion {
     pub src_qp: u32,
     /// The solicited-event bit of the incoming message (receives).
     pub solicited: bool,
+}
+
+impl WorkCompletion {
+    /// The completion of a send request the QP refused when it took it
+    /// (the post was accepted, then the QP's state or attributes changed
+    /// before the request reached it): [`WcStatus::LocQpOpErr`], nothing
+    /// transferred.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_proto::rc::{RemoteAddr, SendOp, WcOpcode, WcQueue, WcStatus, WorkCompletion};
+    /// let wc = WorkCompletion::refused_send(7, SendOp::Read(RemoteAddr::default()), 0x11);
+    /// assert_eq!((wc.wr_id, wc.status, wc.opcode), (7, WcStatus::LocQpOpErr, WcOpcode::RdmaRead));
+    /// assert_eq!((wc.queue, wc.qpn, wc.byte_len), (WcQueue::Send, 0x11, 0));
+    /// ```
+    pub fn refused_send(wr_id: u64, op: SendOp, qpn: u32) -> Self {
+        Self::unfinished(
+            wr_id,
+            WcStatus::LocQpOpErr,
+            op.wc_opcode(),
+            WcQueue::Send,
+            qpn,
+            0,
+        )
+    }
+
+    /// The completion of a receive the QP refused when it took it; see
+    /// [`WorkCompletion::refused_send`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_proto::rc::{WcOpcode, WcQueue, WcStatus, WorkCompletion};
+    /// let wc = WorkCompletion::refused_recv(8, 0x11);
+    /// assert_eq!((wc.status, wc.opcode, wc.queue), (WcStatus::LocQpOpErr, WcOpcode::Recv, WcQueue::Recv));
+    /// ```
+    pub fn refused_recv(wr_id: u64, qpn: u32) -> Self {
+        Self::unfinished(
+            wr_id,
+            WcStatus::LocQpOpErr,
+            WcOpcode::Recv,
+            WcQueue::Recv,
+            qpn,
+            0,
+        )
+    }
+
+    /// A request that ends with `status` having moved no data.
+    pub(crate) fn unfinished(
+        wr_id: u64,
+        status: WcStatus,
+        opcode: WcOpcode,
+        queue: WcQueue,
+        qpn: u32,
+        src_qp: u32,
+    ) -> Self {
+        WorkCompletion {
+            wr_id,
+            status,
+            opcode,
+            queue,
+            byte_len: 0,
+            imm: None,
+            invalidated_rkey: None,
+            qpn,
+            src_qp,
+            solicited: false,
+        }
+    }
 }
 
 /// Why a post was refused. Nothing was queued.

@@ -13,12 +13,9 @@
 use super::harness::Rng;
 use ndverbs_proto::cm::*;
 use ndverbs_proto::time::{Duration, Instant};
-use ndverbs_wire::capture;
 use ndverbs_wire::cm::{attr, CmMessage};
 use ndverbs_wire::cma::{CmaHeader, CMA_HEADER_LEN};
-use ndverbs_wire::ip::Envelope;
 use ndverbs_wire::mad::{Mad, MAD_LEN};
-use ndverbs_wire::packet::Packet;
 use std::net::IpAddr;
 
 #[derive(Debug, Clone)]
@@ -31,23 +28,15 @@ struct CapMad {
 }
 
 fn cm_frames(name: &str) -> Vec<CapMad> {
-    let path = format!(
-        "{}/../../testdata/captures/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let file = std::fs::read(path).unwrap();
-    capture::read_frames(&file)
-        .unwrap()
+    crate::capture_files::packets(name)
         .iter()
-        .filter_map(|f| {
-            let (_, ip) = capture::ip_packet(f.link, f.data)?;
-            let (env, rest) = Envelope::parse(ip).ok()?;
-            let p = Packet::parse(rest).ok()?;
+        .filter_map(|c| {
+            let p = c.packet();
             let m = Mad::parse(p.payload).ok()?;
             let msg = CmMessage::parse(&m).ok()?;
             Some(CapMad {
-                ts_nanos: f.ts_nanos,
-                src: env.ip.src(),
+                ts_nanos: c.ts_nanos,
+                src: c.src,
                 tid: m.header.tid,
                 msg,
                 mad: p.payload.try_into().unwrap(),

@@ -96,10 +96,7 @@ fn read_limits_are_clamped_to_the_peer_offer() {
     let mut p = ConnectParams::new(sid(1), ip(B_IP), 0x11, 1);
     (p.responder_resources, p.initiator_depth) = (4, 2);
     let ea = net.a.connect(net.now, p).unwrap();
-    net.settle();
-    let Some(CmEvent::ConnectRequest(r)) = net.take(Side::B).pop() else {
-        panic!()
-    };
+    let r = net.connect_request();
     let mut a = AcceptParams::new(0x22, 2);
     (a.responder_resources, a.initiator_depth) = (16, 16);
     let qp_b = net.b.accept(net.now, r.endpoint, a).unwrap();
@@ -148,10 +145,7 @@ fn lost_rep_is_retransmitted_without_a_second_connect_request() {
     let mut net = Net::new(4, Faults::default());
     net.drop_next(Side::B, REP, 1);
     let (_, ea) = start(&mut net, 7174);
-    net.settle();
-    let Some(CmEvent::ConnectRequest(r)) = net.take(Side::B).pop() else {
-        panic!()
-    };
+    let r = net.connect_request();
     let t0 = net.now;
     net.b.accept(t0, r.endpoint, accept_params()).unwrap();
     // B's REP interval is conv(REQ.LocalCMResponseTimeout = 20) = 4096 ms.
@@ -179,15 +173,7 @@ fn lost_rep_is_retransmitted_without_a_second_connect_request() {
 fn lost_rtu_is_recovered_by_the_rep_retransmission() {
     let mut net = Net::new(5, Faults::default());
     net.drop_next(Side::A, RTU, 1);
-    let (_, ea) = start(&mut net, 7174);
-    net.settle();
-    let Some(CmEvent::ConnectRequest(r)) = net.take(Side::B).pop() else {
-        panic!()
-    };
-    let eb = r.endpoint;
-    net.b.accept(net.now, eb, accept_params()).unwrap();
-    net.settle();
-    net.a.complete_connect(net.now, ea, &[]).unwrap();
+    let (_, eb) = completed(&mut net);
     net.settle();
     assert_eq!(net.b.state(eb), Some(CmState::RepSent));
     net.run_for(ms(5000));
@@ -204,15 +190,7 @@ fn lost_rtu_is_recovered_by_the_rep_retransmission() {
 fn comm_est_establishes_without_the_rtu() {
     let mut net = Net::new(6, Faults::default());
     net.drop_next(Side::A, RTU, 1);
-    let (_, ea) = start(&mut net, 7174);
-    net.settle();
-    let Some(CmEvent::ConnectRequest(r)) = net.take(Side::B).pop() else {
-        panic!()
-    };
-    let eb = r.endpoint;
-    net.b.accept(net.now, eb, accept_params()).unwrap();
-    net.settle();
-    net.a.complete_connect(net.now, ea, &[]).unwrap();
+    let (_, eb) = completed(&mut net);
     net.settle();
     // The QP saw the peer's first packet: the engine reports COMM_EST.
     net.b.notify_established(eb).unwrap();
@@ -256,12 +234,7 @@ fn req_retries_exhausted_is_a_connect_timeout_without_rej() {
 #[test]
 fn rep_retries_exhausted_is_an_accept_timeout() {
     let mut net = Net::new(8, Faults::default());
-    let (_, _ea) = start(&mut net, 7174);
-    net.settle();
-    let Some(CmEvent::ConnectRequest(r)) = net.take(Side::B).pop() else {
-        panic!()
-    };
-    let eb = r.endpoint;
+    let (_ea, eb) = requested(&mut net);
     // Everything B sends from now on is lost.
     net.drop_next(Side::B, REP, usize::MAX);
     let t0 = net.now;
@@ -284,10 +257,7 @@ fn rep_retries_exhausted_is_an_accept_timeout() {
 fn reject_delivers_reason_28_and_private_data() {
     let mut net = Net::new(9, Faults::default());
     let (_, ea) = start(&mut net, 7174);
-    net.settle();
-    let Some(CmEvent::ConnectRequest(r)) = net.take(Side::B).pop() else {
-        panic!()
-    };
+    let r = net.connect_request();
     net.b.reject(net.now, r.endpoint, b"go away").unwrap();
     net.settle();
     let ev = net.take(Side::A);
@@ -321,10 +291,7 @@ fn reject_delivers_reason_28_and_private_data() {
 fn active_side_rejects_after_the_rep() {
     let mut net = Net::new(10, Faults::default());
     let (_, ea) = start(&mut net, 7174);
-    net.settle();
-    let Some(CmEvent::ConnectRequest(r)) = net.take(Side::B).pop() else {
-        panic!()
-    };
+    let r = net.connect_request();
     net.b.accept(net.now, r.endpoint, accept_params()).unwrap();
     net.settle();
     net.take(Side::A);
@@ -375,12 +342,7 @@ impl Quiet for CmAgent {
 #[test]
 fn slow_accept_is_covered_by_mra() {
     let mut net = Net::new(12, Faults::default());
-    let (_, ea) = start(&mut net, 7174);
-    net.settle();
-    let Some(CmEvent::ConnectRequest(r)) = net.take(Side::B).pop() else {
-        panic!()
-    };
-    let eb = r.endpoint;
+    let (ea, eb) = requested(&mut net);
     // B's application takes 60 s to accept. A's REQ retransmission at
     // 6144 ms is a duplicate: B answers with an MRA (service timeout 24).
     net.run_for(ms(6200));
@@ -424,12 +386,7 @@ fn slow_accept_is_covered_by_mra() {
 #[test]
 fn slow_complete_connect_is_covered_by_mra() {
     let mut net = Net::new(13, Faults::default());
-    let (_, ea) = start(&mut net, 7174);
-    net.settle();
-    let Some(CmEvent::ConnectRequest(r)) = net.take(Side::B).pop() else {
-        panic!()
-    };
-    let eb = r.endpoint;
+    let (ea, eb) = requested(&mut net);
     net.b.accept(net.now, eb, accept_params()).unwrap();
     net.settle();
     net.take(Side::A);
@@ -476,10 +433,7 @@ fn without_mra_a_duplicate_req_is_dropped() {
 fn duplicate_req_after_accept_gets_the_rep_again() {
     let mut net = Net::new(15, Faults::default());
     let (_, ea) = start(&mut net, 7174);
-    net.settle();
-    let Some(CmEvent::ConnectRequest(r)) = net.take(Side::B).pop() else {
-        panic!()
-    };
+    let r = net.connect_request();
     net.b.accept(net.now, r.endpoint, accept_params()).unwrap();
     let req = net.sent(Side::A, REQ)[0].mad;
     net.b.handle_mad(net.now, ip(A_IP), &req);

@@ -296,15 +296,7 @@ fn dreq_naming_another_qpn_is_dropped() {
 fn dreq_before_the_rtu_establishes_then_notifies() {
     let mut net = Net::new(30, Faults::default());
     net.drop_next(Side::A, RTU, 1);
-    let (_, ea) = start(&mut net, 7174);
-    net.settle();
-    let Some(CmEvent::ConnectRequest(r)) = net.take(Side::B).pop() else {
-        panic!()
-    };
-    let eb = r.endpoint;
-    net.b.accept(net.now, eb, accept_params()).unwrap();
-    net.settle();
-    net.a.complete_connect(net.now, ea, &[]).unwrap();
+    let (ea, eb) = completed(&mut net);
     net.a.disconnect(net.now, ea).unwrap();
     net.settle();
     assert_eq!(

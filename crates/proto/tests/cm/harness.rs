@@ -5,39 +5,13 @@
 
 #![allow(dead_code)]
 
+pub use crate::rng::Rng;
 use ndverbs_proto::cm::*;
 use ndverbs_proto::time::{Duration, Instant};
 use ndverbs_wire::cm::{attr, CmMessage};
 use ndverbs_wire::mad::{Mad, MAD_LEN};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-
-/// splitmix64.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next_u64() % n
-        }
-    }
-    pub fn chance(&mut self, p: f64) -> bool {
-        p > 0.0 && ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Side {
@@ -279,6 +253,16 @@ impl Net {
         mine.into_iter().map(|e| e.2).collect()
     }
 
+    /// Settles and returns the connection request B's application was
+    /// given last (its other events are dropped).
+    pub fn connect_request(&mut self) -> Box<ConnectRequest> {
+        self.settle();
+        match self.take(Side::B).pop() {
+            Some(CmEvent::ConnectRequest(r)) => r,
+            other => panic!("expected ConnectRequest, got {other:?}"),
+        }
+    }
+
     /// Messages on the wire with attribute `attr` sent by `from`.
     pub fn sent(&self, from: Side, attr_id: u16) -> Vec<&Sent> {
         self.wire
@@ -321,6 +305,23 @@ pub fn accept_params() -> AcceptParams {
     a
 }
 
+/// A connects (`start`) until B's application has the request: returns
+/// (A endpoint, B endpoint).
+pub fn requested(net: &mut Net) -> (EndpointId, EndpointId) {
+    let (_, ea) = start(net, 7174);
+    (ea, net.connect_request().endpoint)
+}
+
+/// Then B accepts and, once the REP arrived, A completes (its RTU is on
+/// its way, not yet delivered): returns (A endpoint, B endpoint).
+pub fn completed(net: &mut Net) -> (EndpointId, EndpointId) {
+    let (ea, eb) = requested(net);
+    net.b.accept(net.now, eb, accept_params()).unwrap();
+    net.settle();
+    net.a.complete_connect(net.now, ea, &[]).unwrap();
+    (ea, eb)
+}
+
 /// A connected pair: returns (A endpoint, B endpoint), both established,
 /// events consumed.
 pub fn established(net: &mut Net) -> (EndpointId, EndpointId) {
@@ -330,15 +331,13 @@ pub fn established(net: &mut Net) -> (EndpointId, EndpointId) {
         [CmEvent::ConnectRequest(r)] => r.endpoint,
         other => panic!("expected ConnectRequest, got {other:?}"),
     };
-    let now = net.now;
-    net.b.accept(now, eb, accept_params()).unwrap();
+    net.b.accept(net.now, eb, accept_params()).unwrap();
     net.settle();
     assert!(matches!(
         net.take(Side::A).as_slice(),
         [CmEvent::RepReceived { .. }]
     ));
-    let now = net.now;
-    net.a.complete_connect(now, ea, &[]).unwrap();
+    net.a.complete_connect(net.now, ea, &[]).unwrap();
     net.settle();
     assert_eq!(
         net.take(Side::B),

@@ -6,6 +6,44 @@ use super::harness::*;
 use ndverbs_proto::cm::*;
 use ndverbs_wire::cm::{msg_ref, pdata, CmMessage, Drep, Dreq, Mra, Rej, Rep, Rtu};
 
+/// A REJ (reason 28) from the endpoint with comm ID `local` to `remote`.
+fn rej(local: u32, remote: u32) -> CmMessage {
+    CmMessage::Rej(Rej {
+        local_comm_id: local,
+        remote_comm_id: remote,
+        message_rejected: msg_ref::OTHER,
+        rejected_info_length: 0,
+        reason: 28,
+        ari: [0; 72],
+        private_data: [0; pdata::REJ],
+    })
+}
+
+/// The answers that name both comm IDs: REJ, DREP, RTU and an MRA of
+/// message `mraed`.
+fn replies(local: u32, remote: u32, mraed: u8) -> [CmMessage; 4] {
+    [
+        rej(local, remote),
+        CmMessage::Drep(Drep {
+            local_comm_id: local,
+            remote_comm_id: remote,
+            private_data: [0; pdata::DREP],
+        }),
+        CmMessage::Rtu(Rtu {
+            local_comm_id: local,
+            remote_comm_id: remote,
+            private_data: [0; pdata::RTU],
+        }),
+        CmMessage::Mra(Mra {
+            local_comm_id: local,
+            remote_comm_id: remote,
+            message_mraed: mraed,
+            service_timeout: 31,
+            private_data: [0; pdata::MRA],
+        }),
+    ]
+}
+
 #[test]
 fn random_bytes_are_counted_not_acted_on() {
     let mut net = Net::new(60, Faults::default());
@@ -43,34 +81,7 @@ fn guessed_ids_do_not_touch_a_connection() {
     let now = net.now;
     // Right local ID, wrong remote: REJ, DREP, RTU, MRA, REP.
     let wrong = cb ^ 1;
-    let msgs = [
-        CmMessage::Rej(Rej {
-            local_comm_id: wrong,
-            remote_comm_id: ca,
-            message_rejected: msg_ref::OTHER,
-            rejected_info_length: 0,
-            reason: 28,
-            ari: [0; 72],
-            private_data: [0; pdata::REJ],
-        }),
-        CmMessage::Drep(Drep {
-            local_comm_id: wrong,
-            remote_comm_id: ca,
-            private_data: [0; pdata::DREP],
-        }),
-        CmMessage::Rtu(Rtu {
-            local_comm_id: wrong,
-            remote_comm_id: ca,
-            private_data: [0; pdata::RTU],
-        }),
-        CmMessage::Mra(Mra {
-            local_comm_id: wrong,
-            remote_comm_id: ca,
-            message_mraed: msg_ref::REP,
-            service_timeout: 31,
-            private_data: [0; pdata::MRA],
-        }),
-    ];
+    let msgs = replies(wrong, ca, msg_ref::REP);
     for m in msgs {
         net.a.handle_mad(now, ip(B_IP), &m.to_mad(1));
     }
@@ -87,16 +98,7 @@ fn guessed_ids_do_not_touch_a_connection() {
     assert_eq!(net.a.state(ea), Some(CmState::Established));
     assert_eq!(net.a.counters().rx_unmatched, 5);
     // The exact REJ does end it (the peer's CM says the connection is gone).
-    let rej = CmMessage::Rej(Rej {
-        local_comm_id: cb,
-        remote_comm_id: ca,
-        message_rejected: msg_ref::OTHER,
-        rejected_info_length: 0,
-        reason: 28,
-        ari: [0; 72],
-        private_data: [0; pdata::REJ],
-    });
-    net.a.handle_mad(now, ip(B_IP), &rej.to_mad(1));
+    net.a.handle_mad(now, ip(B_IP), &rej(cb, ca).to_mad(1));
     assert_eq!(net.a.state(ea), Some(CmState::Timewait));
     assert!(matches!(
         net.a.poll_event(),
@@ -150,40 +152,13 @@ fn exact_ids_from_another_address_are_dropped() {
     let forger = ip("10.0.0.66");
     // Everything that names B's connection exactly (comm IDs, QPN), sent to
     // B from an address that is not A's.
-    let msgs = [
-        CmMessage::Dreq(Dreq {
-            local_comm_id: ca,
-            remote_comm_id: cb,
-            remote_qpn: 0x22,
-            private_data: [0; pdata::DREQ],
-        }),
-        CmMessage::Rej(Rej {
-            local_comm_id: ca,
-            remote_comm_id: cb,
-            message_rejected: msg_ref::OTHER,
-            rejected_info_length: 0,
-            reason: 28,
-            ari: [0; 72],
-            private_data: [0; pdata::REJ],
-        }),
-        CmMessage::Drep(Drep {
-            local_comm_id: ca,
-            remote_comm_id: cb,
-            private_data: [0; pdata::DREP],
-        }),
-        CmMessage::Rtu(Rtu {
-            local_comm_id: ca,
-            remote_comm_id: cb,
-            private_data: [0; pdata::RTU],
-        }),
-        CmMessage::Mra(Mra {
-            local_comm_id: ca,
-            remote_comm_id: cb,
-            message_mraed: msg_ref::OTHER,
-            service_timeout: 31,
-            private_data: [0; pdata::MRA],
-        }),
-    ];
+    let mut msgs = vec![CmMessage::Dreq(Dreq {
+        local_comm_id: ca,
+        remote_comm_id: cb,
+        remote_qpn: 0x22,
+        private_data: [0; pdata::DREQ],
+    })];
+    msgs.extend(replies(ca, cb, msg_ref::OTHER));
     let before = *net.b.counters();
     for m in &msgs {
         net.b.handle_mad(now, forger, &m.to_mad(9));
@@ -206,16 +181,7 @@ fn exact_ids_from_another_address_are_dropped() {
     let c = *net.b.counters();
     assert_eq!(c.rx_wrong_source - before.rx_wrong_source, 7, "{c:?}");
     // A REJ naming A's connection from the forger does not end it either.
-    let rej = CmMessage::Rej(Rej {
-        local_comm_id: cb,
-        remote_comm_id: ca,
-        message_rejected: msg_ref::OTHER,
-        rejected_info_length: 0,
-        reason: 28,
-        ari: [0; 72],
-        private_data: [0; pdata::REJ],
-    });
-    net.a.handle_mad(now, forger, &rej.to_mad(9));
+    net.a.handle_mad(now, forger, &rej(cb, ca).to_mad(9));
     assert_eq!(net.a.state(ea), Some(CmState::Established));
     assert_eq!(net.a.counters().rx_wrong_source, 1);
     // The same DREQ from A's address is A's: it is acted on.

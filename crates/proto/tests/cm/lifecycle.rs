@@ -10,10 +10,7 @@ use std::collections::HashSet;
 fn destroy_in_req_sent_rejects_with_timeout_and_our_guid() {
     let mut net = Net::new(40, Faults::default());
     let (_, ea) = start(&mut net, 7174);
-    net.settle();
-    let Some(CmEvent::ConnectRequest(r)) = net.take(Side::B).pop() else {
-        panic!()
-    };
+    let r = net.connect_request();
     net.a.destroy(net.now, ea).unwrap();
     assert_eq!(net.a.state(ea), None);
     assert_eq!(net.a.endpoint_count(), 0);
@@ -38,10 +35,7 @@ fn destroy_in_req_sent_rejects_with_timeout_and_our_guid() {
 fn destroy_in_rep_sent_rejects_and_waits() {
     let mut net = Net::new(41, Faults::default());
     let (_, ea) = start(&mut net, 7174);
-    net.settle();
-    let Some(CmEvent::ConnectRequest(r)) = net.take(Side::B).pop() else {
-        panic!()
-    };
+    let r = net.connect_request();
     net.b.accept(net.now, r.endpoint, accept_params()).unwrap();
     net.b.destroy(net.now, r.endpoint).unwrap();
     net.settle();
@@ -127,10 +121,7 @@ fn destroy_in_dreq_rcvd_sends_the_drep() {
 fn destroy_in_req_rcvd_is_rej_28_and_listener_destroy_stops_listening() {
     let mut net = Net::new(44, Faults::default());
     let (l, ea) = start(&mut net, 7174);
-    net.settle();
-    let Some(CmEvent::ConnectRequest(r)) = net.take(Side::B).pop() else {
-        panic!()
-    };
+    let r = net.connect_request();
     net.b.destroy(net.now, r.endpoint).unwrap();
     net.settle();
     assert!(matches!(
@@ -231,10 +222,7 @@ fn every_state(net: &mut Net) -> Vec<(CmState, EndpointId)> {
     out.push((CmState::RepSent, rep_sent));
     // REP_RCVD: B answers, A's app does not complete.
     let rep_rcvd = connect(net, 0x101);
-    net.settle();
-    let Some(CmEvent::ConnectRequest(r)) = net.take(Side::B).pop() else {
-        panic!()
-    };
+    let r = net.connect_request();
     net.b
         .accept(net.now, r.endpoint, AcceptParams::new(0x400, 1))
         .unwrap();
@@ -243,10 +231,7 @@ fn every_state(net: &mut Net) -> Vec<(CmState, EndpointId)> {
     // ESTABLISHED, DREQ_SENT, DREQ_RCVD, TIMEWAIT, IDLE.
     let conn = |net: &mut Net, qpn: u32| {
         let e = connect(net, qpn);
-        net.settle();
-        let Some(CmEvent::ConnectRequest(r)) = net.take(Side::B).pop() else {
-            panic!()
-        };
+        let r = net.connect_request();
         net.b
             .accept(net.now, r.endpoint, AcceptParams::new(qpn + 0x1000, 1))
             .unwrap();
@@ -273,10 +258,7 @@ fn every_state(net: &mut Net) -> Vec<(CmState, EndpointId)> {
     net.settle();
     out.push((CmState::Timewait, tw));
     let idle = connect(net, 0x106);
-    net.settle();
-    let Some(CmEvent::ConnectRequest(r)) = net.take(Side::B).pop() else {
-        panic!()
-    };
+    let r = net.connect_request();
     net.b.reject(net.now, r.endpoint, &[]).unwrap();
     net.settle();
     out.push((CmState::Idle, idle));

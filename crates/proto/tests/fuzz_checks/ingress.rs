@@ -26,8 +26,7 @@ use ndverbs_proto::cm::{AcceptParams, CmAgent, CmConfig, CmEvent, ConnectParams}
 use ndverbs_proto::mem::testing::{MrKeys, VecMemory};
 use ndverbs_proto::mem::Access;
 use ndverbs_proto::rc::{
-    AttrMask, PathMtu, QpAttr, QpCaps, QpState, RcQp, RecvQueue, RecvWr, RemoteAddr, SendOp,
-    SendWr, WcQueue,
+    QpCaps, QpState, RcConnection, RcQp, RecvQueue, RecvWr, RemoteAddr, SendOp, SendWr, WcQueue,
 };
 use ndverbs_proto::time::{Duration, Instant};
 use ndverbs_wire::cma;
@@ -58,49 +57,20 @@ struct Rc {
 
 fn rc() -> Rc {
     let mut qp = RcQp::new(QPN, 1, QpCaps::default());
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
-        ..QpAttr::default()
+    let conn = RcConnection {
+        rq_psn: RQ_PSN,
+        sq_psn: SQ_PSN,
+        max_rd_atomic: 4,
+        max_dest_rd_atomic: 4,
+        timeout: 10,
+        retry_cnt: 3,
+        rnr_retry: 3,
+        min_rnr_timer: 1,
+        ..RcConnection::new(PEER_QPN)
     };
-    qp.modify(
-        &a,
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = PathMtu::Mtu1024;
-    a.dest_qp_num = PEER_QPN;
-    a.rq_psn = RQ_PSN;
-    a.max_dest_rd_atomic = 4;
-    a.min_rnr_timer = 1;
-    qp.modify(
-        &a,
-        AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN
-            | AttrMask::MAX_DEST_RD_ATOMIC
-            | AttrMask::MIN_RNR_TIMER,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rts;
-    a.sq_psn = SQ_PSN;
-    a.timeout = 10;
-    a.retry_cnt = 3;
-    a.rnr_retry = 3;
-    a.max_rd_atomic = 4;
-    qp.modify(
-        &a,
-        AttrMask::STATE
-            | AttrMask::SQ_PSN
-            | AttrMask::TIMEOUT
-            | AttrMask::RETRY_CNT
-            | AttrMask::RNR_RETRY
-            | AttrMask::MAX_QP_RD_ATOMIC,
-    )
-    .unwrap();
+    for (attr, mask) in conn.steps() {
+        qp.modify(&attr, mask).unwrap();
+    }
     let mut mem = VecMemory::new();
     let pat = |seed: u8, n: usize| -> Vec<u8> {
         (0..n)

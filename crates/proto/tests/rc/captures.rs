@@ -4,57 +4,23 @@
 //! equal what rxe sent, byte for byte (BTH through payload and pad; the ICRC
 //! is the engine's job and left zero here).
 
+use crate::capture_files::{self, Captured};
 use crate::harness::PD;
 use ndverbs_proto::mem::testing::VecMemory;
 use ndverbs_proto::mem::{Access, Sge};
 use ndverbs_proto::rc::*;
 use ndverbs_proto::time::Instant;
-use ndverbs_wire::capture;
-use ndverbs_wire::ip::Envelope;
 use ndverbs_wire::opcode::{Operation, Position, Transport};
 use ndverbs_wire::packet::Packet;
 use std::collections::{BTreeMap, VecDeque};
 use std::net::IpAddr;
 
-/// One RC frame: sender address, UDP source port, transport bytes.
-struct Frame {
-    number: usize,
-    src: IpAddr,
-    sport: u16,
-    bytes: Vec<u8>,
-}
-
-fn frames(name: &str) -> Vec<Frame> {
-    let path = format!(
-        "{}/../../testdata/captures/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let file = std::fs::read(path).expect("capture");
-    let mut out = Vec::new();
-    for f in capture::read_frames(&file).unwrap() {
-        let Some((_, ip)) = capture::ip_packet(f.link, f.data) else {
-            continue;
-        };
-        let Ok((env, rest)) = Envelope::parse(ip) else {
-            continue;
-        };
-        if !env.is_rocev2() {
-            continue;
-        }
-        let Ok(pkt) = Packet::parse(rest) else {
-            continue;
-        };
-        if pkt.info().map(|i| i.transport) != Ok(Transport::Rc) {
-            continue;
-        }
-        out.push(Frame {
-            number: f.number,
-            src: env.ip.src(),
-            sport: env.udp.src_port,
-            bytes: rest.to_vec(),
-        });
-    }
-    out
+/// The RC packets of capture `name`.
+fn frames(name: &str) -> Vec<Captured> {
+    capture_files::packets(name)
+        .into_iter()
+        .filter(|c| c.rocev2 && c.packet().info().map(|i| i.transport) == Ok(Transport::Rc))
+        .collect()
 }
 
 fn parse(b: &[u8]) -> Packet<'_> {
@@ -65,13 +31,13 @@ fn parse(b: &[u8]) -> Packet<'_> {
 /// Returns how many of our packets were compared.
 fn replay(name: &str, sport: u16, us: &str) -> usize {
     let us: IpAddr = us.parse().unwrap();
-    let all: Vec<Frame> = frames(name)
+    let all: Vec<Captured> = frames(name)
         .into_iter()
         .filter(|f| f.sport == sport)
         .collect();
     assert!(!all.is_empty(), "{name}: no frames from port {sport}");
-    let mine = |f: &Frame| f.src == us;
-    let req = |f: &Frame| parse(&f.bytes).info().unwrap().is_request();
+    let mine = |f: &Captured| f.src == us;
+    let req = |f: &Captured| parse(&f.bytes).info().unwrap().is_request();
     let our_qpn = all
         .iter()
         .find(|f| !mine(f))

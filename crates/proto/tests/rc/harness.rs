@@ -5,48 +5,16 @@
 
 #![allow(dead_code)]
 
+pub use crate::rng::Rng;
 use ndverbs_proto::mem::testing::VecMemory;
 use ndverbs_proto::mem::{Access, Memory};
 use ndverbs_proto::rc::{
-    AddressVector, AttrMask, PathMtu, QpAttr, QpCaps, QpState, RcQp, RecvQueue, RecvWr, SendWr,
-    WcQueue, WcStatus, WorkCompletion,
+    PathMtu, QpCaps, RcConnection, RcQp, RecvQueue, RecvWr, SendWr, WcQueue, WcStatus,
+    WorkCompletion,
 };
 use ndverbs_proto::time::{Duration, Instant};
 use ndverbs_wire::packet::Packet;
 use std::collections::HashMap;
-
-/// splitmix64: tiny, seedable, good enough for fault injection.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next_u64() % n
-        }
-    }
-    pub fn chance(&mut self, p: f64) -> bool {
-        p > 0.0 && ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p
-    }
-    pub fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            let v = self.next_u64().to_le_bytes();
-            chunk.copy_from_slice(&v[..chunk.len()]);
-        }
-    }
-}
 
 /// Deterministic test bytes.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
@@ -272,57 +240,30 @@ pub struct Pair {
     pub unparsable: u64,
 }
 
+impl Config {
+    /// This configuration's connection to QP `remote_qpn`.
+    pub fn connection(&self, remote_qpn: u32, rq_psn: u32, sq_psn: u32) -> RcConnection {
+        RcConnection {
+            rq_psn,
+            sq_psn,
+            path_mtu: self.mtu,
+            access: self.access,
+            max_rd_atomic: self.max_rd_atomic,
+            max_dest_rd_atomic: self.max_rd_atomic,
+            timeout: self.timeout,
+            retry_cnt: self.retry_cnt,
+            rnr_retry: self.rnr_retry,
+            min_rnr_timer: self.min_rnr_timer,
+            ..RcConnection::new(remote_qpn)
+        }
+    }
+}
+
 /// Walks a QP from RESET to RTS.
 pub fn connect(qp: &mut RcQp, remote_qpn: u32, rq_psn: u32, sq_psn: u32, cfg: &Config) {
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        pkey_index: 0,
-        port_num: 1,
-        qp_access_flags: cfg.access,
-        ..QpAttr::default()
-    };
-    qp.modify(
-        &a,
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rtr;
-    a.av = AddressVector {
-        hop_limit: 64,
-        ..AddressVector::default()
-    };
-    a.path_mtu = cfg.mtu;
-    a.dest_qp_num = remote_qpn;
-    a.rq_psn = rq_psn;
-    a.max_dest_rd_atomic = cfg.max_rd_atomic;
-    a.min_rnr_timer = cfg.min_rnr_timer;
-    qp.modify(
-        &a,
-        AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN
-            | AttrMask::MAX_DEST_RD_ATOMIC
-            | AttrMask::MIN_RNR_TIMER,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rts;
-    a.sq_psn = sq_psn;
-    a.timeout = cfg.timeout;
-    a.retry_cnt = cfg.retry_cnt;
-    a.rnr_retry = cfg.rnr_retry;
-    a.max_rd_atomic = cfg.max_rd_atomic;
-    qp.modify(
-        &a,
-        AttrMask::STATE
-            | AttrMask::SQ_PSN
-            | AttrMask::TIMEOUT
-            | AttrMask::RETRY_CNT
-            | AttrMask::RNR_RETRY
-            | AttrMask::MAX_QP_RD_ATOMIC,
-    )
-    .unwrap();
+    for (attr, mask) in cfg.connection(remote_qpn, rq_psn, sq_psn).steps() {
+        qp.modify(&attr, mask).unwrap();
+    }
 }
 
 impl Pair {

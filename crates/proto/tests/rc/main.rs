@@ -1,6 +1,8 @@
 //! RC protocol tests: two QPs back to back on virtual time.
 
 mod basic;
+#[path = "../common/captures.rs"]
+mod capture_files;
 mod captures;
 mod errors;
 mod faults;
@@ -8,3 +10,5 @@ mod harness;
 mod hostile;
 mod modify;
 mod read_retry;
+#[path = "../common/rng.rs"]
+mod rng;

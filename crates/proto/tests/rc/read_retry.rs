@@ -79,7 +79,8 @@ fn check_done(p: &mut Pair, data: &[u8], dst: &MrKeys) {
     assert_eq!(p.a.qp.send_queue_len(), 0);
 }
 
-/// Drops the first copy B sends of the response with PSN `PSN + k`, for each k.
+/// Drops the first copy B sends of the response with PSN `PSN + k`, for
+/// each k (a k listed twice loses its first two copies).
 fn drop_responses_once(p: &mut Pair, ks: &[u32]) {
     let pending: Rc<Cell<Vec<u32>>> = Rc::new(Cell::new(ks.iter().map(|k| PSN + k).collect()));
     p.set_filter(move |side, pkt| {
@@ -232,19 +233,7 @@ fn loss_inside_a_chunk_never_asks_past_that_chunk() {
     let (mut p, data, src, dst) = setup(len);
     // PSN 10 once in the original run; PSN 30's first copy is in the original
     // run (already behind the gap, discarded), so lose its first two copies.
-    let pending = Rc::new(Cell::new(vec![PSN + 10, PSN + 30, PSN + 30]));
-    p.set_filter(move |side, pkt| {
-        if side != Side::B || pkt.bth.opcode == Opcode::RC_ACK {
-            return false;
-        }
-        let mut v = pending.take();
-        let hit = v.iter().position(|&x| x == pkt.bth.psn);
-        if let Some(i) = hit {
-            v.remove(i);
-        }
-        pending.set(v);
-        hit.is_some()
-    });
+    drop_responses_once(&mut p, &[10, 30, 30]);
     post_read(&mut p, 1, &src, &dst, len as u32);
     p.run_idle(Duration::from_secs(2));
     check_done(&mut p, &data, &dst);

@@ -46,7 +46,7 @@ impl Op {
     }
 }
 
-/// One adapter's worth: CM agent, endpoint machine, fake QPs, and what the
+/// One NIC's worth: CM agent, endpoint machine, fake QPs, and what the
 /// machine asked for.
 pub(super) struct Side {
     pub cm: CmAgent,

@@ -1,47 +1,17 @@
-//! The core's side of the endpoint machine: the table it keeps (machine plus
-//! completion handles), the pump that applies the machine's actions, the QP
-//! operations themselves, and the application's `Adapter::ep_*` calls.
+//! The core's side of the endpoint machine ([`crate::ep`]): the pump that
+//! applies the machine's actions, the QP operations themselves, and the
+//! application's `Nic::ep_*` calls.
 
-use super::machine::{Action, Endpoints, QpError, QpOp, Refused};
-use super::types::{AcceptArgs, ConnectArgs, ConnectInfo, EpInfo, EpPending, RequestInfo};
-use super::waiters::Waiters;
-use crate::adapter::{Adapter, Core, EngineError};
-use crate::keys::KeyGen;
+use super::{Core, Nic};
+use crate::ep::{
+    AcceptArgs, Action, ConnectArgs, ConnectInfo, EpInfo, EpPending, QpError, QpOp, Refused,
+    RequestInfo,
+};
+use crate::error::EngineError;
 use ndverbs_proto::cm::{CmEvent, QpSetup};
 use ndverbs_proto::rc::{AttrMask, PathMtu, QpAttr, QpState};
 use ndverbs_proto::time::Instant;
 use ndverbs_wire::cma::gid_of;
-
-/// The core's endpoint table: the machine and the completion handles of
-/// its requests.
-pub(crate) struct EpTable {
-    pub(crate) machine: Endpoints,
-    pub(crate) waiters: Waiters,
-}
-
-impl Default for EpTable {
-    fn default() -> Self {
-        EpTable {
-            machine: Endpoints::new(KeyGen::new()),
-            waiters: Waiters::default(),
-        }
-    }
-}
-
-impl From<Refused> for EngineError {
-    fn from(r: Refused) -> Self {
-        match r {
-            Refused::NoEndpoint(id) => EngineError::NotFound {
-                what: "endpoint",
-                id,
-            },
-            Refused::NoQp(id) => EngineError::NotFound { what: "QP", id },
-            Refused::Busy(s) => EngineError::Busy(s),
-            Refused::InvalidArgument(s) => EngineError::InvalidArgument(s),
-            Refused::NotConnected => EngineError::NotConnected,
-        }
-    }
-}
 
 impl Core {
     /// Applies the endpoint machine's actions until it has none: a QP
@@ -62,13 +32,15 @@ impl Core {
                         .handle_qp_result(now, &mut self.cm, request, r);
                 }
                 Action::Complete { request, outcome } => {
-                    self.eps.waiters.complete(request, outcome, &mut self.later)
+                    self.eps
+                        .waiters
+                        .complete(request, outcome, &mut self.deliveries.later)
                 }
                 Action::ReserveQpn(qpn) => {
-                    self.timewait_qpns.insert(qpn);
+                    self.tables.timewait_qpns.insert(qpn);
                 }
                 Action::ReleaseQpn(qpn) => {
-                    self.timewait_qpns.remove(&qpn);
+                    self.tables.timewait_qpns.remove(&qpn);
                 }
             }
         }
@@ -88,7 +60,7 @@ impl Core {
 
     fn apply_qp_op(&mut self, qpn: u32, op: QpOp) -> Result<(), QpError> {
         match op {
-            QpOp::CheckInit => match self.qps.get(&qpn) {
+            QpOp::CheckInit => match self.tables.qps.get(&qpn) {
                 None => Err(QpError::Gone),
                 Some(e) if e.qp.state() == QpState::Init => Ok(()),
                 Some(_) => Err(QpError::NotInit),
@@ -100,7 +72,7 @@ impl Core {
 
     /// Applies what the CM negotiated to QP `qpn`: INIT → RTR → RTS.
     fn qp_to_rts(&mut self, qpn: u32, s: &QpSetup) -> Result<(), QpError> {
-        let Some(e) = self.qps.get_mut(&qpn) else {
+        let Some(e) = self.tables.qps.get_mut(&qpn) else {
             return Err(QpError::Gone);
         };
         let mut a = QpAttr {
@@ -151,7 +123,7 @@ impl Core {
 
     /// Moves QP `qpn` to ERR, flushing it.
     fn qp_to_error(&mut self, qpn: u32) -> Result<(), QpError> {
-        let Some(e) = self.qps.get_mut(&qpn) else {
+        let Some(e) = self.tables.qps.get_mut(&qpn) else {
             return Err(QpError::Gone);
         };
         e.absorb_posts();
@@ -169,14 +141,14 @@ impl Core {
     }
 }
 
-impl Adapter {
+impl Nic {
     /// Runs `f` on the core, then what the endpoint machine asked for, then
     /// the rest of the step (the packets go out before completions).
     fn with_eps<T>(
         &self,
         f: impl FnOnce(&mut Core, Instant) -> Result<T, Refused>,
     ) -> Result<T, EngineError> {
-        let _adapter = self.shared().span.enter();
+        let _nic = self.shared().span.enter();
         let now = self.now();
         let mut guard = self.core_guard()?;
         let c = &mut *guard;
@@ -216,7 +188,7 @@ impl Adapter {
     }
 
     /// Connects endpoint `ep` with QP `qpn` (in INIT). Completes when the REP
-    /// arrives (then call [`Adapter::ep_complete_connect`]), on REJ, or on timeout.
+    /// arrives (then call [`Nic::ep_complete_connect`]), on REJ, or on timeout.
     pub fn ep_connect(
         &self,
         ep: u32,
@@ -224,7 +196,7 @@ impl Adapter {
         args: ConnectArgs,
     ) -> Result<EpPending<ConnectInfo>, EngineError> {
         self.with_eps(|c, now| {
-            let exists = c.qps.contains_key(&qpn);
+            let exists = c.tables.qps.contains_key(&qpn);
             let id = c
                 .eps
                 .machine
@@ -293,7 +265,7 @@ impl Adapter {
     /// [`super::EpError::Canceled`] and the CM endpoint goes the Linux way
     /// (REJ, DREQ or DREP as its state demands). Works after device removal.
     pub fn destroy_ep(&self, ep: u32) -> Result<(), EngineError> {
-        let _adapter = self.shared().span.enter();
+        let _nic = self.shared().span.enter();
         let now = self.now();
         let mut guard = self.core_lock();
         let c = &mut *guard;

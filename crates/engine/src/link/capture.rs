@@ -1,63 +1,66 @@
-//! Packet capture: every RoCEv2 datagram an adapter sends or receives, written
-//! to a pcap file that Wireshark, tshark and `ndv decode` read as RoCE.
+//! Packet capture: a link wrapper that writes every RoCEv2 packet a NIC sends
+//! or receives to a pcap file that Wireshark, tshark and `ndv decode` read as
+//! RoCE.
 //!
-//! The socket only shows the UDP payload, so each record is rebuilt as the
-//! packet was on the wire: an IPv4 or IPv6 header and a UDP header around the
+//! A link shows only the UDP payload, so each record is rebuilt as the packet
+//! was on the wire: an IPv4 or IPv6 header and a UDP header around the
 //! transport packet (BTH through ICRC). The file's link type is raw IP
 //! (`LINKTYPE_RAW`), so no link-layer addresses have to be invented.
 //!
 //! * **Sent** packets get the headers the kernel writes for ndverbs' socket:
-//!   IPv4 with DF and ID 0, TTL 64 (hop limit 64 for IPv6), source port 4791.
-//!   The ICRC in the record is the one sent (after the fault layer's
-//!   corruption, if any): what a capture on the interface would show.
+//!   IPv4 with DF and the ID the ICRC was computed for — 0 for a lone packet,
+//!   `i` for segment `i` of a GSO run (as rxe's own captures show consecutive
+//!   IDs) — TTL 64 (hop limit 64 for IPv6), source port 4791. The wrapper
+//!   gathers a packet's pieces itself, so payloads sent straight from
+//!   registered memory are recorded as sent, and capture costs the send path
+//!   nothing when it is off.
 //! * **Received** packets get the sender's address and port and, for IPv4,
-//!   the ID recovered from the ICRC (see [`crate::udp`]), so their ICRC
-//!   verifies in the capture exactly as it did on the wire. Datagrams dropped
-//!   for a bad ICRC are not recorded (their IPv4 ID is unknowable).
-//! * Fields the ICRC does not cover and the socket does not report — TTL on
+//!   the ID recovered from the ICRC (see [`crate::icrc`]), so their ICRC
+//!   verifies in the capture exactly as it did on the wire. Packets with a
+//!   bad ICRC are not recorded (their IPv4 ID is unknowable). Under injected
+//!   faults ([`super::faults`]) what is recorded is what arrived.
+//! * Fields the ICRC does not cover and the link does not report — TTL on
 //!   receive, the IPv6 flow label, traffic class — are written as 64, 0, 0.
 //!   The UDP checksum is computed (Linux always sends one).
 //!
-//! A packet between two adapters of one process that share a capture file is
+//! A packet between two NICs of one process that share a capture file is
 //! recorded once, when sent, as a capture on a loopback interface would show
 //! it. Records are flushed as they are written (`tcpdump -U`), so a capture is
 //! complete even if the process is killed.
 //!
-//! Switch it on with [`Adapter::set_capture`](crate::adapter::Adapter::set_capture),
-//! or for every adapter a process opens with the environment variable
-//! [`PCAP_ENV`] (`NDV_PCAP=FILE`, which `ndv --pcap FILE` sets). Adapters of
-//! one process naming the same file share it; the first one truncates it, and
-//! adapters opened later in the same process append.
+//! Switch it on with [`Nic::set_capture`](crate::nic::Nic::set_capture), or
+//! for every NIC a process opens with the environment variable `NDV_PCAP=FILE`
+//! (which `ndv --pcap FILE` sets; see [`crate::config`]). NICs of one process
+//! naming the same file share it; the first one truncates it, and NICs opened
+//! later in the same process append.
 
-use crate::adapter::{Adapter, EngineError};
-use crate::udp::{Received, RoceSocket};
+use super::{gather, Datagram, IoPiece, Link, Run};
+use ndverbs_proto::time::Instant;
 use ndverbs_wire::capture::{LinkType, PcapWriter};
 use ndverbs_wire::ip::{Envelope, IpHeader};
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter};
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
-
-/// The environment variable naming a capture file for every adapter.
-pub const PCAP_ENV: &str = "NDV_PCAP";
 
 /// Direction of a recorded packet.
 ///
 /// # Example
 ///
 /// ```
-/// use ndverbs_engine::capture::{Capture, Dir};
+/// use ndverbs_engine::link::capture::{Capture, Dir};
 /// let path = std::env::temp_dir().join(format!("ndverbs-doc-dir-{}.pcap", std::process::id()));
 /// let (me, peer): (std::net::SocketAddr, std::net::SocketAddr) = ("10.0.0.1:4791".parse().unwrap(), "10.0.0.2:4791".parse().unwrap());
 /// let cap = Capture::open(&path, me.ip())?;
 /// let ack = [0x11, 0, 0xff, 0xff, 0, 0, 0, 5, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0];
 /// cap.record(Dir::Tx, me, peer, 0, &ack);
 /// cap.record(Dir::Rx, peer, me, 0x1234, &ack); // the peer's reply, with its IPv4 ID
-/// // A packet between two adapters of this process sharing the file is kept once,
+/// // A packet between two NICs of this process sharing the file is kept once,
 /// // when sent: its receive is skipped.
 /// cap.record(Dir::Rx, me, peer, 0, &ack);
 /// assert_eq!(cap.packets(), 2);
@@ -66,26 +69,26 @@ pub const PCAP_ENV: &str = "NDV_PCAP";
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dir {
-    /// Sent by the adapter.
+    /// Sent by the NIC.
     Tx,
-    /// Received by the adapter.
+    /// Received by the NIC.
     Rx,
 }
 
 struct Inner {
     w: PcapWriter<BufWriter<File>>,
-    /// Addresses of the adapters writing to this file.
+    /// Addresses of the NICs writing to this file.
     locals: Vec<IpAddr>,
     packets: u64,
     failed: bool,
 }
 
-/// An open capture file, shared by the adapters of a process that name it.
+/// An open capture file, shared by the NICs of a process that name it.
 ///
 /// # Example
 ///
 /// ```
-/// use ndverbs_engine::capture::{Capture, Dir};
+/// use ndverbs_engine::link::capture::{Capture, Dir};
 /// use ndverbs_wire::{capture::{ip_packet, read_frames}, ip::Envelope, packet::Packet};
 /// let path = std::env::temp_dir().join(format!("ndverbs-doc-capture-{}.pcap", std::process::id()));
 /// let (src, dst): (std::net::SocketAddr, _) = ("10.0.0.1:4791".parse().unwrap(), "10.0.0.2:4791".parse().unwrap());
@@ -154,8 +157,8 @@ fn key(path: &Path) -> PathBuf {
 }
 
 impl Capture {
-    /// Opens `path` for the adapter at `local`: the already open capture of
-    /// that file if another adapter of this process writes it, otherwise the
+    /// Opens `path` for the NIC at `local`: the already open capture of
+    /// that file if another NIC of this process writes it, otherwise the
     /// file, created (or truncated) the first time this process opens it and
     /// appended to afterwards.
     pub fn open(path: &Path, local: IpAddr) -> io::Result<Arc<Capture>> {
@@ -205,7 +208,7 @@ impl Capture {
         lock(&self.inner).packets
     }
 
-    /// The adapter at `local` no longer writes here.
+    /// The NIC at `local` no longer writes here.
     pub(crate) fn detach(&self, local: IpAddr) {
         let mut g = lock(&self.inner);
         if let Some(i) = g.locals.iter().position(|a| *a == local) {
@@ -318,17 +321,19 @@ fn udp_checksum(src: IpAddr, dst: IpAddr, udp: &[u8]) -> u16 {
     }
 }
 
-/// The capture an adapter writes to, if any (cheap to check per packet).
+/// The capture a NIC writes to, if any: shared between the NIC's handle,
+/// which switches it, and its [`CaptureLink`], which writes (cheap to check
+/// per call).
 #[derive(Debug, Default)]
-pub(crate) struct Slot {
+pub struct CaptureSlot {
     on: AtomicBool,
     cap: Mutex<Option<(Arc<Capture>, IpAddr)>>,
 }
 
-impl Slot {
-    /// Replaces the capture of the adapter at `local` (detaching it from the
+impl CaptureSlot {
+    /// Replaces the capture of the NIC at `local` (detaching it from the
     /// old one).
-    pub(crate) fn set(&self, c: Option<Arc<Capture>>, local: IpAddr) {
+    pub fn set(&self, c: Option<Arc<Capture>>, local: IpAddr) {
         let mut g = lock(&self.cap);
         if let Some((old, at)) = g.take() {
             old.detach(at);
@@ -338,91 +343,21 @@ impl Slot {
     }
 
     /// Whether a capture is on.
-    pub(crate) fn is_on(&self) -> bool {
+    #[inline]
+    pub fn is_on(&self) -> bool {
         self.on.load(Ordering::Acquire)
     }
 
     /// The capture, if on.
-    pub(crate) fn get(&self) -> Option<Arc<Capture>> {
-        if !self.on.load(Ordering::Acquire) {
+    pub fn get(&self) -> Option<Arc<Capture>> {
+        if !self.is_on() {
             return None;
         }
         lock(&self.cap).as_ref().map(|(c, _)| c.clone())
     }
-
-    /// Records a packet `sock` sent to `dst:dst_port` with IPv4 ID `ipv4_id`
-    /// (0 for a plain send; segment `i` of a UDP GSO send carries ID `i`).
-    #[inline]
-    pub(crate) fn tx(
-        &self,
-        sock: &RoceSocket,
-        dst: IpAddr,
-        dst_port: u16,
-        ipv4_id: u16,
-        transport: &[u8],
-    ) {
-        if let Some(c) = self.get() {
-            let src = SocketAddr::new(sock.local(), sock.port());
-            c.record(
-                Dir::Tx,
-                src,
-                SocketAddr::new(dst, dst_port),
-                ipv4_id,
-                transport,
-            );
-        }
-    }
-
-    /// Records the packets of one batch send ([`RoceSocket::send_segments`]):
-    /// `seg`-byte packets back to back in `buf`. Segment `i` of a UDP GSO
-    /// send carries IPv4 ID `i`; a batch the socket sent one packet at a time
-    /// carries ID 0 throughout — each packet's ICRC says which.
-    #[inline]
-    pub(crate) fn tx_segments(
-        &self,
-        sock: &RoceSocket,
-        dst: IpAddr,
-        dst_port: u16,
-        buf: &[u8],
-        seg: usize,
-    ) {
-        if self.on.load(Ordering::Acquire) && seg > 0 {
-            let src = SocketAddr::new(sock.local(), sock.port());
-            let to = SocketAddr::new(dst, dst_port);
-            for (i, p) in buf.chunks(seg).enumerate() {
-                let id = if i > 0 && dst.is_ipv4() {
-                    let gso = frame(src, to, i as u16, p)
-                        .is_some_and(|f| ndverbs_wire::icrc::verify(&f).unwrap_or(false));
-                    if gso {
-                        i as u16
-                    } else {
-                        0
-                    }
-                } else {
-                    0
-                };
-                self.tx(sock, dst, dst_port, id, p);
-            }
-        }
-    }
-
-    /// Records a packet the adapter received (its ICRC verified); `buf`
-    /// starts with the packet's `r.len` bytes.
-    #[inline]
-    pub(crate) fn rx(&self, r: &Received, local_port: u16, buf: &[u8]) {
-        if let Some(c) = self.get() {
-            c.record(
-                Dir::Rx,
-                r.src,
-                SocketAddr::new(r.dst, local_port),
-                r.ipv4_id.unwrap_or(0),
-                &buf[..r.len.min(buf.len())],
-            );
-        }
-    }
 }
 
-impl Drop for Slot {
+impl Drop for CaptureSlot {
     fn drop(&mut self) {
         if let Some((c, at)) = lock(&self.cap).take() {
             c.detach(at);
@@ -430,50 +365,158 @@ impl Drop for Slot {
     }
 }
 
-/// The capture file named by [`PCAP_ENV`], if set and not empty.
-pub fn env_path() -> Option<PathBuf> {
-    std::env::var_os(PCAP_ENV)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
+/// Records what passes through link `L` while its slot holds a capture (see
+/// the module docs).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::link::capture::{Capture, CaptureLink, CaptureSlot};
+/// use ndverbs_engine::link::memory::MemoryLink;
+/// use ndverbs_engine::link::{IoPiece, Link, Run};
+/// use std::sync::Arc;
+/// let path = std::env::temp_dir().join(format!("ndverbs-doc-link-{}.pcap", std::process::id()));
+/// let (a, b) = MemoryLink::pair("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap())?;
+/// let slot = Arc::new(CaptureSlot::default());
+/// let mut a = CaptureLink::new(a, slot.clone());
+/// let cap = Capture::open(&path, a.local_addr().ip())?;
+/// slot.set(Some(cap.clone()), a.local_addr().ip());
+/// // A GSO run of two packets, gathered from two pieces: two records.
+/// let (p0, p1) = ([0x04u8; 40], [0x04u8; 40]);
+/// let run = Run { iov: (0, 2), len: 80, seg: 40 };
+/// // SAFETY: live local buffers.
+/// unsafe { a.send_runs(&[IoPiece::of(&p0), IoPiece::of(&p1)], &[run], b.local_addr())? };
+/// assert_eq!(cap.packets(), 2);
+/// # drop(a);
+/// # std::fs::remove_file(&path)?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct CaptureLink<L> {
+    inner: L,
+    slot: Arc<CaptureSlot>,
+    /// A run's bytes, gathered for recording.
+    scratch: Vec<u8>,
 }
 
-/// Switches capture on for a new adapter if [`PCAP_ENV`] names a file.
-pub(crate) fn from_env(slot: &Slot, local: IpAddr) -> Result<(), EngineError> {
-    if let Some(p) = env_path() {
-        let c = Capture::open(&p, local).map_err(|e| {
-            EngineError::Io(io::Error::new(
-                e.kind(),
-                format!("{PCAP_ENV}={}: {e}", p.display()),
-            ))
-        })?;
-        slot.set(Some(c), local);
+impl<L: Link> CaptureLink<L> {
+    /// `inner`, recording while `slot` holds a capture.
+    pub fn new(inner: L, slot: Arc<CaptureSlot>) -> Self {
+        CaptureLink {
+            inner,
+            slot,
+            scratch: Vec::new(),
+        }
     }
-    Ok(())
+
+    /// The wrapped link.
+    pub fn inner(&self) -> &L {
+        &self.inner
+    }
+
+    /// The wrapped link.
+    pub fn inner_mut(&mut self) -> &mut L {
+        &mut self.inner
+    }
+
+    /// Records the first `sent` runs, gathered from their pieces.
+    ///
+    /// # Safety
+    /// As for [`Link::send_runs`]: the pieces are readable.
+    #[cold]
+    unsafe fn record_runs(
+        &mut self,
+        cap: &Capture,
+        pieces: &[IoPiece],
+        runs: &[Run],
+        dst: SocketAddr,
+    ) {
+        let src = self.inner.local_addr();
+        for r in runs {
+            self.scratch.clear();
+            // SAFETY: the link took these runs, so they were valid, and the
+            // caller vouches for the memory.
+            unsafe { gather(pieces, r, &mut self.scratch) };
+            for (i, p) in self.scratch.chunks(r.seg.max(1)).enumerate() {
+                cap.record(Dir::Tx, src, dst, i as u16, p);
+            }
+        }
+    }
+
+    /// Records the packets of a received datagram whose ICRC verifies.
+    #[cold]
+    fn record_received(&self, cap: &Capture, d: &Datagram, buf: &[u8]) {
+        let local = self.inner.local_addr();
+        let to = SocketAddr::new(d.dst.unwrap_or(local.ip()), local.port());
+        for p in d.packets() {
+            if let Ok(r) = crate::icrc::verify(&buf[p.clone()], d.src, to) {
+                cap.record(
+                    Dir::Rx,
+                    d.src,
+                    to,
+                    r.ipv4_id.unwrap_or(0),
+                    &buf[p.start..p.start + r.len],
+                );
+            }
+        }
+    }
 }
 
-impl Adapter {
-    /// Starts writing every packet this adapter sends and receives to the
-    /// pcap file `path` (see [`crate::capture`]), or stops with `None`.
-    /// Replaces a capture already on (including one from [`PCAP_ENV`]).
-    ///
-    /// ```no_run
-    /// # use ndverbs_engine::adapter::{Adapter, Progress};
-    /// let a = Adapter::open("127.0.0.1".parse().unwrap(), Progress::Thread)?;
-    /// a.set_capture(Some(std::path::Path::new("/tmp/roce.pcap")))?;
-    /// // … traffic …
-    /// a.set_capture(None)?;
-    /// # Ok::<(), ndverbs_engine::adapter::EngineError>(())
-    /// ```
-    pub fn set_capture(&self, path: Option<&Path>) -> Result<(), EngineError> {
-        let local = self.local();
-        let c = path.map(|p| Capture::open(p, local)).transpose()?;
-        self.shared().capture.set(c, local);
+impl<L: Link> Link for CaptureLink<L> {
+    #[inline]
+    fn local_addr(&self) -> SocketAddr {
+        self.inner.local_addr()
+    }
+
+    #[inline]
+    fn gso(&self) -> bool {
+        self.inner.gso()
+    }
+
+    #[inline]
+    fn fd(&self) -> RawFd {
+        self.inner.fd()
+    }
+
+    #[inline]
+    fn send(&mut self, pkt: &[u8], dst: SocketAddr) -> io::Result<()> {
+        self.inner.send(pkt, dst)?;
+        if let Some(c) = self.slot.get() {
+            c.record(Dir::Tx, self.inner.local_addr(), dst, 0, pkt);
+        }
         Ok(())
     }
 
-    /// The capture this adapter writes to, if any.
-    pub fn capture(&self) -> Option<Arc<Capture>> {
-        self.shared().capture.get()
+    #[inline]
+    unsafe fn send_runs(
+        &mut self,
+        pieces: &[IoPiece],
+        runs: &[Run],
+        dst: SocketAddr,
+    ) -> io::Result<usize> {
+        // SAFETY: passed on from the caller.
+        let k = unsafe { self.inner.send_runs(pieces, runs, dst) }?;
+        if let Some(c) = self.slot.get() {
+            // SAFETY: as above.
+            unsafe { self.record_runs(&c, pieces, &runs[..k], dst) };
+        }
+        Ok(k)
+    }
+
+    #[inline]
+    fn recv(&mut self, buf: &mut [u8], now: Instant) -> io::Result<Option<Datagram>> {
+        let d = self.inner.recv(buf, now)?;
+        if let Some(d) = &d {
+            if let Some(c) = self.slot.get() {
+                self.record_received(&c, d, buf);
+            }
+        }
+        Ok(d)
+    }
+
+    #[inline]
+    fn poll_at(&self) -> Option<Instant> {
+        self.inner.poll_at()
     }
 }
 

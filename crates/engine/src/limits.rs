@@ -1,0 +1,44 @@
+//! What every NIC enforces, and device queries report.
+
+/// Limits a NIC enforces (reported by device queries).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::limits::{Limits, LIMITS};
+/// // Every NIC has the same limits; device queries report them.
+/// fn fits(l: &Limits, wr: u32, sge: u32) -> bool {
+///     wr <= l.max_qp_wr && sge <= l.max_sge
+/// }
+/// assert!(fits(&LIMITS, 1024, 4));
+/// assert!(!fits(&LIMITS, LIMITS.max_qp_wr + 1, 1));
+/// assert_eq!(LIMITS.max_msg_size, 1 << 31);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most work requests per send or receive queue.
+    pub max_qp_wr: u32,
+    /// Most SGEs per work request.
+    pub max_sge: u32,
+    /// Most inline bytes per send.
+    pub max_inline_data: u32,
+    /// Most completions per CQ.
+    pub max_cqe: u32,
+    /// Most queue pairs.
+    pub max_qp: u32,
+    /// Largest message.
+    pub max_msg_size: u64,
+    /// Outstanding READ/atomic per QP, either direction.
+    pub max_qp_rd_atom: u8,
+}
+
+/// The limits of every ndverbs NIC.
+pub const LIMITS: Limits = Limits {
+    max_qp_wr: 16_384,
+    max_sge: 32,
+    max_inline_data: 4096,
+    max_cqe: 1 << 20,
+    max_qp: 1 << 17,
+    max_msg_size: 1 << 31,
+    max_qp_rd_atom: ndverbs_proto::rc::MAX_RD_ATOMIC,
+};

@@ -1,0 +1,332 @@
+//! The link: how a NIC's packets reach the network, and the seam where tests
+//! and diagnostics step in.
+//!
+//! The engine needs little from a datagram link, and [`Link`] is exactly
+//! that: send one packet; send up to [`MAX_RUNS`] *runs* of equal-size
+//! packets in one call, each run one UDP GSO datagram gathered from pieces
+//! (headers in the engine's buffer, payloads straight from registered
+//! memory); receive one datagram, which GRO may have coalesced from several
+//! packets of one peer; and a file descriptor that polls readable when a
+//! datagram waits. Links only move bytes: the ICRC is the engine's
+//! ([`crate::icrc`]).
+//!
+//! ```text
+//!        NIC core (sends runs, receives datagrams, signs and verifies ICRCs)
+//!            │
+//!    CaptureLink ── records both directions to a pcap file   (capture.rs)
+//!            │
+//!    FaultLink ──── loses, duplicates, delays, corrupts       (faults.rs)
+//!            │      what *arrives*
+//!    NicLink ─┬─ RoceSocket: UDP on <ip>:4791, GSO/GRO       (udp/)
+//!             └─ MemoryLink: one end of an in-memory pair     (memory.rs)
+//! ```
+//!
+//! Fault injection and capture are wrappers around any link, as smoltcp's
+//! `phy` middleware wraps a device: the core's send and receive paths are the
+//! same with or without them, and each wrapper costs one test of whether it
+//! is on per call when it is off. [`MemoryLink`](memory::MemoryLink) lets
+//! engine tests run two NICs without sockets.
+
+pub mod capture;
+pub mod faults;
+pub mod memory;
+pub mod udp;
+
+use ndverbs_proto::time::Instant;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::RawFd;
+
+/// Largest RoCEv2 transport packet: 4096-byte MTU plus the largest header set.
+pub const MAX_TRANSPORT: usize = 4096 + 64;
+/// Most bytes in one run (one UDP GSO send: the IPv4 UDP payload limit is
+/// 65,507; 15 segments of a 4096-MTU packet fit).
+pub const MAX_GSO_BYTES: usize = 65_000;
+/// Most packets in one run (the kernel's `UDP_MAX_SEGMENTS`).
+pub const MAX_GSO_SEGMENTS: usize = 64;
+/// Receive buffer that holds any datagram, GRO-coalesced ones included.
+pub const MAX_DATAGRAM: usize = 65_536;
+/// Most runs one [`Link::send_runs`] call sends.
+pub const MAX_RUNS: usize = 8;
+/// Most pieces one run gathers (the kernel takes at most 1024 per message).
+pub const MAX_RUN_PIECES: usize = 1024;
+
+/// What the engine needs from a datagram link (see the module docs).
+///
+/// Addresses are the peer's IP address and UDP port: RoCEv2 sends to 4791,
+/// tests may use other ports.
+pub trait Link {
+    /// The local address and UDP port packets leave from.
+    fn local_addr(&self) -> SocketAddr;
+
+    /// Whether a run may hold several packets (UDP GSO works). A link that
+    /// says no is sent runs of one packet each.
+    fn gso(&self) -> bool;
+
+    /// A file descriptor that polls readable when a datagram waits.
+    fn fd(&self) -> RawFd;
+
+    /// Sends one packet (ICRC filled in). `WouldBlock` when the link has no
+    /// room.
+    fn send(&mut self, pkt: &[u8], dst: SocketAddr) -> io::Result<()>;
+
+    /// Sends up to [`MAX_RUNS`] runs to `dst` in one call: run `r` is the
+    /// bytes of `pieces[r.iov.0..r.iov.1]` in order, `r.seg`-byte packets
+    /// (the last may be shorter), packet `i` signed for IPv4 ID `i`. Returns
+    /// how many runs the link took (`WouldBlock` when none).
+    ///
+    /// # Safety
+    /// Every piece must be readable memory for the duration of the call.
+    unsafe fn send_runs(
+        &mut self,
+        pieces: &[IoPiece],
+        runs: &[Run],
+        dst: SocketAddr,
+    ) -> io::Result<usize>;
+
+    /// Receives one datagram into `buf` (at least [`MAX_DATAGRAM`] bytes);
+    /// `Ok(None)` when nothing waits. `now` is the engine's clock, for links
+    /// that hold packets back.
+    fn recv(&mut self, buf: &mut [u8], now: Instant) -> io::Result<Option<Datagram>>;
+
+    /// When the link will have a datagram to hand out although its file
+    /// descriptor may not poll readable (packets it holds back), so that the
+    /// engine does not sleep past it.
+    fn poll_at(&self) -> Option<Instant> {
+        None
+    }
+}
+
+/// One received datagram: one packet, or several of one peer coalesced by GRO.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::link::Datagram;
+/// // Three packets of 1040 bytes and one of 500, coalesced: split by `seg`.
+/// let d = Datagram { src: "10.0.0.1:4791".parse().unwrap(), dst: None, len: 3 * 1040 + 500, seg: 1040 };
+/// let buf = vec![0u8; d.len];
+/// let sizes: Vec<usize> = buf[..d.len].chunks(d.seg).map(|p| p.len()).collect();
+/// assert_eq!(sizes, [1040, 1040, 1040, 500]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Datagram {
+    /// Sender's address and UDP port.
+    pub src: SocketAddr,
+    /// The local address it was sent to, when the link reports it (a socket
+    /// bound to one address does not need to).
+    pub dst: Option<IpAddr>,
+    /// Bytes received.
+    pub len: usize,
+    /// Size of each coalesced packet (the last may be shorter); `len` when
+    /// the datagram is one packet.
+    pub seg: usize,
+}
+
+impl Datagram {
+    /// The byte ranges of its packets in the receive buffer.
+    pub fn packets(&self) -> impl Iterator<Item = std::ops::Range<usize>> {
+        let (len, seg) = (self.len, self.seg.max(1));
+        (0..len)
+            .step_by(seg)
+            .map(move |off| off..(off + seg).min(len))
+    }
+}
+
+/// One piece of a datagram to send: `len` bytes at address `base`. Laid out
+/// as the kernel's `struct iovec`, so a slice of them is handed to `sendmmsg`
+/// as is; plain integers, so the tables that hold them stay `Send`.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::link::IoPiece;
+/// // An iovec made of plain integers.
+/// let bytes = [1u8, 2, 3];
+/// let p = IoPiece::of(&bytes);
+/// assert_eq!((p.base, p.len), (bytes.as_ptr() as usize, 3));
+/// ```
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IoPiece {
+    /// Address of the first byte.
+    pub base: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
+const _: () = assert!(
+    std::mem::size_of::<IoPiece>() == std::mem::size_of::<libc::iovec>()
+        && std::mem::align_of::<IoPiece>() == std::mem::align_of::<libc::iovec>()
+);
+
+impl IoPiece {
+    /// The piece covering `bytes`.
+    pub fn of(bytes: &[u8]) -> IoPiece {
+        IoPiece {
+            base: bytes.as_ptr() as usize,
+            len: bytes.len(),
+        }
+    }
+}
+
+/// A run of equal-size packets (the last may be shorter) sent as one UDP GSO
+/// datagram of `seg`-byte segments, gathered from pieces `iov.0 .. iov.1`.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::event::wait_readable;
+/// use ndverbs_engine::icrc::IcrcCache;
+/// use ndverbs_engine::link::udp::RoceSocket;
+/// use ndverbs_engine::link::{IoPiece, Run, MAX_DATAGRAM};
+/// use ndverbs_wire::{bth::Bth, opcode::Opcode, packet::Packet};
+/// use std::time::Duration;
+/// let a = RoceSocket::bind("127.93.25.1".parse().unwrap())?;
+/// let b = RoceSocket::bind("127.93.25.2".parse().unwrap())?;
+/// let mut pkt = Packet::new(Bth::new(Opcode::RC_SEND_ONLY, 5, 0));
+/// pkt.payload = b"ping";
+/// let mut buf = vec![0; pkt.encoded_len().unwrap()];
+/// pkt.write(&mut buf).unwrap();
+/// // One packet gathered from three places (headers, payload, ICRC), as the
+/// // engine sends a payload straight out of registered memory.
+/// let (hdr, payload) = (&buf[..12], &buf[12..16]);
+/// let icrc = IcrcCache::new(a.addr()).sign(b.addr(), 0, &[hdr, payload])?.to_le_bytes();
+/// let pieces = [IoPiece::of(hdr), IoPiece::of(payload), IoPiece::of(&icrc)];
+/// let run = Run { iov: (0, 3), len: 20, seg: 20 };
+/// // SAFETY: the pieces are live local buffers.
+/// assert_eq!(unsafe { a.send_runs(&pieces, &[run], b.addr())? }, 1);
+/// assert!(wait_readable(&[b.fd()], Some(Duration::from_secs(5)))?[0]);
+/// let mut got = vec![0; MAX_DATAGRAM];
+/// let d = b.recv_datagram(&mut got)?.unwrap();
+/// assert_eq!(&got[..d.len], &[hdr, payload, &icrc].concat()[..]);
+/// assert!(IcrcCache::new(b.addr()).verify(&got[..d.len], d.src, d.dst).is_ok());
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Run {
+    /// Its pieces (a range of indices into the piece list).
+    pub iov: (usize, usize),
+    /// Its length in bytes.
+    pub len: usize,
+    /// Segment (packet) size.
+    pub seg: usize,
+}
+
+impl Run {
+    /// How many packets it holds.
+    pub fn packets(&self) -> usize {
+        self.len.div_ceil(self.seg.max(1))
+    }
+}
+
+/// Checks that `runs` are runs a link can send: each names a range of
+/// `pieces` within the kernel's limits and holds what a GSO send may.
+pub(crate) fn check_runs(pieces: &[IoPiece], runs: &[Run]) -> io::Result<()> {
+    for r in runs {
+        let ok = r.seg >= 12 + ndverbs_wire::icrc::ICRC_LEN
+            && r.len > 0
+            && r.iov.0 < r.iov.1
+            && r.iov.1 <= pieces.len()
+            && r.iov.1 - r.iov.0 <= MAX_RUN_PIECES
+            && r.len <= MAX_GSO_BYTES
+            && r.packets() <= MAX_GSO_SEGMENTS;
+        if !ok {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad GSO run"));
+        }
+    }
+    Ok(())
+}
+
+/// Appends the bytes of run `run` to `out`.
+///
+/// # Safety
+/// The run's pieces must be readable memory (as for [`Link::send_runs`]),
+/// and the run must have passed [`check_runs`].
+pub(crate) unsafe fn gather(pieces: &[IoPiece], run: &Run, out: &mut Vec<u8>) {
+    for p in &pieces[run.iov.0..run.iov.1] {
+        // SAFETY: the caller vouches for the piece.
+        out.extend_from_slice(unsafe { std::slice::from_raw_parts(p.base as *const u8, p.len) });
+    }
+}
+
+/// The link a NIC sits on: a UDP socket, or one end of an in-memory pair.
+/// An enum rather than a trait object: the packet path calls it without an
+/// indirect call.
+#[derive(Debug)]
+pub enum NicLink {
+    /// The real thing: UDP on `<ip>:4791`.
+    Udp(udp::RoceSocket),
+    /// One end of a [`memory::MemoryLink::pair`].
+    Memory(memory::MemoryLink),
+}
+
+impl From<udp::RoceSocket> for NicLink {
+    fn from(s: udp::RoceSocket) -> Self {
+        NicLink::Udp(s)
+    }
+}
+
+impl From<memory::MemoryLink> for NicLink {
+    fn from(m: memory::MemoryLink) -> Self {
+        NicLink::Memory(m)
+    }
+}
+
+impl Link for NicLink {
+    #[inline]
+    fn local_addr(&self) -> SocketAddr {
+        match self {
+            NicLink::Udp(l) => l.local_addr(),
+            NicLink::Memory(l) => l.local_addr(),
+        }
+    }
+
+    #[inline]
+    fn gso(&self) -> bool {
+        match self {
+            NicLink::Udp(l) => Link::gso(l),
+            NicLink::Memory(l) => l.gso(),
+        }
+    }
+
+    #[inline]
+    fn fd(&self) -> RawFd {
+        match self {
+            NicLink::Udp(l) => Link::fd(l),
+            NicLink::Memory(l) => l.fd(),
+        }
+    }
+
+    #[inline]
+    fn send(&mut self, pkt: &[u8], dst: SocketAddr) -> io::Result<()> {
+        match self {
+            NicLink::Udp(l) => Link::send(l, pkt, dst),
+            NicLink::Memory(l) => l.send(pkt, dst),
+        }
+    }
+
+    #[inline]
+    unsafe fn send_runs(
+        &mut self,
+        pieces: &[IoPiece],
+        runs: &[Run],
+        dst: SocketAddr,
+    ) -> io::Result<usize> {
+        // SAFETY: passed on from the caller.
+        unsafe {
+            match self {
+                NicLink::Udp(l) => Link::send_runs(l, pieces, runs, dst),
+                NicLink::Memory(l) => l.send_runs(pieces, runs, dst),
+            }
+        }
+    }
+
+    #[inline]
+    fn recv(&mut self, buf: &mut [u8], now: Instant) -> io::Result<Option<Datagram>> {
+        match self {
+            NicLink::Udp(l) => Link::recv(l, buf, now),
+            NicLink::Memory(l) => l.recv(buf, now),
+        }
+    }
+}

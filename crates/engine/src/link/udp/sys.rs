@@ -1,0 +1,230 @@
+//! The system calls behind [`RoceSocket`](super::RoceSocket): socket options,
+//! `sendmmsg` with UDP GSO control messages, and `recvmsg` with the
+//! destination address and GRO segment size. All of the link's `unsafe` is
+//! here.
+
+use crate::link::{IoPiece, Run, MAX_RUNS};
+use std::io;
+use std::mem::MaybeUninit;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::RawFd;
+
+/// `UDP_SEGMENT` (linux/udp.h): GSO segment size, socket option or cmsg.
+pub(super) const UDP_SEGMENT: libc::c_int = 103;
+/// `UDP_GRO` (linux/udp.h): receive coalesced datagrams, segment size in a cmsg.
+pub(super) const UDP_GRO: libc::c_int = 104;
+
+pub(super) fn setsockopt(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: `value` outlives the call and its size is passed with it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `sendto` of one buffer.
+pub(super) fn sendto(fd: RawFd, buf: &[u8], dst: SocketAddr) -> io::Result<usize> {
+    let addr: socket2::SockAddr = dst.into();
+    // SAFETY: the buffer and the address outlive the call.
+    let n = unsafe {
+        libc::sendto(
+            fd,
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+            addr.as_ptr().cast(),
+            addr.len(),
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// `sendmmsg` of GSO runs (validated by the caller), one message each.
+///
+/// # Safety
+/// Every piece the runs name must be readable memory.
+pub(super) unsafe fn sendmmsg_gso(
+    fd: RawFd,
+    pieces: &[IoPiece],
+    runs: &[Run],
+    dst: SocketAddr,
+) -> io::Result<usize> {
+    let addr: socket2::SockAddr = dst.into();
+    let n = runs.len().min(MAX_RUNS);
+    if n == 1 && runs[0].iov.1 - runs[0].iov.0 == 1 && runs[0].len <= runs[0].seg {
+        // One packet in one piece (a latency-bound exchange): a plain
+        // `sendto` spares the kernel the message-vector walk.
+        let p = pieces[runs[0].iov.0];
+        // SAFETY: the piece is readable memory (the caller's promise) and
+        // the address outlives the call.
+        let sent = unsafe {
+            libc::sendto(
+                fd,
+                p.base as *const libc::c_void,
+                p.len,
+                libc::MSG_DONTWAIT,
+                addr.as_ptr().cast(),
+                addr.len(),
+            )
+        };
+        if sent < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        return Ok(1);
+    }
+    let mut controls = [[0u64; 4]; MAX_RUNS];
+    // SAFETY: mmsghdr is plain data; zeroed is a valid initial value.
+    let mut msgs: [libc::mmsghdr; MAX_RUNS] = unsafe { std::mem::zeroed() };
+    for i in 0..n {
+        let r = runs[i];
+        let m = &mut msgs[i].msg_hdr;
+        m.msg_name = addr.as_ptr() as *mut libc::c_void;
+        m.msg_namelen = addr.len();
+        // IoPiece has iovec's layout (asserted with its definition); the
+        // kernel only reads.
+        m.msg_iov = pieces[r.iov.0..].as_ptr() as *mut libc::iovec;
+        m.msg_iovlen = (r.iov.1 - r.iov.0) as _;
+        if r.len > r.seg {
+            m.msg_control = controls[i].as_mut_ptr().cast();
+            // SAFETY: CMSG_SPACE is a pure computation.
+            m.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as _;
+            // SAFETY: each control buffer is 32 bytes, more than CMSG_SPACE(2);
+            // the first header lies within it.
+            unsafe {
+                let c = libc::CMSG_FIRSTHDR(m);
+                (*c).cmsg_level = libc::SOL_UDP;
+                (*c).cmsg_type = UDP_SEGMENT;
+                (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), r.seg as u16);
+            }
+        }
+    }
+    // SAFETY: the first `n` headers point at live iovecs (readable, by the
+    // caller's promise), control buffers and the address, all outliving the call.
+    let sent =
+        unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), n as libc::c_uint, libc::MSG_DONTWAIT) };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(sent as usize)
+}
+
+/// What `recvmsg_pktinfo` returns: length, source, destination, GRO segment size.
+pub(super) type RecvInfo = (usize, SocketAddr, Option<IpAddr>, Option<usize>);
+
+/// `recvmsg` that also returns the destination address from `IP_PKTINFO` /
+/// `IPV6_PKTINFO` and the segment size of a GRO-coalesced datagram.
+pub(super) fn recvmsg_pktinfo(fd: RawFd, buf: &mut [u8]) -> io::Result<RecvInfo> {
+    let mut addr: MaybeUninit<libc::sockaddr_storage> = MaybeUninit::zeroed();
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // Room for an in_pktinfo or in6_pktinfo and a UDP_GRO message, 8-byte aligned.
+    let mut control = [0u64; 16];
+    // SAFETY: msghdr is plain data; zeroed is a valid initial value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = addr.as_mut_ptr().cast();
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: every pointer in `msg` refers to a live buffer of the stated size.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if msg.msg_flags & libc::MSG_TRUNC != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "datagram larger than the receive buffer",
+        ));
+    }
+    // SAFETY: the kernel filled `addr` with `msg_namelen` valid bytes.
+    let src = unsafe { sockaddr_to_std(addr.as_ptr(), msg.msg_namelen) }.ok_or_else(|| {
+        io::Error::new(io::ErrorKind::InvalidData, "unknown source address family")
+    })?;
+    let mut dst = None;
+    let mut seg = None;
+    // SAFETY: CMSG_* walk the control buffer the kernel filled, within msg_controllen.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            let h = &*c;
+            if h.cmsg_level == libc::IPPROTO_IP && h.cmsg_type == libc::IP_PKTINFO {
+                let info = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::in_pktinfo>());
+                dst = Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                    info.ipi_addr.s_addr,
+                ))));
+            } else if h.cmsg_level == libc::IPPROTO_IPV6 && h.cmsg_type == libc::IPV6_PKTINFO {
+                let info = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::in6_pktinfo>());
+                dst = Some(IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr)));
+            } else if h.cmsg_level == libc::SOL_UDP && h.cmsg_type == UDP_GRO {
+                let s = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                seg = usize::try_from(s).ok();
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok((n as usize, src, dst, seg))
+}
+
+/// # Safety
+/// `sa` must point to `len` initialised bytes of a socket address.
+unsafe fn sockaddr_to_std(
+    sa: *const libc::sockaddr_storage,
+    len: libc::socklen_t,
+) -> Option<SocketAddr> {
+    // SAFETY: the caller vouches for `len` bytes; each arm reads only a
+    // structure of the family the kernel wrote and that fits in `len`.
+    unsafe {
+        match i32::from((*sa).ss_family) {
+            libc::AF_INET if len as usize >= std::mem::size_of::<libc::sockaddr_in>() => {
+                let a = &*sa.cast::<libc::sockaddr_in>();
+                Some(SocketAddr::new(
+                    IpAddr::V4(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr))),
+                    u16::from_be(a.sin_port),
+                ))
+            }
+            libc::AF_INET6 if len as usize >= std::mem::size_of::<libc::sockaddr_in6>() => {
+                let a = &*sa.cast::<libc::sockaddr_in6>();
+                Some(SocketAddr::new(
+                    IpAddr::V6(Ipv6Addr::from(a.sin6_addr.s6_addr)),
+                    u16::from_be(a.sin6_port),
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Waits up to a millisecond for room in a socket's send buffer.
+pub(super) fn wait_writable(fd: RawFd) {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd.
+    unsafe { libc::poll(&mut p, 1, 1) };
+}

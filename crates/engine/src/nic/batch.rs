@@ -1,0 +1,213 @@
+//! GSO run batching: the packets one `drain_qp` sends to one peer, grouped
+//! into the runs a single link call takes.
+//!
+//! A packet joins the open run if it is no longer than the run's segment
+//! size (a shorter one closes it) and the run stays within the GSO limits;
+//! a link without GSO gets runs of one packet. Each packet's headers (or all
+//! of it) sit in the transmit buffer; a zero-copy packet's payload stays in
+//! registered memory, and the run gathers both as pieces. ICRCs are signed
+//! as packets join, since a packet's place in its run decides its IPv4 ID.
+
+use crate::counters::{bump, NicCounters};
+use crate::icrc::IcrcCache;
+use crate::link::{
+    IoPiece, Link, Run, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, MAX_RUNS, MAX_RUN_PIECES, MAX_TRANSPORT,
+};
+use ndverbs_proto::mem::{LentPayload, MAX_LENT_PIECES};
+use ndverbs_wire::icrc::ICRC_LEN;
+use std::io;
+use std::net::SocketAddr;
+
+/// The runs of one drain (see the module docs).
+#[derive(Default)]
+pub(crate) struct RunBatch {
+    runs: [Run; MAX_RUNS],
+    /// Zero-copy packets of each closed run.
+    lent: [u32; MAX_RUNS],
+    /// Closed runs in `runs`.
+    closed: usize,
+    pieces: Vec<IoPiece>,
+    /// Bytes of the transmit buffer in use.
+    tx_end: usize,
+    /// The open run: pieces from `iov_start`, `len` bytes, `count` packets
+    /// of `seg` bytes, `lent_count` of them zero-copy.
+    iov_start: usize,
+    len: usize,
+    seg: usize,
+    count: usize,
+    lent_count: u32,
+    /// Packets in the batch (for the counters when a send fails).
+    packets: usize,
+    /// Most packets per run: 1 when the link has no GSO.
+    max_segments: usize,
+}
+
+impl RunBatch {
+    /// Empties the batch for a link with or without GSO.
+    pub(crate) fn reset(&mut self, gso: bool) {
+        self.clear();
+        self.max_segments = if gso { MAX_GSO_SEGMENTS } else { 1 };
+    }
+
+    fn clear(&mut self) {
+        self.closed = 0;
+        self.pieces.clear();
+        self.tx_end = 0;
+        (self.iov_start, self.len, self.seg, self.count, self.packets) = (0, 0, 0, 0, 0);
+        self.lent_count = 0;
+    }
+
+    /// Bytes of the transmit buffer in use: the next packet goes after them.
+    pub(crate) fn tx_end(&self) -> usize {
+        self.tx_end
+    }
+
+    /// Whether another packet of any size fits in the batch.
+    pub(crate) fn has_room(&self, cap: usize) -> bool {
+        self.closed + usize::from(self.count > 0) < MAX_RUNS
+            && self.tx_end + MAX_TRANSPORT <= cap
+            && self.pieces.len() - self.iov_start + 2 + MAX_LENT_PIECES <= MAX_RUN_PIECES
+    }
+
+    /// The packet of `n` buffer bytes just written at `tx[tx_end..]` (plus
+    /// `lent`'s payload, if any) joins the batch, its ICRC signed for `dst`.
+    pub(crate) fn add(
+        &mut self,
+        icrc: &mut IcrcCache,
+        tx: &mut [u8],
+        n: usize,
+        lent: &LentPayload,
+        dst: SocketAddr,
+    ) {
+        let total = n + lent.len();
+        let fits = self.count > 0
+            && total <= self.seg
+            && self.len + total <= MAX_GSO_BYTES
+            && self.count < self.max_segments;
+        if !fits {
+            self.close();
+            self.seg = total;
+        }
+        let id = self.count as u16;
+        let start = self.tx_end;
+        let pkt = &mut tx[start..start + n];
+        if lent.is_empty() {
+            let crc = icrc.sign(dst, id, &[&pkt[..n - ICRC_LEN]]);
+            pkt[n - ICRC_LEN..].copy_from_slice(&crc.unwrap_or(0).to_le_bytes());
+            self.piece(IoPiece::of(pkt));
+        } else {
+            let h = lent.hdr_len;
+            let mut parts: [&[u8]; MAX_LENT_PIECES + 2] = [&[]; MAX_LENT_PIECES + 2];
+            parts[0] = &pkt[..h];
+            for (i, &(base, len)) in lent.pieces().iter().enumerate() {
+                // SAFETY: the memory table lent these bytes for this step
+                // (`Memory::lend_local`): they stay mapped until it changes,
+                // which needs the engine lock held throughout the send.
+                parts[1 + i] = unsafe { std::slice::from_raw_parts(base as *const u8, len) };
+            }
+            let k = lent.pieces().len();
+            parts[1 + k] = &pkt[h..n - ICRC_LEN];
+            let crc = icrc.sign(dst, id, &parts[..k + 2]).unwrap_or(0);
+            pkt[n - ICRC_LEN..].copy_from_slice(&crc.to_le_bytes());
+            let pkt = &tx[start..start + n];
+            self.piece(IoPiece::of(&pkt[..h]));
+            for &(base, len) in lent.pieces() {
+                self.piece(IoPiece { base, len });
+            }
+            self.piece(IoPiece::of(&pkt[h..]));
+            self.lent_count += 1;
+        }
+        self.tx_end += n;
+        self.len += total;
+        self.count += 1;
+        self.packets += 1;
+        if total < self.seg {
+            // A shorter packet ends a GSO run.
+            self.close();
+        }
+    }
+
+    /// Appends a piece, merged with the previous one of the same run when
+    /// they touch (whole packets back to back in the buffer).
+    fn piece(&mut self, p: IoPiece) {
+        if self.pieces.len() > self.iov_start {
+            if let Some(last) = self.pieces.last_mut() {
+                if last.base + last.len == p.base {
+                    last.len += p.len;
+                    return;
+                }
+            }
+        }
+        self.pieces.push(p);
+    }
+
+    fn close(&mut self) {
+        if self.count > 0 {
+            self.runs[self.closed] = Run {
+                iov: (self.iov_start, self.pieces.len()),
+                len: self.len,
+                seg: self.seg,
+            };
+            self.lent[self.closed] = self.lent_count;
+            self.closed += 1;
+        }
+        self.iov_start = self.pieces.len();
+        (self.len, self.count, self.lent_count) = (0, 0, 0);
+    }
+
+    /// Sends every run to `dst` through `link` and empties the batch.
+    /// Packets the link has no room for are dropped and counted: the
+    /// transport retransmits them.
+    pub(crate) fn flush(&mut self, link: &mut impl Link, counters: &NicCounters, dst: SocketAddr) {
+        self.close();
+        let mut done = 0;
+        while done < self.closed {
+            let runs = &self.runs[done..self.closed];
+            // SAFETY: the pieces are the transmit buffer (borrowed by the
+            // caller for the call) and regions the memory table lent for
+            // this step.
+            match unsafe { link.send_runs(&self.pieces, runs, dst) } {
+                Ok(k) => {
+                    bump(&counters.send_calls, 1);
+                    for (r, &lent) in runs[..k].iter().zip(&self.lent[done..]) {
+                        let pkts = r.packets();
+                        self.packets -= pkts;
+                        bump(&counters.sent_datagrams, pkts as u64);
+                        bump(&counters.zero_copy_packets, u64::from(lent));
+                        if pkts > 1 {
+                            bump(&counters.gso_runs, 1);
+                        }
+                    }
+                    done += k;
+                    if k == 0 {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    if e.kind() == io::ErrorKind::WouldBlock {
+                        bump(&counters.send_would_block, self.packets as u64);
+                        warn_send_buffer_full(dst);
+                    } else {
+                        tracing::debug!(error = %e, peer = %dst, "send failed");
+                    }
+                    break;
+                }
+            }
+        }
+        self.clear();
+    }
+}
+
+/// Warns, once per process, that a link's send buffer was full after a
+/// wait (the packets are dropped; the transport retransmits them).
+#[cold]
+pub(crate) fn warn_send_buffer_full(peer: SocketAddr) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        tracing::warn!(
+            %peer,
+            "UDP send buffer full: packets dropped and left to retransmission (counted in \
+             send_would_block; raise net.core.wmem_max)"
+        )
+    });
+}

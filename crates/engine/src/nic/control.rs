@@ -1,0 +1,371 @@
+//! The control path: creating, modifying and destroying objects.
+//!
+//! Control calls are rare next to posts and packets: each takes the core
+//! lock for its whole work. Checks come first, each a typed error — ids
+//! that name nothing ([`EngineError::NotFound`]), limits
+//! ([`EngineError::InvalidArgument`]), objects still in use
+//! ([`EngineError::Busy`]) — and only then does the call change a table.
+//! A call that changes a queue pair ends with the end of a step, so what the
+//! change caused (a flush, packets) happens before it returns. Cleanup
+//! calls (deregistering, destroying) work after removal too.
+
+use super::tables::{state_to_u8, QpEntry, QpInit, QpShared, SrqEntry, SrqShared};
+use super::Nic;
+use crate::cq::CompletionQueue;
+use crate::error::EngineError;
+use crate::limits::LIMITS;
+use crate::mr::{Region, RegionBuf};
+use crossbeam_queue::ArrayQueue;
+use ndverbs_proto::mem::Access;
+use ndverbs_proto::rc::{AttrMask, Counters, QpAttr, QpState, RcQp, RecvQueue};
+use ndverbs_wire::cma::addr_of_gid;
+use std::net::Ipv6Addr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8};
+use std::sync::Arc;
+
+impl Nic {
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&self) -> Result<u32, EngineError> {
+        let mut c = self.core()?;
+        let id = c.tables.next_id();
+        c.tables.pds.insert(id, ());
+        Ok(id)
+    }
+
+    /// Frees a protection domain (refused while objects use it).
+    pub fn dealloc_pd(&self, pd: u32) -> Result<(), EngineError> {
+        let mut c = self.core()?;
+        let users = c.tables.qps.values().filter(|q| q.qp.pd() == pd).count();
+        if !c.tables.pds.contains_key(&pd) {
+            return Err(EngineError::NotFound { what: "PD", id: pd });
+        }
+        if users > 0 {
+            return Err(EngineError::Busy(
+                "queue pairs still use the protection domain",
+            ));
+        }
+        c.tables.pds.remove(&pd);
+        Ok(())
+    }
+
+    /// Registers memory.
+    pub fn reg_mr(
+        &self,
+        pd: u32,
+        buf: RegionBuf,
+        access: Access,
+    ) -> Result<Arc<Region>, EngineError> {
+        let mut c = self.core()?;
+        if !c.tables.pds.contains_key(&pd) {
+            return Err(EngineError::NotFound { what: "PD", id: pd });
+        }
+        Ok(c.tables.mem.register(pd, buf, access)?)
+    }
+
+    /// Deregisters memory (refused while windows are bound to it).
+    pub fn dereg_mr(&self, lkey: u32) -> Result<(), EngineError> {
+        // Works after removal too: it is cleanup.
+        let mut c = self.core_lock();
+        c.tables.mem.deregister(lkey)?;
+        Ok(())
+    }
+
+    /// Deregisters memory even while windows are bound to it (see
+    /// [`MemTable::revoke`](crate::mr::MemTable::revoke)): for a region handle that is being dropped.
+    pub fn revoke_mr(&self, lkey: u32) -> Result<(), EngineError> {
+        let mut c = self.core_lock();
+        c.tables.mem.revoke(lkey)?;
+        Ok(())
+    }
+
+    /// Allocates a type-2 memory window; returns its key.
+    pub fn alloc_mw(&self, pd: u32) -> Result<u32, EngineError> {
+        let mut c = self.core()?;
+        if !c.tables.pds.contains_key(&pd) {
+            return Err(EngineError::NotFound { what: "PD", id: pd });
+        }
+        Ok(c.tables.mem.alloc_window(pd))
+    }
+
+    /// Binds a window (see [`MemTable::bind_window`](crate::mr::MemTable::bind_window)); returns its new R_Key.
+    pub fn bind_mw(
+        &self,
+        mw: u32,
+        lkey: u32,
+        va: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<u32, EngineError> {
+        Ok(self
+            .core()?
+            .tables
+            .mem
+            .bind_window(mw, lkey, va, len, access)?)
+    }
+
+    /// Invalidates a window locally.
+    pub fn invalidate_mw(&self, rkey: u32) -> Result<(), EngineError> {
+        Ok(self.core()?.tables.mem.invalidate_window(rkey)?)
+    }
+
+    /// Frees a window.
+    pub fn dealloc_mw(&self, rkey: u32) -> Result<(), EngineError> {
+        let mut c = self.core_lock();
+        Ok(c.tables.mem.dealloc_window(rkey)?)
+    }
+
+    /// Creates a completion queue.
+    pub fn create_cq(&self, depth: u32) -> Result<(u32, Arc<CompletionQueue>), EngineError> {
+        if depth == 0 || depth > LIMITS.max_cqe {
+            return Err(EngineError::InvalidArgument("CQ depth out of range"));
+        }
+        let mut c = self.core()?;
+        let id = c.tables.next_id();
+        let cq = Arc::new(CompletionQueue::new(depth as usize)?);
+        c.tables.cqs.insert(id, cq.clone());
+        Ok((id, cq))
+    }
+
+    /// Destroys a completion queue (refused while queue pairs use it).
+    pub fn destroy_cq(&self, id: u32) -> Result<(), EngineError> {
+        let mut c = self.core_lock();
+        let cq = c
+            .tables
+            .cqs
+            .get(&id)
+            .ok_or(EngineError::NotFound { what: "CQ", id })?;
+        if c.tables
+            .qps
+            .values()
+            .any(|q| Arc::ptr_eq(&q.send_cq, cq) || Arc::ptr_eq(&q.recv_cq, cq))
+        {
+            return Err(EngineError::Busy(
+                "queue pairs still use the completion queue",
+            ));
+        }
+        c.tables.cqs.remove(&id);
+        Ok(())
+    }
+
+    /// Creates a shared receive queue.
+    pub fn create_srq(
+        &self,
+        pd: u32,
+        max_wr: u32,
+        max_sge: u32,
+    ) -> Result<Arc<SrqShared>, EngineError> {
+        if max_wr == 0 || max_wr > LIMITS.max_qp_wr || max_sge == 0 || max_sge > LIMITS.max_sge {
+            return Err(EngineError::InvalidArgument(
+                "SRQ depth or SGE count out of range",
+            ));
+        }
+        let mut c = self.core()?;
+        if !c.tables.pds.contains_key(&pd) {
+            return Err(EngineError::NotFound { what: "PD", id: pd });
+        }
+        let id = c.tables.next_id();
+        let shared = Arc::new(SrqShared {
+            id,
+            max_sge,
+            rq_in: ArrayQueue::new(max_wr as usize),
+            outstanding: AtomicU32::new(0),
+            capacity: max_wr,
+            queued: AtomicBool::new(false),
+        });
+        c.tables.srqs.insert(
+            id,
+            SrqEntry {
+                rq: RecvQueue::new(max_wr, max_sge),
+                shared: shared.clone(),
+                in_rq: 0,
+            },
+        );
+        Ok(shared)
+    }
+
+    /// Destroys a shared receive queue (refused while queue pairs use it).
+    pub fn destroy_srq(&self, id: u32) -> Result<(), EngineError> {
+        let mut c = self.core_lock();
+        if !c.tables.srqs.contains_key(&id) {
+            return Err(EngineError::NotFound { what: "SRQ", id });
+        }
+        if c.tables.qps.values().any(|q| q.srq == Some(id)) {
+            return Err(EngineError::Busy(
+                "queue pairs still use the shared receive queue",
+            ));
+        }
+        c.tables.srqs.remove(&id);
+        Ok(())
+    }
+
+    /// Creates an RC queue pair in RESET with an unpredictable QPN.
+    pub fn create_qp(&self, init: QpInit) -> Result<Arc<QpShared>, EngineError> {
+        let _nic = self.shared.span.enter();
+        let caps = init.caps;
+        if caps.max_send_wr == 0 || caps.max_send_wr > LIMITS.max_qp_wr {
+            return Err(EngineError::InvalidArgument("max_send_wr out of range"));
+        }
+        if caps.max_send_sge > LIMITS.max_sge || caps.max_inline_data > LIMITS.max_inline_data {
+            return Err(EngineError::InvalidArgument(
+                "max_send_sge or max_inline_data out of range",
+            ));
+        }
+        if init.srq.is_none()
+            && (init.max_recv_wr == 0
+                || init.max_recv_wr > LIMITS.max_qp_wr
+                || init.max_recv_sge > LIMITS.max_sge)
+        {
+            return Err(EngineError::InvalidArgument(
+                "max_recv_wr or max_recv_sge out of range",
+            ));
+        }
+        let mut c = self.core()?;
+        if !c.tables.pds.contains_key(&init.pd) {
+            return Err(EngineError::NotFound {
+                what: "PD",
+                id: init.pd,
+            });
+        }
+        let send_cq = c
+            .tables
+            .cqs
+            .get(&init.send_cq)
+            .cloned()
+            .ok_or(EngineError::NotFound {
+                what: "CQ",
+                id: init.send_cq,
+            })?;
+        let recv_cq = c
+            .tables
+            .cqs
+            .get(&init.recv_cq)
+            .cloned()
+            .ok_or(EngineError::NotFound {
+                what: "CQ",
+                id: init.recv_cq,
+            })?;
+        if let Some(s) = init.srq {
+            if !c.tables.srqs.contains_key(&s) {
+                return Err(EngineError::NotFound { what: "SRQ", id: s });
+            }
+        }
+        if c.tables.qps.len() >= LIMITS.max_qp as usize {
+            return Err(EngineError::Busy(
+                "the device has its maximum number of queue pairs",
+            ));
+        }
+        let qpn = loop {
+            let q = c.tables.keys.qpn();
+            if !c.tables.qps.contains_key(&q) && !c.tables.timewait_qpns.contains(&q) {
+                break q;
+            }
+        };
+        let (rq_wr, rq_sge) = if init.srq.is_some() {
+            (1, 1)
+        } else {
+            (init.max_recv_wr, init.max_recv_sge.max(1))
+        };
+        let shared = Arc::new(QpShared {
+            qpn,
+            caps,
+            max_recv_wr: rq_wr,
+            max_recv_sge: rq_sge,
+            uses_srq: init.srq.is_some(),
+            state: AtomicU8::new(state_to_u8(QpState::Reset)),
+            sq_in: ArrayQueue::new(caps.max_send_wr as usize),
+            rq_in: ArrayQueue::new(rq_wr as usize),
+            sq_outstanding: AtomicU32::new(0),
+            rq_outstanding: AtomicU32::new(0),
+            queued: AtomicBool::new(false),
+        });
+        let entry = QpEntry {
+            qp: RcQp::new(qpn, init.pd, caps),
+            shared: shared.clone(),
+            rq: RecvQueue::new(rq_wr, rq_sge),
+            srq: init.srq,
+            send_cq,
+            recv_cq,
+            peer: None,
+            sq_in_proto: 0,
+            rq_in_proto: 0,
+            armed: None,
+            logged: Default::default(),
+        };
+        c.tables.qps.insert(qpn, entry);
+        tracing::debug!(qp = qpn, pd = init.pd, "QP created");
+        Ok(shared)
+    }
+
+    /// Modifies a queue pair. The peer's address comes from `attr.av.dgid`
+    /// (an IPv4-mapped or IPv6 GID) when [`AttrMask::AV`] is given.
+    pub fn modify_qp(&self, qpn: u32, attr: &QpAttr, mask: AttrMask) -> Result<(), EngineError> {
+        let _nic = self.shared.span.enter();
+        let now = self.now();
+        let mut c = self.core()?;
+        let e = c.tables.qps.get_mut(&qpn).ok_or(EngineError::NotFound {
+            what: "QP",
+            id: qpn,
+        })?;
+        // Pending posts are ordered before the modification.
+        e.absorb_posts();
+        e.modify(attr, mask)?;
+        if mask.contains(AttrMask::AV) {
+            e.peer = Some(addr_of_gid(Ipv6Addr::from(attr.av.dgid)));
+        }
+        c.touched.push(qpn);
+        c.finish_step(&self.shared, now);
+        Ok(())
+    }
+
+    /// The current attributes of a queue pair.
+    pub fn query_qp(&self, qpn: u32) -> Result<QpAttr, EngineError> {
+        let c = self.core()?;
+        Ok(c.tables
+            .qps
+            .get(&qpn)
+            .ok_or(EngineError::NotFound {
+                what: "QP",
+                id: qpn,
+            })?
+            .qp
+            .query())
+    }
+
+    /// Destroys a queue pair. Its outstanding requests are flushed to its CQs
+    /// first, so each completes exactly once.
+    pub fn destroy_qp(&self, qpn: u32) -> Result<(), EngineError> {
+        let _nic = self.shared.span.enter();
+        let _span = tracing::debug_span!("destroy_qp", qp = qpn).entered();
+        let now = self.now();
+        let mut c = self.core_lock();
+        let e = c.tables.qps.get_mut(&qpn).ok_or(EngineError::NotFound {
+            what: "QP",
+            id: qpn,
+        })?;
+        e.absorb_posts();
+        let to_err = QpAttr {
+            qp_state: QpState::Err,
+            ..QpAttr::default()
+        };
+        if e.qp.state() != QpState::Err && e.qp.state() != QpState::Reset {
+            // Always legal from any state but RESET.
+            let _ = e.modify(&to_err, AttrMask::STATE);
+        }
+        c.touched.push(qpn);
+        c.finish_step(&self.shared, now);
+        if let Some(e) = c.tables.qps.remove(&qpn) {
+            crate::stats::add(&mut c.tables.retired, e.qp.counters());
+        }
+        Ok(())
+    }
+
+    /// Counters of one queue pair.
+    pub fn qp_counters(&self, qpn: u32) -> Result<Counters, EngineError> {
+        let c = self.core_lock();
+        let e = c.tables.qps.get(&qpn).ok_or(EngineError::NotFound {
+            what: "QP",
+            id: qpn,
+        })?;
+        Ok(*e.qp.counters())
+    }
+}

@@ -1,0 +1,211 @@
+//! The engine's state: everything a step touches, behind one lock, with its
+//! fields grouped by job.
+//!
+//! [`Core`] is the private half of a NIC (the [`Shared`] state around it is
+//! what application threads reach without the lock). Its methods are spread
+//! over the sibling modules by concern — the step loop (`step.rs`),
+//! transmit (`transmit.rs`), receive (`receive.rs`), the post path
+//! (`post.rs`) — and the endpoint requests (`crate::ep`); this module only
+//! defines the state.
+
+use super::batch::RunBatch;
+use super::tables::{Tables, Work};
+use crate::config::Progress;
+use crate::counters::NicCounters;
+use crate::ep::{EpTable, Later};
+use crate::event::EventFd;
+use crate::gsi::Gsi;
+use crate::icrc::IcrcCache;
+use crate::link::capture::{CaptureLink, CaptureSlot};
+use crate::link::faults::FaultLink;
+use crate::link::{Datagram, Link, NicLink, MAX_DATAGRAM, MAX_GSO_BYTES, MAX_TRANSPORT};
+use crossbeam_queue::SegQueue;
+use ndverbs_proto::cm::CmAgent;
+use ndverbs_proto::time::Instant;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::net::IpAddr;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex};
+
+/// The link stack of a NIC: capture around faults around the link.
+pub(crate) type Stack = CaptureLink<FaultLink<NicLink>>;
+
+/// The engine's state: everything the worker touches, behind one lock.
+pub(crate) struct Core {
+    /// Every object of the NIC, by id.
+    pub(crate) tables: Tables,
+    /// The connection manager of this NIC's GID.
+    pub(crate) cm: CmAgent,
+    /// QP1, carrying the CM's MADs.
+    pub(crate) gsi: Gsi,
+    /// Connection endpoints.
+    pub(crate) eps: EpTable,
+    /// The link and its buffers.
+    pub(crate) io: Io,
+    /// Queue pairs' deadlines.
+    pub(crate) timers: Timers,
+    /// ACKs postponed by manual progress.
+    pub(crate) acks: AckPlan,
+    /// What the step hands to the application besides completions.
+    pub(crate) deliveries: Deliveries,
+    /// Queue pairs this step gave input (posts, packets, timeouts,
+    /// modifications): the end of the step sends what they produced and
+    /// delivers their completions.
+    pub(crate) touched: Vec<u32>,
+    /// A packet of this step left a completion or a CM packet to deliver: a
+    /// manual-progress step stops receiving and returns to its caller.
+    pub(crate) completion_ready: bool,
+}
+
+/// The link, the packet buffers and the transmit batch.
+pub(crate) struct Io {
+    pub(crate) link: Stack,
+    /// Signs what is sent and verifies what arrives.
+    pub(crate) icrc: IcrcCache,
+    pub(crate) rx: Box<[u8]>,
+    /// Room for a `sendmmsg` batch of GSO runs (a 64 KiB WRITE is two runs:
+    /// the first packet is longer than the rest).
+    pub(crate) tx: Box<[u8]>,
+    /// The packets `drain_qp` is sending (kept to reuse its piece list).
+    pub(crate) batch: RunBatch,
+    /// Manual progress: the packets of a coalesced datagram in `rx` not yet
+    /// dispatched (from this offset), left for the next step because an
+    /// earlier one had a completion to deliver.
+    pub(crate) rx_rest: Option<(Datagram, usize)>,
+}
+
+/// Transmit buffer: a few full GSO runs.
+const TX_BATCH_BYTES: usize = 4 * (MAX_GSO_BYTES + MAX_TRANSPORT);
+
+impl Io {
+    pub(crate) fn new(link: Stack) -> Io {
+        Io {
+            icrc: IcrcCache::new(link.local_addr()),
+            link,
+            rx: vec![0u8; MAX_DATAGRAM].into_boxed_slice(),
+            tx: vec![0u8; TX_BATCH_BYTES].into_boxed_slice(),
+            batch: RunBatch::default(),
+            rx_rest: None,
+        }
+    }
+}
+
+/// Queue pairs' deadlines: a min-heap of `(deadline, QPN)`.
+///
+/// A QP keeps at most about one entry: a later deadline needs none (the
+/// armed one re-arms it when it fires), so the heap stays small however
+/// often timers restart.
+#[derive(Default)]
+pub(crate) struct Timers {
+    heap: BinaryHeap<Reverse<(Instant, u32)>>,
+}
+
+impl Timers {
+    /// Arms `qpn` for `at` unless it is armed for no later (`armed` is the
+    /// QP's record of its earliest entry).
+    pub(crate) fn arm(&mut self, armed: &mut Option<Instant>, qpn: u32, at: Instant) {
+        if armed.is_none_or(|a| at < a) {
+            *armed = Some(at);
+            self.heap.push(Reverse((at, qpn)));
+        }
+    }
+
+    /// The earliest deadline.
+    pub(crate) fn next(&self) -> Option<Instant> {
+        self.heap.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// The earliest entry due by `now`, taken off the heap.
+    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<(Instant, u32)> {
+        match self.heap.peek() {
+            Some(Reverse((t, _))) if *t <= now => self.heap.pop().map(|Reverse(e)| e),
+            _ => None,
+        }
+    }
+}
+
+/// Manual progress: queue pairs (and their peers) whose plain ACK a step
+/// left unbuilt in the responder because the QP had a completion the
+/// application may answer at once — the answer then leaves first. The next
+/// step sends the ACK at the latest, after that step's data and in a send of
+/// its own (see `drain_qp`).
+#[derive(Default)]
+pub(crate) struct AckPlan {
+    /// Postponed by this step.
+    pub(crate) postponed: Vec<(u32, IpAddr)>,
+    /// Postponed by the previous step: due in this one.
+    pub(crate) due: Vec<(u32, IpAddr)>,
+}
+
+impl AckPlan {
+    /// A new step: what the last one postponed is due.
+    pub(crate) fn start_step(&mut self) {
+        self.due.append(&mut self.postponed);
+    }
+
+    /// Whether `qpn`'s ACK is due (it is then no longer).
+    pub(crate) fn take_due(&mut self, qpn: u32) -> bool {
+        match self.due.iter().position(|&(q, _)| q == qpn) {
+            Some(i) => {
+                self.due.swap_remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Postpones `qpn`'s ACK to `peer` to the next step.
+    pub(crate) fn postpone(&mut self, qpn: u32, peer: IpAddr) {
+        if !self.postponed.iter().any(|&(q, _)| q == qpn) {
+            self.postponed.push((qpn, peer));
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.postponed.is_empty() && self.due.is_empty()
+    }
+}
+
+/// What a step hands to the application besides completions.
+#[derive(Default)]
+pub(crate) struct Deliveries {
+    /// Endpoint request completions, run at the end of the step (after the
+    /// packets it produced are out).
+    pub(crate) later: Later,
+    /// Completions and request results delivered so far (`progress_wait`
+    /// does not sleep after a step that delivered something).
+    pub(crate) count: u64,
+}
+
+/// What the NIC's handles share with the engine: the core behind its lock,
+/// and what application threads touch without it.
+pub(crate) struct Shared {
+    pub(crate) local: IpAddr,
+    pub(crate) mode: Progress,
+    pub(crate) core: Mutex<Core>,
+    /// Queue pairs and SRQs with posts waiting in their queues.
+    pub(super) work: SegQueue<Work>,
+    /// Wakes the worker thread.
+    pub(crate) doorbell: EventFd,
+    /// The worker thread is asleep (or about to be): a post must ring.
+    pub(crate) sleeping: AtomicBool,
+    pub(crate) removed: AtomicBool,
+    /// Tells the worker thread to end.
+    pub(crate) stop: AtomicBool,
+    /// `CLOCK_MONOTONIC` at open, in nanoseconds: the engine's time zero.
+    pub(crate) epoch_ns: u64,
+    pub(crate) counters: NicCounters,
+    /// The link's readiness descriptor (valid while the core lives).
+    pub(crate) link_fd: RawFd,
+    /// Packet capture (off unless switched on; see
+    /// [`crate::link::capture`]), shared with the link stack.
+    pub(crate) capture: Arc<CaptureSlot>,
+    /// When the engine thread will wake up by itself, in engine nanoseconds,
+    /// written under the core lock before it sleeps (see `Nic::post_direct`).
+    pub(crate) worker_wake_ns: AtomicU64,
+    /// The `nic` span (field `local`), entered by every engine step and
+    /// control call, so that ids in the logs name their NIC.
+    pub(crate) span: tracing::Span,
+}

@@ -1,0 +1,506 @@
+//! The NIC: a software RoCE NIC for one local IP address — its link, its
+//! object tables and the engine that drives every queue pair on it.
+//!
+//! ```text
+//!  application threads                         engine (worker thread, or the
+//!  ───────────────────                         caller of `progress` in manual mode)
+//!  post_send ─► per-QP lock-free queue ─┐
+//!  post_recv ─► per-QP lock-free queue ─┤      ┌──────────── Core (one Mutex) ────────────┐
+//!                      doorbell (eventfd)├────► │ move posted WRs into the RcQp state      │
+//!                                       │      │ link datagrams → ICRC → parse → RcQp     │
+//!  poll CQ ◄── lock-free ring ◄─────────┼───── │ timers (deadline heap) → RcQp            │
+//!  CQ eventfd ◄── armed notifications   │      │ RcQp → GSO runs → link; completions → CQ │
+//!                                       │      └──────────────────────────────────────────┘
+//!  create/modify/destroy ──────── lock Core (control path, rare)
+//! ```
+//!
+//! The modules of this tree, in the order a newcomer might read them:
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | this one | the [`Nic`] handle: open, getters, faults and capture, removal |
+//! | `core` | the private state (`Core`, fields grouped by job) and what handles share with it |
+//! | `tables` | object tables and entries ([`QpShared`], [`SrqShared`], [`QpInit`]) |
+//! | `control` | create / modify / destroy |
+//! | `post` | the post path: direct posts and post queues |
+//! | `step` | the engine loop as a list of named stages |
+//! | `receive`, `transmit`, `batch` | packets in; packets out in GSO runs, ACK postponement |
+//! | `worker` | the worker thread, manual progress, the clock |
+//! | `trace` | what is logged, cheaply |
+//!
+//! Objects live in tables keyed by ids (QPN for queue pairs, numbers for
+//! PDs, CQs and SRQs, keys for memory), so a handle the application still
+//! holds after destruction names nothing rather than freed state: a lookup
+//! that fails is a typed error, never a crash.
+//!
+//! **Opening.** [`Nic::open`] binds `<ip>:4791` with the environment's
+//! settings ([`NicConfig::from_env`]); [`Nic::open_with`] takes a
+//! [`NicConfig`]; [`Nic::open_on`] runs on a link of the caller's (another
+//! port, or an in-memory [`MemoryLink`](crate::link::memory::MemoryLink)).
+//! Every NIC's link is wrapped in the fault and capture layers of
+//! [`crate::link`], switched on and off at run time.
+//!
+//! **Removal.** [`Nic::remove`] flushes every queue pair (every outstanding
+//! work request completes, with a flush status) and stops the worker; every
+//! later call returns [`EngineError::Removed`].
+//!
+//! **Tracing.** The engine never prints; it reports through `tracing`:
+//! `debug` spans `nic_open` (field `local`), `modify_qp` and `destroy_qp`
+//! (field `qp`) and an `info` span `remove_device`; `debug` events for QP
+//! state changes (`qp`, `from`, `to`), flushes, error completions,
+//! retransmissions, RNR and sequence NAKs and MADs sent and received; `warn`
+//! for exhausted retries, a full CQ and a full socket buffer (once);
+//! `trace` for each dropped packet with its cause. Every step and control
+//! call runs in a `nic` span (field `local`). Connection endpoints add
+//! their request spans (see [`crate::ep`]). Per-packet paths only test
+//! whether a level is on.
+
+mod batch;
+mod control;
+mod core;
+mod endpoints;
+mod post;
+mod receive;
+mod step;
+mod tables;
+mod trace;
+mod transmit;
+mod worker;
+
+pub(crate) use self::core::{Core, Shared};
+pub use tables::{QpInit, QpShared, SrqShared};
+
+use self::core::{Deliveries, Io, Timers};
+use crate::config::{self, CmTimers, NicConfig, Progress};
+use crate::counters::NicCounters;
+use crate::ep::EpTable;
+use crate::error::EngineError;
+use crate::event::EventFd;
+use crate::gsi::Gsi;
+use crate::keys::KeyGen;
+use crate::link::capture::{Capture, CaptureLink, CaptureSlot};
+use crate::link::faults::{FaultConfig, FaultCounters, FaultLink};
+use crate::link::udp::RoceSocket;
+use crate::link::{Link, NicLink};
+use crate::mr::{MemTable, Region};
+use crate::stats::Stats;
+use crossbeam_queue::SegQueue;
+use ndverbs_proto::cm::{CmAgent, CmConfig};
+use ndverbs_proto::mem::Sge;
+use ndverbs_proto::rc::{AttrMask, QpAttr, QpState};
+use std::io;
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::thread::JoinHandle;
+use tables::Tables;
+
+/// A software RoCE NIC: the engine for one local IP address (see the
+/// module docs). Cheap to clone: clones are handles to the same NIC.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::config::Progress;
+/// use ndverbs_engine::error::EngineError;
+/// use ndverbs_engine::nic::{Nic, QpInit, QpShared};
+/// use ndverbs_engine::cq::CompletionQueue;
+/// use ndverbs_engine::mr::{Region, RegionBuf};
+/// use ndverbs_proto::mem::{Access, Sge};
+/// use ndverbs_proto::rc::*;
+/// use ndverbs_wire::cma::gid_of;
+/// use std::sync::Arc;
+///
+/// /// One side: a NIC driven by `progress` (no thread), PD, CQ, QP, 4 KiB region.
+/// fn open(ip: &str) -> Result<(Nic, Arc<CompletionQueue>, Arc<QpShared>, Arc<Region>), EngineError> {
+///     let nic = Nic::open(ip.parse().unwrap(), Progress::Manual)?;
+///     let pd = nic.alloc_pd()?;
+///     let (cq_id, cq) = nic.create_cq(16)?;
+///     let qp = nic.create_qp(QpInit { pd, send_cq: cq_id, recv_cq: cq_id, srq: None,
+///         caps: QpCaps::default(), max_recv_wr: 16, max_recv_sge: 1 })?;
+///     let mr = nic.reg_mr(pd, RegionBuf::alloc(4096)?, Access::LOCAL_WRITE)?;
+///     Ok((nic, cq, qp, mr))
+/// }
+/// let (a, cq_a, qp_a, mr_a) = open("127.93.1.1")?;
+/// let (b, cq_b, qp_b, mr_b) = open("127.93.1.2")?;
+/// // RESET -> INIT -> RTR -> RTS, each QP towards the other (PSN 0 both ways).
+/// for (nic, qp, peer, peer_qpn) in [(&a, &qp_a, &b, qp_b.qpn()), (&b, &qp_b, &a, qp_a.qpn())] {
+///     let mut attr = QpAttr { qp_state: QpState::Init, dest_qp_num: peer_qpn, ..QpAttr::default() };
+///     attr.av.dgid = gid_of(peer.local()).octets();
+///     nic.modify_qp(qp.qpn(), &attr, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+///     attr.qp_state = QpState::Rtr;
+///     nic.modify_qp(qp.qpn(), &attr, AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN
+///         | AttrMask::RQ_PSN | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER)?;
+///     attr.qp_state = QpState::Rts;
+///     nic.modify_qp(qp.qpn(), &attr, AttrMask::STATE | AttrMask::SQ_PSN | AttrMask::TIMEOUT
+///         | AttrMask::RETRY_CNT | AttrMask::RNR_RETRY | AttrMask::MAX_QP_RD_ATOMIC)?;
+/// }
+/// b.post_recv(&qp_b, RecvWr::new(1, vec![Sge::new(mr_b.addr(), 4096, mr_b.lkey())]))?;
+/// mr_a.write(0, b"over UDP").unwrap();
+/// a.post_send(&qp_a, SendWr::new(2, SendOp::Send, vec![Sge::new(mr_a.addr(), 8, mr_a.lkey())]))?;
+/// // Manual progress: run both engines until each side has its completion.
+/// let (mut sent, mut recv) = (None, None);
+/// let t0 = std::time::Instant::now();
+/// while sent.is_none() || recv.is_none() {
+///     assert!(t0.elapsed().as_secs() < 10, "no completions");
+///     a.progress();
+///     b.progress();
+///     sent = sent.or_else(|| cq_a.poll_one());
+///     recv = recv.or_else(|| cq_b.poll_one());
+/// }
+/// let recv = recv.unwrap();
+/// assert_eq!((sent.unwrap().status, recv.status, recv.byte_len), (WcStatus::Success, WcStatus::Success, 8));
+/// let mut got = [0; 8];
+/// mr_b.read(0, &mut got).unwrap();
+/// assert_eq!(&got, b"over UDP");
+/// # Ok::<(), EngineError>(())
+/// ```
+#[derive(Clone)]
+pub struct Nic {
+    shared: Arc<Shared>,
+    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+impl std::fmt::Debug for Nic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Nic")
+            .field("local", &self.shared.local)
+            .field("mode", &self.shared.mode)
+            .field("removed", &self.shared.removed.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Nic {
+    /// Opens the NIC for `local` (binds `local:4791`) with the
+    /// environment's settings for faults, capture and stats
+    /// ([`NicConfig::from_env`]).
+    pub fn open(local: IpAddr, progress: Progress) -> Result<Nic, EngineError> {
+        Self::open_with(
+            local,
+            NicConfig {
+                progress,
+                ..NicConfig::from_env()
+            },
+        )
+    }
+
+    /// Opens the NIC for `local` (binds `local:4791`) with `config`.
+    pub fn open_with(local: IpAddr, config: NicConfig) -> Result<Nic, EngineError> {
+        Self::open_on(RoceSocket::bind(local)?, config)
+    }
+
+    /// Opens a NIC on `link`: a socket bound elsewhere than port 4791, or
+    /// one end of an in-memory pair.
+    pub fn open_on(link: impl Into<NicLink>, config: NicConfig) -> Result<Nic, EngineError> {
+        let mut link = link.into();
+        let addr = link.local_addr();
+        let local = addr.ip();
+        let mode = config.progress;
+        let _span = tracing::debug_span!("nic_open", %local, port = addr.port(), ?mode).entered();
+        // Coalesced receives (split again by the receive stage); fine if refused.
+        let gro = match &mut link {
+            NicLink::Udp(s) => s.enable_gro(),
+            NicLink::Memory(_) => true,
+        };
+        let mut faults = FaultLink::new(link);
+        faults.set_config(config.faults);
+        let capture = Arc::new(CaptureSlot::default());
+        let stack = CaptureLink::new(faults, capture.clone());
+        let link_fd = stack.fd();
+        let gso = stack.gso();
+        let mut keys = KeyGen::new();
+        let mut mem = MemTable::new(KeyGen::new());
+        let gsi = Gsi::new(&mut mem);
+        let cm = CmAgent::new(cm_config(local, keys.next_u64(), config.cm_timers));
+        let core = Core {
+            tables: Tables::new(mem, keys),
+            cm,
+            gsi,
+            eps: EpTable::default(),
+            io: Io::new(stack),
+            timers: Timers::default(),
+            acks: Default::default(),
+            deliveries: Deliveries::default(),
+            touched: Vec::new(),
+            completion_ready: false,
+        };
+        let shared = Arc::new(Shared {
+            local,
+            mode,
+            core: Mutex::new(core),
+            work: SegQueue::new(),
+            doorbell: EventFd::new()?,
+            sleeping: AtomicBool::new(false),
+            removed: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            epoch_ns: worker::monotonic_ns(),
+            counters: NicCounters::default(),
+            link_fd,
+            capture,
+            worker_wake_ns: AtomicU64::new(u64::MAX),
+            span: tracing::debug_span!(parent: None, "nic", %local),
+        });
+        if let Some(path) = &config.capture {
+            let c = Capture::open(path, local).map_err(|e| {
+                let what = config::capture_origin(path);
+                EngineError::Io(io::Error::new(e.kind(), format!("{what}: {e}")))
+            })?;
+            shared.capture.set(Some(c), local);
+        }
+        let thread = if mode == Progress::Thread {
+            let s = Arc::downgrade(&shared);
+            Some(
+                std::thread::Builder::new()
+                    .name(format!("ndv-engine-{local}"))
+                    .spawn(move || worker::worker(s))?,
+            )
+        } else {
+            None
+        };
+        let nic = Nic {
+            shared,
+            thread: Arc::new(Mutex::new(thread)),
+        };
+        if config.publish_stats {
+            nic.publish_stats();
+        }
+        tracing::debug!(gro, gso, "NIC open");
+        Ok(nic)
+    }
+
+    /// The local address.
+    pub fn local(&self) -> IpAddr {
+        self.shared.local
+    }
+
+    /// The progress model.
+    pub fn mode(&self) -> Progress {
+        self.shared.mode
+    }
+
+    /// NIC-wide counters.
+    pub fn counters(&self) -> &NicCounters {
+        &self.shared.counters
+    }
+
+    /// Whether the link sends several packets per GSO run (UDP GSO works).
+    pub fn gso(&self) -> bool {
+        self.core_lock().io.link.gso()
+    }
+
+    /// True if `other` is a handle to this same NIC.
+    pub fn same_as(&self, other: &Nic) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
+    /// True once [`Nic::remove`] ran.
+    pub fn is_removed(&self) -> bool {
+        self.shared.removed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    /// The core, locked, unless the NIC was removed.
+    pub(crate) fn core_guard(&self) -> Result<MutexGuard<'_, Core>, EngineError> {
+        self.core()
+    }
+
+    /// The core, locked, even after removal (cleanup calls).
+    pub(crate) fn core_lock(&self) -> MutexGuard<'_, Core> {
+        self.shared.core.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn core(&self) -> Result<MutexGuard<'_, Core>, EngineError> {
+        self.check()?;
+        Ok(self.core_lock())
+    }
+
+    fn check(&self) -> Result<(), EngineError> {
+        if self.is_removed() {
+            Err(EngineError::Removed)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Turns fault injection on (with `cfg`) or off (`None`) for the packets
+    /// this NIC receives (see [`crate::link::faults`]); packets it holds
+    /// back still arrive after it is turned off.
+    pub fn set_faults(&self, cfg: Option<FaultConfig>) -> Result<(), EngineError> {
+        self.core()?.io.link.inner_mut().set_config(cfg);
+        Ok(())
+    }
+
+    /// What fault injection did so far (`None` when it is off).
+    pub fn fault_counters(&self) -> Option<FaultCounters> {
+        self.core_lock().io.link.inner().counters()
+    }
+
+    /// Starts writing every packet this NIC sends and receives to the pcap
+    /// file `path` (see [`crate::link::capture`]), or stops with `None`.
+    /// Replaces a capture already on (including one from `NDV_PCAP`).
+    ///
+    /// ```no_run
+    /// # use ndverbs_engine::config::Progress;
+    /// # use ndverbs_engine::nic::Nic;
+    /// let a = Nic::open("127.0.0.1".parse().unwrap(), Progress::Thread)?;
+    /// a.set_capture(Some(std::path::Path::new("/tmp/roce.pcap")))?;
+    /// // … traffic …
+    /// a.set_capture(None)?;
+    /// # Ok::<(), ndverbs_engine::error::EngineError>(())
+    /// ```
+    pub fn set_capture(&self, path: Option<&Path>) -> Result<(), EngineError> {
+        let local = self.local();
+        let c = path.map(|p| Capture::open(p, local)).transpose()?;
+        self.shared.capture.set(c, local);
+        Ok(())
+    }
+
+    /// The capture this NIC writes to, if any.
+    pub fn capture(&self) -> Option<Arc<Capture>> {
+        self.shared.capture.get()
+    }
+
+    /// A snapshot of the NIC's counters (see [`crate::stats`]).
+    ///
+    /// ```no_run
+    /// # use ndverbs_engine::config::Progress;
+    /// # use ndverbs_engine::nic::Nic;
+    /// let a = Nic::open("127.0.0.1".parse().unwrap(), Progress::Thread)?;
+    /// let s = a.stats();
+    /// println!("sent {} received {}", s.get("sent_pkts"), s.get("rcvd_pkts"));
+    /// # Ok::<(), ndverbs_engine::error::EngineError>(())
+    /// ```
+    pub fn stats(&self) -> Stats {
+        let (qp, cm) = {
+            let c = self.core_lock();
+            let mut sum = c.tables.retired;
+            for e in c.tables.qps.values() {
+                crate::stats::add(&mut sum, e.qp.counters());
+            }
+            (sum, *c.cm.counters())
+        };
+        Stats::collect(self.counters(), &qp, &cm, self.is_removed())
+    }
+
+    /// Publishes this NIC's counters for `ndv stat` until the NIC is dropped
+    /// (see [`crate::stats`]).
+    pub fn publish_stats(&self) {
+        crate::stats::publish(Box::new(self.downgrade()));
+    }
+
+    /// Removes the NIC: every queue pair goes to ERR (every outstanding
+    /// request completes with a flush status), the worker stops, and every
+    /// later call fails with [`EngineError::Removed`].
+    pub fn remove(&self) {
+        if self.shared.removed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let _nic = self.shared.span.enter();
+        let _span = tracing::info_span!("remove_device", local = %self.shared.local).entered();
+        tracing::info!("device removed: flushing every queue pair, failing every request");
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.doorbell.signal();
+        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = t.join();
+        }
+        let now = self.now();
+        let mut c = self.core_lock();
+        let qpns: Vec<u32> = c.tables.qps.keys().copied().collect();
+        for qpn in qpns {
+            let e = c.tables.qps.get_mut(&qpn).expect("listed");
+            e.absorb_posts();
+            if !matches!(e.qp.state(), QpState::Err | QpState::Reset) {
+                let _ = e.modify(
+                    &QpAttr {
+                        qp_state: QpState::Err,
+                        ..QpAttr::default()
+                    },
+                    AttrMask::STATE,
+                );
+            }
+            c.touched.push(qpn);
+        }
+        c.remove_eps(now);
+        for cq in c.tables.cqs.values() {
+            cq.end_waiters(Err(crate::cq::NotifyError::DeviceRemoved));
+        }
+        c.finish_step(&self.shared, now);
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        let _span = tracing::debug_span!("nic_close", local = %self.local).entered();
+        tracing::debug!(
+            sent = self.counters.sent_datagrams.load(Ordering::Relaxed),
+            received = self.counters.rcvd_datagrams.load(Ordering::Relaxed),
+            "NIC closed"
+        );
+    }
+}
+
+/// The CM agent's configuration for a NIC at `local`.
+fn cm_config(local: IpAddr, seed: u64, t: CmTimers) -> CmConfig {
+    let mut c = CmConfig::new(local, node_guid(local), seed);
+    c.packet_life_time = t.packet_life_time;
+    c.cm_response_timeout = t.cm_response_timeout;
+    c.max_cm_retries = t.max_cm_retries;
+    c
+}
+
+/// A scatter/gather element over a region (helper for callers).
+pub fn sge(region: &Region, offset: usize, len: u32) -> Sge {
+    Sge::new(region.addr() + offset as u64, len, region.lkey())
+}
+
+/// The node GUID of a NIC: a fixed prefix and the low bits of its address
+/// (stable across runs, distinct per address).
+pub fn node_guid(addr: IpAddr) -> u64 {
+    let o = ndverbs_wire::cma::gid_of(addr).octets();
+    u64::from_be_bytes([0x02, 0x00, 0x6e, 0x64, o[12], o[13], o[14], o[15]])
+}
+
+/// A weak NIC handle (the stats publisher's): alive while the application
+/// holds any [`Nic`] clone (the worker's own reference to the shared state
+/// does not count).
+#[derive(Clone)]
+pub(crate) struct WeakNic {
+    local: IpAddr,
+    shared: Weak<Shared>,
+    thread: Weak<Mutex<Option<JoinHandle<()>>>>,
+}
+
+impl WeakNic {
+    pub(crate) fn upgrade(&self) -> Option<Nic> {
+        Some(Nic {
+            shared: self.shared.upgrade()?,
+            thread: self.thread.upgrade()?,
+        })
+    }
+}
+
+impl crate::stats::Source for WeakNic {
+    fn local(&self) -> IpAddr {
+        self.local
+    }
+
+    fn snapshot(&self) -> Option<Stats> {
+        self.upgrade().map(|n| n.stats())
+    }
+}
+
+impl Nic {
+    pub(crate) fn downgrade(&self) -> WeakNic {
+        WeakNic {
+            local: self.local(),
+            shared: Arc::downgrade(&self.shared),
+            thread: Arc::downgrade(&self.thread),
+        }
+    }
+}

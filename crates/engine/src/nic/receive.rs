@@ -1,0 +1,136 @@
+//! Receive: datagrams from the link, verified packet by packet and
+//! dispatched to QP1 or the queue pair they name.
+//!
+//! A GRO datagram carries several packets of one peer; each is verified on
+//! its own (its ICRC, with the IPv4 ID recovered) and then checked header by
+//! header: parsable transport headers, a QP that exists, a source that is
+//! the QP's peer. Every packet that fails a check is counted by cause in the
+//! [`NicCounters`](crate::counters::NicCounters) and reported at `trace`,
+//! never an error.
+//!
+//! A step takes a bounded batch of datagrams, so timers and sends
+//! interleave. In manual progress it stops at the first packet that leaves
+//! a completion (or a CM packet) to deliver: the caller is likely waiting
+//! for it, and a further receive would only find the link empty. The rest
+//! of that datagram (typically the ACK that rode with the message) waits
+//! for the next step. Datagrams that complete nothing (the bulk of a
+//! transfer into an RDMA WRITE target, ACKs) are taken in a batch, which
+//! also lets one ACK answer all of them.
+
+use super::core::{Core, Shared};
+use crate::config::Progress;
+use crate::counters::bump;
+use crate::icrc::VerifyError;
+use crate::link::{Datagram, Link};
+use ndverbs_proto::time::Instant;
+use ndverbs_wire::packet::Packet;
+use std::net::IpAddr;
+
+/// Most datagrams one step receives with an engine thread.
+const THREAD_RX_BATCH: usize = 64;
+/// Most datagrams one manual-progress step receives (it stops earlier at a
+/// datagram that leaves something to deliver).
+const MANUAL_RX_BATCH: usize = 8;
+
+impl Core {
+    /// Receives and dispatches a batch of datagrams; true if there were any.
+    pub(super) fn drive_receive(&mut self, shared: &Shared, now: Instant) -> bool {
+        let manual = shared.mode == Progress::Manual;
+        let batch = if manual {
+            MANUAL_RX_BATCH
+        } else {
+            THREAD_RX_BATCH
+        };
+        let mut busy = false;
+        self.completion_ready = false;
+        for _ in 0..batch {
+            if manual && self.completion_ready {
+                break;
+            }
+            let (d, mut off) = match self.io.rx_rest.take() {
+                Some(rest) => rest,
+                None => match self.io.link.recv(&mut self.io.rx, now) {
+                    Ok(None) => break,
+                    Ok(Some(d)) => (d, 0),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "receive failed");
+                        break;
+                    }
+                },
+            };
+            busy = true;
+            while off < d.len {
+                let end = (off + d.seg).min(d.len);
+                self.receive_one(shared, now, &d, off, end);
+                off = end;
+                if manual && self.completion_ready && off < d.len {
+                    self.io.rx_rest = Some((d, off));
+                    break;
+                }
+            }
+        }
+        busy
+    }
+
+    /// Verifies and dispatches the packet at `rx[off..end]` of datagram `d`.
+    fn receive_one(&mut self, shared: &Shared, now: Instant, d: &Datagram, off: usize, end: usize) {
+        bump(&shared.counters.rcvd_datagrams, 1);
+        match self.io.icrc.verify(&self.io.rx[off..end], d.src, d.dst) {
+            Ok(r) => self.dispatch(shared, now, r.src.ip(), off, r.len),
+            Err(VerifyError::BadIcrc) => {
+                bump(&shared.counters.drop_bad_icrc, 1);
+                tracing::trace!(src = %d.src, cause = "bad ICRC", "packet dropped");
+            }
+            Err(_) => {
+                bump(&shared.counters.drop_malformed, 1);
+                tracing::trace!(src = %d.src, cause = "malformed", "packet dropped");
+            }
+        }
+    }
+
+    /// Hands the verified packet at `rx[off..off + len]` from `src` to
+    /// QP1 or its queue pair.
+    fn dispatch(&mut self, shared: &Shared, now: Instant, src: IpAddr, off: usize, len: usize) {
+        let pkt = match Packet::parse(&self.io.rx[off..off + len]) {
+            Ok(p) => p,
+            Err(_) => {
+                bump(&shared.counters.drop_malformed, 1);
+                tracing::trace!(%src, cause = "malformed transport headers", "packet dropped");
+                return;
+            }
+        };
+        let qpn = pkt.bth.dqpn;
+        if qpn == ndverbs_wire::mad::GSI_QPN {
+            self.gsi
+                .handle_packet(&pkt, src, shared.local, &mut self.tables.mem);
+            self.completion_ready = true;
+            return;
+        }
+        if qpn == 0 {
+            bump(&shared.counters.drop_gsi, 1);
+            tracing::trace!(%src, cause = "QP0", "packet dropped");
+            return;
+        }
+        let t = &mut self.tables;
+        let Some(e) = t.qps.get_mut(&qpn) else {
+            bump(&shared.counters.drop_unknown_qp, 1);
+            tracing::trace!(%src, qp = qpn, cause = "unknown QP", "packet dropped");
+            return;
+        };
+        if e.peer != Some(src) {
+            bump(&shared.counters.drop_wrong_source, 1);
+            tracing::trace!(%src, qp = qpn, cause = "not the QP's peer", "packet dropped");
+            return;
+        }
+        let rq = match e.srq {
+            Some(id) => match t.srqs.get_mut(&id) {
+                Some(s) => &mut s.rq,
+                None => return,
+            },
+            None => &mut e.rq,
+        };
+        e.qp.handle_packet(now, &pkt, &mut t.mem, rq);
+        self.completion_ready |= e.qp.has_completion();
+        self.touched.push(qpn);
+    }
+}

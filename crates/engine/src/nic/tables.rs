@@ -1,0 +1,388 @@
+//! The object tables: every PD, CQ, QP, SRQ and memory key of a NIC, keyed
+//! by the ids the NIC hands out.
+//!
+//! A handle the application still holds after destruction names nothing
+//! rather than freed state: a lookup that fails is a typed error, never a
+//! crash. A queue pair is two halves: [`QpShared`], what the application's
+//! threads touch without the core lock (the post queues, the state as of the
+//! last step, the outstanding counts that bound posting), and [`QpEntry`],
+//! the protocol state machine and its receive queue, which only the engine
+//! touches.
+
+use crate::cq::CompletionQueue;
+use crate::keys::KeyGen;
+use crate::mr::MemTable;
+use crossbeam_queue::ArrayQueue;
+use ndverbs_proto::rc::{
+    AttrMask, Counters, ModifyError, PostError, QpAttr, QpCaps, QpState, RcQp, RecvQueue, RecvWr,
+    SendOp, SendWr, WcStatus,
+};
+use ndverbs_proto::time::Instant;
+// Object tables are keyed by ids this engine hands out; foldhash is several
+// times cheaper than SipHash on the packet path (every packet looks up its QP).
+use foldhash::HashMap;
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::Arc;
+
+/// Every object of a NIC, by id.
+pub(crate) struct Tables {
+    /// Registered memory and windows, by key.
+    pub(crate) mem: MemTable,
+    /// Unpredictable QPNs, PSNs and keys.
+    pub(crate) keys: KeyGen,
+    next_id: u32,
+    /// Protection domains.
+    pub(crate) pds: HashMap<u32, ()>,
+    pub(crate) cqs: HashMap<u32, Arc<CompletionQueue>>,
+    pub(crate) qps: HashMap<u32, QpEntry>,
+    pub(crate) srqs: HashMap<u32, SrqEntry>,
+    /// QPNs in time-wait: not reused until the CM says so.
+    pub(crate) timewait_qpns: HashSet<u32>,
+    /// Counters of destroyed queue pairs (NIC counters are cumulative).
+    pub(crate) retired: Counters,
+}
+
+impl Tables {
+    pub(crate) fn new(mem: MemTable, keys: KeyGen) -> Tables {
+        Tables {
+            mem,
+            keys,
+            next_id: 1,
+            pds: HashMap::default(),
+            cqs: HashMap::default(),
+            qps: HashMap::default(),
+            srqs: HashMap::default(),
+            timewait_qpns: HashSet::new(),
+            retired: Counters::default(),
+        }
+    }
+
+    /// A fresh id for a PD, CQ or SRQ.
+    pub(crate) fn next_id(&mut self) -> u32 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+}
+
+/// What the application side of a queue pair shares with the engine.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::config::Progress;
+/// use ndverbs_engine::nic::{Nic, QpInit};
+/// use ndverbs_proto::rc::{QpCaps, QpState};
+/// let a = Nic::open("127.93.6.1".parse().unwrap(), Progress::Thread)?;
+/// let pd = a.alloc_pd()?;
+/// let (cq, _) = a.create_cq(16)?;
+/// let init = QpInit { pd, send_cq: cq, recv_cq: cq, srq: None, caps: QpCaps::default(),
+///     max_recv_wr: 16, max_recv_sge: 1 };
+/// // The application's handle: posts go through it, state and QPN read from it.
+/// let qp = a.create_qp(init)?;
+/// assert_eq!(qp.state(), QpState::Reset);
+/// assert!(qp.qpn() > 1 && qp.qpn() < 1 << 24); // random, never QP0/QP1
+/// assert_eq!(a.query_qp(qp.qpn())?.qp_state, QpState::Reset);
+/// a.destroy_qp(qp.qpn())?;
+/// # Ok::<(), ndverbs_engine::error::EngineError>(())
+/// ```
+#[derive(Debug)]
+pub struct QpShared {
+    pub(super) qpn: u32,
+    pub(super) caps: QpCaps,
+    pub(super) max_recv_wr: u32,
+    pub(super) max_recv_sge: u32,
+    pub(super) uses_srq: bool,
+    pub(super) state: AtomicU8,
+    pub(super) sq_in: ArrayQueue<SendWr>,
+    pub(super) rq_in: ArrayQueue<RecvWr>,
+    /// Send WRs posted and not yet retired (completed or silently done).
+    pub(super) sq_outstanding: AtomicU32,
+    pub(super) rq_outstanding: AtomicU32,
+    /// In the NIC's work queue already.
+    pub(super) queued: AtomicBool,
+}
+
+impl QpShared {
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// The QP state as of the engine's last step.
+    pub fn state(&self) -> QpState {
+        state_from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    /// Creation-time send limits.
+    pub fn caps(&self) -> QpCaps {
+        self.caps
+    }
+}
+
+pub(super) fn state_to_u8(s: QpState) -> u8 {
+    match s {
+        QpState::Reset => 0,
+        QpState::Init => 1,
+        QpState::Rtr => 2,
+        QpState::Rts => 3,
+        QpState::Sqd => 4,
+        QpState::Sqe => 5,
+        QpState::Err => 6,
+    }
+}
+
+pub(super) fn state_from_u8(v: u8) -> QpState {
+    match v {
+        0 => QpState::Reset,
+        1 => QpState::Init,
+        2 => QpState::Rtr,
+        3 => QpState::Rts,
+        4 => QpState::Sqd,
+        5 => QpState::Sqe,
+        _ => QpState::Err,
+    }
+}
+
+/// Creation parameters of a queue pair.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::config::Progress;
+/// use ndverbs_engine::nic::{Nic, QpInit};
+/// use ndverbs_proto::rc::QpCaps;
+/// let a = Nic::open("127.93.7.1".parse().unwrap(), Progress::Thread)?;
+/// let pd = a.alloc_pd()?;
+/// let (send_cq, _) = a.create_cq(64)?;
+/// let (recv_cq, _) = a.create_cq(64)?;
+/// // Separate CQs, a receive queue of 64 two-piece receives, 8 inline bytes.
+/// let caps = QpCaps { max_send_wr: 64, max_send_sge: 2, max_inline_data: 8, sq_sig_all: false };
+/// let init = QpInit { pd, send_cq, recv_cq, srq: None, caps, max_recv_wr: 64, max_recv_sge: 2 };
+/// let qp = a.create_qp(init)?;
+/// assert_eq!(qp.caps().max_inline_data, 8);
+/// // A CQ in use cannot go.
+/// assert!(a.destroy_cq(send_cq).is_err());
+/// # Ok::<(), ndverbs_engine::error::EngineError>(())
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct QpInit {
+    /// Protection domain.
+    pub pd: u32,
+    /// CQ for send completions.
+    pub send_cq: u32,
+    /// CQ for receive completions.
+    pub recv_cq: u32,
+    /// Shared receive queue, if any (then `max_recv_wr`/`max_recv_sge` are ignored).
+    pub srq: Option<u32>,
+    /// Send queue limits.
+    pub caps: QpCaps,
+    /// Receive queue depth.
+    pub max_recv_wr: u32,
+    /// SGEs per receive.
+    pub max_recv_sge: u32,
+}
+
+/// The engine's half of a queue pair.
+pub(crate) struct QpEntry {
+    pub(crate) qp: RcQp,
+    pub(super) shared: Arc<QpShared>,
+    pub(super) rq: RecvQueue,
+    pub(super) srq: Option<u32>,
+    pub(super) send_cq: Arc<CompletionQueue>,
+    pub(super) recv_cq: Arc<CompletionQueue>,
+    pub(crate) peer: Option<IpAddr>,
+    /// Send requests handed to `qp` and not yet seen to retire.
+    pub(super) sq_in_proto: usize,
+    /// Receives handed to `rq` and not yet seen to retire.
+    pub(super) rq_in_proto: usize,
+    /// The earliest deadline this QP has in the timer heap: a later deadline
+    /// needs no new entry (the armed one re-arms it when it fires), so the
+    /// heap holds about one entry per QP however often timers restart.
+    pub(super) armed: Option<Instant>,
+    /// The counters as last reported in the logs (updated only while
+    /// `debug` is on).
+    pub(super) logged: Counters,
+}
+
+/// The engine's half of a shared receive queue.
+pub(crate) struct SrqEntry {
+    pub(super) rq: RecvQueue,
+    pub(super) shared: Arc<SrqShared>,
+    /// Receives handed to `rq` and not yet seen consumed (as a QP's
+    /// `rq_in_proto`): the application's outstanding count drops by what
+    /// left `rq` since, never by comparing it with the queues — that raced
+    /// with a post between its count and its push, and let the next post
+    /// past the SRQ's capacity.
+    pub(super) in_rq: usize,
+}
+
+/// What the application side of a shared receive queue shares with the engine.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::config::Progress;
+/// use ndverbs_engine::nic::{Nic, QpInit};
+/// use ndverbs_engine::mr::RegionBuf;
+/// use ndverbs_proto::mem::{Access, Sge};
+/// use ndverbs_proto::rc::{QpCaps, RecvWr};
+/// let a = Nic::open("127.93.8.1".parse().unwrap(), Progress::Thread)?;
+/// let pd = a.alloc_pd()?;
+/// let (cq, _) = a.create_cq(16)?;
+/// // One pool of receives for several QPs.
+/// let srq = a.create_srq(pd, 128, 1)?;
+/// let init = |srq| QpInit { pd, send_cq: cq, recv_cq: cq, srq, caps: QpCaps::default(), max_recv_wr: 0, max_recv_sge: 0 };
+/// let (q1, q2) = (a.create_qp(init(Some(srq.id())))?, a.create_qp(init(Some(srq.id())))?);
+/// let mr = a.reg_mr(pd, RegionBuf::alloc(4096)?, Access::LOCAL_WRITE)?;
+/// a.post_srq_recv(&srq, RecvWr::new(1, vec![Sge::new(mr.addr(), 4096, mr.lkey())]))?;
+/// assert!(a.destroy_srq(srq.id()).is_err()); // still used by q1 and q2
+/// # let _ = (q1, q2);
+/// # Ok::<(), ndverbs_engine::error::EngineError>(())
+/// ```
+#[derive(Debug)]
+pub struct SrqShared {
+    pub(super) id: u32,
+    pub(super) max_sge: u32,
+    pub(super) rq_in: ArrayQueue<RecvWr>,
+    pub(super) outstanding: AtomicU32,
+    pub(super) capacity: u32,
+    pub(super) queued: AtomicBool,
+}
+
+impl SrqShared {
+    /// The SRQ id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+}
+
+/// Work the application queued for the engine.
+pub(super) enum Work {
+    Qp(u32),
+    Srq(u32),
+}
+
+impl QpEntry {
+    /// Modifies the QP in a `modify_qp` span and reports a state change.
+    /// The state the application sees is updated at once, so the end of the
+    /// step does not report the change a second time.
+    pub(crate) fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
+        let qpn = self.qp.qpn();
+        let from = self.qp.state();
+        let to = mask
+            .contains(AttrMask::STATE)
+            .then(|| tracing::field::debug(attr.qp_state));
+        let _span = tracing::debug_span!("modify_qp", qp = qpn, to).entered();
+        if let Err(e) = self.qp.modify(attr, mask) {
+            tracing::debug!(error = %e, "QP modification refused");
+            return Err(e);
+        }
+        let to = self.qp.state();
+        if to != from {
+            tracing::debug!(qp = qpn, ?from, ?to, "QP state");
+        }
+        self.shared.state.store(state_to_u8(to), Ordering::Release);
+        Ok(())
+    }
+
+    /// Moves WRs the application posted into the protocol state machine.
+    /// Returns true if anything moved.
+    pub(crate) fn absorb_posts(&mut self) -> bool {
+        self.shared.queued.store(false, Ordering::Release);
+        let mut moved = false;
+        while let Some(wr) = self.shared.sq_in.pop() {
+            moved = true;
+            self.take_send(wr);
+        }
+        while let Some(wr) = self.shared.rq_in.pop() {
+            moved = true;
+            self.take_recv(wr);
+        }
+        moved
+    }
+
+    /// Hands a posted send request to the protocol.
+    pub(super) fn take_send(&mut self, wr: SendWr) {
+        self.sq_in_proto += 1;
+        // No clone on the packet path: the refusal needs only these.
+        let (wr_id, op) = (wr.wr_id, wr.op);
+        if let Err(e) = self.qp.post_send(wr) {
+            // Checked at post time; only a state change in between lands here.
+            tracing::debug!(qpn = self.qp.qpn(), error = %e, "send request refused by the QP");
+            self.send_cq.push(refused(wr_id, op, self.qp.qpn(), e));
+        }
+    }
+
+    /// Hands a posted receive to the protocol.
+    pub(super) fn take_recv(&mut self, wr: RecvWr) {
+        self.rq_in_proto += 1;
+        let wr_id = wr.wr_id;
+        if let Err(e) = self.qp.post_recv(&mut self.rq, wr) {
+            tracing::debug!(qpn = self.qp.qpn(), error = %e, "receive refused by the QP");
+            self.recv_cq.push(refused_recv(wr_id, self.qp.qpn()));
+        }
+    }
+
+    /// Lowers the application's outstanding counts by the requests that left
+    /// the protocol's queues since the last call.
+    pub(super) fn retire_done(&mut self) {
+        let sq = self.qp.send_queue_len();
+        retire(&self.shared.sq_outstanding, self.sq_in_proto, sq);
+        self.sq_in_proto = sq;
+        if self.srq.is_none() {
+            let rq = self.rq.len();
+            retire(&self.shared.rq_outstanding, self.rq_in_proto, rq);
+            self.rq_in_proto = rq;
+        }
+    }
+}
+
+/// Lowers an outstanding-request counter by the requests that left a queue.
+fn retire(counter: &AtomicU32, before: usize, after: usize) {
+    let gone = before.saturating_sub(after) as u32;
+    if gone > 0 {
+        counter.fetch_sub(gone, Ordering::AcqRel);
+    }
+}
+
+fn refused(wr_id: u64, op: SendOp, qpn: u32, _e: PostError) -> ndverbs_proto::rc::WorkCompletion {
+    use ndverbs_proto::rc::{WcOpcode, WcQueue, WorkCompletion};
+    let opcode = match op {
+        SendOp::Send | SendOp::SendImm(_) | SendOp::SendInv(_) => WcOpcode::Send,
+        SendOp::Write(_) | SendOp::WriteImm(..) => WcOpcode::RdmaWrite,
+        SendOp::Read(_) => WcOpcode::RdmaRead,
+        SendOp::CompareSwap { .. } => WcOpcode::CompSwap,
+        SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+    };
+    WorkCompletion {
+        wr_id,
+        status: WcStatus::LocQpOpErr,
+        opcode,
+        queue: WcQueue::Send,
+        byte_len: 0,
+        imm: None,
+        invalidated_rkey: None,
+        qpn,
+        src_qp: 0,
+        solicited: false,
+    }
+}
+
+fn refused_recv(wr_id: u64, qpn: u32) -> ndverbs_proto::rc::WorkCompletion {
+    use ndverbs_proto::rc::{WcOpcode, WcQueue, WorkCompletion};
+    WorkCompletion {
+        wr_id,
+        status: WcStatus::LocQpOpErr,
+        opcode: WcOpcode::Recv,
+        queue: WcQueue::Recv,
+        byte_len: 0,
+        imm: None,
+        invalidated_rkey: None,
+        qpn,
+        src_qp: 0,
+        solicited: false,
+    }
+}

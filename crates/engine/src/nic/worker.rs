@@ -1,0 +1,177 @@
+//! Who runs the engine loop, and the engine's clock.
+//!
+//! With [`Progress::Thread`](crate::config::Progress::Thread) a worker
+//! thread per NIC steps, then sleeps in `poll` on the link and a doorbell
+//! until a packet, a queued post or the next deadline (a QP or CM timer, or
+//! a packet the link holds back). With
+//! [`Progress::Manual`](crate::config::Progress::Manual) there is no
+//! thread: [`Nic::progress`] (called by polling a CQ in the layers above)
+//! runs the same step inline, which is how latency gets close to a raw UDP
+//! ping-pong on a 2-core machine, and [`Nic::progress_wait`] sleeps in the
+//! same `poll` the worker would.
+//!
+//! Time is `CLOCK_MONOTONIC` in nanoseconds since the NIC opened, read once
+//! per step and passed to the sans-IO state machines as an
+//! [`Instant`](ndverbs_proto::time::Instant).
+
+use super::core::Shared;
+use super::Nic;
+use crate::error::EngineError;
+use crate::event::wait_readable;
+use ndverbs_proto::time::Instant;
+use std::sync::atomic::{fence, Ordering};
+use std::time::Duration;
+
+impl Nic {
+    /// The engine's clock.
+    pub fn now(&self) -> Instant {
+        self.shared.now()
+    }
+
+    /// Runs one step of the engine loop if no other thread is running it;
+    /// returns true if it ran. In manual mode this is how work gets done.
+    pub fn progress(&self) -> bool {
+        if self.is_removed() {
+            return false;
+        }
+        match self.shared.core.try_lock() {
+            Ok(mut c) => {
+                let _nic = self.shared.span.enter();
+                let now = self.now();
+                c.step(&self.shared, now);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Manual mode: blocks until a packet or post arrives, the next timer is
+    /// due, or `timeout` passes — then runs one step.
+    pub fn progress_wait(&self, timeout: Duration) -> Result<(), EngineError> {
+        self.check()?;
+        let rcvd = &self.shared.counters.rcvd_datagrams;
+        let before = rcvd.load(Ordering::Relaxed);
+        let (deadline, delivered) = {
+            let _nic = self.shared.span.enter();
+            let mut c = self.core_lock();
+            let now = self.now();
+            let d0 = c.deliveries.count;
+            c.step(&self.shared, now);
+            // About to sleep: nothing may wait for a next step.
+            c.flush_acks(&self.shared, now);
+            (c.next_deadline(), c.deliveries.count != d0)
+        };
+        // The step just took packets or delivered completions or request
+        // results (a phase that needed no packet, such as CompleteConnect):
+        // return to the caller instead of sleeping on a link that is now
+        // empty.
+        if delivered || rcvd.load(Ordering::Relaxed) != before {
+            return Ok(());
+        }
+        let wait = deadline.map_or(timeout, |d| {
+            d.saturating_duration_since(self.now()).min(timeout)
+        });
+        if self.shared.work.is_empty() {
+            wait_readable(
+                &[self.shared.link_fd, self.shared.doorbell.fd()],
+                Some(wait),
+            )?;
+            self.shared.doorbell.drain();
+        }
+        self.progress();
+        Ok(())
+    }
+}
+
+impl Shared {
+    /// The engine's clock: nanoseconds since the NIC opened.
+    pub(crate) fn now(&self) -> Instant {
+        Instant::from_nanos(monotonic_ns().saturating_sub(self.epoch_ns))
+    }
+}
+
+/// Whether an engine thread that wakes by itself at `wake` would serve a
+/// timer due at `deadline` (armed at `now`) later than the timer's own
+/// length (all in engine nanoseconds): then a post must wake it.
+pub(super) fn wakes_too_late(wake: u64, deadline: u64, now: u64) -> bool {
+    wake.saturating_sub(deadline) > deadline.saturating_sub(now)
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds (the clock of `std::time::Instant`,
+/// read without its `Duration` arithmetic: every step reads it).
+pub(super) fn monotonic_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec to write; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    (t.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(t.tv_nsec as u64)
+}
+
+/// The worker thread: step, then sleep until a packet, a post or a deadline.
+///
+/// It holds the shared state only weakly between turns: when the application
+/// drops its last handle the state (link, tables) is freed and the worker
+/// ends at its next wake-up (at most 100 ms later), releasing UDP port 4791.
+pub(super) fn worker(weak: std::sync::Weak<Shared>) {
+    loop {
+        let Some(shared) = weak.upgrade() else { return };
+        if shared.stop.load(Ordering::Acquire) {
+            return;
+        }
+        // Sleep at most 100 ms so a lost wake-up costs little.
+        let max = Duration::from_millis(100);
+        let wait = {
+            let _nic = shared.span.enter();
+            let mut c = shared.core.lock().unwrap_or_else(|e| e.into_inner());
+            let now = shared.now();
+            c.step(&shared, now);
+            let wait = c.next_deadline().map_or(max, |d| {
+                Duration::from_nanos(d.as_nanos().saturating_sub(now.as_nanos())).min(max)
+            });
+            // Published while the lock is held: a post that takes the lock
+            // later sees the wake-up this thread will sleep until.
+            shared.worker_wake_ns.store(
+                now.as_nanos().saturating_add(wait.as_nanos() as u64),
+                Ordering::Relaxed,
+            );
+            wait
+        };
+        shared.sleeping.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if !shared.work.is_empty() || shared.stop.load(Ordering::Acquire) {
+            shared.sleeping.store(false, Ordering::SeqCst);
+            continue;
+        }
+        let _ = wait_readable(&[shared.link_fd, shared.doorbell.fd()], Some(wait));
+        shared.sleeping.store(false, Ordering::SeqCst);
+        shared.doorbell.drain();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wakes_too_late;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn a_post_wakes_the_engine_thread_only_for_a_timer_it_would_serve_too_late() {
+        // Asleep until 100 ms: a 67 ms ACK timeout armed at 0 would fire
+        // 33 ms late, less than its length: no wake-up.
+        assert!(!wakes_too_late(100 * MS, 67 * MS, 0));
+        // A 4 ms timeout would fire 96 ms late: wake it.
+        assert!(wakes_too_late(100 * MS, 4 * MS, 0));
+        // Exactly one length late is still tolerated.
+        assert!(!wakes_too_late(100 * MS, 50 * MS, 0));
+        // A thread that wakes before the deadline anyway, or is awake (its
+        // last wake-up in the past), needs nothing.
+        assert!(!wakes_too_late(3 * MS, 4 * MS, 0));
+        assert!(!wakes_too_late(0, 4 * MS, 2 * MS));
+        // A timer already due: any lateness is too much.
+        assert!(wakes_too_late(10 * MS, 5 * MS, 5 * MS));
+    }
+}

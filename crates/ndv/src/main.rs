@@ -6,12 +6,14 @@ mod demo;
 mod devinfo;
 #[allow(dead_code)]
 mod oob;
-mod perf;
+#[allow(dead_code)]
+mod perftest;
 mod ping;
+#[allow(dead_code)]
 mod pingpong;
 mod plot;
 #[allow(dead_code)]
-mod report;
+mod printf;
 mod stat;
 
 use clap::{Parser, Subcommand};
@@ -45,7 +47,7 @@ enum Command {
     /// rping-compatible ping over RDMA (rdma_cm connection, READ/WRITE/SEND).
     Ping(ping::Args),
     /// perftest-compatible bandwidth and latency tests (ib_send_bw … ib_atomic_lat).
-    Perf(perf::Args),
+    Perf(perftest::Args),
     /// Benchmarks against baselines (iperf3, UDP ping-pong, TCP connect), as ratios.
     Bench(bench::Args),
     /// ibv_devinfo for ndverbs devices (one per local IP address; binds nothing).
@@ -97,7 +99,7 @@ fn main() -> ExitCode {
         Command::Stat(a) => stat::run(&a),
         Command::Demo(a) => demo::run(&a),
         Command::Pingpong(a) => pingpong::run(&a),
-        Command::Perf(a) => perf::run(&a),
+        Command::Perf(a) => perftest::run(&a),
         Command::Bench(a) => bench::run(&a),
     };
     match result {

@@ -12,13 +12,13 @@
 //!   perftest. The server starts by waiting. Every write is signalled.
 //! * **READ / atomics** (client only): post, wait for the completion, repeat.
 //!
-//! Samples are `tposted[i+1] − tposted[i]`; [`rtt_factor`](crate::report::perftest::rtt_factor) halves
+//! Samples are `tposted[i+1] − tposted[i]`; [`rtt_factor`](crate::perftest::report::rtt_factor) halves
 //! them for SEND/WRITE. With `-D` the iterations that completed in the SAMPLE
 //! window are counted instead.
 
 use super::bw::{poll, post_recv, send_wr};
 use super::{completion_error, DurationClock, Phase, RunParams, RunResult, Ticker};
-use crate::oob::perftest::{Role, Verb};
+use crate::perftest::exchange::{Role, Verb};
 use ndverbs_verbs::{WcStatus, WorkCompletion};
 use std::time::{Duration, Instant};
 
@@ -90,7 +90,7 @@ impl Clock {
                 elapsed_ns: d.sample_ns(),
             },
             None => RunResult::Lat {
-                deltas: crate::report::perftest::lat_deltas(&self.tposted),
+                deltas: crate::perftest::report::lat_deltas(&self.tposted),
             },
         }
     }

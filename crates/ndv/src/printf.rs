@@ -15,9 +15,6 @@
 //! The helpers below reproduce the few C `printf` conversions whose Rust
 //! equivalent differs: `%#x` (no `0x` for zero), `%g`, and NaN/infinity.
 
-pub mod perftest;
-pub mod pingpong;
-
 /// C `%.{prec}f`: Rust's fixed formatting (which rounds ties to even like
 /// glibc) except for NaN and infinities, spelled as glibc does.
 pub(crate) fn c_fixed(x: f64, prec: usize) -> String {

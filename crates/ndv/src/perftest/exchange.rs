@@ -80,7 +80,7 @@
 //! release 26.x (version 6.28+) adds a binary parameter negotiation only
 //! when the *peer's* version is at least 6.28.
 
-use super::{malformed, parse_hex, read_full, OobError};
+use crate::oob::{malformed, parse_hex, read_full, OobError};
 use std::io::{Read, Write};
 
 /// Default TCP port (`DEF_PORT`).
@@ -249,7 +249,7 @@ impl PerftestDest {
     /// `:`-separated fields before the NUL).
     pub fn from_wire(buf: &[u8]) -> Result<Self, OobError> {
         const WHAT: &str = "perftest key message";
-        let text = super::c_text(buf);
+        let text = crate::oob::c_text(buf);
         let f: Vec<&[u8]> = text.split(|&b| b == b':').collect();
         let field = |i: usize, bits: u32, name: &str| {
             parse_hex(f[i], bits).ok_or_else(|| malformed(WHAT, format!("bad {name}"), buf))
@@ -399,7 +399,7 @@ pub fn exchange_preamble<S: Read + Write>(
     version[..n].copy_from_slice(&v[..n]);
     let mut theirs = [0u8; VERSION_LEN];
     xchg_data(stream, role, &version, &mut theirs, "perftest version")?;
-    let remote = String::from_utf8_lossy(super::c_text(&theirs)).into_owned();
+    let remote = String::from_utf8_lossy(crate::oob::c_text(&theirs)).into_owned();
     let version_number = c_atof(&remote);
     if version_number.is_nan() || version_number < MIN_PEER_VERSION {
         return Err(OobError::IncompatibleVersion { remote });
@@ -429,7 +429,7 @@ pub fn exchange_preamble<S: Read + Write>(
     cur[..digits.len().min(3)].copy_from_slice(&digits.as_bytes()[..digits.len().min(3)]);
     let mut rem = [0u8; 2];
     xchg_data(stream, role, &cur[..2], &mut rem, "perftest MTU")?;
-    let mtu = c_strtol(super::c_text(&rem));
+    let mtu = c_strtol(crate::oob::c_text(&rem));
     let agreed_mtu = if (1..=5).contains(&mtu) && i64::from(mine.mtu) > mtu {
         mtu as u8
     } else {

@@ -22,9 +22,6 @@
 //! holding the whole message (one TCP segment in practice). Reads are more
 //! forgiving than the C tools: they loop until the whole message arrived.
 
-pub mod perftest;
-pub mod rc_pingpong;
-
 use std::io::{self, Read};
 
 /// What can go wrong in an out-of-band exchange.

@@ -10,8 +10,10 @@
 //! names one, so the defaults work wherever TCP does. RoCE needs the peer's GID;
 //! a peer that sent a zero GID (no `-g`) is reached at its TCP address.
 
-use crate::oob::rc_pingpong::{self as oob, PingpongDest};
-use crate::report::pingpong as report;
+mod exchange;
+mod report;
+
+use exchange::{self as oob, PingpongDest};
 use ndverbs_verbs::{
     Access, AttrMask, Device, NotifyOn, PathMtu, Progress, Qp, QpAttr, QpCaps, QpInitAttr, QpState,
     RecvWr, SendOp, SendWr, WcStatus,

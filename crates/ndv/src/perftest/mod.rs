@@ -6,7 +6,7 @@
 //! Both programs get the same options; the one given a host name is the
 //! client. After the out-of-band exchange (a TCP connection, or rdma_cm with
 //! `-R`, see [`conn`]) every test walks the same script on both sides,
-//! [`crate::oob::perftest::schedule`]: exchanges that double as barriers,
+//! [`crate::perftest::exchange::schedule`]: exchanges that double as barriers,
 //! connecting the QPs, printing, and the measurement itself.
 //!
 //! * **BW** ([`bw`]): the client keeps up to `-t` (TX depth) work requests
@@ -15,7 +15,7 @@
 //!   polled completion (`tcompleted[j]` for the last message it covers).
 //!   Average BW is `size × iterations / (tcompleted[last] − tposted[0])`,
 //!   peak BW the best per-message time over every window that ends on a
-//!   completion ([`crate::report::perftest::bw_report`]). The `ib_send_bw`
+//!   completion ([`crate::perftest::report::bw_report`]). The `ib_send_bw`
 //!   server pre-posts `-r` receives, re-posts until it has posted one per
 //!   iteration, and times from its first receive to its last. READ, WRITE
 //!   and atomic servers are passive: they only wait for the client's result
@@ -31,7 +31,7 @@
 //! Latency runs and (by default) BW runs use [`Progress::Manual`]: the
 //! measuring thread drives the engine while it polls, which on a small
 //! machine beats handing every packet to an engine thread; outside the
-//! measured run a [`conn::Pump`] thread drives it.
+//! measured run a [`control::Pump`] thread drives it.
 //!
 //! The buffer of each QP is laid out as perftest's: `2 × QPs × max(size,
 //! 4096)` bytes, QP `i` sending from block `i` and offering block `QPs + i`
@@ -56,17 +56,19 @@
 //!   the last second.
 
 mod bw;
-pub mod conn;
+mod control;
+mod exchange;
 mod lat;
+mod report;
 
-use crate::oob::perftest::{
+use crate::perftest::exchange::{
     exchange_bw_reports, exchange_preamble, schedule, Flow, Kind, PerfTest, PerftestDest, Preamble,
     Role, Step, Verb, ALL_SIZES,
 };
-use crate::report::perftest::{
-    self as report, AtomicOp, BwReport, BwUnits, CmMode, Settings, TestInfo, RESULT_LINE,
+use crate::perftest::report::{
+    AtomicOp, BwReport, BwUnits, CmMode, Settings, TestInfo, RESULT_LINE,
 };
-use conn::{Ctrl, Pump, QpPath};
+use control::{Ctrl, Pump, QpPath};
 use ndverbs_verbs::{
     Access, Cq, Device, Endpoint, Mr, PathMtu, Pd, Progress, Qp, QpCaps, QpInitAttr, RemoteAddr,
 };
@@ -344,7 +346,7 @@ impl Plan {
 /// Runs `ndv perf`.
 pub fn run(a: &Args) -> Result<(), String> {
     if a.version {
-        println!("Version: {}", crate::oob::perftest::VERSION);
+        println!("Version: {}", crate::perftest::exchange::VERSION);
         return Ok(());
     }
     let _ = a.cpu_freq;
@@ -370,8 +372,8 @@ pub fn run(a: &Args) -> Result<(), String> {
         open_cm(a, &plan, progress, timeout)?
     } else {
         let stream = match &a.server {
-            Some(host) => conn::connect_tcp(host, a.port, a.ip)?,
-            None => conn::accept_tcp(a.port, a.ip)?,
+            Some(host) => control::connect_tcp(host, a.port, a.ip)?,
+            None => control::accept_tcp(a.port, a.ip)?,
         };
         let _ = stream.set_read_timeout(Some(timeout));
         let local = match a.ip {
@@ -488,20 +490,20 @@ fn open_cm(
                 .ok_or_else(|| format!("{host}: no IPv4 address"))?;
             let local = match a.ip {
                 Some(ip) => ip,
-                None => conn::source_for(server)?,
+                None => control::source_for(server)?,
             };
             let dev = Device::open_with(local, progress)
                 .map_err(|e| format!("cannot open the RDMA device on {local}: {e}"))?;
             let pump = Pump::start(&dev);
             let ch =
-                retry_cm(|| conn::CmChannel::connect(&dev, server, a.port, plan.mtu, timeout))?;
+                retry_cm(|| control::CmChannel::connect(&dev, server, a.port, plan.mtu, timeout))?;
             drop(pump);
             Ok((dev, Ctrl::Cm(Box::new(ch)), None, Some(server)))
         }
         None => {
             let local = a
                 .ip
-                .or_else(conn::first_ipv4)
+                .or_else(control::first_ipv4)
                 .ok_or("no IPv4 address to listen on: give the RDMA adapter's address with --ip")?;
             let dev = Device::open_with(local, progress)
                 .map_err(|e| format!("cannot open the RDMA device on {local}: {e}"))?;
@@ -511,7 +513,7 @@ fn open_cm(
                 .listen(a.port, 2 * plan.qps + 2)
                 .map_err(|e| format!("rdma_listen: {e}"))?;
             // No time limit: the server waits for its client like perftest.
-            let ch = conn::CmChannel::accept(&dev, &listener, Duration::from_secs(3600 * 24))?;
+            let ch = control::CmChannel::accept(&dev, &listener, Duration::from_secs(3600 * 24))?;
             drop(pump);
             Ok((dev, Ctrl::Cm(Box::new(ch)), Some(listener), None))
         }
@@ -573,7 +575,7 @@ impl Resources {
                 Verb::Read => Access::REMOTE_READ,
                 Verb::Atomic => Access::REMOTE_ATOMIC,
             };
-            conn::init_qp(&qp, qp_access)?;
+            control::init_qp(&qp, qp_access)?;
             qps.push(qp);
         }
         Ok(Resources {
@@ -646,7 +648,7 @@ impl Session<'_> {
         let mut info = TestInfo::new(p.test, p.role, &self.args.ib_dev, &p.settings);
         info.atomic = p.atomic;
         info.num_qps = p.qps as u32;
-        info.mtu = crate::oob::perftest::mtu_bytes(mtu_enum).unwrap_or(1024);
+        info.mtu = crate::perftest::exchange::mtu_bytes(mtu_enum).unwrap_or(1024);
         info.gid_index = Some(self.args.gid_index.unwrap_or(0));
         info.inline_size = self.args.inline_size;
         info.out_reads = u32::from(p.out_reads);
@@ -660,10 +662,10 @@ impl Session<'_> {
         let p = self.plan;
         let role = p.role;
         let steps = schedule(p.test, role, p.flow);
-        let psns: Vec<u32> = (0..p.qps).map(|_| conn::random_psn()).collect();
+        let psns: Vec<u32> = (0..p.qps).map(|_| control::random_psn()).collect();
         let my = self.my_keys(&psns);
         let mut remote = vec![PerftestDest::default(); p.qps];
-        let mut mtu_enum = crate::oob::perftest::mtu_enum(p.mtu.bytes()).unwrap_or(3);
+        let mut mtu_enum = crate::perftest::exchange::mtu_enum(p.mtu.bytes()).unwrap_or(3);
         let mut keys_done = false;
         let mut size = p.settings.size;
         let mut sizes = ALL_SIZES.iter();
@@ -717,7 +719,7 @@ impl Session<'_> {
                             peer_ip: self.peer_ip,
                         };
                         for (q, qp) in self.res.qps.iter().enumerate() {
-                            conn::connect_qp(qp, &my[q], &remote[q], &path)?;
+                            control::connect_qp(qp, &my[q], &remote[q], &path)?;
                         }
                     }
                 }
@@ -830,7 +832,7 @@ impl Session<'_> {
             let ep = match &self.listener {
                 Some(l) => {
                     let ep = Endpoint::new(self.dev).map_err(|e| e.to_string())?;
-                    conn::cm_accept(l, &ep, qp, rd, Some(self.timeout))
+                    control::cm_accept(l, &ep, qp, rd, Some(self.timeout))
                         .map_err(|e| format!("Failed to create RDMA CM connection: {e}"))?;
                     ep
                 }
@@ -840,7 +842,7 @@ impl Session<'_> {
                     // A fresh endpoint per attempt: the server may not listen yet.
                     retry_cm(|| {
                         let ep = Endpoint::new(self.dev).map_err(|e| e.to_string())?;
-                        conn::cm_connect(&ep, qp, server, port, mtu, rd, t)?;
+                        control::cm_connect(&ep, qp, server, port, mtu, rd, t)?;
                         Ok(ep)
                     })
                     .map_err(|e| format!("Failed to create RDMA CM connection: {e}"))?

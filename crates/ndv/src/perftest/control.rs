@@ -2,7 +2,7 @@
 //!
 //! perftest keeps two conversations apart: the *data* QPs that are measured,
 //! and a *control* channel over which both sides exchange versions, keys,
-//! "hand shakes" (barriers) and results ([`crate::oob::perftest`] has the
+//! "hand shakes" (barriers) and results ([`crate::perftest::exchange`] has the
 //! exact sequence). The control channel is one of:
 //!
 //! * **TCP** (default): port 18515, the server listens, the client connects.
@@ -22,8 +22,8 @@
 //! blocked in a TCP read or a CM request, and is paused while the main thread
 //! measures (then the measuring loop drives the engine itself).
 
-use crate::oob::perftest::{self as oob, KeyFormat, PerftestDest, Role};
 use crate::oob::OobError;
+use crate::perftest::exchange::{self as oob, KeyFormat, PerftestDest, Role};
 use ndverbs_verbs::{
     AcceptArgs, Access, AttrMask, ConnectArgs, Cq, Device, Endpoint, Mr, PathMtu, Pd, Progress, Qp,
     QpAttr, QpCaps, QpInitAttr, QpState, RecvWr, SendOp, SendWr, WcQueue, WcStatus,

@@ -32,7 +32,7 @@
 //! ```
 //!
 //! Where each piece goes relative to the TCP exchanges is
-//! [`crate::oob::perftest::schedule`]'s business.
+//! [`crate::perftest::exchange::schedule`]'s business.
 //!
 //! # Numbers
 //!
@@ -57,8 +57,8 @@
 //! Newer perftest releases print `MiB/sec` and change the row spacing; this
 //! module is 4.5's.
 
-use super::{c_alt_hex, c_g, c_left};
-pub use crate::oob::perftest::{BwReport, Kind, PerfTest, PerftestDest, Role, Verb};
+pub use crate::perftest::exchange::{BwReport, Kind, PerfTest, PerftestDest, Role, Verb};
+use crate::printf::{c_alt_hex, c_g, c_left};
 use std::io::{self, Write};
 
 /// The separator line (`RESULT_LINE`, 87 dashes), without newline.
@@ -812,8 +812,8 @@ pub fn write_lat_duration_row(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::oob::perftest::{schedule, Flow, Step};
-    use crate::report::c_fixed;
+    use crate::perftest::exchange::{schedule, Flow, Step};
+    use crate::printf::c_fixed;
 
     fn render(f: impl FnOnce(&mut Vec<u8>) -> io::Result<()>) -> String {
         let mut v = Vec::new();

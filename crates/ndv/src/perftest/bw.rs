@@ -18,8 +18,8 @@
 //! polled in the SAMPLE window count, over the window's length.
 
 use super::{completion_error, DurationClock, Phase, RunParams, Ticker};
-use crate::oob::perftest::{Role, Verb};
-use crate::report::perftest::{self as report, AtomicOp, BwParams, BwReport};
+use crate::perftest::exchange::{Role, Verb};
+use crate::perftest::report::{self as report, AtomicOp, BwParams, BwReport};
 use ndverbs_verbs::{Cq, RecvWr, SendOp, SendWr, WcStatus, WorkCompletion};
 use std::time::{Duration, Instant};
 

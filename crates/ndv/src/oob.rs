@@ -143,11 +143,6 @@ pub(crate) mod testutil {
             }
         }
 
-        /// Everything written, concatenated.
-        pub fn written(&self) -> Vec<u8> {
-            self.writes.concat()
-        }
-
         /// True when all the scripted input was consumed.
         pub fn input_done(&self) -> bool {
             self.input.position() as usize == self.input.get_ref().len()

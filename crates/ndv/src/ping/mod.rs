@@ -16,19 +16,19 @@
 //! ```
 //!
 //! The client disconnects after `-C` pings; the server ends when the client
-//! disconnects (or, with `-P`, waits for the next client).
+//! disconnects (or, with `-P`, waits for the next client). [`conn`] holds
+//! one connection's QP and buffers.
 
-use ndverbs_verbs::{
-    AcceptArgs, Access, AttrMask, ConnectArgs, Cq, Device, Endpoint, EpPending, Mr, PathMtu, Pd,
-    Qp, QpAttr, QpCaps, QpInitAttr, QpState, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode,
-    WcStatus,
-};
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+mod conn;
+
+use crate::{cm, net};
+use anyhow::{anyhow, ensure, Context, Result};
+use conn::{BufferInfo, Conn};
+use ndverbs_verbs::{Device, Endpoint, PathMtu, SendOp, SendWr, WcOpcode};
+use std::net::IpAddr;
 use std::time::Duration;
 
-const RPING_SQ_DEPTH: u32 = 16;
 const RPING_MIN_BUFSIZE: u32 = 26;
-const INFO_LEN: usize = 16;
 const STEP: Duration = Duration::from_secs(30);
 
 /// Command-line options (rping's).
@@ -74,16 +74,16 @@ pub struct Args {
 
 /// Runs `ndv ping`; the exit status is rping's (0 when the count completed or
 /// the peer disconnected cleanly).
-pub fn run(a: &Args) -> Result<(), String> {
-    if !a.server && !a.client {
-        return Err("one of -s (server) or -c (client) is required".into());
-    }
-    if !(RPING_MIN_BUFSIZE..=65535).contains(&a.size) {
-        return Err(format!(
-            "Invalid size {} (valid range is {RPING_MIN_BUFSIZE} to 65535)",
-            a.size
-        ));
-    }
+pub fn run(a: &Args) -> Result<()> {
+    ensure!(
+        a.server || a.client,
+        "one of -s (server) or -c (client) is required"
+    );
+    ensure!(
+        (RPING_MIN_BUFSIZE..=65535).contains(&a.size),
+        "Invalid size {} (valid range is {RPING_MIN_BUFSIZE} to 65535)",
+        a.size
+    );
     let _ = a.app_qp;
     if a.server {
         server(a)
@@ -96,220 +96,69 @@ macro_rules! debug {
     ($a:expr, $($t:tt)*) => { if $a.debug { eprintln!($($t)*); } };
 }
 
-/// What both roles set up per connection.
-struct Conn {
-    cq: Cq,
-    qp: Qp,
-    recv: Mr,
-    send: Mr,
-    rdma: Mr,
-    start: Option<Mr>,
-    size: u32,
-    _pd: Pd,
+fn open(addr: IpAddr) -> Result<Device> {
+    Device::open(addr).with_context(|| format!("cannot open the RDMA device on {addr}"))
 }
 
-impl Conn {
-    fn new(dev: &Device, size: u32, client: bool) -> Result<Conn, String> {
-        let e = |e: ndverbs_verbs::VerbsError| e.to_string();
-        let pd = dev.alloc_pd().map_err(e)?;
-        let cq = dev.create_cq(RPING_SQ_DEPTH * 2).map_err(e)?;
-        let mut init = QpInitAttr::new(&cq, &cq);
-        init.caps = QpCaps {
-            max_send_wr: RPING_SQ_DEPTH,
-            max_send_sge: 1,
-            max_inline_data: 0,
-            sq_sig_all: false,
-        };
-        init.max_recv_wr = 2;
-        init.max_recv_sge = 1;
-        let qp = pd.create_qp(&init).map_err(e)?;
-        let rw = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
-        let a = QpAttr {
-            qp_state: QpState::Init,
-            qp_access_flags: rw,
-            ..QpAttr::default()
-        };
-        qp.modify(
-            &a,
-            AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-        )
-        .map_err(e)?;
-        let recv = pd.reg_mr(INFO_LEN, Access::LOCAL_WRITE).map_err(e)?;
-        let send = pd.reg_mr(INFO_LEN, Access::NONE).map_err(e)?;
-        let rdma = pd.reg_mr(size as usize, rw).map_err(e)?;
-        let start = if client {
-            Some(pd.reg_mr(size as usize, rw).map_err(e)?)
-        } else {
-            None
-        };
-        let c = Conn {
-            cq,
-            qp,
-            recv,
-            send,
-            rdma,
-            start,
-            size,
-            _pd: pd,
-        };
-        c.post_recv()?;
-        Ok(c)
-    }
-
-    fn post_recv(&self) -> Result<(), String> {
-        self.qp
-            .post_recv(RecvWr::new(1, [self.recv.sge(0, INFO_LEN as u32)]))
-            .map_err(|e| e.to_string())
-    }
-
-    /// SENDs `{addr, rkey, size}` of `mr` (rping_format_send).
-    fn send_info(&self, mr: Option<&Mr>) -> Result<(), String> {
-        if let Some(mr) = mr {
-            let mut info = [0u8; INFO_LEN];
-            info[..8].copy_from_slice(&mr.addr().to_be_bytes());
-            info[8..12].copy_from_slice(&mr.rkey().to_be_bytes());
-            info[12..].copy_from_slice(&self.size.to_be_bytes());
-            self.send.write(0, &info).map_err(|e| e.to_string())?;
-        }
-        self.qp
-            .post_send(SendWr::new(
-                2,
-                SendOp::Send,
-                [self.send.sge(0, INFO_LEN as u32)],
-            ))
-            .map_err(|e| format!("post send error {e}"))
-    }
-
-    /// Waits for the next completion of `want`, re-posting receives; `None`
-    /// when the peer disconnected.
-    fn wait_for(
-        &self,
-        want: WcOpcode,
-        gone: &EpPending<()>,
-    ) -> Result<Option<(u32, Vec<u8>)>, String> {
-        loop {
-            if gone.is_done() {
-                return Ok(None);
-            }
-            let Some(wc) = self
-                .cq
-                .wait_one(Duration::from_millis(50))
-                .map_err(|e| e.to_string())?
-            else {
-                continue;
-            };
-            if wc.status != WcStatus::Success {
-                if wc.status == WcStatus::WrFlushErr {
-                    return Ok(None);
-                }
-                return Err(format!("cq completion failed status {}", wc.status as u32));
-            }
-            let data = if wc.opcode == WcOpcode::Recv {
-                if wc.byte_len as usize != INFO_LEN {
-                    return Err(format!("Received bogus data, size {}", wc.byte_len));
-                }
-                let v = self.recv.to_vec(0, INFO_LEN).map_err(|e| e.to_string())?;
-                self.post_recv()?;
-                v
-            } else {
-                Vec::new()
-            };
-            if wc.opcode == want {
-                return Ok(Some((wc.byte_len, data)));
-            }
-        }
-    }
-}
-
-fn parse_info(v: &[u8]) -> (u64, u32, u32) {
-    (
-        u64::from_be_bytes(v[..8].try_into().expect("16 bytes")),
-        u32::from_be_bytes(v[8..12].try_into().expect("16 bytes")),
-        u32::from_be_bytes(v[12..16].try_into().expect("16 bytes")),
-    )
-}
-
-fn server(a: &Args) -> Result<(), String> {
+fn server(a: &Args) -> Result<()> {
     let addr = a
         .addr
-        .ok_or("the server needs -a ADDR: the address of its RDMA adapter")?;
-    let dev =
-        Device::open(addr).map_err(|e| format!("cannot open the RDMA device on {addr}: {e}"))?;
-    let listener = Endpoint::new(&dev).map_err(|e| e.to_string())?;
-    listener
-        .listen(a.port, 3)
-        .map_err(|e| format!("rdma_listen: {e}"))?;
+        .context("the server needs -a ADDR: the address of its RDMA adapter")?;
+    let dev = open(addr)?;
+    let listener = Endpoint::new(&dev).context("rdma_create_id")?;
+    listener.listen(a.port, 3).context("rdma_listen")?;
     debug!(a, "rdma_listen");
     loop {
-        let child = Endpoint::new(&dev).map_err(|e| e.to_string())?;
-        let req = listener
-            .get_request(&child)
-            .map_err(|e| e.to_string())?
-            .wait()
-            .map_err(|e| e.to_string())?;
-        debug!(a, "child cma {:?}", req.peer);
+        let child = Endpoint::new(&dev).context("rdma_create_id")?;
+        let peer = cm::next_request(&listener, &child, None)?;
+        debug!(a, "child cma {peer:?}");
         let r = serve_one(a, &dev, &child);
         if !a.persistent {
             return r;
         }
         if let Err(e) = r {
-            eprintln!("{e}");
+            eprintln!("{e:#}");
         }
     }
 }
 
-fn serve_one(a: &Args, dev: &Device, ep: &Endpoint) -> Result<(), String> {
+fn serve_one(a: &Args, dev: &Device, ep: &Endpoint) -> Result<()> {
     let c = Conn::new(dev, a.size, false)?;
-    let args = AcceptArgs {
-        responder_resources: 1,
-        initiator_depth: 1,
-        rnr_retry_count: 7,
-        private_data: vec![],
-    };
-    ep.accept(&c.qp, args)
-        .map_err(|e| e.to_string())?
-        .wait()
-        .map_err(|e| format!("rdma_accept: {e}"))?;
+    cm::accept(ep, &c.qp, 1, None)?;
     debug!(a, "accepting client connection request");
-    let gone = ep.notify_disconnect().map_err(|e| e.to_string())?;
+    let gone = ep.notify_disconnect().context("rdma_get_cm_event")?;
     // Each turn starts with the client's start buffer advertisement.
-    while let Some((_, info)) = c.wait_for(WcOpcode::Recv, &gone)? {
-        let (addr, rkey, len) = parse_info(&info);
+    while let Some(msg) = c.wait_for(WcOpcode::Recv, &gone)? {
+        let start = BufferInfo::parse(&msg);
         debug!(a, "server received sink adv");
-        let remote = RemoteAddr { va: addr, rkey };
-        c.qp.post_send(SendWr::new(
-            3,
-            SendOp::Read(remote),
-            [c.rdma.sge(0, len.min(c.size))],
-        ))
-        .map_err(|e| format!("post send error {e}"))?;
+        let sge = c.rdma.sge(0, start.len.min(a.size));
+        c.post(SendWr::new(3, SendOp::Read(start.remote), [sge]))?;
         if c.wait_for(WcOpcode::RdmaRead, &gone)?.is_none() {
             break;
         }
         debug!(a, "server received read complete");
         let data = c
             .rdma
-            .to_vec(0, c.size as usize)
-            .map_err(|e| e.to_string())?;
-        let text_len = data.iter().position(|&b| b == 0).unwrap_or(data.len());
+            .to_vec(0, a.size as usize)
+            .context("reading rdma_buf")?;
+        let text = &data[..data.iter().position(|&b| b == 0).unwrap_or(data.len())];
         if a.verbose {
-            println!(
-                "server ping data: {}",
-                String::from_utf8_lossy(&data[..text_len])
-            );
+            println!("server ping data: {}", String::from_utf8_lossy(text));
         }
         // Tell the client to continue.
         c.send_info(None)?;
         debug!(a, "server posted go ahead");
-        let Some((_, info)) = c.wait_for(WcOpcode::Recv, &gone)? else {
+        let Some(msg) = c.wait_for(WcOpcode::Recv, &gone)? else {
             break;
         };
-        let (addr, rkey, _) = parse_info(&info);
+        let sink = BufferInfo::parse(&msg);
         debug!(a, "server received sink adv");
-        let remote = RemoteAddr { va: addr, rkey };
-        let n = (text_len as u32 + 1).min(c.size);
-        c.qp.post_send(SendWr::new(4, SendOp::Write(remote), [c.rdma.sge(0, n)]))
-            .map_err(|e| format!("post send error {e}"))?;
+        let n = (text.len() as u32 + 1).min(a.size);
+        c.post(SendWr::new(
+            4,
+            SendOp::Write(sink.remote),
+            [c.rdma.sge(0, n)],
+        ))?;
         if c.wait_for(WcOpcode::RdmaWrite, &gone)?.is_none() {
             break;
         }
@@ -321,82 +170,53 @@ fn serve_one(a: &Args, dev: &Device, ep: &Endpoint) -> Result<(), String> {
     // The client's DREQ arrived: answer it (DREP), which also flushes the QP.
     let _ = ep
         .disconnect(&c.qp)
-        .map_err(|e| e.to_string())?
+        .context("rdma_disconnect")?
         .wait_timeout(STEP);
     eprintln!("wait for RDMA_READ_ADV state 10");
     Ok(())
 }
 
-/// The local address that routes to `dst` (what the kernel would pick).
-fn source_for(dst: IpAddr) -> Result<IpAddr, String> {
-    let any: SocketAddr = if dst.is_ipv4() {
-        "0.0.0.0:0".parse().expect("addr")
-    } else {
-        "[::]:0".parse().expect("addr")
-    };
-    let s = UdpSocket::bind(any).map_err(|e| e.to_string())?;
-    s.connect(SocketAddr::new(dst, 9))
-        .map_err(|e| format!("no route to {dst}: {e}"))?;
-    Ok(s.local_addr().map_err(|e| e.to_string())?.ip())
+/// Ping `n`'s text: `rdma-ping-N: ` and then printable ASCII from `'A' + n`
+/// (wrapping after `'z'`), NUL-terminated at `size - 1`.
+fn ping_data(n: u64, size: usize) -> Vec<u8> {
+    let mut buf = format!("rdma-ping-{n}: ").into_bytes();
+    buf.truncate(size);
+    let mut ch = b'A' + (n % 58) as u8;
+    while buf.len() < size {
+        buf.push(ch);
+        ch = if ch == b'z' { b'A' } else { ch + 1 };
+    }
+    buf[size - 1] = 0;
+    buf
 }
 
-fn client(a: &Args) -> Result<(), String> {
+fn client(a: &Args) -> Result<()> {
     let server = a
         .addr
-        .ok_or("the client needs -a ADDR: the server's address")?;
+        .context("the client needs -a ADDR: the server's address")?;
     let src = match a.src {
         Some(s) => s,
-        None => source_for(server)?,
+        None => net::source_for(server)?,
     };
-    let dev =
-        Device::open(src).map_err(|e| format!("cannot open the RDMA device on {src}: {e}"))?;
+    let dev = open(src)?;
     let c = Conn::new(&dev, a.size, true)?;
-    let ep = Endpoint::new(&dev).map_err(|e| e.to_string())?;
-    let mut port_bytes = [0u8; 2];
-    let _ = getrandom::fill(&mut port_bytes);
-    let args = ConnectArgs {
-        remote: server,
-        remote_port: a.port,
-        local_port: 32768 | u16::from_le_bytes(port_bytes) & 0x7fff,
-        responder_resources: 1,
-        initiator_depth: 1,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        path_mtu: PathMtu::Mtu1024,
-        private_data: vec![],
+    let ep = Endpoint::new(&dev).context("rdma_create_id")?;
+    let to = cm::CmConnect {
+        server,
+        port: a.port,
+        mtu: PathMtu::Mtu1024,
+        rd_atomic: 1,
     };
-    ep.connect(&c.qp, args)
-        .map_err(|e| e.to_string())?
-        .wait()
-        .map_err(|e| format!("rdma_connect: {e}"))?;
-    ep.complete_connect(&c.qp)
-        .map_err(|e| e.to_string())?
-        .wait()
-        .map_err(|e| format!("rdma_connect: {e}"))?;
+    cm::connect(&ep, &c.qp, &to, None)?;
     debug!(a, "rdma_connect successful");
-    let gone = ep.notify_disconnect().map_err(|e| e.to_string())?;
-    let start_mr = c.start.as_ref().expect("client has a start buffer");
+    let gone = ep.notify_disconnect().context("rdma_get_cm_event")?;
+    let start_mr = c.start.as_ref().context("the client has a start buffer")?;
     let size = a.size as usize;
-    let mut start: u8 = 65;
     let mut ping: u64 = 0;
     let mut result = Ok(());
     while a.count == 0 || ping < a.count {
-        let mut buf = format!("rdma-ping-{ping}: ").into_bytes();
-        buf.truncate(size);
-        let mut ch = start;
-        while buf.len() < size {
-            buf.push(ch);
-            ch += 1;
-            if ch > 122 {
-                ch = 65;
-            }
-        }
-        start += 1;
-        if start > 122 {
-            start = 65;
-        }
-        buf[size - 1] = 0;
-        start_mr.write(0, &buf).map_err(|e| e.to_string())?;
+        let buf = ping_data(ping, size);
+        start_mr.write(0, &buf).context("writing start_buf")?;
         c.send_info(Some(start_mr))?;
         // The server READs start_buf and says "go ahead".
         if c.wait_for(WcOpcode::Recv, &gone)?.is_none() {
@@ -407,10 +227,10 @@ fn client(a: &Args) -> Result<(), String> {
         if c.wait_for(WcOpcode::Recv, &gone)?.is_none() {
             break;
         }
-        let got = c.rdma.to_vec(0, size).map_err(|e| e.to_string())?;
+        let got = c.rdma.to_vec(0, size).context("reading rdma_buf")?;
         if a.validate && got != buf {
             eprintln!("data mismatch!");
-            result = Err("data mismatch".to_string());
+            result = Err(anyhow!("data mismatch"));
             break;
         }
         if a.verbose {
@@ -420,13 +240,30 @@ fn client(a: &Args) -> Result<(), String> {
         ping += 1;
     }
     eprintln!("client DISCONNECT EVENT...");
-    match ep
-        .disconnect(&c.qp)
-        .map_err(|e| e.to_string())?
-        .wait_timeout(STEP)
-    {
-        Some(Ok(())) | None => {}
-        Some(Err(e)) => debug!(a, "rdma_disconnect: {e}"),
+    let bye = ep.disconnect(&c.qp).context("rdma_disconnect")?;
+    if let Some(Err(e)) = bye.wait_timeout(STEP) {
+        debug!(a, "rdma_disconnect: {e}");
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ping_text_like_rping() {
+        let p0 = ping_data(0, 64);
+        assert_eq!(
+            &p0[..63],
+            b"rdma-ping-0: ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqr"
+        );
+        assert_eq!(p0[63], 0);
+        // The run starts one later each ping and wraps after 'z'.
+        assert!(ping_data(1, 64).starts_with(b"rdma-ping-1: BCD"));
+        assert!(ping_data(57, 64).starts_with(b"rdma-ping-57: z"));
+        assert!(ping_data(57, 64)[15..].starts_with(b"AB"));
+        assert!(ping_data(58, 64).starts_with(b"rdma-ping-58: A"));
+        assert_eq!(ping_data(3, 26).len(), 26);
+    }
 }

@@ -9,17 +9,22 @@
 //! The RDMA adapter is the local address of the TCP connection unless `--ip`
 //! names one, so the defaults work wherever TCP does. RoCE needs the peer's GID;
 //! a peer that sent a zero GID (no `-g`) is reached at its TCP address.
+//!
+//! [`exchange`] is the TCP address exchange, [`report`] the output.
 
 mod exchange;
 mod report;
 
-use exchange::{self as oob, PingpongDest};
+use crate::net;
+use crate::qp::{connect_rc, create_rc_qp, peer_gid, random_psn, QpSize, RcPath, RcPeer};
+use anyhow::{bail, ensure, Context as _, Result};
+use exchange::PingpongDest;
 use ndverbs_verbs::{
-    Access, AttrMask, Device, NotifyOn, PathMtu, Progress, Qp, QpAttr, QpCaps, QpInitAttr, QpState,
-    RecvWr, SendOp, SendWr, WcStatus,
+    Access, Cq, Device, Mr, NotifyOn, PathMtu, Progress, Qp, RecvWr, SendOp, SendWr, VerbsError,
+    WcStatus,
 };
 use std::io;
-use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 const RECV_WRID: u64 = 1;
@@ -29,7 +34,7 @@ const SEND_WRID: u64 = 2;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// TCP port of the address exchange.
-    #[arg(short = 'p', long, default_value_t = 18515)]
+    #[arg(short = 'p', long, default_value_t = exchange::DEFAULT_PORT)]
     port: u16,
     /// Size of each message.
     #[arg(short = 's', long, default_value_t = 4096)]
@@ -63,26 +68,27 @@ pub struct Args {
 }
 
 /// Runs `ndv pingpong`.
-pub fn run(args: &Args) -> Result<(), String> {
+pub fn run(args: &Args) -> Result<()> {
     let mtu = PathMtu::at_most(args.mtu as usize)
         .filter(|m| m.bytes() == args.mtu)
-        .ok_or_else(|| format!("invalid MTU {} (256, 512, 1024, 2048 or 4096)", args.mtu))?;
-    if args.size == 0 || args.rx_depth < 2 || args.iters == 0 {
-        return Err("size, iters must be positive and rx-depth at least 2".into());
-    }
+        .with_context(|| format!("invalid MTU {} (256, 512, 1024, 2048 or 4096)", args.mtu))?;
+    ensure!(
+        args.size > 0 && args.rx_depth >= 2 && args.iters > 0,
+        "size, iters must be positive and rx-depth at least 2"
+    );
     let mut stream = match &args.server {
-        Some(host) => connect_tcp(host, args.port, args.ip)?,
-        None => accept_tcp(args.port, args.ip)?,
+        Some(host) => net::connect_tcp(host, args.port, args.ip)?,
+        None => net::accept_tcp(args.port, args.ip)?,
     };
     let local_ip = match args.ip {
         Some(ip) => ip,
-        None => stream.local_addr().map_err(|e| e.to_string())?.ip(),
+        None => stream.local_addr().context("reading the TCP address")?.ip(),
     };
-    let peer_tcp = stream.peer_addr().map_err(|e| e.to_string())?.ip();
+    let peer_tcp = stream.peer_addr().context("reading the TCP peer")?.ip();
     // Manual progress: this thread drives the engine while it polls, which on
     // a small machine beats handing every packet to an engine thread.
     let dev = Device::open_with(local_ip, Progress::Manual)
-        .map_err(|e| format!("cannot open the RDMA device on {local_ip}: {e}"))?;
+        .with_context(|| format!("cannot open the RDMA device on {local_ip}"))?;
     let ctx = Context::new(&dev, args)?;
     let my = PingpongDest {
         lid: 0,
@@ -91,16 +97,22 @@ pub fn run(args: &Args) -> Result<(), String> {
         gid: dev.gid().octets(),
     };
     println!("{}", report::address_line("local", &my));
+    let path = RcPath::pingpong(mtu);
+    let connect = |r: &PingpongDest| {
+        let peer = RcPeer {
+            qpn: r.qpn,
+            psn: r.psn,
+            gid: peer_gid(r.gid, Some(peer_tcp)),
+        };
+        connect_rc(&ctx.qp, my.psn, &peer, &path)
+    };
     let remote = if args.server.is_some() {
-        let r =
-            oob::client_exchange(&mut stream, &my).map_err(|e| format!("address exchange: {e}"))?;
-        ctx.connect(&my, &r, mtu, peer_tcp)?;
+        let r = exchange::client_exchange(&mut stream, &my).context("address exchange")?;
+        connect(&r)?;
         r
     } else {
-        oob::server_exchange(&mut stream, &my, |r| {
-            ctx.connect(&my, r, mtu, peer_tcp).map_err(io::Error::other)
-        })
-        .map_err(|e| format!("address exchange: {e}"))?
+        exchange::server_exchange(&mut stream, &my, |r| connect(r).map_err(io::Error::other))
+            .context("address exchange")?
     };
     drop(stream);
     println!("{}", report::address_line("remote", &remote));
@@ -114,104 +126,34 @@ pub fn run(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
-fn random_psn() -> u32 {
-    let mut b = [0u8; 4];
-    getrandom::fill(&mut b).unwrap_or(());
-    u32::from_le_bytes(b) & 0x00ff_ffff
-}
-
-fn connect_tcp(host: &str, port: u16, bind: Option<IpAddr>) -> Result<TcpStream, String> {
-    use std::net::ToSocketAddrs;
-    let addrs: Vec<SocketAddr> = (host, port)
-        .to_socket_addrs()
-        .map_err(|e| format!("{host}:{port}: {e}"))?
-        .collect();
-    let mut last = format!("Couldn't connect to {host}:{port}");
-    for a in addrs {
-        let sock = match a {
-            SocketAddr::V4(_) => {
-                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-            }
-            SocketAddr::V6(_) => {
-                socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::STREAM, None)
-            }
-        }
-        .map_err(|e| e.to_string())?;
-        if let Some(ip) = bind {
-            if ip.is_ipv4() == a.is_ipv4() {
-                sock.bind(&SocketAddr::new(ip, 0).into())
-                    .map_err(|e| format!("bind {ip}: {e}"))?;
-            }
-        }
-        match sock.connect_timeout(&a.into(), Duration::from_secs(10)) {
-            Ok(()) => return Ok(sock.into()),
-            Err(e) => last = format!("Couldn't connect to {host}:{port}: {e}"),
-        }
-    }
-    Err(last)
-}
-
-fn accept_tcp(port: u16, bind: Option<IpAddr>) -> Result<TcpStream, String> {
-    let addr = SocketAddr::new(bind.unwrap_or(IpAddr::from([0u8; 4])), port);
-    let sock = socket2::Socket::new(
-        if addr.is_ipv4() {
-            socket2::Domain::IPV4
-        } else {
-            socket2::Domain::IPV6
-        },
-        socket2::Type::STREAM,
-        None,
-    )
-    .map_err(|e| e.to_string())?;
-    sock.set_reuse_address(true).map_err(|e| e.to_string())?;
-    sock.bind(&addr.into())
-        .map_err(|e| format!("Couldn't listen to port {port}: {e}"))?;
-    sock.listen(1).map_err(|e| e.to_string())?;
-    let l: TcpListener = sock.into();
-    let (s, _) = l.accept().map_err(|e| format!("accept() failed: {e}"))?;
-    Ok(s)
-}
-
+/// The QP, its one CQ and the message buffer.
 struct Context {
-    dev: Device,
-    cq: ndverbs_verbs::Cq,
+    cq: Cq,
     qp: Qp,
-    mr: ndverbs_verbs::Mr,
+    mr: Mr,
     size: u32,
     rx_depth: u32,
 }
 
 impl Context {
-    fn new(dev: &Device, args: &Args) -> Result<Context, String> {
-        let err = |e: ndverbs_verbs::VerbsError| e.to_string();
-        let pd = dev.alloc_pd().map_err(err)?;
-        let cq = dev.create_cq(args.rx_depth + 1).map_err(err)?;
+    fn new(dev: &Device, args: &Args) -> Result<Context> {
+        let pd = dev.alloc_pd().context("Couldn't allocate PD")?;
+        let cq = dev
+            .create_cq(args.rx_depth + 1)
+            .context("Couldn't create CQ")?;
         let mr = pd
             .reg_mr(args.size as usize, Access::LOCAL_WRITE)
-            .map_err(err)?;
+            .context("Couldn't register MR")?;
         // rc_pingpong's initial buffer contents (its "FIXME memset 0").
-        mr.write(0, &vec![0x7b; args.size as usize]).map_err(err)?;
-        let mut init = QpInitAttr::new(&cq, &cq);
-        init.caps = QpCaps {
-            max_send_wr: 1,
-            max_send_sge: 1,
-            max_inline_data: 0,
-            sq_sig_all: false,
+        mr.write(0, &vec![0x7b; args.size as usize])
+            .context("filling the buffer")?;
+        let size = QpSize {
+            send: 1,
+            recv: args.rx_depth,
+            inline: 0,
         };
-        init.max_recv_wr = args.rx_depth;
-        init.max_recv_sge = 1;
-        let qp = pd.create_qp(&init).map_err(err)?;
-        let a = QpAttr {
-            qp_state: QpState::Init,
-            ..QpAttr::default()
-        };
-        qp.modify(
-            &a,
-            AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-        )
-        .map_err(|e| format!("Failed to modify QP to INIT: {e}"))?;
+        let qp = create_rc_qp(&pd, &cq, &cq, size, Access::NONE)?;
         let ctx = Context {
-            dev: dev.clone(),
             cq,
             qp,
             mr,
@@ -219,85 +161,28 @@ impl Context {
             rx_depth: args.rx_depth,
         };
         for _ in 0..args.rx_depth {
-            ctx.post_recv()
-                .map_err(|e| format!("Couldn't post receive: {e}"))?;
+            ctx.post_recv().context("Couldn't post receive")?;
         }
         Ok(ctx)
     }
 
-    fn post_recv(&self) -> Result<(), ndverbs_verbs::VerbsError> {
+    fn post_recv(&self) -> Result<(), VerbsError> {
         self.qp
             .post_recv(RecvWr::new(RECV_WRID, [self.mr.sge(0, self.size)]))
     }
 
-    fn connect(
-        &self,
-        my: &PingpongDest,
-        rem: &PingpongDest,
-        mtu: PathMtu,
-        peer_tcp: IpAddr,
-    ) -> Result<(), String> {
-        let gid = Ipv6Addr::from(rem.gid);
-        // A zero GID (peer without -g) cannot route on RoCE: use the peer's TCP address.
-        let dgid = if gid.is_unspecified() {
-            ndverbs_wire::cma::gid_of(peer_tcp)
-        } else {
-            gid
-        };
-        let mut a = QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: mtu,
-            dest_qp_num: rem.qpn,
-            rq_psn: rem.psn,
-            max_dest_rd_atomic: 1,
-            min_rnr_timer: 12,
-            ..QpAttr::default()
-        };
-        a.av.dgid = dgid.octets();
-        a.av.hop_limit = 1;
-        self.qp
-            .modify(
-                &a,
-                AttrMask::STATE
-                    | AttrMask::AV
-                    | AttrMask::PATH_MTU
-                    | AttrMask::DEST_QPN
-                    | AttrMask::RQ_PSN
-                    | AttrMask::MAX_DEST_RD_ATOMIC
-                    | AttrMask::MIN_RNR_TIMER,
-            )
-            .map_err(|e| format!("Failed to modify QP to RTR: {e}"))?;
-        a.qp_state = QpState::Rts;
-        a.timeout = 14;
-        a.retry_cnt = 7;
-        a.rnr_retry = 7;
-        a.sq_psn = my.psn;
-        a.max_rd_atomic = 1;
-        self.qp
-            .modify(
-                &a,
-                AttrMask::STATE
-                    | AttrMask::TIMEOUT
-                    | AttrMask::RETRY_CNT
-                    | AttrMask::RNR_RETRY
-                    | AttrMask::SQ_PSN
-                    | AttrMask::MAX_QP_RD_ATOMIC,
-            )
-            .map_err(|e| format!("Failed to modify QP to RTS: {e}"))
-    }
-
-    fn post_send(&self) -> Result<(), String> {
+    fn post_send(&self) -> Result<()> {
         self.qp
             .post_send(SendWr::new(
                 SEND_WRID,
                 SendOp::Send,
                 [self.mr.sge(0, self.size)],
             ))
-            .map_err(|e| format!("Couldn't post send: {e}"))
+            .context("Couldn't post send")
     }
 
     /// The ping-pong loop; returns its duration.
-    fn pingpong(&self, args: &Args) -> Result<Duration, String> {
+    fn pingpong(&self, args: &Args) -> Result<Duration> {
         let client = args.server.is_some();
         let mut pending = RECV_WRID;
         if client {
@@ -314,28 +199,27 @@ impl Context {
         while rcnt < args.iters || scnt < args.iters {
             let wc = if args.events {
                 self.cq.req_notify(NotifyOn::Any);
-                match self.cq.wait_one(Duration::from_millis(100)) {
-                    Ok(w) => w,
-                    Err(e) => return Err(format!("Failed to get cq_event: {e}")),
-                }
+                self.cq
+                    .wait_one(Duration::from_millis(100))
+                    .context("Failed to get cq_event")?
             } else {
                 self.cq.poll_one()
             };
             let Some(wc) = wc else {
-                if last_progress.elapsed() > Duration::from_secs(60) {
-                    return Err(format!(
-                        "no completion for 60 s (sent {scnt}, received {rcnt})"
-                    ));
-                }
+                ensure!(
+                    last_progress.elapsed() <= Duration::from_secs(60),
+                    "no completion for 60 s (sent {scnt}, received {rcnt})"
+                );
                 continue;
             };
             last_progress = Instant::now();
-            if wc.status != WcStatus::Success {
-                return Err(format!(
-                    "Failed status {:?} ({}) for wr_id {}",
-                    wc.status, wc.status as u32, wc.wr_id
-                ));
-            }
+            ensure!(
+                wc.status == WcStatus::Success,
+                "Failed status {:?} ({}) for wr_id {}",
+                wc.status,
+                wc.status as u32,
+                wc.wr_id
+            );
             match wc.wr_id {
                 SEND_WRID => scnt += 1,
                 RECV_WRID => {
@@ -343,13 +227,13 @@ impl Context {
                     if routs <= 1 {
                         while routs < self.rx_depth {
                             self.post_recv()
-                                .map_err(|e| format!("Couldn't post receive ({routs}): {e}"))?;
+                                .with_context(|| format!("Couldn't post receive ({routs})"))?;
                             routs += 1;
                         }
                     }
                     rcnt += 1;
                 }
-                other => return Err(format!("Completion for unknown wr_id {other}")),
+                other => bail!("Completion for unknown wr_id {other}"),
             }
             pending &= !wc.wr_id;
             if scnt < args.iters && pending == 0 {
@@ -362,33 +246,29 @@ impl Context {
 
     /// rc_pingpong `-c`: the first byte of every page is `page % sizeof(char)`,
     /// i.e. 0; the rest of the buffer keeps its initial 0x7b.
-    fn fill_for_check(&self) -> Result<(), String> {
+    fn fill_for_check(&self) -> Result<()> {
         for off in (0..self.size as usize).step_by(page_size()) {
-            self.mr.write(off, &[0]).map_err(|e| e.to_string())?;
+            self.mr.write(off, &[0]).context("filling the buffer")?;
         }
         Ok(())
     }
 
     /// Checks the buffer holds exactly what an rc_pingpong (or ndv) peer sends
     /// with `-c`; prints rc_pingpong's message for each bad page.
-    fn check_buffer(&self) -> Result<(), String> {
+    fn check_buffer(&self) -> Result<()> {
         let data = self
             .mr
             .to_vec(0, self.size as usize)
-            .map_err(|e| e.to_string())?;
-        let page = page_size();
+            .context("reading the buffer")?;
         let mut bad = 0;
-        for (i, chunk) in data.chunks(page).enumerate() {
+        for (i, chunk) in data.chunks(page_size()).enumerate() {
             let ok = chunk[0] == 0 && chunk[1..].iter().all(|&b| b == 0x7b);
             if !ok {
                 println!("invalid data in page {i}");
                 bad += 1;
             }
         }
-        if bad > 0 {
-            return Err(format!("{bad} pages with invalid data"));
-        }
-        let _ = &self.dev;
+        ensure!(bad == 0, "{bad} pages with invalid data");
         Ok(())
     }
 }

@@ -1,4 +1,6 @@
-//! Out-of-band TCP exchanges of the RDMA test tools we interoperate with.
+//! What the out-of-band TCP exchanges of the RDMA test tools we
+//! interoperate with have in common: fixed-size NUL-terminated text
+//! messages, read whole, with hexadecimal fields.
 //!
 //! Before two RC queue pairs can talk, each side must learn the other's QP
 //! number, starting PSN, GID and (for RDMA READ/WRITE/atomics) an rkey and a
@@ -8,10 +10,10 @@
 //! any [`std::io::Read`] + [`std::io::Write`] stream (a [`std::net::TcpStream`]
 //! in the tools, an in-memory pipe in tests) and hand back plain data.
 //!
-//! * [`rc_pingpong`]: rdma-core's `libibverbs/examples/rc_pingpong.c`
+//! * `pingpong::exchange`: rdma-core's `libibverbs/examples/rc_pingpong.c`
 //!   (verified against rdma-core 44): one 52-byte message each way, client
 //!   first, then the client writes `"done"`.
-//! * [`perftest`]: linux-rdma/perftest 4.5 (`ib_{send,write,read,atomic}_{bw,lat}`,
+//! * `perftest::exchange`: linux-rdma/perftest 4.5 (`ib_{send,write,read,atomic}_{bw,lat}`,
 //!   verified against perftest 4.5-0.17 whose version string is `"6.06"`): a
 //!   version/system/MTU preamble, then a variable number of 108-byte key
 //!   "hand shakes" that double as barriers, optional binary result

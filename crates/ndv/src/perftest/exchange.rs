@@ -377,12 +377,9 @@ fn c_strtol(b: &[u8]) -> i64 {
 mod tests {
     use super::super::program::{Kind, PerfTest, Verb};
     use super::super::schedule::{schedule, Flow, Step};
+    use super::super::testing::roce_gid;
     use super::*;
     use crate::oob::testutil::{unhex, Scripted};
-
-    fn roce_gid(last: u8) -> [u8; 16] {
-        [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, last]
-    }
 
     // perftest 4.5-0.17 in the interop guest (Debian 12, rxe0), loopback,
     // `ib_write_bw -d rxe0 -x 1 -n 5 -s 4096 -p 18651 [127.0.0.1]`, captured

@@ -173,12 +173,9 @@ impl PerftestDest {
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::roce_gid;
     use super::*;
     use crate::oob::testutil::unhex;
-
-    fn roce_gid(last: u8) -> [u8; 16] {
-        [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, last]
-    }
 
     // shared/reference/rxe-linux-6.1/ib_send_bw.pcap frames 14 and 15: perftest
     // 4.5 `ib_send_bw -d rxe0 -x 1 -n 5 -s 4096`, client 10.77.0.2, server 10.77.0.3.

@@ -33,3 +33,8 @@ pub fn render(f: impl FnOnce(&mut Vec<u8>) -> io::Result<()>) -> String {
     f(&mut v).unwrap();
     String::from_utf8(v).unwrap()
 }
+
+/// The GID of `10.77.0.LAST`, the reference machines' addresses.
+pub fn roce_gid(last: u8) -> [u8; 16] {
+    [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, last]
+}

@@ -124,15 +124,25 @@ pub struct Args {
 
 /// Everything decided from the options before any I/O.
 pub struct Plan {
+    /// The program.
     pub test: PerfTest,
+    /// Client (given a server) or server.
     pub role: Role,
+    /// The settings after perftest's dependency rules.
     pub settings: Settings,
+    /// What changes the schedule (`-b`, `-D`, `-a`).
     pub flow: Flow,
+    /// `--report_gbits` or MB/sec.
     pub units: BwUnits,
+    /// `-m`, before the peer's preamble may lower it.
     pub mtu: PathMtu,
+    /// `-q`.
     pub qps: usize,
+    /// READs/atomics outstanding (`-o`; 1 for SEND/WRITE).
     pub out_reads: u16,
+    /// `-A`.
     pub atomic: AtomicOp,
+    /// `-R`.
     pub cm: bool,
 }
 

@@ -1,10 +1,9 @@
-//! The control channel of `ndv perf`: where the device and the out-of-band
-//! exchange come from.
+//! The control channel of `ndv perf`, and the device it comes with.
 //!
 //! perftest keeps two conversations apart: the *data* QPs that are measured,
 //! and a *control* channel over which both sides exchange versions, keys,
-//! "hand shakes" (barriers) and results ([`crate::perftest::exchange`] has the
-//! exact sequence). The control channel is one of:
+//! "hand shakes" (barriers) and results ([`super::exchange`] has the exact
+//! sequence). The control channel is one of:
 //!
 //! * **TCP** (default): port 18515, the server listens, the client connects.
 //!   Key messages are the 108-byte text form. Data QPs are connected by hand
@@ -15,13 +14,16 @@
 //!   receive posted at a time. Every `ctx_xchg_data` block is one SEND of the
 //!   block's size (16, 4, 4, 2 bytes for the preamble, 8 for each BW report
 //!   field), and a key message is the binary `struct pingpong_dest` in
-//!   network byte order ([`PerftestDest::to_cm_wire`]). After the preamble the data
-//!   QPs are connected through the CM on the *same* port, between two hand
-//!   shakes of all-zero keys; there is no TCP connection and no `"done"`.
+//!   network byte order ([`PerftestDest::to_cm_wire`]). After the preamble
+//!   the data QPs are connected through the CM on the *same* port, between
+//!   two hand shakes of all-zero keys; there is no TCP connection and no
+//!   `"done"`.
 //!
 //! Everything waits on the network with the engine being driven: in manual
-//! progress mode a [`super::pump::Pump`] thread runs the engine while the main thread is
-//! blocked in a TCP read or a CM request, and is paused while the main thread
+//! progress mode a [`super::pump::Pump`] thread runs the engine while the
+//! main thread is blocked in a TCP read or a CM request, and is paused while
+//! the main thread measures (then the measuring loop drives the engine
+//! itself).
 
 use super::args::{Args, Plan};
 use super::exchange as oob;

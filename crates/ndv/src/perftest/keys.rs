@@ -5,7 +5,6 @@
 //!
 //! # The text message
 //!
-//!
 //! ```text
 //! "%04x:%04x:%06x:%06x:%08x:%016llx:" LID, outstanding reads, QPN, PSN, RKey, VAddr
 //! + 16 x "%02x:"                       GID bytes in order
@@ -25,11 +24,10 @@
 //! READ/atomic tests and 1 otherwise; RKey is 0 for SEND tests (rxe gives
 //! an MR without remote access rkey 0); SRQN is 0 without SRQ/XRC/DC.
 //!
-//!
 //! # The binary message
 //!
-//! Over rdma_cm (`-R`) the struct itself goes out in network byte order,
-//! 56 bytes ([`CM_KEY_SIZE`]).
+//! Over rdma_cm (`-R`) the struct itself goes out, every field in network
+//! byte order: 56 bytes ([`CM_KEY_SIZE`], [`PerftestDest::to_cm_wire`]).
 
 use crate::oob::{c_text, malformed, parse_hex, OobError};
 

@@ -1423,7 +1423,7 @@ impl Adapter {
             }
             c.touched.push(qpn);
         }
-        c.remove_eps();
+        c.remove_eps(now);
         for cq in c.cqs.values() {
             cq.end_waiters(Err(crate::cq::NotifyError::DeviceRemoved));
         }

@@ -4,9 +4,11 @@
 //!
 //! `cargo run -p ndverbs-nd --example async_futures [SERVER_IP CLIENT_IP]`
 
+mod common;
+
 use ndverbs_nd::*;
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -36,17 +38,7 @@ fn block_on<F: Future>(f: F) -> F::Output {
 }
 
 fn main() -> NdResult<()> {
-    let mut a = std::env::args().skip(1);
-    let server_ip: IpAddr = a
-        .next()
-        .unwrap_or_else(|| "127.0.0.1".into())
-        .parse()
-        .expect("IP");
-    let client_ip: IpAddr = a
-        .next()
-        .unwrap_or_else(|| "127.0.0.2".into())
-        .parse()
-        .expect("IP");
+    let (server_ip, client_ip) = common::addresses();
     let (server, client) = (
         Provider.open_adapter(server_ip)?,
         Provider.open_adapter(client_ip)?,

@@ -4,36 +4,16 @@
 //!
 //! `cargo run -p ndverbs-nd --example many_connections [SERVER_IP CLIENT_IP [N]]`
 
-use ndverbs_nd::*;
-use std::net::{IpAddr, SocketAddr};
+mod common;
 
-fn next(cq: &CompletionQueue) -> NdResultEntry {
-    let mut r = [NdResultEntry {
-        status: NdStatus::SUCCESS,
-        bytes_transferred: 0,
-        queue_pair_context: 0,
-        request_context: 0,
-        request_type: RequestType::Send,
-    }];
-    while cq.get_results(&mut r) == 0 {
-        let _ = cq.notify(NotifyType::Any).wait();
-    }
-    r[0]
-}
+use ndverbs_nd::*;
+use std::net::SocketAddr;
 
 fn main() -> NdResult<()> {
-    let mut a = std::env::args().skip(1);
-    let server_ip: IpAddr = a
-        .next()
-        .unwrap_or_else(|| "127.0.0.1".into())
-        .parse()
-        .expect("IP");
-    let client_ip: IpAddr = a
-        .next()
-        .unwrap_or_else(|| "127.0.0.2".into())
-        .parse()
-        .expect("IP");
-    let n: u64 = a.next().map_or(8, |s| s.parse().expect("count"));
+    let (server_ip, client_ip) = common::addresses();
+    let n: u64 = std::env::args()
+        .nth(3)
+        .map_or(8, |s| s.parse().expect("count"));
 
     let server = Provider.open_adapter(server_ip)?;
     let listener = server.create_listener()?;
@@ -57,7 +37,7 @@ fn main() -> NdResult<()> {
         }
         let mut served = 0;
         while served < n {
-            let r = next(&cq);
+            let r = cq.wait_result()?;
             assert_eq!(r.status, NdStatus::SUCCESS);
             if r.request_type == RequestType::Receive {
                 let mut v = [0u8; 8];
@@ -95,7 +75,7 @@ fn main() -> NdResult<()> {
         conns.push((c, qp));
     }
     for _ in 0..n {
-        let r = next(&cq);
+        let r = cq.wait_result()?;
         assert_eq!(
             (r.status, r.request_type),
             (NdStatus::SUCCESS, RequestType::Receive)

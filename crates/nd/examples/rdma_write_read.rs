@@ -3,35 +3,20 @@
 //!
 //! `cargo run -p ndverbs-nd --example rdma_write_read [SERVER_IP CLIENT_IP]`
 
-use ndverbs_nd::*;
-use std::net::{IpAddr, SocketAddr};
+mod common;
 
-fn done(cq: &CompletionQueue) {
-    let mut r = [NdResultEntry {
-        status: NdStatus::SUCCESS,
-        bytes_transferred: 0,
-        queue_pair_context: 0,
-        request_context: 0,
-        request_type: RequestType::Send,
-    }];
-    while cq.get_results(&mut r) == 0 {
-        let _ = cq.notify(NotifyType::Any).wait();
-    }
-    assert_eq!(r[0].status, NdStatus::SUCCESS, "{:?}", r[0]);
+use ndverbs_nd::*;
+use std::net::SocketAddr;
+
+/// Waits for one completion and checks it succeeded.
+fn done(cq: &CompletionQueue) -> NdResult<()> {
+    let r = cq.wait_result()?;
+    assert_eq!(r.status, NdStatus::SUCCESS, "{r:?}");
+    Ok(())
 }
 
 fn main() -> NdResult<()> {
-    let mut a = std::env::args().skip(1);
-    let server_ip: IpAddr = a
-        .next()
-        .unwrap_or_else(|| "127.0.0.1".into())
-        .parse()
-        .expect("IP");
-    let client_ip: IpAddr = a
-        .next()
-        .unwrap_or_else(|| "127.0.0.2".into())
-        .parse()
-        .expect("IP");
+    let (server_ip, client_ip) = common::addresses();
 
     // The server exposes 1 MiB for remote READ and WRITE.
     let server = Provider.open_adapter(server_ip)?;
@@ -79,7 +64,7 @@ fn main() -> NdResult<()> {
         token,
         0,
     )?;
-    done(&ccq);
+    done(&ccq)?;
     cqp.read(
         2,
         &[NdSge::new(
@@ -91,7 +76,7 @@ fn main() -> NdResult<()> {
         token,
         0,
     )?;
-    done(&ccq);
+    done(&ccq)?;
     let mut back = vec![0u8; 1 << 20];
     cmr.read(1 << 20, &mut back)?;
     assert_eq!(back, data);

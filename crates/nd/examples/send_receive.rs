@@ -4,45 +4,20 @@
 //!
 //! `cargo run -p ndverbs-nd --example send_receive [SERVER_IP CLIENT_IP]`
 
-use ndverbs_nd::*;
-use std::net::{IpAddr, SocketAddr};
+mod common;
 
-fn addrs() -> (IpAddr, IpAddr) {
-    let mut a = std::env::args().skip(1);
-    let s = a
-        .next()
-        .unwrap_or_else(|| "127.0.0.1".into())
-        .parse()
-        .expect("server IP");
-    let c = a
-        .next()
-        .unwrap_or_else(|| "127.0.0.2".into())
-        .parse()
-        .expect("client IP");
-    (s, c)
-}
+use ndverbs_nd::*;
+use std::net::SocketAddr;
 
 /// Waits for one completion and checks it succeeded.
-fn one(cq: &CompletionQueue) -> NdResultEntry {
-    let mut r = [NdResultEntry {
-        status: NdStatus::SUCCESS,
-        bytes_transferred: 0,
-        queue_pair_context: 0,
-        request_context: 0,
-        request_type: RequestType::Send,
-    }];
-    loop {
-        // Block on the CQ's Notify rather than spinning.
-        if cq.get_results(&mut r) == 1 {
-            assert_eq!(r[0].status, NdStatus::SUCCESS, "{:?}", r[0]);
-            return r[0];
-        }
-        let _ = cq.notify(NotifyType::Any).wait();
-    }
+fn one(cq: &CompletionQueue) -> NdResult<NdResultEntry> {
+    let r = cq.wait_result()?;
+    assert_eq!(r.status, NdStatus::SUCCESS, "{r:?}");
+    Ok(r)
 }
 
 fn main() -> NdResult<()> {
-    let (server_ip, client_ip) = addrs();
+    let (server_ip, client_ip) = common::addresses();
     let server = Provider.open_adapter(server_ip)?;
     let listener = server.create_listener()?;
     listener.bind(SocketAddr::new(server_ip, 0))?;
@@ -60,11 +35,11 @@ fn main() -> NdResult<()> {
         qp.receive(1, &[NdSge::new(mr.address(), 4096, mr.local_token())])?;
         conn.accept(&qp, 0, 0, b"")?.wait()?;
         let bye = conn.notify_disconnect()?;
-        let r = one(&cq);
+        let r = one(&cq)?;
         let mut text = vec![0u8; r.bytes_transferred as usize];
         mr.read(0, &mut text)?;
         qp.send_inline(2, b"hello, client", 0)?;
-        one(&cq);
+        one(&cq)?;
         bye.wait()?; // the client said goodbye (its DREQ arrived) …
         conn.disconnect()?.wait()?; // … and our Disconnect answers with the DREP.
         Ok(String::from_utf8_lossy(&text).into_owned())
@@ -81,7 +56,7 @@ fn main() -> NdResult<()> {
         .wait()?;
     conn.complete_connect()?.wait()?;
     qp.send_inline(2, b"hello, server", 0)?;
-    let mut got = [one(&cq), one(&cq)];
+    let mut got = [one(&cq)?, one(&cq)?];
     got.sort_by_key(|r| r.request_type as u8);
     let mut text = vec![0u8; got[0].bytes_transferred as usize];
     mr.read(0, &mut text)?;

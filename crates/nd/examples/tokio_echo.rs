@@ -8,8 +8,10 @@
 //!
 //! `cargo run -p ndverbs-nd --example tokio_echo [SERVER_IP CLIENT_IP [N]]`
 
+mod common;
+
 use ndverbs_nd::*;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
@@ -32,27 +34,16 @@ impl AsyncCq {
         self.fd.get_ref()
     }
 
-    fn take(&self) -> Option<NdResultEntry> {
-        let mut r = [NdResultEntry {
-            status: NdStatus::SUCCESS,
-            bytes_transferred: 0,
-            queue_pair_context: 0,
-            request_context: 0,
-            request_type: RequestType::Send,
-        }];
-        (self.cq().get_results(&mut r) == 1).then_some(r[0])
-    }
-
     /// The next completion: take one if there is one; else arm the queue,
     /// look once more (a completion may have come before the arm), and sleep
     /// in the reactor until the queue's descriptor fires.
     async fn next(&self) -> NdResult<NdResultEntry> {
         loop {
-            if let Some(r) = self.take() {
+            if let Some(r) = self.cq().get_result() {
                 return Ok(r);
             }
             self.cq().arm(NotifyType::Any);
-            if let Some(r) = self.take() {
+            if let Some(r) = self.cq().get_result() {
                 return Ok(r);
             }
             let mut ready = self
@@ -176,18 +167,10 @@ async fn client(adapter: Adapter, server: SocketAddr, i: usize) -> NdResult<()> 
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> NdResult<()> {
-    let mut a = std::env::args().skip(1);
-    let server_ip: IpAddr = a
-        .next()
-        .unwrap_or_else(|| "127.0.0.1".into())
-        .parse()
-        .expect("server IP");
-    let client_ip: IpAddr = a
-        .next()
-        .unwrap_or_else(|| "127.0.0.2".into())
-        .parse()
-        .expect("client IP");
-    let n: usize = a.next().map_or(4, |s| s.parse().expect("count"));
+    let (server_ip, client_ip) = common::addresses();
+    let n: usize = std::env::args()
+        .nth(3)
+        .map_or(4, |s| s.parse().expect("count"));
 
     let server_adapter = Provider.open_adapter(server_ip)?;
     let listener = server_adapter.create_listener()?;

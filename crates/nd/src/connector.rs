@@ -65,19 +65,6 @@ struct ConnState {
 /// ```
 /// use ndverbs_nd::*;
 /// use std::net::SocketAddr;
-/// # fn one(cq: &CompletionQueue) -> NdResultEntry {
-/// #     let mut r = [NdResultEntry {
-/// #         status: NdStatus::SUCCESS,
-/// #         bytes_transferred: 0,
-/// #         queue_pair_context: 0,
-/// #         request_context: 0,
-/// #         request_type: RequestType::Send,
-/// #     }];
-/// #     while cq.get_results(&mut r) == 0 {
-/// #         cq.notify(NotifyType::Any).wait().unwrap();
-/// #     }
-/// #     r[0]
-/// # }
 /// let server = Provider.open_adapter("127.91.12.1".parse().unwrap())?;
 /// let client = Provider.open_adapter("127.91.12.2".parse().unwrap())?;
 /// let (scq, ccq) = (server.create_completion_queue(8)?, client.create_completion_queue(8)?);
@@ -105,13 +92,11 @@ struct ConnState {
 /// let bye = active.disconnect()?; // DREQ; completes on the DREP
 /// dreq.wait()?;
 /// // An incoming DREQ flushes nothing: the server's receive is still posted …
-/// # let mut r = [NdResultEntry { status: NdStatus::SUCCESS, bytes_transferred: 0,
-/// #     queue_pair_context: 0, request_context: 0, request_type: RequestType::Send }];
-/// assert_eq!(scq.get_results(&mut r), 0);
+/// assert_eq!(scq.get_result(), None);
 /// // … until its own Disconnect, which sends the DREP and flushes its QP.
 /// passive.disconnect()?.wait()?;
 /// bye.wait()?;
-/// assert_eq!(one(&scq).status, NdStatus::CANCELED);
+/// assert_eq!(scq.wait_result()?.status, NdStatus::CANCELED);
 /// # Ok::<(), NdError>(())
 /// ```
 pub struct Connector {

@@ -32,19 +32,6 @@ use std::sync::{Arc, Mutex};
 ///
 /// ```
 /// use ndverbs_nd::*;
-/// # fn one(cq: &CompletionQueue) -> NdResultEntry {
-/// #     let mut r = [NdResultEntry {
-/// #         status: NdStatus::SUCCESS,
-/// #         bytes_transferred: 0,
-/// #         queue_pair_context: 0,
-/// #         request_context: 0,
-/// #         request_type: RequestType::Send,
-/// #     }];
-/// #     while cq.get_results(&mut r) == 0 {
-/// #         cq.notify(NotifyType::Any).wait().unwrap();
-/// #     }
-/// #     r[0]
-/// # }
 /// # fn connect(
 /// #     (server, sqp): (&Adapter, &QueuePair),
 /// #     (client, cqp): (&Adapter, &QueuePair),
@@ -79,7 +66,7 @@ use std::sync::{Arc, Mutex};
 /// let back = [NdSge::new(local.address() + 8, 4, local.local_token())];
 /// cqp.read(2, &back, target.address(), target.remote_token(), 0)?;
 /// // Each completion says which kind of request it ends.
-/// let (w, r) = (one(&ccq), one(&ccq));
+/// let (w, r) = (ccq.wait_result()?, ccq.wait_result()?);
 /// assert_eq!((w.request_type, w.request_context), (RequestType::Write, 1));
 /// assert_eq!((r.request_type, r.request_context), (RequestType::Read, 2));
 /// let mut got = [0u8; 4];
@@ -166,13 +153,8 @@ pub(crate) fn wr_id(t: RequestType, context: u64) -> NdResult<u64> {
 /// sqp.receive(7, &[NdSge::new(mr.address(), 64, mr.local_token())])?;
 /// # let _connectors = connect((&server, &sqp), (&client, &cqp))?;
 /// cqp.send_inline(8, b"hello", 0)?;
-/// let mut r = [NdResultEntry {
-///     status: NdStatus::SUCCESS,
-///     bytes_transferred: 0,
-///     queue_pair_context: 0,
-///     request_context: 0,
-///     request_type: RequestType::Send,
-/// }];
+/// // GetResults, sleeping on Notify while the queue is empty.
+/// let mut r = [NdResultEntry::default()];
 /// while scq.get_results(&mut r) == 0 {
 ///     scq.notify(NotifyType::Any).wait()?;
 /// }
@@ -200,6 +182,20 @@ pub struct NdResultEntry {
     pub request_context: u64,
     /// The request type.
     pub request_type: RequestType,
+}
+
+/// An empty entry (success, nothing transferred, no contexts): what an
+/// output array for [`CompletionQueue::get_results`] starts as.
+impl Default for NdResultEntry {
+    fn default() -> Self {
+        NdResultEntry {
+            status: NdStatus::SUCCESS,
+            bytes_transferred: 0,
+            queue_pair_context: 0,
+            request_context: 0,
+            request_type: RequestType::Send,
+        }
+    }
 }
 
 /// `CQ notify` types.
@@ -348,6 +344,25 @@ impl CompletionQueue {
             n += 1;
         }
         n
+    }
+
+    /// Takes one completion if one is waiting (`GetResults` with room for one).
+    pub fn get_result(&self) -> Option<NdResultEntry> {
+        let mut r = [NdResultEntry::default()];
+        (self.get_results(&mut r) == 1).then_some(r[0])
+    }
+
+    /// Takes one completion, sleeping on the queue's `Notify` until there is
+    /// one: the loop around `GetResults` and `Notify` most programs need. No
+    /// wake-up is lost: a `Notify` issued while completions wait completes at
+    /// once. Fails only if the `Notify` does (device removal, overflow).
+    pub fn wait_result(&self) -> NdResult<NdResultEntry> {
+        loop {
+            if let Some(r) = self.get_result() {
+                return Ok(r);
+            }
+            self.notify(NotifyType::Any).wait()?;
+        }
     }
 
     /// `Notify`: completes on the next completion of the kind asked for (at

@@ -76,19 +76,10 @@
 //!
 //! /// Waits for one completion (sleeping on the CQ's Notify) and checks it.
 //! fn one(cq: &CompletionQueue) -> NdResult<NdResultEntry> {
-//!     let mut r = [NdResultEntry {
-//!         status: NdStatus::SUCCESS,
-//!         bytes_transferred: 0,
-//!         queue_pair_context: 0,
-//!         request_context: 0,
-//!         request_type: RequestType::Send,
-//!     }];
-//!     while cq.get_results(&mut r) == 0 {
-//!         cq.notify(NotifyType::Any).wait()?;
-//!     }
-//!     match r[0].status {
-//!         NdStatus::SUCCESS => Ok(r[0]),
-//!         s => Err(NdError::new(s, format!("{:?}", r[0]))),
+//!     let r = cq.wait_result()?;
+//!     match r.status {
+//!         NdStatus::SUCCESS => Ok(r),
+//!         s => Err(NdError::new(s, format!("{r:?}"))),
 //!     }
 //! }
 //!

@@ -227,19 +227,6 @@ impl MemoryRegion {
 ///
 /// ```
 /// use ndverbs_nd::*;
-/// # fn one(cq: &CompletionQueue) -> NdResultEntry {
-/// #     let mut r = [NdResultEntry {
-/// #         status: NdStatus::SUCCESS,
-/// #         bytes_transferred: 0,
-/// #         queue_pair_context: 0,
-/// #         request_context: 0,
-/// #         request_type: RequestType::Send,
-/// #     }];
-/// #     while cq.get_results(&mut r) == 0 {
-/// #         cq.notify(NotifyType::Any).wait().unwrap();
-/// #     }
-/// #     r[0]
-/// # }
 /// # fn connect(
 /// #     (server, sqp): (&Adapter, &QueuePair),
 /// #     (client, cqp): (&Adapter, &QueuePair),
@@ -275,17 +262,17 @@ impl MemoryRegion {
 /// // window's token changes; the server would send it and the address to the peer.
 /// let window = mr.address() + 256;
 /// sqp.bind(1, &mr, &mw, window, 16, op_flags::ALLOW_WRITE)?;
-/// assert_eq!(one(&scq).request_type, RequestType::Bind);
+/// assert_eq!(scq.wait_result()?.request_type, RequestType::Bind);
 /// cqp.write(2, &data, window, mw.remote_token(), 0)?;
-/// assert_eq!(one(&ccq).status, NdStatus::SUCCESS);
+/// assert_eq!(ccq.wait_result()?.status, NdStatus::SUCCESS);
 /// let mut got = [0u8; 16];
 /// mr.read(256, &mut got)?;
 /// assert_eq!(&got, b"through a window");
 /// // Invalidate revokes the grant: the same WRITE now fails at the peer.
 /// sqp.invalidate(3, &mw, 0)?;
-/// assert_eq!(one(&scq).request_type, RequestType::Invalidate);
+/// assert_eq!(scq.wait_result()?.request_type, RequestType::Invalidate);
 /// cqp.write(4, &data, window, mw.remote_token(), 0)?;
-/// assert_eq!(one(&ccq).status, NdStatus::ACCESS_VIOLATION);
+/// assert_eq!(ccq.wait_result()?.status, NdStatus::ACCESS_VIOLATION);
 /// # Ok::<(), NdError>(())
 /// ```
 pub struct MemoryWindow {

@@ -55,19 +55,6 @@ pub type NdSge = Sge;
 ///
 /// ```
 /// use ndverbs_nd::*;
-/// # fn one(cq: &CompletionQueue) -> NdResultEntry {
-/// #     let mut r = [NdResultEntry {
-/// #         status: NdStatus::SUCCESS,
-/// #         bytes_transferred: 0,
-/// #         queue_pair_context: 0,
-/// #         request_context: 0,
-/// #         request_type: RequestType::Send,
-/// #     }];
-/// #     while cq.get_results(&mut r) == 0 {
-/// #         cq.notify(NotifyType::Any).wait().unwrap();
-/// #     }
-/// #     r[0]
-/// # }
 /// # fn connect(
 /// #     (server, sqp): (&Adapter, &QueuePair),
 /// #     (client, cqp): (&Adapter, &QueuePair),
@@ -102,8 +89,8 @@ pub type NdSge = Sge;
 /// // Sends consume receives in order. A SILENT_SUCCESS send completes only on error.
 /// cqp.send_inline(1, b"first", op_flags::SILENT_SUCCESS)?;
 /// cqp.send_inline(2, b"second", 0)?;
-/// assert_eq!(one(&ccq).request_context, 2);
-/// let (a, b) = (one(&scq), one(&scq));
+/// assert_eq!(ccq.wait_result()?.request_context, 2);
+/// let (a, b) = (scq.wait_result()?, scq.wait_result()?);
 /// assert_eq!((a.request_context, a.bytes_transferred), (1, 5));
 /// assert_eq!((b.request_context, b.bytes_transferred), (2, 6));
 /// let mut text = [0u8; 6];
@@ -309,21 +296,12 @@ impl QueuePair {
         add: u64,
         flags: u32,
     ) -> NdResult<()> {
-        let (signaled, fence, _) = flags_of(
-            flags,
-            op_flags::SILENT_SUCCESS | op_flags::READ_FENCE,
-            NdStatus::INVALID_PARAMETER_6,
-        )?;
-        let op = SendOp::FetchAdd {
-            remote: RemoteAddr {
-                va: remote_address,
-                rkey: remote_token,
-            },
-            add,
+        let remote = RemoteAddr {
+            va: remote_address,
+            rkey: remote_token,
         };
-        let mut wr = SendWr::new(wr_id(RequestType::Read, context)?, op, [sge]);
-        (wr.signaled, wr.fence) = (signaled, fence);
-        self.post(wr)
+        let op = SendOp::FetchAdd { remote, add };
+        self.atomic(context, sge, op, flags, NdStatus::INVALID_PARAMETER_6)
     }
 
     /// ndverbs extension: 8-byte COMPARE & SWAP on the peer's memory; the
@@ -339,19 +317,31 @@ impl QueuePair {
         swap: u64,
         flags: u32,
     ) -> NdResult<()> {
-        let (signaled, fence, _) = flags_of(
-            flags,
-            op_flags::SILENT_SUCCESS | op_flags::READ_FENCE,
-            NdStatus::INVALID_PARAMETER_7,
-        )?;
+        let remote = RemoteAddr {
+            va: remote_address,
+            rkey: remote_token,
+        };
         let op = SendOp::CompareSwap {
-            remote: RemoteAddr {
-                va: remote_address,
-                rkey: remote_token,
-            },
+            remote,
             compare,
             swap,
         };
+        self.atomic(context, sge, op, flags, NdStatus::INVALID_PARAMETER_7)
+    }
+
+    /// Posts an atomic `op`; `bad_flags` is the status naming the flags
+    /// parameter's position in the caller's signature.
+    fn atomic(
+        &self,
+        context: u64,
+        sge: NdSge,
+        op: SendOp,
+        flags: u32,
+        bad_flags: NdStatus,
+    ) -> NdResult<()> {
+        let allowed = op_flags::SILENT_SUCCESS | op_flags::READ_FENCE;
+        let (signaled, fence, _) = flags_of(flags, allowed, bad_flags)?;
+        // Atomics return the original value like a READ, and complete as one.
         let mut wr = SendWr::new(wr_id(RequestType::Read, context)?, op, [sge]);
         (wr.signaled, wr.fence) = (signaled, fence);
         self.post(wr)
@@ -446,19 +436,6 @@ impl Drop for QueuePair {
 ///
 /// ```
 /// use ndverbs_nd::*;
-/// # fn one(cq: &CompletionQueue) -> NdResultEntry {
-/// #     let mut r = [NdResultEntry {
-/// #         status: NdStatus::SUCCESS,
-/// #         bytes_transferred: 0,
-/// #         queue_pair_context: 0,
-/// #         request_context: 0,
-/// #         request_type: RequestType::Send,
-/// #     }];
-/// #     while cq.get_results(&mut r) == 0 {
-/// #         cq.notify(NotifyType::Any).wait().unwrap();
-/// #     }
-/// #     r[0]
-/// # }
 /// # fn connect(
 /// #     (server, sqp): (&Adapter, &QueuePair),
 /// #     (client, cqp): (&Adapter, &QueuePair),
@@ -490,7 +467,7 @@ impl Drop for QueuePair {
 /// let cqp = client.create_queue_pair(&ccq, &ccq, 0, 4, 4, 1, 1, 64)?;
 /// # let _connectors = connect((&server, &sqp), (&client, &cqp))?;
 /// cqp.send_inline(1, b"to the shared queue", 0)?;
-/// let r = one(&scq);
+/// let r = scq.wait_result()?;
 /// assert_eq!((r.request_type, r.bytes_transferred), (RequestType::Receive, 19));
 /// let mut text = [0u8; 19];
 /// buf.read(r.request_context as usize * 1024, &mut text)?;

@@ -16,7 +16,7 @@ fn example(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn run(name: &str, net: u8, extra: &[&str]) {
+fn run(name: &str, extra: &[&str]) {
     let path = example(name);
     if !path.exists() {
         let st = Command::new(env!("CARGO"))
@@ -25,8 +25,8 @@ fn run(name: &str, net: u8, extra: &[&str]) {
             .unwrap();
         assert!(st.success(), "building example {name}");
     }
-    let s = format!("127.89.{net}.1");
-    let c = format!("127.89.{net}.2");
+    let (s, c) = ndverbs_testkit::addr::pair_v4();
+    let (s, c) = (s.to_string(), c.to_string());
     let out = Command::new(&path)
         .args([s.as_str(), c.as_str()])
         .args(extra)
@@ -45,25 +45,25 @@ fn run(name: &str, net: u8, extra: &[&str]) {
 
 #[test]
 fn send_receive() {
-    run("send_receive", 1, &[]);
+    run("send_receive", &[]);
 }
 
 #[test]
 fn rdma_write_read() {
-    run("rdma_write_read", 2, &[]);
+    run("rdma_write_read", &[]);
 }
 
 #[test]
 fn many_connections() {
-    run("many_connections", 3, &["16"]);
+    run("many_connections", &["16"]);
 }
 
 #[test]
 fn async_futures() {
-    run("async_futures", 4, &[]);
+    run("async_futures", &[]);
 }
 
 #[test]
 fn tokio_echo() {
-    run("tokio_echo", 5, &["8"]);
+    run("tokio_echo", &["8"]);
 }

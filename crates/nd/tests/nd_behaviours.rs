@@ -2,7 +2,8 @@
 //! ndmemorytest, ndmval, ndcq, ndmw), on loopback adapters.
 
 use ndverbs_nd::*;
-use std::net::SocketAddr;
+use ndverbs_testkit::{addr, nd::results};
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(20);
@@ -14,8 +15,8 @@ struct Side {
     mr: MemoryRegion,
 }
 
-fn side(ip: &str) -> Side {
-    let ad = Provider.open_adapter(ip.parse().unwrap()).unwrap();
+fn side(ip: IpAddr) -> Side {
+    let ad = Provider.open_adapter(ip).unwrap();
     let cq = ad.create_completion_queue(64).unwrap();
     let qp = ad.create_queue_pair(&cq, &cq, 7, 16, 16, 2, 2, 64).unwrap();
     let mr = ad.create_memory_region().unwrap();
@@ -28,8 +29,15 @@ fn side(ip: &str) -> Side {
     Side { ad, cq, qp, mr }
 }
 
-fn sa(s: &str) -> SocketAddr {
-    s.parse().unwrap()
+/// Two sides on a fresh address pair.
+fn sides() -> (Side, Side) {
+    let (a, b) = addr::pair_v4();
+    (side(a), side(b))
+}
+
+/// `port` on `s`'s address.
+fn at(s: &Side, port: u16) -> SocketAddr {
+    SocketAddr::new(s.ad.address(), port)
 }
 
 fn status<T: std::fmt::Debug>(r: Result<T, NdError>) -> NdStatus {
@@ -70,30 +78,9 @@ fn connect(a: &Side, b: &Side, port: u16) -> (Connector, Connector, Listener) {
     (ca, cb, l)
 }
 
-fn results(cq: &CompletionQueue, n: usize) -> Vec<NdResultEntry> {
-    let t0 = std::time::Instant::now();
-    let mut v = Vec::new();
-    let mut buf = [NdResultEntry {
-        status: NdStatus::SUCCESS,
-        bytes_transferred: 0,
-        queue_pair_context: 0,
-        request_context: 0,
-        request_type: RequestType::Send,
-    }; 8];
-    while v.len() < n {
-        let k = cq.get_results(&mut buf);
-        v.extend_from_slice(&buf[..k]);
-        if k == 0 {
-            assert!(t0.elapsed() < T, "timed out with {v:?}");
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-    v
-}
-
 #[test]
 fn ndconn_crossing_disconnects_and_notify_cancel() {
-    let (a, b) = (side("127.77.70.1"), side("127.77.70.2"));
+    let (a, b) = sides();
     for round in 0..3u16 {
         let a2 = Side {
             qp: a
@@ -159,29 +146,26 @@ fn side_from(s: &Side) -> Side {
 
 #[test]
 fn ndmemorytest_connection_cases() {
-    let (a, b) = (side("127.77.71.1"), side("127.77.71.2"));
+    let (a, b) = sides();
     // ndconnectlistenerclosing: no listener → CONNECTION_REFUSED.
     let c = a.ad.create_connector().unwrap();
-    let r = c
-        .connect(&a.qp, sa("127.77.71.2:6000"), 1, 1, b"")
-        .unwrap()
-        .wait();
+    let r = c.connect(&a.qp, at(&b, 6000), 1, 1, b"").unwrap().wait();
     assert_eq!(status(r), NdStatus::CONNECTION_REFUSED);
     // A failed Connect leaves connector and QP reusable (ndconn retries).
     let l = b.ad.create_listener().unwrap();
-    l.bind(sa("127.77.71.2:6001")).unwrap();
+    l.bind(at(&b, 6001)).unwrap();
     l.listen(4).unwrap();
     // ndduallisten: a second listener on the same address.
     let l2 = b.ad.create_listener().unwrap();
     assert_eq!(
-        status(l2.bind(sa("127.77.71.2:6001"))),
+        status(l2.bind(at(&b, 6001))),
         NdStatus::ADDRESS_ALREADY_ASSOCIATED
     );
     assert!(l2.listen(4).is_err());
     // ndconnrejectclose: the client rejects after its Connect completed.
     let cb = b.ad.create_connector().unwrap();
     let req = l.get_connection_request(&cb).unwrap();
-    let p = c.connect(&a.qp, sa("127.77.71.2:6001"), 1, 1, b"").unwrap();
+    let p = c.connect(&a.qp, at(&b, 6001), 1, 1, b"").unwrap();
     req.wait().unwrap();
     let acc = cb.accept(&b.qp, 1, 1, b"").unwrap();
     p.wait().unwrap();
@@ -192,13 +176,13 @@ fn ndmemorytest_connection_cases() {
     let qp2 =
         a.ad.create_queue_pair(&a.cq, &a.cq, 0, 1, 1, 1, 1, 0)
             .unwrap();
-    let _pending = c2.connect(&qp2, sa("127.77.71.2:6001"), 1, 1, b"").unwrap();
+    let _pending = c2.connect(&qp2, at(&b, 6001), 1, 1, b"").unwrap();
     assert_eq!(
-        status(c2.bind(sa("127.77.71.1:0"))),
+        status(c2.bind(at(&a, 0))),
         NdStatus::ADDRESS_ALREADY_ASSOCIATED
     );
     assert_eq!(
-        status(c2.connect(&qp2, sa("127.77.71.2:6001"), 1, 1, b"")),
+        status(c2.connect(&qp2, at(&b, 6001), 1, 1, b"")),
         NdStatus::CONNECTION_ACTIVE
     );
     // ndlargeprivatedata: max fits, max + 1 does not.
@@ -206,7 +190,7 @@ fn ndmemorytest_connection_cases() {
     let c3 = a.ad.create_connector().unwrap();
     let big = vec![1u8; info.max_caller_data as usize + 1];
     assert_eq!(
-        status(c3.connect(&qp2, sa("127.77.71.2:6001"), 1, 1, &big)),
+        status(c3.connect(&qp2, at(&b, 6001), 1, 1, &big)),
         NdStatus::INVALID_BUFFER_SIZE
     );
     let cb3 = b.ad.create_connector().unwrap();
@@ -220,7 +204,7 @@ fn ndmemorytest_connection_cases() {
 
 #[test]
 fn ndmemorytest_queue_pair_and_memory_cases() {
-    let a = side("127.77.72.1");
+    let a = side(addr::v4());
     let info = a.ad.query(ND_VERSION_2).unwrap();
     // ndlargeqpdepth / ndqpmaxall.
     assert!(a
@@ -289,7 +273,7 @@ fn ndmemorytest_queue_pair_and_memory_cases() {
 
 #[test]
 fn ndmemorytest_remote_access_cases() {
-    let (a, b) = (side("127.77.73.1"), side("127.77.73.2"));
+    let (a, b) = sides();
     let (_ca, _cb, _l) = connect(&a, &b, 6100);
     let lsge =
         |s: &Side, off: u64, len: u32| NdSge::new(s.mr.address() + off, len, s.mr.local_token());
@@ -356,7 +340,7 @@ fn ndmemorytest_remote_access_cases() {
 
 #[test]
 fn ndmemorytest_overreadwrite_and_invalidated_window() {
-    let (a, b) = (side("127.77.74.1"), side("127.77.74.2"));
+    let (a, b) = sides();
     let (_ca, _cb, _l) = connect(&a, &b, 6200);
     let sge = NdSge::new(a.mr.address(), 64, a.mr.local_token());
     // ndinvalidreadwrite: through an invalidated window.
@@ -381,7 +365,7 @@ fn ndmemorytest_overreadwrite_and_invalidated_window() {
         .unwrap();
     assert_eq!(results(&a.cq, 1)[0].status, NdStatus::CANCELED);
     // ndoverreadwrite on a fresh connection: past the end of the region.
-    let (c, d) = (side("127.77.74.3"), side("127.77.74.4"));
+    let (c, d) = sides();
     let (_cc, _cd, _l2) = connect(&c, &d, 6201);
     let sge = NdSge::new(c.mr.address(), 64, c.mr.local_token());
     c.qp.write(
@@ -397,7 +381,7 @@ fn ndmemorytest_overreadwrite_and_invalidated_window() {
 
 #[test]
 fn ndmval_oversized_send() {
-    let (a, b) = (side("127.77.75.1"), side("127.77.75.2"));
+    let (a, b) = sides();
     let (_ca, _cb, _l) = connect(&a, &b, 6300);
     b.qp.receive(1, &[NdSge::new(b.mr.address(), 1023, b.mr.local_token())])
         .unwrap();
@@ -418,7 +402,7 @@ fn ndmval_oversized_send() {
 
 #[test]
 fn device_removal_completes_pending_requests() {
-    let (a, b) = (side("127.77.76.1"), side("127.77.76.2"));
+    let (a, b) = sides();
     let (_ca, cb, l) = connect(&a, &b, 6400);
     let notify = cb.notify_disconnect().unwrap();
     let next = b.ad.create_connector().unwrap();
@@ -448,8 +432,7 @@ fn device_removal_completes_pending_requests() {
 /// close/close_ack and Disconnect from both sides.
 #[test]
 fn ndmpic_simultaneous_connects() {
-    let r0 = side("127.77.77.1");
-    let r1 = side("127.77.77.2");
+    let (r0, r1) = sides();
     let port = 5200;
     let listeners: Vec<Listener> = [&r0, &r1]
         .iter()

@@ -1,5 +1,5 @@
 //! Soak: connect / transfer / disconnect cycles through the ND API on
-//! loopback (127.77.92.1 ↔ .2), with fresh queue pairs, connectors and
+//! loopback (two addresses from the test kit), with fresh queue pairs, connectors and
 //! memory regions every cycle, rotating through the disconnect cases
 //! (crossing DREQs, client first, server first after NotifyDisconnect).
 //! Every transfer is verified. After a warm-up the process's resident set
@@ -11,10 +11,10 @@
 //! ```
 
 use ndverbs_nd::*;
+use ndverbs_testkit::nd::results;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-const T: Duration = Duration::from_secs(30);
 const PORT: u16 = 6100;
 const LEN: usize = 8192;
 
@@ -28,27 +28,6 @@ fn rss_kib() -> u64 {
 
 fn fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
-
-fn results(cq: &CompletionQueue, n: usize) -> Vec<NdResultEntry> {
-    let t0 = Instant::now();
-    let mut v = Vec::new();
-    let mut buf = [NdResultEntry {
-        status: NdStatus::SUCCESS,
-        bytes_transferred: 0,
-        queue_pair_context: 0,
-        request_context: 0,
-        request_type: RequestType::Send,
-    }; 8];
-    while v.len() < n {
-        let k = cq.get_results(&mut buf);
-        v.extend_from_slice(&buf[..k]);
-        if k == 0 {
-            assert!(t0.elapsed() < T, "timed out with {v:?}");
-            std::thread::yield_now();
-        }
-    }
-    v
 }
 
 fn region(ad: &Adapter) -> MemoryRegion {
@@ -159,12 +138,9 @@ fn soak_rss_and_fds_stay_flat() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2_000);
-    let a = Provider
-        .open_adapter("127.77.92.1".parse().unwrap())
-        .unwrap();
-    let b = Provider
-        .open_adapter("127.77.92.2".parse().unwrap())
-        .unwrap();
+    let (a_ip, b_ip) = ndverbs_testkit::addr::pair_v4();
+    let a = Provider.open_adapter(a_ip).unwrap();
+    let b = Provider.open_adapter(b_ip).unwrap();
     let acq = a.create_completion_queue(64).unwrap();
     let bcq = b.create_completion_queue(64).unwrap();
     let l = b.create_listener().unwrap();

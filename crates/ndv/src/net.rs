@@ -125,6 +125,7 @@ pub fn accept_tcp(port: u16, bind: Option<IpAddr>) -> Result<TcpStream> {
         .with_context(|| format!("Couldn't listen to port {port}"))?;
     sock.listen(1)
         .with_context(|| format!("Couldn't listen to port {port}"))?;
+    tracing::info!(addr = %addr.ip(), port, "ready for clients");
     let (s, _) = TcpListener::from(sock)
         .accept()
         .context("accept() failed")?;

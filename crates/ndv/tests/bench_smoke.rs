@@ -2,15 +2,14 @@
 //! of every test with its baseline must print every row of the table with a
 //! positive ratio. (The figures themselves are benchmarks: BENCHMARKS.md.)
 
-mod support;
-
 use std::process::Command;
 
 #[test]
 fn every_row_of_the_table_comes_out() {
-    if !support::tools_or_skip("every_row_of_the_table_comes_out", &["iperf3"]) {
+    if !ndverbs_testkit::skip::require_tools(&["iperf3"]) {
         return;
     }
+    let (client, server) = ndverbs_testkit::addr::pair_v4();
     let out = Command::new(env!("CARGO_BIN_EXE_ndv"))
         .args([
             "bench",
@@ -23,9 +22,9 @@ fn every_row_of_the_table_comes_out() {
             "--qps",
             "20",
             "--client-ip",
-            "127.0.88.1",
+            &client.to_string(),
             "--server-ip",
-            "127.0.88.2",
+            &server.to_string(),
         ])
         .output()
         .unwrap();

@@ -4,38 +4,17 @@
 //! `--pcap` capture is compared with tcpdump's of the same exchange.
 
 mod pcapcheck;
-mod support;
 
+use ndverbs_testkit::addr;
+use ndverbs_testkit::guest::{Guest, Listen, GUEST};
+use ndverbs_testkit::process::{self, Running, LIMIT};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::Duration;
-use support::*;
+use std::process::Command;
 
 const NDV: &str = env!("CARGO_BIN_EXE_ndv");
-const LIMIT: Duration = Duration::from_secs(60);
 
 fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("ndv-cap-{name}-{}.pcap", std::process::id()))
-}
-
-fn run_pair(server: &[&str], client: &[&str]) -> (String, String) {
-    let s = Command::new(NDV)
-        .args(server)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let c = Command::new(NDV)
-        .args(client)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (ok_c, out_c) = wait_child(c, LIMIT);
-    let (ok_s, out_s) = wait_child(s, LIMIT);
-    assert!(ok_c && ok_s, "client:\n{out_c}\nserver:\n{out_s}");
-    (out_s, out_c)
 }
 
 /// rdma_cm connection, SEND/READ/WRITE, DREQ/DREP: both sides' captures hold
@@ -44,35 +23,17 @@ fn run_pair(server: &[&str], client: &[&str]) -> (String, String) {
 fn ping_captured_on_both_sides() {
     let (ps, pc) = (tmp("ping-s"), tmp("ping-c"));
     let (ps_s, pc_s) = (ps.to_string_lossy(), pc.to_string_lossy());
+    let (s_ip, c_ip) = addr::pair_v4();
+    let (s_ip, c_ip) = (s_ip.to_string(), c_ip.to_string());
     // `--pcap` before and after the subcommand (a global option).
-    run_pair(
-        &[
-            "--pcap",
-            &ps_s,
-            "ping",
-            "-s",
-            "-a",
-            "127.88.3.1",
-            "-p",
-            "7411",
-            "-C",
-            "3",
-        ],
-        &[
-            "ping",
-            "-c",
-            "-a",
-            "127.88.3.1",
-            "-I",
-            "127.88.3.2",
-            "-p",
-            "7411",
-            "-V",
-            "-C",
-            "3",
-            "--pcap",
-            &pc_s,
-        ],
+    process::server_then_client(
+        Command::new(NDV).args([
+            "--pcap", &ps_s, "ping", "-s", "-a", &s_ip, "-p", "7411", "-C", "3",
+        ]),
+        Command::new(NDV).args([
+            "ping", "-c", "-a", &s_ip, "-I", &c_ip, "-p", "7411", "-V", "-C", "3", "--pcap", &pc_s,
+        ]),
+        LIMIT,
     );
     let (s, c) = (pcapcheck::check(&ps), pcapcheck::check(&pc));
     let want = ["REQ", "REP", "RTU", "DREQ", "DREP"];
@@ -86,7 +47,7 @@ fn ping_captured_on_both_sides() {
             assert!(sum.count(op) > 0, "no opcode {op:#x} in {:?}", sum.opcodes);
         }
     }
-    assert_eq!(s.cm[0], "127.88.3.2>REQ");
+    assert_eq!(s.cm[0], format!("{c_ip}>REQ"));
     // What one side sent is what the other received: the same transport
     // bytes in both files (ordering may differ between directions).
     let key = |v: &serde_json::Value| {
@@ -108,44 +69,17 @@ fn ping_captured_on_both_sides() {
 #[test]
 fn pingpong_capture_via_the_environment() {
     let p = tmp("pingpong");
-    let s = Command::new(NDV)
-        .args([
-            "pingpong",
-            "--ip",
-            "127.88.3.3",
-            "-p",
-            "18611",
-            "-n",
-            "20",
-            "-s",
-            "4096",
-        ])
-        .env("NDV_PCAP", &p)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let c = Command::new(NDV)
-        .args([
-            "pingpong",
-            "--ip",
-            "127.88.3.4",
-            "-p",
-            "18611",
-            "-n",
-            "20",
-            "-s",
-            "4096",
-            "127.88.3.3",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (ok_c, out_c) = wait_child(c, LIMIT);
-    let (ok_s, out_s) = wait_child(s, LIMIT);
-    assert!(ok_c && ok_s, "client:\n{out_c}\nserver:\n{out_s}");
+    let (s_ip, c_ip) = addr::pair_v4();
+    let (s_ip, c_ip) = (s_ip.to_string(), c_ip.to_string());
+    let common = ["pingpong", "-p", "18611", "-n", "20", "-s", "4096"];
+    process::server_then_client(
+        Command::new(NDV)
+            .args(common)
+            .args(["--ip", &s_ip])
+            .env("NDV_PCAP", &p),
+        Command::new(NDV).args(common).args(["--ip", &c_ip, &s_ip]),
+        LIMIT,
+    );
     let sum = pcapcheck::check(&p);
     assert!(sum.cm.is_empty(), "pingpong uses no CM");
     // 20 exchanges each way of 4 packets (FIRST, 2×MIDDLE, LAST), plus ACKs.
@@ -165,7 +99,7 @@ fn unwritable_capture_path_fails_the_command() {
             "ping",
             "-s",
             "-a",
-            "127.88.3.5",
+            &addr::v4().to_string(),
             "-p",
             "7412",
         ])
@@ -181,50 +115,24 @@ fn unwritable_capture_path_fails_the_command() {
 /// IPv4 IDs (rxe's random IDs recovered from the ICRC) and transport bytes.
 #[test]
 fn matches_tcpdump_against_rxe() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(h) = Harness::get() else { return };
+    let Some(g) = Guest::get() else { return };
     let ours = tmp("rxe-ours");
     let theirs =
         std::env::temp_dir().join(format!("ndv-cap-rxe-tcpdump-{}.pcap", std::process::id()));
-    let t = theirs.to_string_lossy().into_owned();
-    let o = Command::new(&h.run_guest)
-        .args(["pcap-start", &t, "udp", "port", "4791"])
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "pcap-start: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let ready = retry(Duration::from_secs(10), || {
-        std::fs::metadata(&theirs)
-            .ok()
-            .filter(|m| m.len() >= 24)
-            .map(|_| ())
-    });
-    assert!(ready.is_some(), "tcpdump did not start");
-    std::thread::sleep(Duration::from_millis(200));
-    let job = h.guest_bg(&format!("timeout 60 rping -s -a {GUEST} -p 7413 -V -C 3"));
+    let capture = g.capture(&theirs, &["udp", "port", "4791"]);
+    let job = g.spawn(&format!("timeout 60 rping -s -a {GUEST} -p 7413 -V -C 3"));
+    g.wait_listening(&job, Listen::RdmaCm(7413));
     let ours_s = ours.to_string_lossy().into_owned();
-    // Until rping listens, each attempt is a REQ answered by a REJ; only the
-    // last attempt's capture survives (each run truncates the file).
-    let mut attempts = 0;
-    let ok = retry(Duration::from_secs(30), || {
-        attempts += 1;
-        let o = h
-            .ndv(&[
-                "--pcap", &ours_s, "ping", "-c", "-a", GUEST, "-p", "7413", "-V", "-C", "3",
-            ])
-            .output()
-            .unwrap();
-        o.status.success().then_some(())
-    });
-    let (_, guest_out) = h.wait(&job);
-    std::thread::sleep(Duration::from_millis(1500));
-    let _ = Command::new(&h.run_guest).arg("pcap-stop").output();
+    let c = Running::spawn(g.netns().command(NDV).args([
+        "--pcap", &ours_s, "ping", "-c", "-a", GUEST, "-p", "7413", "-V", "-C", "3",
+    ]))
+    .wait(LIMIT);
+    let (_, guest_out) = g.wait(job);
+    capture.stop();
     assert!(
-        ok.is_some(),
-        "ndv ping against rping failed; guest:\n{guest_out}"
+        c.ok,
+        "ndv ping against rping failed:\n{}\nguest:\n{guest_out}",
+        c.text()
     );
     let frames = |p: &PathBuf| -> Vec<Vec<u8>> {
         let bytes = std::fs::read(p).unwrap();
@@ -258,11 +166,10 @@ fn matches_tcpdump_against_rxe() {
             t.to_vec(),
         )
     };
-    // Every packet of ours is in tcpdump's capture, byte for byte. (tcpdump
-    // also has the REQ/REJ pairs of earlier attempts — `attempts` of them —
-    // and whatever else used the interop network meanwhile.)
+    // Every packet of ours is in tcpdump's capture, byte for byte (tcpdump
+    // may also have whatever else used the interop network meanwhile).
     let mut nb: Vec<_> = b.iter().map(norm).collect();
-    assert!(nb.len() >= a.len() + 2 * (attempts - 1));
+    assert!(nb.len() >= a.len());
     for f in a.iter().map(norm) {
         let i = nb.iter().position(|g| *g == f).unwrap_or_else(|| {
             panic!("not in tcpdump's capture: {:?}", &f);

@@ -1,7 +1,5 @@
 //! `ndv decode` end to end: JSON keys, ICRC verdicts, and agreement with tshark.
 
-mod support;
-
 use ndverbs_wire::capture;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -170,7 +168,7 @@ fn text_mode_and_errors() {
 /// agree with an independent zlib-based implementation.
 #[test]
 fn agrees_with_tshark() {
-    if !support::tools_or_skip("agrees_with_tshark", &["tshark"]) {
+    if !ndverbs_testkit::skip::require_tools(&["tshark"]) {
         return;
     }
     let out = Command::new("python3")
@@ -203,10 +201,7 @@ fn synthetic_and_pcapng_captures_agree_with_tshark() {
     use ndverbs_wire::opcode::{Headers, Opcode, Payload};
     use ndverbs_wire::packet::{write_datagram, Packet};
 
-    if !support::tools_or_skip(
-        "synthetic_and_pcapng_captures_agree_with_tshark",
-        &["tshark", "editcap"],
-    ) {
+    if !ndverbs_testkit::skip::require_tools(&["tshark", "editcap"]) {
         return;
     }
     let dir = std::env::temp_dir().join(format!("ndv-synth-{}", std::process::id()));

@@ -4,16 +4,12 @@ use std::process::Command;
 
 #[test]
 fn demo_exits_zero_with_a_report() {
+    let (server, client) = ndverbs_testkit::addr::pair_v4();
     let out = Command::new(env!("CARGO_BIN_EXE_ndv"))
-        .args([
-            "demo",
-            "--bytes",
-            "8388608",
-            "--server",
-            "127.77.90.1",
-            "--client",
-            "127.77.90.2",
-        ])
+        .args(["demo", "--bytes", "8388608", "--server"])
+        .arg(server.to_string())
+        .arg("--client")
+        .arg(client.to_string())
         .output()
         .unwrap();
     let text =

@@ -2,12 +2,10 @@
 //! Linux rxe in `testdata/ibv_devinfo/`), values from the engine, and no
 //! socket bound (it runs next to the process that owns the device).
 
-mod netns;
-
+use ndverbs_testkit::{addr, netns::Netns, process};
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 const NDV: &str = env!("CARGO_BIN_EXE_ndv");
 
@@ -89,6 +87,8 @@ fn layout_matches_ibv_devinfo() {
     }
 }
 
+/// `lo`'s own address: the device devinfo describes is an interface's
+/// (devinfo opens nothing, so no test address is needed).
 #[test]
 fn values_come_from_the_engine_and_the_interface() {
     let (ok, out, _) = devinfo(&["-v", "-d", "127.0.0.1"]);
@@ -149,28 +149,21 @@ fn values_come_from_the_engine_and_the_interface() {
 /// device's UDP 4791 (devinfo binds nothing).
 #[test]
 fn ipv6_device_while_another_process_owns_it() {
-    let Some((a, _b)) = netns::Netns::veth_pair(
-        "ndv devinfo in a namespace",
-        "fd00:89::1/64",
-        "fd00:89::2/64",
-    ) else {
+    let (ip_a, ip_b) = addr::pair_v6();
+    let Some((a, _b)) = Netns::veth_pair(&format!("{ip_a}/64"), &format!("{ip_b}/64")) else {
         return;
     };
-    let mut server = a
-        .command(NDV)
-        .args(["ping", "-s", "-a", "fd00:89::1", "-p", "7421"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    let ip_a = ip_a.to_string();
+    let server = process::start_server(
+        a.command(NDV)
+            .args(["ping", "-s", "-a", &ip_a, "-p", "7421"]),
+    );
     let o = a
         .command(NDV)
-        .args(["devinfo", "-v", "-d", "fd00:89::1"])
+        .args(["devinfo", "-v", "-d", &ip_a])
         .output()
         .unwrap();
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server.kill());
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         o.status.success(),
@@ -180,10 +173,10 @@ fn ipv6_device_while_another_process_owns_it() {
     assert!(out.contains("\t\t\tactive_mtu:\t\t1024 (3)\n"), "{out}");
     assert!(out.contains("\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n"), "{out}");
     assert!(
-        out.contains("\t\t\tGID[  0]:\t\tfd00:89::1, RoCE v2\n"),
+        out.contains(&format!("\t\t\tGID[  0]:\t\t{ip_a}, RoCE v2\n")),
         "{out}"
     );
-    let guid = ndverbs_verbs::node_guid("fd00:89::1".parse::<IpAddr>().unwrap());
+    let guid = ndverbs_verbs::node_guid(ip_a.parse::<IpAddr>().unwrap());
     assert!(out.contains(&format!("{:04x}\n", guid & 0xffff)), "{out}");
     // The link-local address of veth0 is no device (it needs a scope).
     let (_, list) = (

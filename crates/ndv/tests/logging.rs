@@ -4,10 +4,13 @@
 
 use std::process::{Command, Output};
 
-fn demo(server: &str, client: &str, rust_log: Option<&str>) -> Output {
+/// `ndv demo` between two fresh addresses; returns them with the output.
+fn demo(rust_log: Option<&str>) -> (String, Output) {
+    let (server, client) = ndverbs_testkit::addr::pair_v4();
+    let (server, client) = (server.to_string(), client.to_string());
     let mut c = Command::new(env!("CARGO_BIN_EXE_ndv"));
     c.args([
-        "demo", "--bytes", "65536", "--server", server, "--client", client,
+        "demo", "--bytes", "65536", "--server", &server, "--client", &client,
     ]);
     match rust_log {
         Some(v) => c.env("RUST_LOG", v),
@@ -21,15 +24,16 @@ fn demo(server: &str, client: &str, rust_log: Option<&str>) -> Output {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("total:"));
-    out
+    (client, out)
 }
 
 #[test]
 fn rust_log_debug_shows_connection_phases_on_stderr() {
-    let out = demo("127.77.91.1", "127.77.91.2", Some("ndverbs_engine=debug"));
+    let (client, out) = demo(Some("ndverbs_engine=debug"));
     let err = String::from_utf8_lossy(&out.stderr);
+    let connect_span = format!("adapter{{local={client}}}:ep_connect{{ep=");
     for needle in [
-        "adapter{local=127.77.91.2}:ep_connect{ep=",
+        connect_span.as_str(),
         ":cm_phase: ",
         "ep_accept{ep=",
         ":qp_phase:modify_qp{",
@@ -49,13 +53,13 @@ fn rust_log_debug_shows_connection_phases_on_stderr() {
 
 #[test]
 fn without_rust_log_no_debug_output() {
-    let out = demo("127.77.92.1", "127.77.92.2", None);
+    let (_, out) = demo(None);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !err.contains(" DEBUG ") && !err.contains(" INFO ") && !err.contains("ep_connect"),
         "{err}"
     );
-    let out = demo("127.77.93.1", "127.77.93.2", Some("off"));
+    let (_, out) = demo(Some("off"));
     assert!(
         out.stderr.is_empty(),
         "{}",

@@ -2,16 +2,19 @@
 //! perftest 4.5 (`ib_*_bw`, `ib_*_lat`) in the Linux Soft-RoCE guest, in
 //! both roles, with the TCP exchange and with `-R` (rdma_cm).
 
-mod support;
-
+use ndverbs_testkit::addr;
+use ndverbs_testkit::guest::{Guest, Listen, GUEST, HOST};
+use ndverbs_testkit::netns::Netns;
+use ndverbs_testkit::process::{self, Running, LIMIT};
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
-use support::*;
+
+const NDV: &str = env!("CARGO_BIN_EXE_ndv");
 
 fn ndv() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ndv"))
+    Command::new(NDV)
 }
 
 fn text(o: &Output) -> String {
@@ -51,51 +54,38 @@ fn check_shape(out: &str, title: &str, rdma: bool) {
     );
 }
 
-/// Runs `ndv perf TEST ARGS` as server on `127.0.N.1` and client on
-/// `127.0.N.2` (each test its own pair: the devices bind UDP 4791).
-fn loopback(test: &str, port: u16, net: u8, args: &[&str]) -> (String, String) {
-    loopback_sides(test, port, net, args, &[], &[])
+/// Runs `ndv perf TEST ARGS` as server and client, each on an address of
+/// its own (the devices bind UDP 4791).
+fn loopback(test: &str, port: u16, args: &[&str]) -> (String, String) {
+    loopback_sides(test, port, args, &[], &[])
 }
 
 /// [`loopback`] with options for the server only and the client only.
 fn loopback_sides(
     test: &str,
     port: u16,
-    net: u8,
     args: &[&str],
     server_args: &[&str],
     client_args: &[&str],
 ) -> (String, String) {
-    let (s_ip, c_ip) = (format!("127.0.{net}.1"), format!("127.0.{net}.2"));
+    let (s_ip, c_ip) = addr::pair_v4();
+    let (s_ip, c_ip) = (s_ip.to_string(), c_ip.to_string());
     let port = port.to_string();
     let mut common = vec!["perf", test, "-p", &port];
     common.extend_from_slice(args);
-    let server = ndv()
-        .args(&common)
-        .args(server_args)
-        .args(["--ip", &s_ip])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let client = ndv()
-        .args(&common)
-        .args(client_args)
-        .args(["--ip", &c_ip, &s_ip])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (ok_c, out_c) = wait_child(client, Duration::from_secs(60));
-    let (ok_s, out_s) = wait_child(server, Duration::from_secs(60));
-    assert!(ok_c && ok_s, "client:\n{out_c}\nserver:\n{out_s}");
-    (out_c, out_s)
+    process::server_then_client(
+        ndv().args(&common).args(server_args).args(["--ip", &s_ip]),
+        ndv()
+            .args(&common)
+            .args(client_args)
+            .args(["--ip", &c_ip, &s_ip]),
+        LIMIT,
+    )
 }
 
 #[test]
 fn loopback_send_bw() {
-    let (c, s) = loopback("send_bw", 18801, 21, &["-n", "200", "-s", "4096"]);
+    let (c, s) = loopback("send_bw", 18801, &["-n", "200", "-s", "4096"]);
     check_shape(&c, "Send BW Test", false);
     check_shape(&s, "Send BW Test", false);
     assert!(c.contains(" TX depth        : 128\n"), "{c}");
@@ -114,7 +104,7 @@ fn loopback_send_bw() {
 
 #[test]
 fn loopback_write_bw() {
-    let (c, s) = loopback("write_bw", 18802, 22, &["-n", "300", "-s", "8192"]);
+    let (c, s) = loopback("write_bw", 18802, &["-n", "300", "-s", "8192"]);
     check_shape(&c, "RDMA_Write BW Test", true);
     check_shape(&s, "RDMA_Write BW Test", true);
     // The server prints the client's result.
@@ -124,7 +114,7 @@ fn loopback_write_bw() {
 
 #[test]
 fn loopback_read_bw() {
-    let (c, s) = loopback("read_bw", 18803, 23, &["-n", "200"]);
+    let (c, s) = loopback("read_bw", 18803, &["-n", "200"]);
     check_shape(&c, "RDMA_Read BW Test", true);
     assert!(c.contains(" Outstand reads  : 128\n"), "{c}");
     assert!(c.contains(" OUT 0x80 RKey 0x"), "{c}");
@@ -136,7 +126,7 @@ fn loopback_read_bw() {
 
 #[test]
 fn loopback_atomic_bw() {
-    let (c, s) = loopback("atomic_bw", 18804, 24, &["-n", "200"]);
+    let (c, s) = loopback("atomic_bw", 18804, &["-n", "200"]);
     check_shape(&c, "Atomic FETCH_AND_ADD BW Test", false);
     assert_eq!(rows(&c), rows(&s));
     assert_eq!(&rows(&c)[0][..2], &[8.0, 200.0]);
@@ -157,7 +147,7 @@ fn check_lat(out: &str, size: f64, iters: f64) {
 
 #[test]
 fn loopback_send_lat() {
-    let (c, s) = loopback("send_lat", 18805, 25, &["-n", "300"]);
+    let (c, s) = loopback("send_lat", 18805, &["-n", "300"]);
     check_shape(&c, "Send Latency Test", false);
     check_lat(&c, 2.0, 300.0);
     check_lat(&s, 2.0, 300.0);
@@ -165,7 +155,7 @@ fn loopback_send_lat() {
 
 #[test]
 fn loopback_write_lat() {
-    let (c, s) = loopback("write_lat", 18806, 26, &["-n", "300", "-s", "64"]);
+    let (c, s) = loopback("write_lat", 18806, &["-n", "300", "-s", "64"]);
     check_shape(&c, "RDMA_Write Latency Test", true);
     assert!(c.contains(" PCIe relax order: OFF\n"), "{c}");
     check_lat(&c, 64.0, 300.0);
@@ -174,7 +164,7 @@ fn loopback_write_lat() {
 
 #[test]
 fn loopback_read_lat() {
-    let (c, s) = loopback("read_lat", 18807, 27, &["-n", "300"]);
+    let (c, s) = loopback("read_lat", 18807, &["-n", "300"]);
     check_shape(&c, "RDMA_Read Latency Test", true);
     check_lat(&c, 2.0, 300.0);
     // Only the client measures.
@@ -184,7 +174,7 @@ fn loopback_read_lat() {
 
 #[test]
 fn loopback_atomic_lat() {
-    let (c, s) = loopback("atomic_lat", 18808, 28, &["-n", "300"]);
+    let (c, s) = loopback("atomic_lat", 18808, &["-n", "300"]);
     check_shape(&c, "Atomic FETCH_AND_ADD Latency Test", false);
     check_lat(&c, 8.0, 300.0);
     assert!(rows(&s).is_empty(), "{s}");
@@ -196,7 +186,6 @@ fn loopback_options() {
     let (c, s) = loopback(
         "write_bw",
         18809,
-        29,
         &[
             "-n",
             "100",
@@ -218,21 +207,21 @@ fn loopback_options() {
     assert!(c.contains("BW peak[Gb/sec]"), "{c}");
     assert_eq!(&rows(&c)[0][..2], &[4096.0, 300.0], "{c}");
     // -a: one row per size, 2 … 2^23.
-    let (c, _) = loopback("send_bw", 18810, 30, &["-a", "-n", "5"]);
+    let (c, _) = loopback("send_bw", 18810, &["-a", "-n", "5"]);
     let r = rows(&c);
     assert_eq!(r.len(), 23, "{c}");
     assert_eq!((r[0][0], r[22][0]), (2.0, 8_388_608.0));
     // -D: time-based, no peak; -b: bidirectional sums.
-    let (c, _) = loopback("write_bw", 18811, 31, &["-D", "2", "-s", "4096"]);
+    let (c, _) = loopback("write_bw", 18811, &["-D", "2", "-s", "4096"]);
     assert_eq!(rows(&c)[0][2], 0.0, "{c}");
     assert!(rows(&c)[0][1] > 0.0, "{c}");
-    let (c, s) = loopback("send_bw", 18812, 32, &["-b", "-n", "200", "-s", "4096"]);
+    let (c, s) = loopback("send_bw", 18812, &["-b", "-n", "200", "-s", "4096"]);
     assert!(c.contains("Send Bidirectional BW Test"), "{c}");
     assert_eq!(rows(&c), rows(&s));
-    let (c, _) = loopback("send_lat", 18813, 33, &["-D", "2"]);
+    let (c, _) = loopback("send_lat", 18813, &["-D", "2"]);
     assert!(c.contains(" #bytes        #iterations       t_avg[usec]    tps average"));
     // -R on loopback: the control channel and the data QP through the CM.
-    let (c, s) = loopback("write_bw", 18814, 34, &["-R", "-n", "100", "-s", "4096"]);
+    let (c, s) = loopback("write_bw", 18814, &["-R", "-n", "100", "-s", "4096"]);
     assert!(c.contains(" Data ex. method : rdma_cm"), "{c}");
     assert!(
         s.contains(" Waiting for client rdma_cm QP to connect"),
@@ -305,7 +294,6 @@ fn plot_of_a_sweep() {
     let (c, s) = loopback_sides(
         "write_bw",
         18816,
-        37,
         &["-a", "-n", "5", "--report_gbits"],
         &["--plot", sp.to_str().unwrap()],
         &["--plot", cp.to_str().unwrap()],
@@ -330,7 +318,6 @@ fn plot_of_a_sweep() {
     let (c, s) = loopback_sides(
         "read_lat",
         18817,
-        38,
         &["-n", "50", "-s", "64"],
         &["--plot", lsp.to_str().unwrap()],
         &["--plot", lp.to_str().unwrap()],
@@ -350,9 +337,8 @@ fn plot_of_a_sweep() {
 
 #[test]
 fn progress_lines_on_stderr_during_duration_runs() {
-    use std::io::BufRead;
-    use std::time::Instant;
-    let (s_ip, c_ip) = ("127.0.39.1", "127.0.39.2");
+    let (s_ip, c_ip) = addr::pair_v4();
+    let (s_ip, c_ip) = (s_ip.to_string(), c_ip.to_string());
     let common = [
         "perf",
         "write_bw",
@@ -364,40 +350,13 @@ fn progress_lines_on_stderr_during_duration_runs() {
         "4096",
         "--progress",
     ];
-    let server = ndv()
-        .args(common)
-        .args(["--ip", s_ip])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let mut client = ndv()
-        .args(common)
-        .args(["--ip", c_ip, s_ip])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Read stderr as it comes, noting when each line arrived.
-    let err = client.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        std::io::BufReader::new(err)
-            .lines()
-            .map(|l| (Instant::now(), l.unwrap()))
-            .collect::<Vec<_>>()
-    });
-    let mut stdout = String::new();
-    client
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut stdout)
-        .unwrap();
-    let ok_c = client.wait().unwrap().success();
-    let exited = Instant::now();
-    let lines = reader.join().unwrap();
-    let (ok_s, out_s) = wait_child(server, Duration::from_secs(60));
+    let server = process::start_server(ndv().args(common).args(["--ip", &s_ip]));
+    // stderr is read as it comes, each line with the time it arrived.
+    let client = Running::spawn(ndv().args(common).args(["--ip", &c_ip, &s_ip])).wait(LIMIT);
+    let (ok_c, stdout, lines, exited) =
+        (client.ok, client.stdout, client.stderr_lines, client.exited);
+    let server = server.wait(LIMIT);
+    let (ok_s, out_s) = (server.ok, server.text());
     let all: Vec<&str> = lines.iter().map(|l| l.1.as_str()).collect();
     assert!(ok_c && ok_s, "client:\n{stdout}\n{all:?}\nserver:\n{out_s}");
     let progress: Vec<_> = lines
@@ -465,7 +424,7 @@ fn malformed_keys_are_an_error() {
             "-p",
             &port,
             "--ip",
-            "127.0.35.2",
+            &addr::v4().to_string(),
             "127.0.0.1",
         ])
         .output()
@@ -483,27 +442,17 @@ fn malformed_keys_are_an_error() {
 /// goes away.
 #[test]
 fn completion_error_is_reported() {
-    let server = ndv()
-        .args([
-            "perf",
-            "write_bw",
-            "-n",
-            "10",
-            "-p",
-            "18815",
-            "--ip",
-            "127.0.36.1",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    let (s_ip, c_ip) = addr::pair_v4();
+    let server = process::start_server(
+        ndv()
+            .args(["perf", "write_bw", "-n", "10", "-p", "18815", "--ip"])
+            .arg(s_ip.to_string()),
+    );
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port().to_string();
     std::thread::spawn(move || {
         let (mut c, _) = l.accept().unwrap();
-        let mut s = std::net::TcpStream::connect("127.0.36.1:18815").unwrap();
+        let mut s = std::net::TcpStream::connect((s_ip, 18815)).unwrap();
         let (mut c2, mut s2) = (c.try_clone().unwrap(), s.try_clone().unwrap());
         std::thread::spawn(move || {
             let _ = std::io::copy(&mut c2, &mut s2);
@@ -533,13 +482,14 @@ fn completion_error_is_reported() {
             "-p",
             &port,
             "--ip",
-            "127.0.36.2",
+            &c_ip.to_string(),
             "127.0.0.1",
         ])
         .output()
         .unwrap();
     let t = text(&o);
-    let (ok_s, out_s) = wait_child(server, Duration::from_secs(30));
+    let server = server.wait(Duration::from_secs(30));
+    let (ok_s, out_s) = (server.ok, server.text());
     assert!(!out_s.contains("TIMED OUT"), "{out_s}");
     assert!(!o.status.success(), "{t}\nserver:\n{out_s}");
     assert!(t.contains(" RKey 0xdeadbeef"), "{t}");
@@ -563,66 +513,57 @@ fn perftest_clock_failed(out: &str) -> bool {
 }
 
 /// perftest in the guest is the server, `ndv perf` the client.
-fn guest_server(h: &Harness, test: &str, port: u16, args: &str) -> (String, String) {
+fn guest_server(g: &Guest, test: &str, port: u16, args: &str) -> (String, String) {
     let mut nargs = vec!["perf", test, "-x", "1"];
     let port_s = port.to_string();
     nargs.extend(["-p", &port_s]);
     nargs.extend(args.split_whitespace());
     nargs.push(GUEST);
+    // With -R perftest exchanges everything through rdma_cm, otherwise over TCP.
+    let listen = if args.split_whitespace().any(|a| a == "-R") {
+        Listen::RdmaCm(port)
+    } else {
+        Listen::Tcp(port)
+    };
     for attempt in 1..=3 {
-        let job = h.guest_bg(&format!(
+        let job = g.spawn(&format!(
             "timeout 90 ib_{test} -d rxe0 -x 1 -p {port} {args}"
         ));
-        let out = retry(Duration::from_secs(30), || {
-            let o = h.ndv(&nargs).output().unwrap();
-            let t = text(&o);
-            // Not listening yet: TCP refused, or (-R) the CM request rejected.
-            if !o.status.success()
-                && (t.contains("Couldn't connect") || t.contains("rdma_client function"))
-            {
-                None
-            } else {
-                Some((o.status.success(), t))
-            }
-        })
-        .expect("the guest server never listened");
-        let (ok_g, out_g) = h.wait(&job);
+        g.wait_listening(&job, listen);
+        let c = Running::spawn(g.netns().command(NDV).args(&nargs)).wait(LIMIT);
+        let out = c.text();
+        let (ok_g, out_g) = g.wait(job);
         if !ok_g && perftest_clock_failed(&out_g) && attempt < 3 {
             eprintln!("guest ib_{test}: perftest could not measure its clock; again");
             continue;
         }
-        assert!(out.0, "ndv client:\n{}\nguest server:\n{out_g}", out.1);
-        assert!(ok_g, "guest server:\n{out_g}\nndv client:\n{}", out.1);
-        return (out.1, out_g);
+        assert!(c.ok, "ndv client:\n{out}\nguest server:\n{out_g}");
+        assert!(ok_g, "guest server:\n{out_g}\nndv client:\n{out}");
+        return (out, out_g);
     }
     unreachable!("the last attempt returns or fails")
 }
 
 /// `ndv perf` is the server, perftest in the guest the client.
-fn guest_client(h: &Harness, test: &str, port: u16, args: &str) -> (String, String) {
+fn guest_client(g: &Guest, test: &str, port: u16, args: &str) -> (String, String) {
     let port_s = port.to_string();
     let mut nargs = vec!["perf", test, "-x", "1", "-p", &port_s];
     nargs.extend(args.split_whitespace());
     for attempt in 1..=3 {
-        let mut server = h.spawn_ndv(&nargs);
-        std::thread::sleep(Duration::from_millis(500));
-        let o = h.guest(&format!(
+        let server = process::start_server(g.netns().command(NDV).args(&nargs));
+        let (ok_g, out_g) = g.run(&format!(
             "timeout 90 ib_{test} -d rxe0 -x 1 -p {port} {args} {HOST}"
         ));
-        let out_g = text(&o);
-        if !o.status.success() && perftest_clock_failed(&out_g) && attempt < 3 {
+        if !ok_g && perftest_clock_failed(&out_g) && attempt < 3 {
             // The server waits for a report that will not come.
-            let _ = server.kill();
-            let _ = server.wait();
+            drop(server.kill());
             eprintln!("guest ib_{test}: perftest could not measure its clock; again");
             continue;
         }
-        let (ok_s, out_s) = wait_child(server, Duration::from_secs(90));
-        assert!(
-            o.status.success(),
-            "guest client:\n{out_g}\nndv server:\n{out_s}"
-        );
-        assert!(ok_s, "ndv server:\n{out_s}\nguest client:\n{out_g}");
+        let s = server.wait(Duration::from_secs(90));
+        let out_s = s.text();
+        assert!(ok_g, "guest client:\n{out_g}\nndv server:\n{out_s}");
+        assert!(s.ok, "ndv server:\n{out_s}\nguest client:\n{out_g}");
         return (out_s, out_g);
     }
     unreachable!("the last attempt returns or fails")
@@ -636,36 +577,33 @@ fn same_rows(a: &str, b: &str) {
 
 #[test]
 fn guest_write_bw_both_roles() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(h) = Harness::get() else { return };
-    let (n, g) = guest_server(&h, "write_bw", 18821, "-n 300 -s 16384");
+    let Some(guest) = Guest::get() else { return };
+    let (n, g) = guest_server(&guest, "write_bw", 18821, "-n 300 -s 16384");
     same_rows(&n, &g);
     assert!(n.contains(" remote address: LID 0000 QPN 0x"), "{n}");
     assert!(n.contains(":255:255:10:77:00:02\n"), "{n}");
-    let (n, g) = guest_client(&h, "write_bw", 18822, "-n 300 -s 16384");
+    let (n, g) = guest_client(&guest, "write_bw", 18822, "-n 300 -s 16384");
     same_rows(&n, &g);
     assert_eq!(&rows(&n)[0][..2], &[16384.0, 300.0]);
 }
 
 #[test]
 fn guest_send_bw_both_roles() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(h) = Harness::get() else { return };
-    let (n, g) = guest_server(&h, "send_bw", 18823, "-n 300 -s 8192");
+    let Some(guest) = Guest::get() else { return };
+    let (n, g) = guest_server(&guest, "send_bw", 18823, "-n 300 -s 8192");
     assert_eq!(&rows(&n)[0][..2], &[8192.0, 300.0], "{n}");
     assert_eq!(&rows(&g)[0][..2], &[8192.0, 300.0], "{g}");
-    let (n, g) = guest_client(&h, "send_bw", 18824, "-n 300 -s 8192");
+    let (n, g) = guest_client(&guest, "send_bw", 18824, "-n 300 -s 8192");
     assert_eq!(rows(&n)[0][2], 0.0, "{n}");
     assert_eq!(&rows(&g)[0][..2], &[8192.0, 300.0], "{g}");
 }
 
 #[test]
 fn guest_read_bw_both_roles() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(h) = Harness::get() else { return };
-    let (n, g) = guest_server(&h, "read_bw", 18825, "-n 300 -s 16384");
+    let Some(guest) = Guest::get() else { return };
+    let (n, g) = guest_server(&guest, "read_bw", 18825, "-n 300 -s 16384");
     same_rows(&n, &g);
-    let (n, g) = guest_client(&h, "read_bw", 18826, "-n 300 -s 16384");
+    let (n, g) = guest_client(&guest, "read_bw", 18826, "-n 300 -s 16384");
     same_rows(&n, &g);
     assert!(n.contains(" OUT 0x80 RKey 0x"), "{n}");
 }
@@ -673,67 +611,34 @@ fn guest_read_bw_both_roles() {
 /// Drops a share of the large UDP 4791 packets the guest sends into the
 /// interop namespace (nftables `numgen random`: this kernel has no netem);
 /// removed on drop. CM MADs and ACKs are small and pass.
-struct GuestLoss {
-    netns: String,
+struct GuestLoss<'a> {
+    netns: &'a Netns,
 }
 
-impl GuestLoss {
-    fn new(h: &Harness, one_in: u32) -> GuestLoss {
+impl<'a> GuestLoss<'a> {
+    const TABLE: &'static str = "inet ndv_guest_loss";
+
+    fn new(g: &'a Guest, one_in: u32) -> GuestLoss<'a> {
         let rules = format!(
-            "table inet ndv_guest_loss {{\n chain input {{\n  type filter hook input priority 0;\n  \
-             ip saddr {GUEST} udp dport 4791 meta length > 600 numgen random mod {one_in} == 0 counter drop\n }}\n}}\n"
+            "table {} {{\n chain input {{\n  type filter hook input priority 0;\n  \
+             ip saddr {GUEST} udp dport 4791 meta length > 600 numgen random mod {one_in} == 0 counter drop\n }}\n}}\n",
+            Self::TABLE
         );
-        let mut c = std::process::Command::new("ip")
-            .args(["netns", "exec", &h.netns, "nft", "-f", "-"])
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .expect("nft (scripts/setup.sh installs nftables)");
-        use std::io::Write;
-        c.stdin.take().unwrap().write_all(rules.as_bytes()).unwrap();
-        assert!(c.wait().unwrap().success(), "nft rules");
-        GuestLoss {
-            netns: h.netns.clone(),
-        }
+        g.netns()
+            .nft(&rules)
+            .expect("nft rules (scripts/setup.sh installs nftables)");
+        GuestLoss { netns: g.netns() }
     }
 
     /// Packets dropped so far.
     fn dropped(&self) -> u64 {
-        let o = std::process::Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.netns,
-                "nft",
-                "list",
-                "table",
-                "inet",
-                "ndv_guest_loss",
-            ])
-            .output()
-            .unwrap();
-        let t = String::from_utf8_lossy(&o.stdout);
-        t.split("packets ")
-            .nth(1)
-            .and_then(|s| s.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
+        self.netns.nft_packets(Self::TABLE)
     }
 }
 
-impl Drop for GuestLoss {
+impl Drop for GuestLoss<'_> {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.netns,
-                "nft",
-                "delete",
-                "table",
-                "inet",
-                "ndv_guest_loss",
-            ])
-            .output();
+        self.netns.nft_delete_table(Self::TABLE);
     }
 }
 
@@ -743,10 +648,9 @@ impl Drop for GuestLoss {
 /// the chunk's PSN — or the transfer would stall until retries run out.
 #[test]
 fn guest_read_bw_through_lost_responses() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(h) = Harness::get() else { return };
-    let loss = GuestLoss::new(&h, 20);
-    let (n, g) = guest_server(&h, "read_bw", 18836, "-n 100 -s 65536");
+    let Some(guest) = Guest::get() else { return };
+    let loss = GuestLoss::new(&guest, 20);
+    let (n, g) = guest_server(&guest, "read_bw", 18836, "-n 100 -s 65536");
     same_rows(&n, &g);
     let dropped = loss.dropped();
     // 100 READs of 64 packets each: about 320 responses dropped.
@@ -756,12 +660,11 @@ fn guest_read_bw_through_lost_responses() {
 
 #[test]
 fn guest_rdma_cm_write_bw_both_roles() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(h) = Harness::get() else { return };
-    let (n, g) = guest_server(&h, "write_bw", 18827, "-R -n 200 -s 4096");
+    let Some(guest) = Guest::get() else { return };
+    let (n, g) = guest_server(&guest, "write_bw", 18827, "-R -n 200 -s 4096");
     same_rows(&n, &g);
     assert!(n.contains(" Data ex. method : rdma_cm"), "{n}");
-    let (n, g) = guest_client(&h, "write_bw", 18828, "-R -n 200 -s 4096");
+    let (n, g) = guest_client(&guest, "write_bw", 18828, "-R -n 200 -s 4096");
     same_rows(&n, &g);
     assert!(
         n.contains(" Waiting for client rdma_cm QP to connect"),
@@ -771,28 +674,26 @@ fn guest_rdma_cm_write_bw_both_roles() {
 
 #[test]
 fn guest_rdma_cm_send_bw_both_roles() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(h) = Harness::get() else { return };
-    let (n, g) = guest_server(&h, "send_bw", 18829, "-R -n 200 -s 4096");
+    let Some(guest) = Guest::get() else { return };
+    let (n, g) = guest_server(&guest, "send_bw", 18829, "-R -n 200 -s 4096");
     assert_eq!(&rows(&n)[0][..2], &[4096.0, 200.0], "{n}");
     assert_eq!(&rows(&g)[0][..2], &[4096.0, 200.0], "{g}");
-    let (n, g) = guest_client(&h, "send_bw", 18830, "-R -n 200 -s 4096");
+    let (n, g) = guest_client(&guest, "send_bw", 18830, "-R -n 200 -s 4096");
     assert_eq!(&rows(&n)[0][..2], &[4096.0, 200.0], "{n}");
     assert_eq!(&rows(&g)[0][..2], &[4096.0, 200.0], "{g}");
 }
 
 #[test]
 fn guest_latency_tests() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(h) = Harness::get() else { return };
-    let (n, g) = guest_server(&h, "send_lat", 18831, "-n 100");
+    let Some(guest) = Guest::get() else { return };
+    let (n, g) = guest_server(&guest, "send_lat", 18831, "-n 100");
     check_lat(&n, 2.0, 100.0);
     check_lat(&g, 2.0, 100.0);
-    let (n, g) = guest_client(&h, "write_lat", 18832, "-n 100 -s 32");
+    let (n, g) = guest_client(&guest, "write_lat", 18832, "-n 100 -s 32");
     check_lat(&n, 32.0, 100.0);
     check_lat(&g, 32.0, 100.0);
-    let (n, _) = guest_server(&h, "read_lat", 18833, "-n 100");
+    let (n, _) = guest_server(&guest, "read_lat", 18833, "-n 100");
     check_lat(&n, 2.0, 100.0);
-    let (_, g) = guest_client(&h, "atomic_lat", 18834, "-n 100");
+    let (_, g) = guest_client(&guest, "atomic_lat", 18834, "-n 100");
     check_lat(&g, 8.0, 100.0);
 }

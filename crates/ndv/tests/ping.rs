@@ -2,16 +2,13 @@
 //! Soft-RoCE guest in both roles with `-V`, with DREQ and DREP on the wire and
 //! every ICRC valid (checked by decoding a capture of the exchange).
 
-mod support;
-
+use ndverbs_testkit::addr;
+use ndverbs_testkit::guest::{Guest, Listen, GUEST, HOST};
+use ndverbs_testkit::process::{self, Running, LIMIT};
 use serde_json::Value;
-use std::process::{Command, Stdio};
-use std::time::Duration;
-use support::*;
+use std::process::Command;
 
-fn ndv() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ndv"))
-}
+const NDV: &str = env!("CARGO_BIN_EXE_ndv");
 
 const PINGS: [&str; 3] = [
     "rdma-ping-0: ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqr",
@@ -30,53 +27,28 @@ fn check_pings(out: &str, prefix: &str) {
 
 #[test]
 fn loopback() {
-    let server = ndv()
-        .args([
-            "ping",
-            "-s",
-            "-a",
-            "127.0.0.1",
-            "-p",
-            "7301",
-            "-v",
-            "-C",
-            "3",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let client = ndv()
-        .args([
-            "ping",
-            "-c",
-            "-a",
-            "127.0.0.1",
-            "-I",
-            "127.0.0.2",
-            "-p",
-            "7301",
-            "-v",
-            "-V",
-            "-C",
-            "3",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (ok_c, out_c) = wait_child(client, Duration::from_secs(60));
-    let (ok_s, out_s) = wait_child(server, Duration::from_secs(60));
-    assert!(ok_c && ok_s, "client:\n{out_c}\nserver:\n{out_s}");
+    let (s, c) = addr::pair_v4();
+    let (s, c) = (s.to_string(), c.to_string());
+    let (out_c, out_s) = process::server_then_client(
+        Command::new(NDV).args(["ping", "-s", "-a", &s, "-p", "7301", "-v", "-C", "3"]),
+        Command::new(NDV).args([
+            "ping", "-c", "-a", &s, "-I", &c, "-p", "7301", "-v", "-V", "-C", "3",
+        ]),
+        LIMIT,
+    );
     check_pings(&out_c, "ping data: ");
     check_pings(&out_s, "server ping data: ");
 }
 
-/// Decodes a capture and returns the CM message names in order, checking that
-/// every RoCEv2 frame carries a valid ICRC.
-fn cm_messages(pcap: &str) -> Vec<String> {
-    let out = ndv().args(["decode", "--json", pcap]).output().unwrap();
+/// Decodes a capture (then removes it), checking that every RoCEv2 frame
+/// carries a valid ICRC and that the connection went REQ, REP, RTU, DREQ,
+/// DREP between `client` and `server`.
+fn check_cm(pcap: &std::path::Path, client: &str, server: &str) {
+    let out = Command::new(NDV)
+        .args(["decode", "--json"])
+        .arg(pcap)
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let mut msgs = Vec::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
@@ -86,108 +58,61 @@ fn cm_messages(pcap: &str) -> Vec<String> {
             msgs.push(format!("{}>{}", v["src"].as_str().unwrap(), m));
         }
     }
-    msgs
+    for (from, m) in [
+        (client, "REQ"),
+        (server, "REP"),
+        (client, "RTU"),
+        (client, "DREQ"),
+        (server, "DREP"),
+    ] {
+        let m = format!("{from}>{m}");
+        assert!(msgs.contains(&m), "{m} missing from {msgs:?}");
+    }
+    let _ = std::fs::remove_file(pcap);
 }
 
-fn capture(h: &Harness, name: &str) -> String {
-    let path = std::env::temp_dir().join(format!("ndv-{name}-{}.pcap", std::process::id()));
-    let p = path.to_string_lossy().into_owned();
-    let o = Command::new(&h.run_guest)
-        .args(["pcap-start", &p, "udp", "port", "4791"])
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "pcap-start: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    // pcap-start can return before tcpdump listens (it may read the previous
-    // run's log); tcpdump writes the file header once it does.
-    let ready = retry(Duration::from_secs(10), || {
-        std::fs::metadata(&path)
-            .ok()
-            .filter(|m| m.len() >= 24)
-            .map(|_| ())
-    });
-    assert!(ready.is_some(), "tcpdump did not start");
-    std::thread::sleep(Duration::from_millis(200));
-    p
-}
-
-fn stop_capture(h: &Harness) {
-    // tcpdump (without --immediate-mode) sees packets in blocks that the
-    // kernel hands over after its buffer timeout: give it that long.
-    std::thread::sleep(Duration::from_millis(1500));
-    let _ = Command::new(&h.run_guest).arg("pcap-stop").output();
+fn pcap_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("ndv-{name}-{}.pcap", std::process::id()))
 }
 
 #[test]
 fn rping_server_ndv_client() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(h) = Harness::get() else { return };
-    let pcap = capture(&h, "rping-server");
-    let job = h.guest_bg(&format!(
+    let Some(g) = Guest::get() else { return };
+    let pcap = pcap_path("rping-server");
+    let capture = g.capture(&pcap, &["udp", "port", "4791"]);
+    let job = g.spawn(&format!(
         "timeout 60 rping -s -a {GUEST} -p 7311 -v -V -C 3"
     ));
-    let (ok, out) = retry(Duration::from_secs(30), || {
-        let o = h
-            .ndv(&[
-                "ping", "-c", "-a", GUEST, "-p", "7311", "-v", "-V", "-C", "3",
-            ])
-            .output()
-            .unwrap();
-        let text =
-            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
-        // Until rping listens, its CM rejects with "invalid service ID".
-        if text.contains("reason 8") {
-            None
-        } else {
-            Some((o.status.success(), text))
-        }
-    })
-    .expect("rping never listened");
-    let (ok_g, out_g) = h.wait(&job);
-    stop_capture(&h);
-    assert!(ok && ok_g, "ndv:\n{out}\nrping:\n{out_g}");
+    g.wait_listening(&job, Listen::RdmaCm(7311));
+    let c = Running::spawn(g.netns().command(NDV).args([
+        "ping", "-c", "-a", GUEST, "-p", "7311", "-v", "-V", "-C", "3",
+    ]))
+    .wait(LIMIT);
+    let out = c.text();
+    let (ok_g, out_g) = g.wait(job);
+    capture.stop();
+    assert!(c.ok && ok_g, "ndv:\n{out}\nrping:\n{out_g}");
     check_pings(&out, "ping data: ");
     check_pings(&out_g, "server ping data: ");
-    let msgs = cm_messages(&pcap);
-    for m in [
-        format!("{HOST}>REQ"),
-        format!("{GUEST}>REP"),
-        format!("{HOST}>RTU"),
-        format!("{HOST}>DREQ"),
-        format!("{GUEST}>DREP"),
-    ] {
-        assert!(msgs.contains(&m), "{m} missing from {msgs:?}");
-    }
-    let _ = std::fs::remove_file(&pcap);
+    check_cm(&pcap, HOST, GUEST);
 }
 
 #[test]
 fn ndv_server_rping_client() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(h) = Harness::get() else { return };
-    let pcap = capture(&h, "rping-client");
-    let server = h.spawn_ndv(&["ping", "-s", "-a", HOST, "-p", "7312", "-v", "-C", "3"]);
-    std::thread::sleep(Duration::from_millis(500));
-    let o = h.guest(&format!("timeout 60 rping -c -a {HOST} -p 7312 -v -V -C 3"));
-    let out_g =
-        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
-    let (ok_s, out_s) = wait_child(server, Duration::from_secs(60));
-    stop_capture(&h);
-    assert!(o.status.success() && ok_s, "rping:\n{out_g}\nndv:\n{out_s}");
+    let Some(g) = Guest::get() else { return };
+    let pcap = pcap_path("rping-client");
+    let capture = g.capture(&pcap, &["udp", "port", "4791"]);
+    let server = process::start_server(
+        g.netns()
+            .command(NDV)
+            .args(["ping", "-s", "-a", HOST, "-p", "7312", "-v", "-C", "3"]),
+    );
+    let (ok_g, out_g) = g.run(&format!("timeout 60 rping -c -a {HOST} -p 7312 -v -V -C 3"));
+    let s = server.wait(LIMIT);
+    let out_s = s.text();
+    capture.stop();
+    assert!(ok_g && s.ok, "rping:\n{out_g}\nndv:\n{out_s}");
     check_pings(&out_g, "ping data: ");
     check_pings(&out_s, "server ping data: ");
-    let msgs = cm_messages(&pcap);
-    for m in [
-        format!("{GUEST}>REQ"),
-        format!("{HOST}>REP"),
-        format!("{GUEST}>RTU"),
-        format!("{GUEST}>DREQ"),
-        format!("{HOST}>DREP"),
-    ] {
-        assert!(msgs.contains(&m), "{m} missing from {msgs:?}");
-    }
-    let _ = std::fs::remove_file(&pcap);
+    check_cm(&pcap, GUEST, HOST);
 }

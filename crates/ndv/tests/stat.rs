@@ -1,10 +1,9 @@
 //! `ndv stat [PID]`: counters of running ndv processes, rxe's names in rxe's
 //! order; snapshots disappear with their process.
 
-mod support;
-
+use ndverbs_testkit::{addr, process};
 use serde_json::Value;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const NDV: &str = env!("CARGO_BIN_EXE_ndv");
@@ -34,30 +33,13 @@ fn stat_json(dir: &std::path::Path, pid: Option<u32>) -> Option<Vec<Value>> {
 fn running_ping_pair() {
     let dir = std::env::temp_dir().join(format!("ndv-stat-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut server = ndv(&dir)
-        .args(["ping", "-s", "-a", "127.88.7.1", "-p", "7441", "-C", "0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let mut client = ndv(&dir)
-        .args([
-            "ping",
-            "-c",
-            "-a",
-            "127.88.7.1",
-            "-I",
-            "127.88.7.2",
-            "-p",
-            "7441",
-            "-C",
-            "0",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (s_ip, c_ip) = addr::pair_v4();
+    let (s_ip, c_ip) = (s_ip.to_string(), c_ip.to_string());
+    let server =
+        process::start_server(ndv(&dir).args(["ping", "-s", "-a", &s_ip, "-p", "7441", "-C", "0"]));
+    let client = process::Running::spawn(ndv(&dir).args([
+        "ping", "-c", "-a", &s_ip, "-I", &c_ip, "-p", "7441", "-C", "0",
+    ]));
     let (sp, cp) = (server.id(), client.id());
     // Both publish within a second; the counters grow while they run.
     let t0 = Instant::now();
@@ -93,23 +75,21 @@ fn running_ping_pair() {
         .iter()
         .map(|v| (v["pid"].as_u64().unwrap(), v["addr"].as_str().unwrap()))
         .collect();
-    assert!(addrs.contains(&(u64::from(sp), "127.88.7.1")), "{addrs:?}");
-    assert!(addrs.contains(&(u64::from(cp), "127.88.7.2")), "{addrs:?}");
+    assert!(addrs.contains(&(u64::from(sp), s_ip.as_str())), "{addrs:?}");
+    assert!(addrs.contains(&(u64::from(cp), c_ip.as_str())), "{addrs:?}");
     // PID filter and the rdma-statistic-style text.
     assert_eq!(stat_json(&dir, Some(cp)).unwrap().len(), 1);
     let o = ndv(&dir).args(["stat", &sp.to_string()]).output().unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
-        text.starts_with(&format!("link 127.88.7.1/1 pid {sp} sent_pkts ")),
+        text.starts_with(&format!("link {s_ip}/1 pid {sp} sent_pkts ")),
         "{text}"
     );
     // A process that is gone has no counters (its file is cleaned up).
-    let _ = client.kill();
-    let _ = client.wait();
+    drop(client.kill());
     assert!(stat_json(&dir, Some(cp)).is_none());
     let o = ndv(&dir).args(["stat", &cp.to_string()]).output().unwrap();
     assert!(!o.status.success());
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server.kill());
     let _ = std::fs::remove_dir_all(&dir);
 }

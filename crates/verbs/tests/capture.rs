@@ -3,56 +3,12 @@
 //! headers rebuilt so that the ICRC verifies; switching capture off stops
 //! recording; switching it on again in the same process appends.
 
-use ndverbs_verbs::*;
+use ndverbs_testkit::verbs::Pair;
 use ndverbs_wire::capture::{ip_packet, read_frames};
 use ndverbs_wire::ip::Envelope;
 use ndverbs_wire::packet::Packet;
 use std::net::IpAddr;
 use std::time::Duration;
-
-fn connect(qp: &Qp, peer: &Qp, peer_dev: &Device) {
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: Access::ALL,
-        ..QpAttr::default()
-    };
-    qp.modify(
-        &a,
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = PathMtu::Mtu1024;
-    a.dest_qp_num = peer.qpn();
-    a.rq_psn = 0;
-    a.max_dest_rd_atomic = 4;
-    a.min_rnr_timer = 1;
-    a.av.dgid = peer_dev.gid().octets();
-    qp.modify(
-        &a,
-        AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN
-            | AttrMask::MAX_DEST_RD_ATOMIC
-            | AttrMask::MIN_RNR_TIMER,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rts;
-    a.sq_psn = 0;
-    a.max_rd_atomic = 4;
-    qp.modify(
-        &a,
-        AttrMask::STATE
-            | AttrMask::SQ_PSN
-            | AttrMask::TIMEOUT
-            | AttrMask::RETRY_CNT
-            | AttrMask::RNR_RETRY
-            | AttrMask::MAX_QP_RD_ATOMIC,
-    )
-    .unwrap();
-}
 
 /// (src, opcode, psn, ICRC ok) of every frame.
 fn frames(path: &std::path::Path) -> Vec<(IpAddr, u8, u32, bool)> {
@@ -73,33 +29,16 @@ fn frames(path: &std::path::Path) -> Vec<(IpAddr, u8, u32, bool)> {
 
 #[test]
 fn two_devices_one_file_each_packet_once() {
-    let (a_ip, b_ip): (IpAddr, IpAddr) =
-        ("127.88.4.1".parse().unwrap(), "127.88.4.2".parse().unwrap());
+    let pair = Pair::new();
+    let (da, db) = (&pair.a.dev, &pair.b.dev);
+    let (a_ip, b_ip) = (pair.a.addr(), pair.b.addr());
     let path = std::env::temp_dir().join(format!("ndv-verbs-cap-{}.pcap", std::process::id()));
-    let (da, db) = (Device::open(a_ip).unwrap(), Device::open(b_ip).unwrap());
     da.set_capture(Some(&path)).unwrap();
     db.set_capture(Some(&path)).unwrap();
     assert_eq!(da.capture_path(), db.capture_path());
-    let (pa, pb) = (da.alloc_pd().unwrap(), db.alloc_pd().unwrap());
-    let (ca, cb) = (da.create_cq(64).unwrap(), db.create_cq(64).unwrap());
-    let qa = pa.create_qp(&QpInitAttr::new(&ca, &ca)).unwrap();
-    let qb = pb.create_qp(&QpInitAttr::new(&cb, &cb)).unwrap();
-    connect(&qa, &qb, &db);
-    connect(&qb, &qa, &da);
-    let (ma, mb) = (
-        pa.reg_mr(8192, Access::ALL).unwrap(),
-        pb.reg_mr(8192, Access::ALL).unwrap(),
-    );
-    let send = |n: u64| {
-        qb.post_recv(RecvWr::new(n, vec![mb.sge(0, 8192)])).unwrap();
-        qa.post_send(SendWr::new(n, SendOp::Send, vec![ma.sge(0, 3000)]))
-            .unwrap();
-        let w = cb.wait_one(Duration::from_secs(10)).unwrap().unwrap();
-        assert_eq!(w.status, WcStatus::Success);
-        let w = ca.wait_one(Duration::from_secs(10)).unwrap().unwrap();
-        assert_eq!(w.status, WcStatus::Success);
-    };
-    send(1);
+    // One SEND of 3000 bytes at MTU 1024 (three packets), both completions.
+    let send = || pair.send(1, 3000, 1);
+    send();
     std::thread::sleep(Duration::from_millis(50));
     da.set_capture(None).unwrap();
     db.set_capture(None).unwrap();
@@ -118,11 +57,11 @@ fn two_devices_one_file_each_packet_once() {
     );
     assert!(f.iter().all(|x| x.3), "bad ICRC: {f:?}");
     // Off: nothing more is written.
-    send(2);
+    send();
     assert_eq!(frames(&path).len(), f.len());
     // On again in the same process: appended after what is there.
     da.set_capture(Some(&path)).unwrap();
-    send(3);
+    send();
     std::thread::sleep(Duration::from_millis(50));
     da.set_capture(None).unwrap();
     let g = frames(&path);

@@ -1,110 +1,31 @@
 //! RoCEv2 over IPv6 end to end through the verbs API: two devices on
-//! `fd00::1` and `fd00::2` (added to `lo` of a network namespace the test
+//! unique-local addresses (added to `lo` of a network namespace the test
 //! creates), rdma_cm connect/accept, SEND, WRITE, READ and a graceful
 //! disconnect on both sides.
 //!
 //! Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) for the namespace: without it
 //! the test prints `SKIPPED` and passes, except under `CI=true`, where it fails.
 
+use ndverbs_testkit::netns::Netns;
+use ndverbs_testkit::verbs::{self as kit, wc_ok, PairConfig, RcParams, Side};
+use ndverbs_testkit::{addr, verbs::WC_LIMIT as T};
 use ndverbs_verbs::*;
 use std::net::IpAddr;
 
-use std::process::Command;
-use std::time::Duration;
-
-const T: Duration = Duration::from_secs(20);
-
-/// Runs `f` on a thread that lives in a fresh network namespace with `lo` up
-/// and `addrs` added to it. `None` when namespaces are not available.
-fn in_netns<R: Send + 'static>(
-    addrs: &[&str],
-    f: impl FnOnce() -> R + Send + 'static,
-) -> Option<R> {
-    let addrs: Vec<String> = addrs.iter().map(|s| s.to_string()).collect();
-    std::thread::spawn(move || {
-        // SAFETY: unshare affects only the calling thread (network namespaces
-        // are per task); threads it spawns inherit it.
-        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(format!("unshare(CLONE_NEWNET): {e}"));
-        }
-        // Child processes forked from this thread start in its namespace.
-        let ip = |args: &[&str]| -> std::result::Result<(), String> {
-            let out = Command::new("ip")
-                .args(args)
-                .output()
-                .map_err(|e| format!("ip: {e}"))?;
-            if out.status.success() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "ip {args:?}: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                ))
-            }
-        };
-        ip(&["link", "set", "lo", "up"])?;
-        for a in &addrs {
-            ip(&[
-                "-6",
-                "addr",
-                "add",
-                &format!("{a}/128"),
-                "dev",
-                "lo",
-                "nodad",
-            ])?;
-        }
-        Ok(f())
-    })
-    .join()
-    .expect("namespace thread panicked")
-    .map_err(|e| {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "IPv6 namespace test cannot run under CI=true: {e}"
-        );
-        eprintln!("SKIPPED: IPv6 end-to-end test needs network namespaces (root): {e}");
-    })
-    .ok()
-}
-
-struct Side {
-    dev: Device,
-    _pd: Pd,
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
-}
-
+/// A device on `addr` with a PD, CQ, region and a QP in INIT (what a
+/// connection through the CM starts from).
 fn side(addr: IpAddr) -> Side {
-    let dev = Device::open(addr).unwrap_or_else(|e| panic!("open {addr}: {e}"));
-    let pd = dev.alloc_pd().unwrap();
-    let cq = dev.create_cq(64).unwrap();
-    let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq)).unwrap();
-    qp.modify(
-        &QpAttr {
-            qp_state: QpState::Init,
-            qp_access_flags: Access::ALL,
-            ..QpAttr::default()
+    let s = Side::open(
+        addr,
+        &PairConfig {
+            cq_depth: 64,
+            region: 1 << 16,
+            ..PairConfig::default()
         },
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-    )
-    .unwrap();
-    let mr = pd.reg_mr(1 << 16, Access::ALL).unwrap();
-    Side {
-        dev,
-        _pd: pd,
-        cq,
-        qp,
-        mr,
-    }
-}
-
-fn wc(cq: &Cq) -> WorkCompletion {
-    let w = cq.wait_one(T).unwrap().expect("a completion");
-    assert_eq!(w.status, WcStatus::Success, "{w:?}");
-    w
+    );
+    let (a, m) = RcParams::default().init();
+    s.qp.modify(&a, m).unwrap();
+    s
 }
 
 /// Connect, SEND, WRITE, READ, disconnect — with `a` connecting to `b`.
@@ -120,15 +41,9 @@ fn cycle(a_addr: IpAddr, b_addr: IpAddr, port: u16) {
         .connect(
             &a.qp,
             ConnectArgs {
-                remote: b_addr,
-                remote_port: port,
-                local_port: 40001,
-                responder_resources: 4,
-                initiator_depth: 4,
-                retry_count: 7,
-                rnr_retry_count: 7,
                 path_mtu: PathMtu::Mtu4096,
                 private_data: b"over IPv6".to_vec(),
+                ..kit::connect_args(b_addr, port)
             },
         )
         .unwrap();
@@ -166,8 +81,8 @@ fn cycle(a_addr: IpAddr, b_addr: IpAddr, port: u16) {
         .unwrap();
     a.qp.post_send(SendWr::new(2, SendOp::Send, vec![a.mr.sge(0, n as u32)]))
         .unwrap();
-    assert_eq!(wc(&b.cq).byte_len, n as u32);
-    wc(&a.cq);
+    assert_eq!(wc_ok(&b.cq).byte_len, n as u32);
+    wc_ok(&a.cq);
     assert_eq!(b.mr.to_vec(0, n).unwrap(), data);
 
     // WRITE a's bytes into b at 32 KiB.
@@ -181,7 +96,7 @@ fn cycle(a_addr: IpAddr, b_addr: IpAddr, port: u16) {
         vec![a.mr.sge(0, n as u32)],
     ))
     .unwrap();
-    wc(&a.cq);
+    wc_ok(&a.cq);
     assert_eq!(b.mr.to_vec(1 << 15, n).unwrap(), data);
 
     // READ them back into a at 32 KiB.
@@ -191,7 +106,7 @@ fn cycle(a_addr: IpAddr, b_addr: IpAddr, port: u16) {
         vec![a.mr.sge(1 << 15, n as u32)],
     ))
     .unwrap();
-    wc(&a.cq);
+    wc_ok(&a.cq);
     assert_eq!(a.mr.to_vec(1 << 15, n).unwrap(), data);
 
     // Graceful disconnect: b waits for the DREQ, then answers it with its own
@@ -208,39 +123,41 @@ fn cycle(a_addr: IpAddr, b_addr: IpAddr, port: u16) {
     assert_eq!(a.qp.state(), QpState::Err);
 }
 
+/// Runs `cycle` inside a fresh namespace whose `lo` has `addrs` (skipped
+/// without namespaces, failing under `CI=true`).
+fn in_netns(addrs: &[IpAddr], a: IpAddr, b: IpAddr, port: u16) {
+    if let Some(ns) = Netns::with_lo_addrs(addrs) {
+        ns.run(|| cycle(a, b, port));
+    }
+}
+
 #[test]
 fn connect_send_write_read_disconnect_over_ipv6() {
-    in_netns(&["fd00::1", "fd00::2"], || {
-        cycle("fd00::1".parse().unwrap(), "fd00::2".parse().unwrap(), 7301)
-    });
+    let (a, b) = addr::pair_v6();
+    in_netns(&[a, b], a, b, 7301);
 }
 
 #[test]
 fn loopback_ipv6_and_another_address() {
-    in_netns(&["fd00::88"], || {
-        cycle("::1".parse().unwrap(), "fd00::88".parse().unwrap(), 7302)
-    });
+    let (other, _) = addr::pair_v6();
+    in_netns(&[other], "::1".parse().unwrap(), other, 7302);
 }
 
 /// The same cycle over IPv4, as the reference.
 #[test]
 fn same_cycle_over_ipv4() {
-    cycle(
-        "127.88.1.1".parse().unwrap(),
-        "127.88.1.2".parse().unwrap(),
-        7303,
-    );
+    let (a, b) = addr::pair_v4();
+    cycle(a, b, 7303);
 }
 
 /// Addresses whose 13th byte looks like an IPv4 version nibble (0x4_): the GRH
-/// QP1 hands to the CM must still be read as IPv6.
+/// QP1 hands to the CM must still be read as IPv6. (Fixed addresses: their
+/// shape is the test; the namespace is the test's own.)
 #[test]
 fn ipv6_addresses_that_look_like_ipv4_in_the_grh() {
-    in_netns(&["fd00::4a00:1", "fd00::4500:2"], || {
-        cycle(
-            "fd00::4a00:1".parse().unwrap(),
-            "fd00::4500:2".parse().unwrap(),
-            7304,
-        )
-    });
+    let (a, b) = (
+        "fd00::4a00:1".parse().unwrap(),
+        "fd00::4500:2".parse().unwrap(),
+    );
+    in_netns(&[a, b], a, b, 7304);
 }

@@ -2,8 +2,8 @@
 //! `ndverbs-verbs` return a typed error (the variant is asserted, not just
 //! `is_err`), or — where rdma-core and rxe accept the post and fail the
 //! work request — a completion with the error status rxe gives; nothing
-//! panics. Two loopback devices (127.77.93.1 and .2) serve most cases; the
-//! removal case opens its own (127.77.93.3).
+//! panics. Two loopback devices (on addresses from the test kit) serve most
+//! cases; the removal case opens its own.
 //!
 //! The public calls and where they are misused:
 //!
@@ -43,6 +43,7 @@
 //! | `QpInitAttr::new`, `QpId::from` | constructors |
 
 use ndverbs_proto::cm::CmError;
+use ndverbs_testkit::{addr, verbs as kit, verbs::wait_wc as one};
 use ndverbs_verbs::*;
 use proptest::prelude::*;
 use std::net::IpAddr;
@@ -57,11 +58,15 @@ fn cases(n: u32) -> u32 {
         .unwrap_or(n)
 }
 
-const A_IP: [u8; 4] = [127, 77, 93, 1];
-const B_IP: [u8; 4] = [127, 77, 93, 2];
-/// Nobody listens here: where QPs that must never reach a peer point.
-const NOBODY: [u8; 4] = [127, 77, 93, 9];
 const T: Duration = Duration::from_secs(10);
+
+/// The world's two device addresses and a third that nobody opens: where
+/// QPs that must never reach a peer point.
+fn addrs() -> (IpAddr, IpAddr, IpAddr) {
+    static A: OnceLock<Vec<IpAddr>> = OnceLock::new();
+    let v = A.get_or_init(|| addr::many_v4(3));
+    (v[0], v[1], v[2])
+}
 
 struct World {
     a: Device,
@@ -81,8 +86,8 @@ struct World {
 fn world() -> &'static World {
     static W: OnceLock<World> = OnceLock::new();
     W.get_or_init(|| {
-        let a = Device::open(IpAddr::from(A_IP)).unwrap();
-        let b = Device::open(IpAddr::from(B_IP)).unwrap();
+        let a = Device::open(addrs().0).unwrap();
+        let b = Device::open(addrs().1).unwrap();
         let pa = a.alloc_pd().unwrap();
         let pa2 = a.alloc_pd().unwrap();
         let pb = b.alloc_pd().unwrap();
@@ -142,79 +147,21 @@ fn qp_on(pd: &Pd, depth: u32) -> (Qp, Cq) {
     (qp, cq)
 }
 
-fn init_attr() -> (QpAttr, AttrMask) {
-    (
-        QpAttr {
-            qp_state: QpState::Init,
-            qp_access_flags: Access::ALL,
-            port_num: 1,
-            ..QpAttr::default()
-        },
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-    )
-}
-
-fn rtr_attr(dest_qpn: u32, peer: IpAddr) -> (QpAttr, AttrMask) {
-    let mut a = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: PathMtu::Mtu1024,
-        dest_qp_num: dest_qpn,
+/// The connections of these tests: both PSNs 0x100, a short ACK timeout.
+fn rc() -> kit::RcParams {
+    kit::RcParams {
+        sq_psn: 0x100,
         rq_psn: 0x100,
-        max_dest_rd_atomic: 4,
-        min_rnr_timer: 1,
-        ..QpAttr::default()
-    };
-    a.av.dgid = ndverbs_wire::cma::gid_of(peer).octets();
-    a.av.hop_limit = 64;
-    (
-        a,
-        AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN
-            | AttrMask::MAX_DEST_RD_ATOMIC
-            | AttrMask::MIN_RNR_TIMER,
-    )
-}
-
-fn rts_attr() -> (QpAttr, AttrMask) {
-    (
-        QpAttr {
-            qp_state: QpState::Rts,
-            sq_psn: 0x100,
-            timeout: 10,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            max_rd_atomic: 4,
-            ..QpAttr::default()
-        },
-        AttrMask::STATE
-            | AttrMask::SQ_PSN
-            | AttrMask::TIMEOUT
-            | AttrMask::RETRY_CNT
-            | AttrMask::RNR_RETRY
-            | AttrMask::MAX_QP_RD_ATOMIC,
-    )
-}
-
-/// Moves `qp` to RTS towards QP `dest` at `peer` (both PSNs 0x100).
-fn to_rts(qp: &Qp, dest: u32, peer: IpAddr) {
-    for (a, m) in [init_attr(), rtr_attr(dest, peer), rts_attr()] {
-        qp.modify(&a, m).unwrap();
+        timeout: 10,
+        ..kit::RcParams::default()
     }
 }
 
 fn to_err(qp: &Qp) {
-    let (a, m) = init_attr();
+    let (a, m) = rc().init();
     qp.modify(&a, m).unwrap();
     qp.to_error().unwrap();
     assert_eq!(qp.state(), QpState::Err);
-}
-
-/// Waits for one completion on `cq`.
-fn one(cq: &Cq) -> WorkCompletion {
-    cq.wait_one(T).unwrap().expect("a completion within 10 s")
 }
 
 /// A connected pair: a QP in `pa`'s PD on A, one in B's PD, both in RTS.
@@ -222,8 +169,7 @@ fn pair(pa: &Pd) -> ((Qp, Cq), (Qp, Cq)) {
     let w = world();
     let (qa, ca) = qp_on(pa, 64);
     let (qb, cb) = qp_on(&w.pb, 64);
-    to_rts(&qa, qb.qpn(), w.b.query().addr);
-    to_rts(&qb, qa.qpn(), w.a.query().addr);
+    kit::connect_qps(&qa, w.a.query().addr, &qb, w.b.query().addr, &rc());
     ((qa, ca), (qb, cb))
 }
 
@@ -527,15 +473,15 @@ proptest! {
     fn modify_walks(steps in prop::collection::vec(step(), 1..12)) {
         let w = world();
         let (qp, cq) = qp_on(&w.pa, 64);
-        let nobody = IpAddr::from(NOBODY);
+        let nobody = addrs().2;
         let mut state = QpState::Reset;
         let mut wr_id = 0u64;
         for s in steps {
             let (attr, mask) = if s.proper {
                 match (state, s.to) {
-                    (QpState::Reset, QpState::Init) | (QpState::Init, QpState::Init) => init_attr(),
-                    (QpState::Init, QpState::Rtr) => rtr_attr(0x12_3456, nobody),
-                    (QpState::Rtr, QpState::Rts) => rts_attr(),
+                    (QpState::Reset, QpState::Init) | (QpState::Init, QpState::Init) => rc().init(),
+                    (QpState::Init, QpState::Rtr) => rc().rtr(0x12_3456, nobody),
+                    (QpState::Rtr, QpState::Rts) => rc().rts(),
                     _ => (QpAttr { qp_state: s.to, ..QpAttr::default() }, AttrMask::STATE),
                 }
             } else {
@@ -635,7 +581,7 @@ proptest! {
         let w = world();
         let (qp, cq) = qp_on(&w.pa, 4);
         if rts {
-            to_rts(&qp, 0x12_3456, IpAddr::from(NOBODY));
+            rc().connect(&qp, 0x12_3456, addrs().2).unwrap();
         } else {
             to_err(&qp);
         }
@@ -832,7 +778,7 @@ proptest! {
 fn endpoints_in_the_wrong_state() {
     let w = world();
     let (qp, _cq) = qp_on(&w.pa, 8);
-    let (a, m) = init_attr();
+    let (a, m) = rc().init();
     qp.modify(&a, m).unwrap();
     let ep = Endpoint::new(&w.a).unwrap();
     // Nothing connected yet.
@@ -899,17 +845,7 @@ fn endpoints_in_the_wrong_state() {
 }
 
 fn connect_args(port: u16) -> ConnectArgs {
-    ConnectArgs {
-        remote: IpAddr::from(B_IP),
-        remote_port: port,
-        local_port: 40001,
-        responder_resources: 4,
-        initiator_depth: 4,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        path_mtu: PathMtu::Mtu1024,
-        private_data: Vec::new(),
-    }
+    kit::connect_args(addrs().1, port)
 }
 
 fn accept_args() -> AcceptArgs {
@@ -945,7 +881,7 @@ fn opening_bad_addresses() {
 /// and nothing panics — also when the handles are dropped afterwards.
 #[test]
 fn removed_device_fails_every_call() {
-    let dev = Device::open(IpAddr::from([127, 77, 93, 3])).unwrap();
+    let dev = Device::open(addr::v4()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(16).unwrap();
     let mr = pd.reg_mr(4096, Access::ALL).unwrap();
@@ -954,7 +890,7 @@ fn removed_device_fails_every_call() {
     mw.bind(&mr2, mr2.addr(), 64, Access::REMOTE_READ).unwrap();
     let srq = pd.create_srq(4, 1).unwrap();
     let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq)).unwrap();
-    let (a, m) = init_attr();
+    let (a, m) = rc().init();
     qp.modify(&a, m).unwrap();
     qp.post_recv(RecvWr::new(1, vec![mr.sge(0, 64)])).unwrap();
     let ep = Endpoint::new(&dev).unwrap();

@@ -1,56 +1,14 @@
 //! The verbs surface on loopback: handles, SRQ, CQ waiting, drop order.
 
+use ndverbs_testkit::{addr, verbs as kit};
 use ndverbs_verbs::*;
 use std::time::Duration;
 
-fn connect(qp: &Qp, peer: &Qp, peer_dev: &Device, psn_local: u32, psn_peer: u32) {
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: Access::ALL,
-        ..QpAttr::default()
-    };
-    qp.modify(
-        &a,
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = PathMtu::Mtu1024;
-    a.dest_qp_num = peer.qpn();
-    a.rq_psn = psn_peer;
-    a.max_dest_rd_atomic = 4;
-    a.min_rnr_timer = 1;
-    a.av.dgid = peer_dev.gid().octets();
-    qp.modify(
-        &a,
-        AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN
-            | AttrMask::MAX_DEST_RD_ATOMIC
-            | AttrMask::MIN_RNR_TIMER,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rts;
-    a.sq_psn = psn_local;
-    a.max_rd_atomic = 4;
-    qp.modify(
-        &a,
-        AttrMask::STATE
-            | AttrMask::SQ_PSN
-            | AttrMask::TIMEOUT
-            | AttrMask::RETRY_CNT
-            | AttrMask::RNR_RETRY
-            | AttrMask::MAX_QP_RD_ATOMIC,
-    )
-    .unwrap();
-}
-
 #[test]
 fn srq_and_waiting_on_the_cq() {
-    let da = Device::open("127.77.40.1".parse().unwrap()).unwrap();
-    let db = Device::open("127.77.40.2".parse().unwrap()).unwrap();
+    let (a_ip, b_ip) = addr::pair_v4();
+    let da = Device::open(a_ip).unwrap();
+    let db = Device::open(b_ip).unwrap();
     let (pa, pb) = (da.alloc_pd().unwrap(), db.alloc_pd().unwrap());
     let (ca, cb) = (da.create_cq(64).unwrap(), db.create_cq(64).unwrap());
     let srq = pb.create_srq(16, 1).unwrap();
@@ -58,8 +16,12 @@ fn srq_and_waiting_on_the_cq() {
     let mut init = QpInitAttr::new(&cb, &cb);
     init.srq = Some(&srq);
     let qb = pb.create_qp(&init).unwrap();
-    connect(&qa, &qb, &db, 100, 200);
-    connect(&qb, &qa, &da, 200, 100);
+    let rc = kit::RcParams {
+        sq_psn: 100,
+        rq_psn: 200,
+        ..kit::RcParams::default()
+    };
+    kit::connect_qps(&qa, a_ip, &qb, b_ip, &rc);
     let ma = pa.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
     let mb = pb.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
     ma.write(0, b"through the shared receive queue").unwrap();
@@ -71,20 +33,13 @@ fn srq_and_waiting_on_the_cq() {
     );
     qa.post_send(SendWr::new(1, SendOp::Send, vec![ma.sge(0, 32)]))
         .unwrap();
-    let w = cb
-        .wait_one(Duration::from_secs(10))
-        .unwrap()
-        .expect("receive completion");
+    let w = kit::wait_wc(&cb);
     assert_eq!((w.wr_id, w.status, w.byte_len), (9, WcStatus::Success, 32));
     assert_eq!(
         mb.to_vec(0, 32).unwrap(),
         b"through the shared receive queue"
     );
-    let w = ca
-        .wait_one(Duration::from_secs(10))
-        .unwrap()
-        .expect("send completion");
-    assert_eq!(w.status, WcStatus::Success);
+    kit::wc_ok(&ca);
     // Reading outside the region is a typed error.
     assert!(matches!(
         ma.read(4090, &mut [0u8; 10]),
@@ -100,19 +55,12 @@ fn srq_and_waiting_on_the_cq() {
 
 #[test]
 fn removal_fails_later_calls_cleanly() {
-    let d = Device::open_with("127.77.41.1".parse().unwrap(), Progress::Manual).unwrap();
+    let d = Device::open_with(addr::v4(), Progress::Manual).unwrap();
     let pd = d.alloc_pd().unwrap();
     let cq = d.create_cq(8).unwrap();
     let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq)).unwrap();
-    let a = QpAttr {
-        qp_state: QpState::Init,
-        ..QpAttr::default()
-    };
-    qp.modify(
-        &a,
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-    )
-    .unwrap();
+    let (a, m) = kit::RcParams::default().init();
+    qp.modify(&a, m).unwrap();
     let mr = pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
     qp.post_recv(RecvWr::new(5, vec![mr.sge(0, 64)])).unwrap();
     d.remove();

@@ -420,7 +420,8 @@ mod pseudo_header_tests {
 pub(crate) mod tests {
     use super::*;
 
-    fn hex(s: &str) -> Vec<u8> {
+    /// Bytes from hex digits (white space ignored): test vectors as printed.
+    pub(crate) fn hex(s: &str) -> Vec<u8> {
         let s: String = s.split_whitespace().collect();
         (0..s.len())
             .step_by(2)

@@ -392,16 +392,9 @@ pub fn write_datagram(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::icrc::tests::hex;
     use crate::opcode::Opcode;
     use std::net::{IpAddr, Ipv4Addr};
-
-    fn hex(s: &str) -> Vec<u8> {
-        let s: String = s.split_whitespace().collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
 
     #[test]
     fn builds_v4_write_only_byte_exact() {

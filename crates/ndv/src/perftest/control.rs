@@ -341,6 +341,7 @@ impl Opened {
                 listener
                     .listen(a.port, 2 * plan.qps + 2)
                     .context("rdma_listen")?;
+                tracing::info!(addr = %local, port = a.port, "ready for clients");
                 // No time limit: the server waits for its client like perftest.
                 let ch = CmChannel::accept(&dev, &listener, Duration::from_secs(3600 * 24))?;
                 drop(pump);

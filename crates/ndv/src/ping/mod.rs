@@ -107,6 +107,7 @@ fn server(a: &Args) -> Result<()> {
     let dev = open(addr)?;
     let listener = Endpoint::new(&dev).context("rdma_create_id")?;
     listener.listen(a.port, 3).context("rdma_listen")?;
+    tracing::info!(%addr, port = a.port, "ready for clients");
     debug!(a, "rdma_listen");
     loop {
         let child = Endpoint::new(&dev).context("rdma_create_id")?;

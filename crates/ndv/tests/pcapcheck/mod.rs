@@ -40,22 +40,6 @@ fn repo() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
 }
 
-/// True if tshark runs; otherwise a SKIPPED line (a failure under `CI=true`).
-pub fn have_tshark(what: &str) -> bool {
-    let ok = Command::new("tshark")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "tshark is required under CI=true (scripts/setup.sh installs it)"
-        );
-        eprintln!("SKIPPED: {what} — tshark is not installed (run scripts/setup.sh)");
-    }
-    ok
-}
-
 /// Decodes `path` with `ndv decode --json` (every ICRC must verify) and, when
 /// tshark is there, cross-checks every frame against it.
 pub fn check(path: &Path) -> Summary {
@@ -85,7 +69,7 @@ pub fn check(path: &Path) -> Summary {
         s.json.push(v);
     }
     assert!(s.frames > 0, "{} holds no RoCEv2 frame", path.display());
-    if have_tshark("tshark check of a --pcap capture") {
+    if ndverbs_testkit::skip::require_tools_for("the tshark cross-check", &["tshark"]) {
         let out = Command::new("python3")
             .arg(repo().join("scripts/decode-vs-tshark.py"))
             .arg(env!("CARGO_BIN_EXE_ndv"))

@@ -186,8 +186,20 @@ fn be16(data: &[u8], at: usize) -> Option<u16> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// One link type of each kind, an unknown number included.
+    pub(crate) const EVERY_KIND: [LinkType; 8] = [
+        LinkType::Ethernet,
+        LinkType::RawIp,
+        LinkType::Ipv4,
+        LinkType::Ipv6,
+        LinkType::LinuxSll,
+        LinkType::LinuxSll2,
+        LinkType::Null,
+        LinkType::Other(147),
+    ];
 
     const V4: &[u8] = &[
         0x45, 0, 0, 20, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
@@ -208,16 +220,7 @@ mod tests {
 
     #[test]
     fn link_type_numbers_round_trip() {
-        for lt in [
-            LinkType::Ethernet,
-            LinkType::RawIp,
-            LinkType::Ipv4,
-            LinkType::Ipv6,
-            LinkType::LinuxSll,
-            LinkType::LinuxSll2,
-            LinkType::Null,
-            LinkType::Other(147),
-        ] {
+        for lt in EVERY_KIND {
             assert_eq!(LinkType::from_u32(lt.to_u32()), lt);
         }
         assert_eq!(LinkType::from_u32(12), LinkType::RawIp);

@@ -118,6 +118,7 @@ impl<W: Write> PcapWriter<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capture::link::tests::EVERY_KIND;
     use crate::capture::read_frames;
 
     #[test]
@@ -157,16 +158,7 @@ mod tests {
 
     #[test]
     fn every_link_type_round_trips() {
-        for link in [
-            LinkType::Ethernet,
-            LinkType::RawIp,
-            LinkType::Ipv4,
-            LinkType::Ipv6,
-            LinkType::LinuxSll,
-            LinkType::LinuxSll2,
-            LinkType::Null,
-            LinkType::Other(147),
-        ] {
+        for link in EVERY_KIND {
             let mut w = PcapWriter::new(Vec::new(), link).unwrap();
             w.write_packet(5, &[1]).unwrap();
             let file = w.into_inner();

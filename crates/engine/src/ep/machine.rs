@@ -1,0 +1,665 @@
+//! [`Endpoints`]: the endpoint table, each endpoint's [`State`], and the
+//! calls the application makes. The requests' phases are in `request.rs`,
+//! the CM events in `events.rs`.
+
+use super::request::{Job, Request};
+use super::types::{AcceptArgs, ConnectArgs, ConnectInfo, EpError, EpInfo, RequestInfo};
+use crate::keys::KeyGen;
+use ndverbs_proto::cm::{CmAgent, CmError, CmState, ConnectRequest, EndpointId, QpSetup};
+use ndverbs_proto::rc::ModifyError;
+use ndverbs_proto::time::Instant;
+use ndverbs_wire::cma;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use tracing::Span;
+
+/// Names one request: the endpoint it was made on and a number unique in
+/// the table. The core keys its completion handles by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct RequestId {
+    pub(crate) ep: u32,
+    seq: u64,
+}
+
+/// A QP operation a request needs; the core answers with
+/// [`Endpoints::handle_qp_result`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum QpOp {
+    /// Is the QP in INIT? A connection starts from INIT (rdma_cm and ND move
+    /// it on from there): any other state would fail only after the CM
+    /// exchange began, leaving the peer waiting for a REP that never comes.
+    CheckInit,
+    /// INIT → RTR → RTS with what the CM negotiated.
+    ToRts(QpSetup),
+    /// To ERR, which flushes every outstanding work request.
+    ToError,
+}
+
+/// Why a QP operation did not happen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum QpError {
+    /// No QP with the number the request named.
+    Gone,
+    /// [`QpOp::CheckInit`]: the QP is in another state.
+    NotInit,
+    /// The QP refused the transition.
+    Refused(ModifyError),
+}
+
+/// How a request ended, typed by what it returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Connect.
+    Connect(Result<ConnectInfo, EpError>),
+    /// GetConnectionRequest.
+    Request(Result<RequestInfo, EpError>),
+    /// CompleteConnect, Accept, Disconnect, NotifyDisconnect.
+    Done(Result<(), EpError>),
+}
+
+impl Outcome {
+    fn error(&self) -> Option<&EpError> {
+        match self {
+            Outcome::Connect(r) => r.as_ref().err(),
+            Outcome::Request(r) => r.as_ref().err(),
+            Outcome::Done(r) => r.as_ref().err(),
+        }
+    }
+}
+
+/// What the machine asks the core to do, in order.
+#[derive(Debug)]
+pub(crate) enum Action {
+    /// Run `op` on QP `qpn` inside `span` (the request's `qp_phase`, or the
+    /// request itself for the INIT check), then hand the result back with
+    /// [`Endpoints::handle_qp_result`] before anything else: the request's
+    /// endpoint waits for it.
+    Qp {
+        request: RequestId,
+        qpn: u32,
+        op: QpOp,
+        span: Span,
+    },
+    /// Deliver a request's outcome once the step's packets are out (an
+    /// application that exits as soon as its Disconnect completes must not
+    /// take the DREP with it).
+    Complete {
+        request: RequestId,
+        outcome: Outcome,
+    },
+    /// Keep this QPN from being reused: its connection is in time-wait.
+    ReserveQpn(u32),
+    /// Time-wait is over: this QPN may be reused.
+    ReleaseQpn(u32),
+}
+
+/// Why a call was refused at once (nothing was queued).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// No endpoint with this id.
+    NoEndpoint(u32),
+    /// No QP with this number.
+    NoQp(u32),
+    /// The endpoint (or the service ID) is in use.
+    Busy(&'static str),
+    /// The call does not apply.
+    InvalidArgument(&'static str),
+    /// The endpoint has no connection (ND: `ND_CONNECTION_INVALID`).
+    NotConnected,
+}
+
+/// Where an endpoint is in its life (WinVerbs' endpoint states, with the
+/// CM endpoint it is bound to and what the CM negotiated for the QP).
+#[derive(Debug)]
+pub(crate) enum State {
+    /// Fresh, or its connection setup abandoned: bound to nothing.
+    Idle,
+    /// Listening on a service ID.
+    Listening(Listener),
+    /// Active: the REQ is out; the Connect waits for the REP.
+    Connecting { cm: EndpointId },
+    /// Active: the REP arrived; CompleteConnect (or Reject) comes next.
+    RepReceived { cm: EndpointId, setup: QpSetup },
+    /// Passive: a connection request was handed over; Accept or Reject.
+    RequestReceived { cm: EndpointId },
+    /// Passive: the REP is out; the Accept waits for the RTU.
+    Accepting { cm: EndpointId, setup: QpSetup },
+    /// Connected.
+    Connected { cm: EndpointId, setup: QpSetup },
+    /// The peer's DREQ arrived (our Disconnect will answer with the DREP).
+    PeerDisconnected { cm: EndpointId, setup: QpSetup },
+    /// Our DREQ is out; the Disconnect waits for the DREP.
+    Disconnecting { cm: EndpointId, setup: QpSetup },
+    /// The connection is over: disconnected, rejected, timed out.
+    Closed {
+        cm: EndpointId,
+        setup: Option<QpSetup>,
+    },
+}
+
+impl State {
+    /// The CM endpoint of the connection (none when idle or listening).
+    pub(crate) fn cm(&self) -> Option<EndpointId> {
+        match *self {
+            State::Idle | State::Listening(_) => None,
+            State::Connecting { cm }
+            | State::RepReceived { cm, .. }
+            | State::RequestReceived { cm }
+            | State::Accepting { cm, .. }
+            | State::Connected { cm, .. }
+            | State::PeerDisconnected { cm, .. }
+            | State::Disconnecting { cm, .. }
+            | State::Closed { cm, .. } => Some(cm),
+        }
+    }
+
+    /// The QP attributes the CM negotiated, once known.
+    pub(crate) fn setup(&self) -> Option<QpSetup> {
+        match *self {
+            State::RepReceived { setup, .. }
+            | State::Accepting { setup, .. }
+            | State::Connected { setup, .. }
+            | State::PeerDisconnected { setup, .. }
+            | State::Disconnecting { setup, .. } => Some(setup),
+            State::Closed { setup, .. } => setup,
+            _ => None,
+        }
+    }
+
+    /// The connection is over (a bound endpoint only; idle and listening
+    /// endpoints stay as they are).
+    pub(crate) fn close(&mut self) {
+        if let Some(cm) = self.cm() {
+            let setup = self.setup();
+            *self = State::Closed { cm, setup };
+        }
+    }
+}
+
+/// A listening endpoint's queues.
+#[derive(Debug)]
+pub(crate) struct Listener {
+    /// The CM's listening endpoint.
+    pub(crate) cm: EndpointId,
+    /// At most this many connection requests wait for GetConnectionRequest;
+    /// more are rejected.
+    pub(crate) backlog: usize,
+    /// Connection requests nobody asked for yet, oldest first.
+    pub(crate) queue: VecDeque<ConnectRequest>,
+    /// GetConnectionRequest calls waiting for a request, oldest first.
+    pub(crate) waiters: VecDeque<GetRequest>,
+}
+
+/// A parked GetConnectionRequest: the endpoint the request goes to.
+#[derive(Debug)]
+pub(crate) struct GetRequest {
+    pub(crate) id: RequestId,
+    pub(crate) new_ep: u32,
+    pub(crate) span: Span,
+}
+
+/// A parked NotifyDisconnect.
+#[derive(Debug)]
+pub(crate) struct Notify {
+    pub(crate) id: RequestId,
+    pub(crate) span: Span,
+}
+
+/// One connection endpoint.
+#[derive(Debug)]
+pub(crate) struct Endpoint {
+    pub(crate) state: State,
+    /// Connect, CompleteConnect, Accept and Disconnect, one at a time: only
+    /// the head runs.
+    pub(crate) requests: VecDeque<Request>,
+    /// NotifyDisconnect calls waiting for the peer's DREQ.
+    pub(crate) notify: Vec<Notify>,
+    /// What queries report (peer, private data, read limits).
+    pub(crate) info: EpInfo,
+    /// The CM state last reported in the logs.
+    pub(crate) cm_seen: Option<CmState>,
+}
+
+impl Endpoint {
+    fn new() -> Self {
+        Endpoint {
+            state: State::Idle,
+            requests: VecDeque::new(),
+            notify: Vec::new(),
+            info: EpInfo::default(),
+            cm_seen: None,
+        }
+    }
+}
+
+/// The endpoint table: every endpoint, the CM endpoints they are bound to,
+/// and the actions waiting for the core.
+#[derive(Debug)]
+pub(crate) struct Endpoints {
+    pub(crate) eps: BTreeMap<u32, Endpoint>,
+    /// CM endpoint → endpoint, for routing CM events.
+    pub(crate) by_cm: HashMap<EndpointId, u32>,
+    next_ep: u32,
+    next_request: u64,
+    /// Starting PSNs: as unpredictable as keys (a blind attacker needs the QPN and PSN).
+    pub(crate) keys: KeyGen,
+    pub(crate) actions: VecDeque<Action>,
+}
+
+impl Endpoints {
+    /// An empty table drawing starting PSNs from `keys`.
+    pub(crate) fn new(keys: KeyGen) -> Self {
+        Endpoints {
+            eps: BTreeMap::new(),
+            by_cm: HashMap::new(),
+            next_ep: 0,
+            next_request: 0,
+            keys,
+            actions: VecDeque::new(),
+        }
+    }
+
+    /// The next thing the core must do.
+    pub(crate) fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    pub(crate) fn ep(&mut self, id: u32) -> Result<&mut Endpoint, Refused> {
+        self.eps.get_mut(&id).ok_or(Refused::NoEndpoint(id))
+    }
+
+    pub(crate) fn request_id(&mut self, ep: u32) -> RequestId {
+        self.next_request += 1;
+        RequestId {
+            ep,
+            seq: self.next_request,
+        }
+    }
+
+    /// Completes a request (the core delivers it after the step's packets)
+    /// and says how it ended, in its span.
+    pub(crate) fn finish(&mut self, span: &Span, request: RequestId, outcome: Outcome) {
+        span.in_scope(|| match outcome.error() {
+            None => tracing::debug!("request completed"),
+            Some(e) => tracing::debug!(error = %e, "request failed"),
+        });
+        self.actions
+            .push_back(Action::Complete { request, outcome });
+    }
+
+    /// Completes every parked NotifyDisconnect of `ep` with `v`.
+    pub(crate) fn end_notifies(&mut self, ep: u32, v: Result<(), EpError>) {
+        let Some(e) = self.eps.get_mut(&ep) else {
+            return;
+        };
+        for n in std::mem::take(&mut e.notify) {
+            self.finish(&n.span, n.id, Outcome::Done(v.clone()));
+        }
+    }
+
+    /// Completes every parked request of `ep` with `err`.
+    pub(crate) fn fail_ep(&mut self, ep: u32, err: EpError) {
+        let Some(e) = self.eps.get_mut(&ep) else {
+            return;
+        };
+        let requests = std::mem::take(&mut e.requests);
+        let waiters = match &mut e.state {
+            State::Listening(l) => std::mem::take(&mut l.waiters),
+            _ => VecDeque::new(),
+        };
+        for r in requests {
+            let outcome = r.job.failed(err.clone());
+            self.finish(&r.span, r.id, outcome);
+        }
+        self.end_notifies(ep, Err(err.clone()));
+        for w in waiters {
+            self.finish(&w.span, w.id, Outcome::Request(Err(err.clone())));
+        }
+    }
+
+    /// Reports endpoint `ep`'s CM state if it changed since the last report.
+    pub(crate) fn note_cm_state(&mut self, cm: &CmAgent, ep: u32) {
+        let Some(e) = self.eps.get_mut(&ep) else {
+            return;
+        };
+        let state = e.state.cm().and_then(|c| cm.state(c));
+        if state != e.cm_seen {
+            tracing::debug!(
+                ep,
+                from = ?CmStateField(e.cm_seen),
+                to = ?CmStateField(state),
+                "CM state"
+            );
+            e.cm_seen = state;
+        }
+    }
+
+    // ---- calls -----------------------------------------------------------
+
+    /// Creates an endpoint.
+    pub(crate) fn create(&mut self) -> u32 {
+        self.next_ep += 1;
+        let id = self.next_ep;
+        self.eps.insert(id, Endpoint::new());
+        tracing::debug!(ep = id, "endpoint created");
+        id
+    }
+
+    /// What endpoint `ep` knows.
+    pub(crate) fn info(&self, cm: &CmAgent, ep: u32) -> Result<EpInfo, Refused> {
+        let e = self.eps.get(&ep).ok_or(Refused::NoEndpoint(ep))?;
+        let id = e.state.cm();
+        let mut info = e.info.clone();
+        info.cm_state = id.and_then(|id| cm.state(id));
+        info.comm_ids = id.and_then(|id| Some((cm.local_comm_id(id)?, cm.peer(id)?.comm_id)));
+        info.listening = matches!(e.state, State::Listening(_));
+        Ok(info)
+    }
+
+    /// Listens on rdma_cm TCP `port`, queueing at most `backlog` requests.
+    pub(crate) fn listen(
+        &mut self,
+        cm: &mut CmAgent,
+        ep: u32,
+        port: u16,
+        backlog: usize,
+    ) -> Result<(), Refused> {
+        let sid = cma::service_id(cma::RDMA_PS_TCP, port);
+        if !matches!(self.ep(ep)?.state, State::Idle) {
+            return Err(Refused::Busy("the endpoint is already in use"));
+        }
+        let cm_id = cm.listen(sid).map_err(|e| match e {
+            CmError::ServiceIdBusy(_) => Refused::Busy("the address is already being listened on"),
+            e => Refused::InvalidArgument(cm_error_text(e)),
+        })?;
+        self.by_cm.insert(cm_id, ep);
+        self.ep(ep)?.state = State::Listening(Listener {
+            cm: cm_id,
+            backlog: backlog.max(1),
+            queue: VecDeque::new(),
+            waiters: VecDeque::new(),
+        });
+        tracing::debug!(ep, port, backlog, "listening");
+        Ok(())
+    }
+
+    /// GetConnectionRequest: waits on `listener` for a connection request
+    /// and binds it to endpoint `new_ep` (several may wait at once).
+    pub(crate) fn get_request(
+        &mut self,
+        cm: &CmAgent,
+        listener: u32,
+        new_ep: u32,
+    ) -> Result<RequestId, Refused> {
+        self.ep(new_ep)?;
+        if !matches!(self.ep(listener)?.state, State::Listening(_)) {
+            return Err(Refused::InvalidArgument("the endpoint is not listening"));
+        }
+        let id = self.request_id(listener);
+        let span = tracing::debug_span!("ep_get_request", ep = listener, new_ep);
+        if let State::Listening(l) = &mut self.ep(listener)?.state {
+            l.waiters.push_back(GetRequest { id, new_ep, span });
+        }
+        self.serve_listener(cm, listener);
+        Ok(id)
+    }
+
+    /// Connect on endpoint `ep` with QP `qpn` (`qp_exists`: the core knows
+    /// such a QP now). Refused unless the endpoint is idle or its last
+    /// connection is over, with nothing queued.
+    pub(crate) fn connect(
+        &mut self,
+        now: Instant,
+        cm: &mut CmAgent,
+        ep: u32,
+        qpn: u32,
+        args: ConnectArgs,
+        qp_exists: bool,
+    ) -> Result<RequestId, Refused> {
+        let e = self.ep(ep)?;
+        if !matches!(e.state, State::Idle | State::Closed { .. }) || !e.requests.is_empty() {
+            return Err(Refused::Busy("connection already active"));
+        }
+        if !qp_exists {
+            return Err(Refused::NoQp(qpn));
+        }
+        let span = tracing::debug_span!("ep_connect", ep, qp = qpn);
+        Ok(self.submit(now, cm, ep, qpn, span, Job::connect(args)))
+    }
+
+    /// CompleteConnect (active, after the Connect completed).
+    pub(crate) fn complete_connect(
+        &mut self,
+        now: Instant,
+        cm: &mut CmAgent,
+        ep: u32,
+        qpn: u32,
+    ) -> Result<RequestId, Refused> {
+        self.ep(ep)?;
+        let span = tracing::debug_span!("ep_complete_connect", ep, qp = qpn);
+        Ok(self.submit(now, cm, ep, qpn, span, Job::complete_connect()))
+    }
+
+    /// Accept (passive, after GetConnectionRequest handed a request over).
+    pub(crate) fn accept(
+        &mut self,
+        now: Instant,
+        cm: &mut CmAgent,
+        ep: u32,
+        qpn: u32,
+        args: AcceptArgs,
+    ) -> Result<RequestId, Refused> {
+        self.ep(ep)?;
+        let span = tracing::debug_span!("ep_accept", ep, qp = qpn);
+        Ok(self.submit(now, cm, ep, qpn, span, Job::accept(args)))
+    }
+
+    /// Disconnect. Refused on an endpoint that never connected, or whose
+    /// connection is over with nothing queued.
+    pub(crate) fn disconnect(
+        &mut self,
+        now: Instant,
+        cm: &mut CmAgent,
+        ep: u32,
+        qpn: u32,
+    ) -> Result<RequestId, Refused> {
+        let e = self.ep(ep)?;
+        let refused = match e.state {
+            State::Idle | State::Listening(_) => true,
+            State::Closed { .. } => e.requests.is_empty(),
+            _ => false,
+        };
+        if refused {
+            return Err(Refused::NotConnected);
+        }
+        let span = tracing::debug_span!("ep_disconnect", ep, qp = qpn);
+        Ok(self.submit(now, cm, ep, qpn, span, Job::disconnect()))
+    }
+
+    /// NotifyDisconnect: completes when the peer's DREQ arrives, at once if
+    /// it did or the connection is over.
+    pub(crate) fn notify_disconnect(&mut self, ep: u32) -> Result<RequestId, Refused> {
+        let e = self.ep(ep)?;
+        let at_once = match e.state {
+            State::Idle | State::Listening(_) => return Err(Refused::NotConnected),
+            State::PeerDisconnected { .. } | State::Closed { .. } => true,
+            _ => false,
+        };
+        let id = self.request_id(ep);
+        let span = tracing::debug_span!("ep_notify_disconnect", ep);
+        if at_once {
+            self.finish(&span, id, Outcome::Done(Ok(())));
+        } else {
+            span.in_scope(|| tracing::debug!("waiting for the peer's DREQ"));
+            self.ep(ep)?.notify.push(Notify { id, span });
+        }
+        Ok(id)
+    }
+
+    /// Reject: refuses the connection request (passive) or the REP (active).
+    /// The endpoint's connection is over even if the CM refuses.
+    pub(crate) fn reject(
+        &mut self,
+        now: Instant,
+        cm: &mut CmAgent,
+        ep: u32,
+        private_data: &[u8],
+    ) -> Result<(), Refused> {
+        let e = self.ep(ep)?;
+        let Some(cm_id) = e.state.cm() else {
+            return Err(Refused::InvalidArgument("no connection to reject"));
+        };
+        e.state.close();
+        tracing::debug!(ep, "rejecting the connection");
+        cm.reject(now, cm_id, private_data)
+            .map_err(|e| Refused::InvalidArgument(cm_error_text(e)))?;
+        self.fail_ep(ep, EpError::Canceled);
+        self.note_cm_state(cm, ep);
+        Ok(())
+    }
+
+    /// CancelOverlappedRequests: every parked request of `ep` completes
+    /// [`EpError::Canceled`]; a Connect or Accept in progress is abandoned
+    /// (its CM endpoint destroyed, which rejects the peer).
+    pub(crate) fn cancel(
+        &mut self,
+        now: Instant,
+        cm: &mut CmAgent,
+        ep: u32,
+    ) -> Result<(), Refused> {
+        let e = self.ep(ep)?;
+        let setting_up = e.requests.front().is_some_and(|r| r.job.sets_up());
+        if setting_up {
+            if let Some(cm_id) = e.state.cm() {
+                e.state = State::Idle;
+                self.by_cm.remove(&cm_id);
+                let _ = cm.destroy(now, cm_id);
+            }
+        }
+        tracing::debug!(ep, setting_up, "canceling the endpoint's requests");
+        self.fail_ep(ep, EpError::Canceled);
+        self.note_cm_state(cm, ep);
+        Ok(())
+    }
+
+    /// Destroys endpoint `ep`: parked requests complete
+    /// [`EpError::Canceled`]; the CM endpoint goes the Linux way (REJ, DREQ
+    /// or DREP as its state demands); a listener's unclaimed requests are
+    /// rejected.
+    pub(crate) fn destroy(
+        &mut self,
+        now: Instant,
+        cm: &mut CmAgent,
+        ep: u32,
+    ) -> Result<(), Refused> {
+        tracing::debug!(ep, "destroying the endpoint");
+        self.fail_ep(ep, EpError::Canceled);
+        let e = self.eps.remove(&ep).ok_or(Refused::NoEndpoint(ep))?;
+        if let Some(cm_id) = e.state.cm() {
+            self.by_cm.remove(&cm_id);
+            if !cm.is_removed() {
+                let _ = cm.destroy(now, cm_id);
+            }
+        }
+        if let State::Listening(l) = e.state {
+            self.by_cm.remove(&l.cm);
+            let _ = cm.destroy(now, l.cm);
+            for r in l.queue {
+                let _ = cm.reject(now, r.endpoint, &[]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Device removal: every parked request of every endpoint completes
+    /// [`EpError::DeviceRemoved`]; the CM goes silent for good.
+    pub(crate) fn remove_device(&mut self, cm: &mut CmAgent) {
+        let ids: Vec<u32> = self.eps.keys().copied().collect();
+        for id in ids {
+            self.fail_ep(id, EpError::DeviceRemoved);
+        }
+        cm.remove_device();
+        while cm.poll_event().is_some() {}
+    }
+
+    /// Queues a request on `ep` and runs it at once if nothing is ahead.
+    fn submit(
+        &mut self,
+        now: Instant,
+        cm: &mut CmAgent,
+        ep: u32,
+        qpn: u32,
+        span: Span,
+        job: Job,
+    ) -> RequestId {
+        let id = self.request_id(ep);
+        let Some(e) = self.eps.get_mut(&ep) else {
+            return id;
+        };
+        e.requests.push_back(Request { id, qpn, span, job });
+        if e.requests.len() == 1 {
+            self.run(now, cm, ep);
+        }
+        id
+    }
+
+    /// A connection request for endpoint `new_ep`'s GetConnectionRequest:
+    /// what the application learns, and the endpoint bound to it.
+    pub(crate) fn hand_over(
+        &mut self,
+        cm: &CmAgent,
+        new_ep: u32,
+        req: &ConnectRequest,
+    ) -> Option<RequestInfo> {
+        let e = self.eps.get_mut(&new_ep)?;
+        let peer_port = req.cma.map_or(0, |h| h.src_port);
+        let info = RequestInfo {
+            peer: req.peer.addr,
+            peer_port,
+            local: cm.config().local_addr,
+            service_id: req.service_id,
+            private_data: req.peer.private_data.clone(),
+            peer_read_limits: (req.peer.responder_resources, req.peer.initiator_depth),
+        };
+        e.state = State::RequestReceived { cm: req.endpoint };
+        e.info.peer = Some(req.peer.addr);
+        e.info.peer_port = peer_port;
+        e.info.private_data = req.peer.private_data.clone();
+        e.info.read_limits = (req.peer.responder_resources, req.peer.initiator_depth);
+        self.by_cm.insert(req.endpoint, new_ep);
+        Some(info)
+    }
+}
+
+/// The text of a CM refusal, for [`Refused::InvalidArgument`].
+fn cm_error_text(e: CmError) -> &'static str {
+    match e {
+        CmError::UnknownEndpoint => "unknown CM endpoint",
+        CmError::InvalidState(_) => "not allowed in the connection's state",
+        CmError::DeviceRemoved => "device removed",
+        CmError::PrivateDataTooLong { .. } => "private data too long",
+        CmError::ServiceIdBusy(_) => "service ID already listened on",
+        CmError::InvalidParameter(p) => p,
+    }
+}
+
+/// A CM state for the logs (`none` when the endpoint has no CM endpoint).
+pub(crate) struct CmStateField(pub(crate) Option<CmState>);
+
+impl std::fmt::Debug for CmStateField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(s) => write!(f, "{s:?}"),
+            None => f.write_str("none"),
+        }
+    }
+}
+
+impl ConnectInfo {
+    /// What the REP says.
+    pub(crate) fn from_rep(private_data: &[u8], qp: &QpSetup) -> Self {
+        ConnectInfo {
+            private_data: private_data.to_vec(),
+            read_limits: (qp.max_dest_rd_atomic, qp.max_rd_atomic),
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! Connection endpoints: the CM side of a connection, and the requests that
+//! run on it phase by phase (WinVerbs' `wv_ep.c`).
+//!
+//! An endpoint is an id in the adapter's table. Connect, CompleteConnect,
+//! Accept and Disconnect are *requests* that name the endpoint **and** the QP
+//! (by number) and run in phases on the endpoint's serialised queue — only
+//! the head runs, the others wait their turn:
+//!
+//! | Request | Phases |
+//! |---|---|
+//! | Connect | QP: is it in INIT? CM: send REQ, park until REP / REJ / timeout |
+//! | CompleteConnect | QP: INIT → RTR → RTS from the REP; CM: send RTU |
+//! | Accept | QP: is it in INIT? INIT → RTR → RTS; CM: send REP, park until RTU / REJ / timeout |
+//! | Disconnect | CM: DREQ (park until DREP / DREQ timeout) or DREP (done at once); QP: → ERR, which flushes every outstanding work request; its QPN stays reserved through time-wait |
+//!
+//! NotifyDisconnect does not queue: it parks until a DREQ arrives (and never
+//! touches the QP), and GetConnectionRequest parks on a listening endpoint
+//! until a REQ arrives. The endpoint never holds a QP and the QP never holds
+//! an endpoint: each QP phase names the QP by number, and a QP that is gone
+//! is a status, not a crash. Device removal completes every parked request
+//! with [`EpError::DeviceRemoved`].
+//!
+//! ## The machine and the core
+//!
+//! The rules live in `Endpoints`, a value with no sockets, threads or clock
+//! (quinn-proto style): the application's calls and the CM's events go in
+//! as method calls taking `now` and the adapter's `CmAgent` (which the
+//! machine drives directly: it is sans-IO too), and what the core must do
+//! comes out of `poll_action`, in order:
+//!
+//! | Action | The core |
+//! |---|---|
+//! | `Qp { request, qpn, op, span }` | runs `op` (INIT check, to RTS, to ERR) on QP `qpn` inside `span`, and feeds the result back with `handle_qp_result` before anything else; the request's endpoint waits for it |
+//! | `Complete { request, outcome }` | delivers the outcome once the step's packets are out |
+//! | `ReserveQpn(qpn)` / `ReleaseQpn(qpn)` | keeps the QPN from reuse through time-wait, and frees it |
+//!
+//! Requests are named by a `RequestId`; the completion handles the
+//! application waits on ([`EpPending`]) stay with the core in a side table
+//! keyed by it, so the machine's outcomes are plain values a test can
+//! compare. The core's part (`drive.rs`) is that table, the action pump and
+//! the QP operations; the unit tests drive the machine against two
+//! `CmAgent`s wired in memory and a table of fake QPs instead.
+//!
+//! ## Endpoint states
+//!
+//! | State | Reached by | Leaves on |
+//! |---|---|---|
+//! | Idle | creation; Cancel of a Connect/Accept | Listen, Connect's REQ, a handed-over request |
+//! | Listening | Listen | (destroy) |
+//! | Connecting | Connect's REQ | REP → RepReceived; REJ, timeout → Closed |
+//! | RepReceived | the REP | CompleteConnect → Connected; Reject, REJ → Closed |
+//! | RequestReceived | GetConnectionRequest | Accept's REP → Accepting; Reject → Closed |
+//! | Accepting | Accept's REP | RTU → Connected; DREQ → PeerDisconnected; REJ, timeout → Closed |
+//! | Connected | RTU sent or received | DREQ → PeerDisconnected; our DREQ → Disconnecting; REJ → Closed |
+//! | PeerDisconnected | the peer's DREQ (NotifyDisconnect completes) | Disconnect (DREP) → Closed |
+//! | Disconnecting | our DREQ | DREP, DREQ timeout → Closed; crossing DREQ → PeerDisconnected |
+//! | Closed | the end of any of the above | Connect again |
+//!
+//! **Tracing.** Each request is a `debug` span (`ep_connect`,
+//! `ep_complete_connect`, `ep_accept`, `ep_disconnect`,
+//! `ep_notify_disconnect`, `ep_get_request`) with the endpoint id `ep` and,
+//! for the four that name one, the QP number `qp`, open from the call until
+//! the request completes (inside the adapter's `adapter` span, field `local`);
+//! its phases are child spans `cm_phase` and `qp_phase`, in the order they
+//! run. CM events and CM state transitions (`from`, `to`) are `debug` events
+//! with the `ep` field; CM timeouts are `warn`.
+
+mod drive;
+mod events;
+mod machine;
+mod request;
+mod types;
+mod waiters;
+
+#[cfg(test)]
+mod tests;
+
+pub(crate) use drive::EpTable;
+pub use types::{AcceptArgs, ConnectArgs, ConnectInfo, EpError, EpInfo, EpPending, RequestInfo};
+pub(crate) use waiters::Later;

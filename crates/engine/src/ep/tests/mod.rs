@@ -1,0 +1,484 @@
+//! The endpoint machine without sockets: two [`Endpoints`] over two
+//! `CmAgent`s wired back to back in memory (MADs carried by the harness,
+//! time advanced by the test), each with a table of fake QPs answering the
+//! machine's QP operations. The tests pin what every request returns in
+//! each case, which MADs go out and what happens to the QPs.
+
+mod connect;
+mod disconnect;
+mod lifecycle;
+
+use super::machine::{Action, Endpoints, Outcome, QpError, QpOp, Refused, RequestId, State};
+use super::types::{AcceptArgs, ConnectArgs, ConnectInfo, EpError, RequestInfo};
+use crate::keys::KeyGen;
+use ndverbs_proto::cm::{CmAgent, CmConfig};
+use ndverbs_proto::rc::{ModifyError, PathMtu, QpState};
+use ndverbs_proto::time::{Duration, Instant};
+use ndverbs_wire::cm::attr;
+use ndverbs_wire::mad::Mad;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+pub(super) const PORT: u16 = 7000;
+
+/// Which side of the pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Who {
+    A,
+    B,
+}
+
+/// The kind of a QP operation, for comparing logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Op {
+    CheckInit,
+    ToRts,
+    ToError,
+}
+
+impl Op {
+    fn of(op: &QpOp) -> Op {
+        match op {
+            QpOp::CheckInit => Op::CheckInit,
+            QpOp::ToRts(_) => Op::ToRts,
+            QpOp::ToError => Op::ToError,
+        }
+    }
+}
+
+/// One adapter's worth: CM agent, endpoint machine, fake QPs, and what the
+/// machine asked for.
+pub(super) struct Side {
+    pub cm: CmAgent,
+    pub eps: Endpoints,
+    now: Instant,
+    /// QPN → state: the QPs the "core" has.
+    pub qps: BTreeMap<u32, QpState>,
+    next_qpn: u32,
+    /// QPNs reserved for time-wait.
+    pub reserved: BTreeSet<u32>,
+    /// Every completed request, once.
+    pub done: BTreeMap<RequestId, Outcome>,
+    /// Every QP operation asked for, in order.
+    pub ops: Vec<(u32, Op)>,
+    /// Destroy this QP just before the machine's next operation of this
+    /// kind on it (the application released it between phases).
+    pub vanish: Option<(u32, Op)>,
+}
+
+impl Side {
+    fn new(ip: &str, guid: u64) -> Self {
+        let mut cfg = CmConfig::new(ip.parse().unwrap(), guid, guid);
+        // Short timers: REQ/REP/DREQ retries every ~50 ms, 3 retries.
+        cfg.packet_life_time = 12;
+        cfg.cm_response_timeout = 12;
+        cfg.max_cm_retries = 3;
+        Side {
+            cm: CmAgent::new(cfg),
+            eps: Endpoints::new(KeyGen::seeded(guid)),
+            now: Instant::ZERO,
+            qps: BTreeMap::new(),
+            next_qpn: 0x100 * guid as u32,
+            reserved: BTreeSet::new(),
+            done: BTreeMap::new(),
+            ops: Vec::new(),
+            vanish: None,
+        }
+    }
+
+    pub fn ip(&self) -> IpAddr {
+        self.cm.config().local_addr
+    }
+
+    /// A new QP in INIT.
+    pub fn qp(&mut self) -> u32 {
+        self.next_qpn += 1;
+        self.qps.insert(self.next_qpn, QpState::Init);
+        self.next_qpn
+    }
+
+    /// Applies the machine's actions and the CM's events until both are quiet.
+    pub fn settle(&mut self) {
+        loop {
+            let mut busy = false;
+            while let Some(a) = self.eps.poll_action() {
+                self.apply(a);
+                busy = true;
+            }
+            while let Some(ev) = self.cm.poll_event() {
+                self.eps.handle_cm_event(self.now, &mut self.cm, ev);
+                busy = true;
+            }
+            if !busy {
+                return;
+            }
+        }
+    }
+
+    fn apply(&mut self, a: Action) {
+        match a {
+            Action::Qp {
+                request, qpn, op, ..
+            } => {
+                let kind = Op::of(&op);
+                self.ops.push((qpn, kind));
+                if self.vanish == Some((qpn, kind)) {
+                    self.qps.remove(&qpn);
+                    self.vanish = None;
+                }
+                let r = self.fake_qp(qpn, &op);
+                self.eps
+                    .handle_qp_result(self.now, &mut self.cm, request, r);
+            }
+            Action::Complete { request, outcome } => {
+                let again = self.done.insert(request, outcome);
+                assert!(again.is_none(), "{request:?} completed twice");
+            }
+            Action::ReserveQpn(q) => {
+                self.reserved.insert(q);
+            }
+            Action::ReleaseQpn(q) => {
+                self.reserved.remove(&q);
+            }
+        }
+    }
+
+    /// What the engine's QP table answers.
+    fn fake_qp(&mut self, qpn: u32, op: &QpOp) -> Result<(), QpError> {
+        let Some(state) = self.qps.get_mut(&qpn) else {
+            return Err(QpError::Gone);
+        };
+        match op {
+            QpOp::CheckInit if *state == QpState::Init => Ok(()),
+            QpOp::CheckInit => Err(QpError::NotInit),
+            QpOp::ToRts(_) if *state == QpState::Init => {
+                *state = QpState::Rts;
+                Ok(())
+            }
+            QpOp::ToRts(_) => Err(QpError::Refused(ModifyError::IllegalTransition {
+                from: *state,
+                to: QpState::Rtr,
+            })),
+            QpOp::ToError => {
+                *state = QpState::Err;
+                Ok(())
+            }
+        }
+    }
+
+    /// The QP operations asked for on `qpn`, in order.
+    pub fn ops_on(&self, qpn: u32) -> Vec<Op> {
+        self.ops
+            .iter()
+            .filter(|(q, _)| *q == qpn)
+            .map(|(_, o)| *o)
+            .collect()
+    }
+
+    pub fn state(&self, ep: u32) -> &State {
+        &self.eps.eps[&ep].state
+    }
+
+    /// The endpoint's state, by name (`Debug` of the variant, no fields).
+    pub fn state_name(&self, ep: u32) -> String {
+        let s = format!("{:?}", self.state(ep));
+        s.split([' ', '(']).next().unwrap_or_default().to_string()
+    }
+
+    pub fn pending(&self, id: RequestId) -> bool {
+        !self.done.contains_key(&id)
+    }
+
+    /// The outcome of a request that returns nothing (`None`: pending).
+    pub fn result(&self, id: RequestId) -> Option<Result<(), EpError>> {
+        match self.done.get(&id)? {
+            Outcome::Done(r) => Some(r.clone()),
+            o => panic!("{id:?} is not a unit request: {o:?}"),
+        }
+    }
+
+    /// The outcome of a Connect.
+    pub fn connect_result(&self, id: RequestId) -> Option<Result<ConnectInfo, EpError>> {
+        match self.done.get(&id)? {
+            Outcome::Connect(r) => Some(r.clone()),
+            o => panic!("{id:?} is not a Connect: {o:?}"),
+        }
+    }
+
+    /// The outcome of a GetConnectionRequest.
+    pub fn request_result(&self, id: RequestId) -> Option<Result<RequestInfo, EpError>> {
+        match self.done.get(&id)? {
+            Outcome::Request(r) => Some(r.clone()),
+            o => panic!("{id:?} is not a GetConnectionRequest: {o:?}"),
+        }
+    }
+
+    // ---- the application's calls, each followed by what the core does ----
+
+    pub fn create(&mut self) -> u32 {
+        self.eps.create()
+    }
+
+    fn then<T>(&mut self, r: T) -> T {
+        self.settle();
+        r
+    }
+
+    pub fn listen(&mut self, ep: u32, backlog: usize) -> Result<(), Refused> {
+        let r = self.eps.listen(&mut self.cm, ep, PORT, backlog);
+        self.then(r)
+    }
+
+    pub fn get_request(&mut self, listener: u32, new_ep: u32) -> Result<RequestId, Refused> {
+        let r = self.eps.get_request(&self.cm, listener, new_ep);
+        self.then(r)
+    }
+
+    pub fn connect(&mut self, ep: u32, qpn: u32, to: IpAddr) -> Result<RequestId, Refused> {
+        self.connect_with(ep, qpn, cargs(to))
+    }
+
+    pub fn connect_with(
+        &mut self,
+        ep: u32,
+        qpn: u32,
+        args: ConnectArgs,
+    ) -> Result<RequestId, Refused> {
+        let exists = self.qps.contains_key(&qpn);
+        let r = self
+            .eps
+            .connect(self.now, &mut self.cm, ep, qpn, args, exists);
+        self.then(r)
+    }
+
+    pub fn complete_connect(&mut self, ep: u32, qpn: u32) -> Result<RequestId, Refused> {
+        let r = self.eps.complete_connect(self.now, &mut self.cm, ep, qpn);
+        self.then(r)
+    }
+
+    pub fn accept(&mut self, ep: u32, qpn: u32) -> Result<RequestId, Refused> {
+        let r = self.eps.accept(self.now, &mut self.cm, ep, qpn, aargs());
+        self.then(r)
+    }
+
+    pub fn reject(&mut self, ep: u32, pd: &[u8]) -> Result<(), Refused> {
+        let r = self.eps.reject(self.now, &mut self.cm, ep, pd);
+        self.then(r)
+    }
+
+    pub fn disconnect(&mut self, ep: u32, qpn: u32) -> Result<RequestId, Refused> {
+        let r = self.eps.disconnect(self.now, &mut self.cm, ep, qpn);
+        self.then(r)
+    }
+
+    pub fn notify(&mut self, ep: u32) -> Result<RequestId, Refused> {
+        let r = self.eps.notify_disconnect(ep);
+        self.then(r)
+    }
+
+    pub fn cancel(&mut self, ep: u32) -> Result<(), Refused> {
+        let r = self.eps.cancel(self.now, &mut self.cm, ep);
+        self.then(r)
+    }
+
+    pub fn destroy(&mut self, ep: u32) -> Result<(), Refused> {
+        let r = self.eps.destroy(self.now, &mut self.cm, ep);
+        self.then(r)
+    }
+
+    pub fn remove_device(&mut self) {
+        self.eps.remove_device(&mut self.cm);
+        self.settle();
+    }
+}
+
+pub(super) fn cargs(to: IpAddr) -> ConnectArgs {
+    ConnectArgs {
+        remote: to,
+        remote_port: PORT,
+        local_port: 40000,
+        responder_resources: 4,
+        initiator_depth: 2,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        path_mtu: PathMtu::Mtu1024,
+        private_data: b"from a".to_vec(),
+    }
+}
+
+pub(super) fn aargs() -> AcceptArgs {
+    AcceptArgs {
+        responder_resources: 8,
+        initiator_depth: 8,
+        rnr_retry_count: 7,
+        private_data: b"from b".to_vec(),
+    }
+}
+
+/// Two sides and the wire between them.
+pub(super) struct Pair {
+    pub a: Side,
+    pub b: Side,
+    pub now: Instant,
+    /// Every MAD put on the wire: (sender, attribute, dropped).
+    pub wire: Vec<(Who, u16, bool)>,
+    /// Drop every MAD with this attribute from this sender.
+    pub drop: Vec<(Who, u16)>,
+}
+
+impl Pair {
+    pub fn new() -> Self {
+        Pair {
+            a: Side::new("10.0.0.1", 1),
+            b: Side::new("10.0.0.2", 2),
+            now: Instant::ZERO,
+            wire: Vec::new(),
+            drop: Vec::new(),
+        }
+    }
+
+    pub fn side(&mut self, who: Who) -> &mut Side {
+        match who {
+            Who::A => &mut self.a,
+            Who::B => &mut self.b,
+        }
+    }
+
+    /// Carries MADs both ways until both sides are quiet.
+    pub fn pump(&mut self) {
+        loop {
+            self.a.settle();
+            self.b.settle();
+            let mut moved = false;
+            for from in [Who::A, Who::B] {
+                while let Some(t) = self.side(from).cm.poll_transmit() {
+                    let attr = Mad::parse(&t.mad).expect("a MAD").header.attr_id;
+                    let dropped = self.drop.contains(&(from, attr));
+                    self.wire.push((from, attr, dropped));
+                    if dropped {
+                        continue;
+                    }
+                    let src = self.side(from).ip();
+                    let to = match from {
+                        Who::A => &mut self.b,
+                        Who::B => &mut self.a,
+                    };
+                    to.cm.handle_mad(self.now, src, &t.mad);
+                    moved = true;
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    /// Lets `d` pass, firing every CM timer due on the way.
+    pub fn advance(&mut self, d: Duration) {
+        let end = self.now + d;
+        loop {
+            let next = [self.a.cm.poll_timeout(), self.b.cm.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .filter(|&t| t <= end)
+                .min();
+            self.now = next.unwrap_or(end);
+            self.a.now = self.now;
+            self.b.now = self.now;
+            for s in [Who::A, Who::B] {
+                let now = self.now;
+                let side = self.side(s);
+                if side.cm.poll_timeout().is_some_and(|t| t <= now) {
+                    side.cm.handle_timeout(now);
+                }
+            }
+            self.pump();
+            if next.is_none() {
+                return;
+            }
+        }
+    }
+
+    /// The attributes `from` sent (dropped ones included), in order.
+    pub fn sent(&self, from: Who) -> Vec<u16> {
+        self.wire
+            .iter()
+            .filter(|(w, _, _)| *w == from)
+            .map(|(_, a, _)| *a)
+            .collect()
+    }
+
+    /// Forgets the MADs sent so far.
+    pub fn clear_wire(&mut self) {
+        self.wire.clear();
+    }
+
+    /// B listens with one GetConnectionRequest waiting on a fresh endpoint:
+    /// (listener, eb, the GetConnectionRequest).
+    pub fn listen(&mut self) -> (u32, u32, RequestId) {
+        let l = self.b.create();
+        self.b.listen(l, 4).unwrap();
+        let eb = self.b.create();
+        let get = self.b.get_request(l, eb).unwrap();
+        (l, eb, get)
+    }
+
+    /// A connected pair, every request done.
+    pub fn connected() -> (Pair, Conn) {
+        let mut p = Pair::new();
+        let (listener, eb, get) = p.listen();
+        let (qa, qb) = (p.a.qp(), p.b.qp());
+        let ea = p.a.create();
+        let to = p.b.ip();
+        let connect = p.a.connect(ea, qa, to).unwrap();
+        p.pump();
+        assert!(p.b.request_result(get).unwrap().is_ok());
+        let accept = p.b.accept(eb, qb).unwrap();
+        p.pump();
+        assert!(p.a.connect_result(connect).unwrap().is_ok());
+        let complete = p.a.complete_connect(ea, qa).unwrap();
+        p.pump();
+        assert_eq!(p.a.result(complete), Some(Ok(())));
+        assert_eq!(p.b.result(accept), Some(Ok(())));
+        assert_eq!(
+            (p.a.state_name(ea), p.b.state_name(eb)),
+            ("Connected".into(), "Connected".into())
+        );
+        p.clear_wire();
+        let c = Conn {
+            ea,
+            eb,
+            qa,
+            qb,
+            listener,
+        };
+        (p, c)
+    }
+}
+
+/// The ids of a connection made by [`Pair::connected`].
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Conn {
+    pub ea: u32,
+    pub eb: u32,
+    pub qa: u32,
+    pub qb: u32,
+    pub listener: u32,
+}
+
+pub(super) const REQ: u16 = attr::REQ;
+pub(super) const REJ: u16 = attr::REJ;
+pub(super) const REP: u16 = attr::REP;
+pub(super) const RTU: u16 = attr::RTU;
+pub(super) const DREQ: u16 = attr::DREQ;
+pub(super) const DREP: u16 = attr::DREP;
+pub(super) const MRA: u16 = attr::MRA;
+
+/// Long enough for every CM retry to run out (and time-wait to end).
+pub(super) const LONG: Duration = Duration::from_secs(30);
+
+#[test]
+fn the_machine_can_move_between_threads() {
+    fn send<T: Send>() {}
+    send::<Endpoints>();
+}

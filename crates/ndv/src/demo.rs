@@ -98,21 +98,11 @@ fn wait<T: Send + 'static>(p: NdPending<T>, what: &str) -> Result<T> {
     }
 }
 
-fn empty() -> NdResultEntry {
-    NdResultEntry {
-        status: NdStatus::SUCCESS,
-        bytes_transferred: 0,
-        queue_pair_context: 0,
-        request_context: 0,
-        request_type: RequestType::Send,
-    }
-}
-
 /// Takes `n` completions from `cq`, failing on any non-success.
 fn results(cq: &CompletionQueue, n: usize) -> Result<Vec<NdResultEntry>> {
     let t0 = Instant::now();
     let mut v = Vec::with_capacity(n);
-    let mut buf = [empty(); 64];
+    let mut buf = [NdResultEntry::default(); 64];
     while v.len() < n {
         let k = cq.get_results(&mut buf[..(n - v.len()).min(64)]);
         for r in &buf[..k] {
@@ -411,7 +401,7 @@ fn close_both(c: &Side, s: &Side, k: &Conn, r: &mut Report) -> Result<()> {
     wait(dc, "client Disconnect")?;
     wait(ds, "server Disconnect")?;
     let flushed = {
-        let mut buf = [empty(); 4];
+        let mut buf = [NdResultEntry::default(); 4];
         let t = Instant::now();
         let mut n = 0;
         while n == 0 && t.elapsed() < LIMIT {
@@ -456,7 +446,7 @@ fn one_sided_disconnect(s: &Side, k: Conn, r: &mut Report) -> Result<()> {
     let dc = k.cc.disconnect()?;
     wait(ns, "server NotifyDisconnect")?;
     // Rule D6: the DREQ did not flush the server's QP.
-    let mut buf = [empty(); 1];
+    let mut buf = [NdResultEntry::default(); 1];
     ensure!(
         s.cq.get_results(&mut buf) == 0,
         "an incoming DREQ flushed the server's QP"
@@ -480,7 +470,7 @@ fn one_sided_disconnect(s: &Side, k: Conn, r: &mut Report) -> Result<()> {
 }
 
 fn results_any(cq: &CompletionQueue) -> Result<usize> {
-    let mut buf = [empty(); 8];
+    let mut buf = [NdResultEntry::default(); 8];
     let t = Instant::now();
     loop {
         let n = cq.get_results(&mut buf);

@@ -36,11 +36,3 @@ pub mod mr;
 pub mod nic;
 pub mod pending;
 pub mod stats;
-
-/// The paths the examples of [`mr`] still name.
-#[doc(hidden)]
-pub mod adapter {
-    pub use crate::config::Progress;
-    pub use crate::error::EngineError;
-    pub use crate::nic::Nic as Adapter;
-}

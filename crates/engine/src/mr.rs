@@ -210,10 +210,11 @@ impl Drop for RegionBuf {
 /// # Example
 ///
 /// ```
-/// use ndverbs_engine::adapter::{Adapter, Progress};
+/// use ndverbs_engine::config::Progress;
+/// use ndverbs_engine::nic::Nic;
 /// use ndverbs_engine::mr::RegionBuf;
 /// use ndverbs_proto::mem::{Access, Sge};
-/// let a = Adapter::open("127.93.19.1".parse().unwrap(), Progress::Thread)?;
+/// let a = Nic::open("127.93.19.1".parse().unwrap(), Progress::Thread)?;
 /// let pd = a.alloc_pd()?;
 /// let mr = a.reg_mr(pd, RegionBuf::alloc(4096)?, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
 /// // The peer needs (addr, rkey); local SGEs name (addr, lkey).
@@ -227,7 +228,7 @@ impl Drop for RegionBuf {
 /// assert!(mr.write(4094, b"overflow").is_err());
 /// a.dereg_mr(mr.lkey())?; // the key stops working; `mr` keeps the memory alive
 /// # let _ = sge;
-/// # Ok::<(), ndverbs_engine::adapter::EngineError>(())
+/// # Ok::<(), ndverbs_engine::error::EngineError>(())
 /// ```
 #[derive(Debug)]
 pub struct Region {

@@ -6,6 +6,7 @@
 //! that look like RoCEv2 but do not parse get an `error` key naming what is
 //! wrong; other frames (ARP, TCP, …) are skipped.
 
+use anyhow::{Context, Result};
 use ndverbs_wire::capture::{self, Frame};
 use ndverbs_wire::cm::CmMessage;
 use ndverbs_wire::cma::{self, CmaHeader};
@@ -336,9 +337,10 @@ fn write_cm_text(out: &mut impl Write, cm: &CmMessage) -> std::io::Result<()> {
 }
 
 /// Runs `ndv decode`.
-pub fn run(path: &std::path::Path, as_json: bool) -> Result<(), String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let frames = capture::read_frames(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+pub fn run(path: &std::path::Path, as_json: bool) -> Result<()> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let frames = capture::read_frames(&bytes)
+        .with_context(|| format!("reading the capture {}", path.display()))?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut result = Ok(());
@@ -355,7 +357,7 @@ pub fn run(path: &std::path::Path, as_json: bool) -> Result<(), String> {
     }
     match result.and_then(|_| out.flush()) {
         // A closed pipe (`| head`) is a normal way to stop reading.
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.to_string()),
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("writing stdout"),
         _ => Ok(()),
     }
 }

@@ -9,6 +9,9 @@
 //! MTU). Nothing is opened: devinfo binds no socket, so it runs next to the
 //! processes that own the devices.
 
+use crate::net::{interface_addrs, IfAddr};
+use crate::Exit;
+use anyhow::{bail, Result};
 use ndverbs_verbs::{node_guid, PathMtu, LIMITS};
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -47,67 +50,26 @@ pub struct DevInfo {
 
 /// Every local address that can host a device, with its interface.
 pub fn devices() -> Vec<DevInfo> {
-    let mut v: Vec<(IpAddr, String, bool)> = interfaces()
+    let mut v: Vec<IfAddr> = interface_addrs()
         .into_iter()
-        .filter(|(a, _, _)| !is_link_local_v6(a))
+        .filter(|i| !is_link_local_v6(&i.addr))
         .collect();
-    v.sort_by_key(|x| x.0);
-    v.dedup_by(|a, b| a.0 == b.0);
+    v.sort_by_key(|i| i.addr);
+    v.dedup_by_key(|i| i.addr);
     v.into_iter()
         .enumerate()
-        .map(|(i, (addr, ifname, up))| DevInfo {
+        .map(|(i, a)| DevInfo {
             name: format!("ndv{i}"),
-            addr,
-            if_mtu: if_mtu(&ifname).unwrap_or(1500),
-            ifname,
-            up,
+            addr: a.addr,
+            if_mtu: if_mtu(&a.ifname).unwrap_or(1500),
+            ifname: a.ifname,
+            up: a.running,
         })
         .collect()
 }
 
 fn is_link_local_v6(a: &IpAddr) -> bool {
     matches!(a, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)
-}
-
-/// (address, interface, running) for every address of an interface that is up.
-fn interfaces() -> Vec<(IpAddr, String, bool)> {
-    let mut out = Vec::new();
-    let mut ifa: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `ifa` with a list freed below.
-    if unsafe { libc::getifaddrs(&mut ifa) } != 0 {
-        return out;
-    }
-    let mut p = ifa;
-    while !p.is_null() {
-        // SAFETY: `p` walks the list getifaddrs returned.
-        let a = unsafe { &*p };
-        p = a.ifa_next;
-        if a.ifa_addr.is_null() || a.ifa_flags & libc::IFF_UP as u32 == 0 {
-            continue;
-        }
-        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { std::ffi::CStr::from_ptr(a.ifa_name) }
-            .to_string_lossy()
-            .into_owned();
-        let running = a.ifa_flags & libc::IFF_RUNNING as u32 != 0;
-        // SAFETY: the family says which sockaddr this is.
-        let fam = i32::from(unsafe { (*a.ifa_addr).sa_family });
-        let addr = if fam == libc::AF_INET {
-            // SAFETY: AF_INET ⇒ sockaddr_in.
-            let s = unsafe { &*(a.ifa_addr as *const libc::sockaddr_in) };
-            IpAddr::from(u32::from_be(s.sin_addr.s_addr).to_be_bytes())
-        } else if fam == libc::AF_INET6 {
-            // SAFETY: AF_INET6 ⇒ sockaddr_in6.
-            let s = unsafe { &*(a.ifa_addr as *const libc::sockaddr_in6) };
-            IpAddr::from(s.sin6_addr.s6_addr)
-        } else {
-            continue;
-        };
-        out.push((addr, name, running));
-    }
-    // SAFETY: allocated by getifaddrs above.
-    unsafe { libc::freeifaddrs(ifa) };
-    out
 }
 
 /// The MTU of interface `name` (`SIOCGIFMTU`).
@@ -287,7 +249,7 @@ pub fn render(d: &DevInfo, verbose: bool, port: Option<u32>) -> String {
 }
 
 /// Runs `ndv devinfo`.
-pub fn run(a: &Args) -> Result<(), String> {
+pub fn run(a: &Args) -> Result<()> {
     let devs = devices();
     if a.list {
         let n = devs.len();
@@ -308,7 +270,7 @@ pub fn run(a: &Args) -> Result<(), String> {
                 .collect();
             if v.is_empty() {
                 eprintln!("IB device '{want}' wasn't found");
-                std::process::exit(255);
+                return Err(Exit(255).into());
             }
             v
         }
@@ -319,9 +281,7 @@ pub fn run(a: &Args) -> Result<(), String> {
     }
     if let Some(p) = a.port {
         if p != 1 {
-            return Err(format!(
-                "invalid port {p} (every ndverbs device has port 1)"
-            ));
+            bail!("invalid port {p} (every ndverbs device has port 1)");
         }
     }
     let mut out = String::new();

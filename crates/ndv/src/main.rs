@@ -1,21 +1,34 @@
 //! `ndv`: the ndverbs command-line tools.
+//!
+//! One module per tool, each mirroring the RDMA tool users already know
+//! (perftest, `ibv_rc_pingpong`, rping, `ibv_devinfo`, `rdma statistic`)
+//! down to its stdout, plus the modules they share: [`net`] (addresses and
+//! the TCP exchange connection), [`qp`] and [`cm`] (RC QP set-up), [`oob`]
+//! (the C tools' text messages), [`printf`] (C number formatting), [`plot`]
+//! and [`engine`] (the engine calls past the verbs API).
+//!
+//! Errors carry what was being done (`anyhow` contexts); `main` prints them
+//! as `ndv TOOL: what: why` on stderr and exits with status 1, or with the
+//! status the mirrored tool uses where it has its own (see [`Exit`]).
 
 mod bench;
+mod cm;
 mod decode;
 mod demo;
 mod devinfo;
-#[allow(dead_code)]
+mod engine;
+mod net;
 mod oob;
-mod perf;
+mod perftest;
 mod ping;
 mod pingpong;
 mod plot;
-#[allow(dead_code)]
-mod report;
+mod printf;
+mod qp;
 mod stat;
 
 use clap::{Parser, Subcommand};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -45,7 +58,7 @@ enum Command {
     /// rping-compatible ping over RDMA (rdma_cm connection, READ/WRITE/SEND).
     Ping(ping::Args),
     /// perftest-compatible bandwidth and latency tests (ib_send_bw … ib_atomic_lat).
-    Perf(perf::Args),
+    Perf(perftest::Args),
     /// Benchmarks against baselines (iperf3, UDP ping-pong, TCP connect), as ratios.
     Bench(bench::Args),
     /// ibv_devinfo for ndverbs devices (one per local IP address; binds nothing).
@@ -61,6 +74,41 @@ enum Command {
         file: PathBuf,
     },
 }
+
+impl Command {
+    /// The subcommand's name, for error messages.
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Pingpong(_) => "pingpong",
+            Command::Demo(_) => "demo",
+            Command::Ping(_) => "ping",
+            Command::Perf(_) => "perf",
+            Command::Bench(_) => "bench",
+            Command::Devinfo(_) => "devinfo",
+            Command::Stat(_) => "stat",
+            Command::Decode { .. } => "decode",
+        }
+    }
+
+    fn run(&self) -> anyhow::Result<()> {
+        match self {
+            Command::Decode { json, file } => decode::run(file, *json),
+            Command::Ping(a) => ping::run(a),
+            Command::Devinfo(a) => devinfo::run(a),
+            Command::Stat(a) => stat::run(a),
+            Command::Demo(a) => demo::run(a),
+            Command::Pingpong(a) => pingpong::run(a),
+            Command::Perf(a) => perftest::run(a),
+            Command::Bench(a) => bench::run(a),
+        }
+    }
+}
+
+/// An error the tool already reported on stderr in the mirrored tool's own
+/// words: `main` prints nothing more and exits with this status.
+#[derive(Debug, thiserror::Error)]
+#[error("exit status {0}")]
+pub struct Exit(pub u8);
 
 /// Logs of the ndverbs libraries (and of ndv) on stderr, filtered by
 /// `RUST_LOG` (`RUST_LOG=ndverbs_engine=debug`, `RUST_LOG=trace`, …);
@@ -78,33 +126,70 @@ fn init_logging() {
         .init();
 }
 
+/// What every device the command opens does besides RDMA: publish its
+/// counters for `ndv stat`, and capture its packets with `--pcap`. The
+/// engine reads both from the environment when a device opens, so they are
+/// set here, before any thread starts.
+fn configure_devices(pcap: Option<&Path>) {
+    if std::env::var_os(ndverbs_verbs::STAT_ENV).is_none() {
+        std::env::set_var(ndverbs_verbs::STAT_ENV, "1");
+    }
+    if let Some(p) = pcap {
+        std::env::set_var(ndverbs_verbs::PCAP_ENV, p);
+    }
+}
+
+/// `outer: inner: …` for an error and its sources. A source whose text the
+/// message before it already ends with is left out: some library errors
+/// repeat their source in their own message.
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let s = cause.to_string();
+        if out.ends_with(&s) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&s);
+    }
+    out
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
-    if std::env::var_os(ndverbs_verbs::STAT_ENV).is_none() {
-        // Every adapter a tool opens publishes its counters for `ndv stat`.
-        std::env::set_var(ndverbs_verbs::STAT_ENV, "1");
-    }
-    if let Some(p) = &cli.pcap {
-        // Read by every adapter the command opens (ndverbs_engine::capture),
-        // wherever the tool opens it. Set before any thread starts.
-        std::env::set_var(ndverbs_verbs::PCAP_ENV, p);
-    }
-    let result = match cli.command {
-        Command::Decode { json, file } => decode::run(&file, json),
-        Command::Ping(a) => ping::run(&a),
-        Command::Devinfo(a) => devinfo::run(&a),
-        Command::Stat(a) => stat::run(&a),
-        Command::Demo(a) => demo::run(&a),
-        Command::Pingpong(a) => pingpong::run(&a),
-        Command::Perf(a) => perf::run(&a),
-        Command::Bench(a) => bench::run(&a),
-    };
-    match result {
+    configure_devices(cli.pcap.as_deref());
+    match cli.command.run() {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("ndv: {e}");
-            ExitCode::FAILURE
-        }
+        Err(e) => match e.downcast_ref::<Exit>() {
+            Some(Exit(code)) => ExitCode::from(*code),
+            None => {
+                eprintln!("ndv {}: {}", cli.command.name(), error_chain(&e));
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::Context;
+
+    #[test]
+    fn chain_leaves_out_repeated_sources() {
+        let io = std::io::Error::other("NDV_PCAP=/x: No such file");
+        #[derive(Debug, thiserror::Error)]
+        #[error("I/O: {0}")]
+        struct Repeats(#[source] std::io::Error);
+        let e = Err::<(), _>(Repeats(io))
+            .context("cannot open the RDMA device on 127.0.0.1")
+            .unwrap_err();
+        assert_eq!(
+            error_chain(&e),
+            "cannot open the RDMA device on 127.0.0.1: I/O: NDV_PCAP=/x: No such file"
+        );
     }
 }

@@ -6,6 +6,7 @@
 //! prints one line per adapter in the style of `rdma statistic show link`:
 //! rxe's counters in rxe's order, then drops by cause.
 
+use anyhow::{bail, Result};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -67,19 +68,17 @@ pub fn snapshots(pid: Option<u32>) -> Vec<(PathBuf, Value)> {
 }
 
 /// Runs `ndv stat`.
-pub fn run(a: &Args) -> Result<(), String> {
+pub fn run(a: &Args) -> Result<()> {
     let snaps = snapshots(a.pid);
     if snaps.is_empty() {
-        return Err(match a.pid {
-            Some(p) => format!(
-                "process {p} publishes no counters (in {})",
-                ndverbs_verbs::stat_dir().display()
-            ),
-            None => format!(
+        let dir = ndverbs_verbs::stat_dir();
+        match a.pid {
+            Some(p) => bail!("process {p} publishes no counters (in {})", dir.display()),
+            None => bail!(
                 "no ndverbs process publishes counters (in {})",
-                ndverbs_verbs::stat_dir().display()
+                dir.display()
             ),
-        });
+        }
     }
     for (_, v) in snaps {
         if a.json {

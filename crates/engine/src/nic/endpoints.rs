@@ -9,9 +9,8 @@ use crate::ep::{
 };
 use crate::error::EngineError;
 use ndverbs_proto::cm::{CmEvent, QpSetup};
-use ndverbs_proto::rc::{AttrMask, PathMtu, QpAttr, QpState};
+use ndverbs_proto::rc::{AttrMask, QpAttr, QpState, RcConnection};
 use ndverbs_proto::time::Instant;
-use ndverbs_wire::cma::gid_of;
 
 impl Core {
     /// Applies the endpoint machine's actions until it has none: a QP
@@ -75,48 +74,14 @@ impl Core {
         let Some(e) = self.tables.qps.get_mut(&qpn) else {
             return Err(QpError::Gone);
         };
-        let mut a = QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: PathMtu::from_enum(s.path_mtu).unwrap_or(PathMtu::Mtu1024),
-            dest_qp_num: s.dest_qpn,
-            rq_psn: s.rq_psn,
-            max_dest_rd_atomic: s.max_dest_rd_atomic,
-            // Code 0 is the longest RNR delay (655 ms), as rdma_cm programs it.
-            min_rnr_timer: s.min_rnr_timer,
-            ..e.qp.query()
-        };
-        a.av.dgid = gid_of(s.remote_addr).octets();
-        a.av.hop_limit = s.hop_limit;
-        a.av.flow_label = s.flow_label;
-        a.av.traffic_class = s.traffic_class;
-        e.modify(
-            &a,
-            AttrMask::STATE
-                | AttrMask::AV
-                | AttrMask::PATH_MTU
-                | AttrMask::DEST_QPN
-                | AttrMask::RQ_PSN
-                | AttrMask::MAX_DEST_RD_ATOMIC
-                | AttrMask::MIN_RNR_TIMER,
-        )
-        .map_err(QpError::Refused)?;
+        // The QP arrives in INIT, where the application set its access
+        // rights: only RTR's and RTS's own attributes change.
+        let c = RcConnection::from(s);
+        let (rtr, rtr_mask) = c.rtr();
+        e.modify(&rtr, rtr_mask).map_err(QpError::Refused)?;
         e.peer = Some(s.remote_addr);
-        a.qp_state = QpState::Rts;
-        a.sq_psn = s.sq_psn;
-        a.timeout = s.timeout;
-        a.retry_cnt = s.retry_cnt;
-        a.rnr_retry = s.rnr_retry;
-        a.max_rd_atomic = s.max_rd_atomic;
-        e.modify(
-            &a,
-            AttrMask::STATE
-                | AttrMask::SQ_PSN
-                | AttrMask::TIMEOUT
-                | AttrMask::RETRY_CNT
-                | AttrMask::RNR_RETRY
-                | AttrMask::MAX_QP_RD_ATOMIC,
-        )
-        .map_err(QpError::Refused)?;
+        let (rts, rts_mask) = c.rts();
+        e.modify(&rts, rts_mask).map_err(QpError::Refused)?;
         self.touched.push(qpn);
         Ok(())
     }

@@ -19,7 +19,7 @@ use super::worker::wakes_too_late;
 use super::Nic;
 use crate::config::Progress;
 use crate::error::EngineError;
-use ndverbs_proto::rc::{PostError, QpState, RecvWr, SendOp, SendWr};
+use ndverbs_proto::rc::{validate_recv, validate_send, PostError, QpState, RecvWr, SendWr};
 use ndverbs_proto::time::Instant;
 use std::sync::atomic::{fence, Ordering};
 
@@ -28,51 +28,9 @@ impl Nic {
     /// for the step that is running (see the module docs on posting).
     pub fn post_send(&self, qp: &QpShared, wr: SendWr) -> Result<(), EngineError> {
         self.check()?;
-        let state = qp.state();
-        if !matches!(state, QpState::Rts | QpState::Sqd | QpState::Err) {
-            return Err(PostError::InvalidState(state).into());
-        }
-        if wr.sgl.len() > qp.caps.max_send_sge as usize {
-            return Err(PostError::TooManySges {
-                given: wr.sgl.len(),
-                max: qp.caps.max_send_sge,
-            }
-            .into());
-        }
-        if let Some(d) = &wr.inline {
-            if d.len() > qp.caps.max_inline_data as usize {
-                return Err(PostError::InlineTooLarge {
-                    len: d.len(),
-                    max: qp.caps.max_inline_data,
-                }
-                .into());
-            }
-        }
         // What the protocol would refuse later is refused here, at once, as
         // rxe's post_send does (EINVAL), not as a completion.
-        let len = match &wr.inline {
-            Some(d) => {
-                let data_op = matches!(
-                    wr.op,
-                    SendOp::Send
-                        | SendOp::SendImm(_)
-                        | SendOp::SendInv(_)
-                        | SendOp::Write(_)
-                        | SendOp::WriteImm(..)
-                );
-                if !data_op || !wr.sgl.is_empty() {
-                    return Err(PostError::InlineNotAllowed.into());
-                }
-                d.len() as u64
-            }
-            None => ndverbs_proto::mem::sgl_len(&wr.sgl),
-        };
-        if len > 1 << 31 {
-            return Err(PostError::MessageTooLong(len).into());
-        }
-        if wr.op.is_atomic() && len != 8 {
-            return Err(PostError::AtomicLength(len).into());
-        }
+        validate_send(&qp.caps, qp.state(), &wr)?;
         if qp.sq_outstanding.fetch_add(1, Ordering::AcqRel) >= qp.caps.max_send_wr {
             qp.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
             return Err(PostError::QueueFull(qp.caps.max_send_wr).into());
@@ -139,17 +97,7 @@ impl Nic {
                 "the QP uses a shared receive queue",
             ));
         }
-        let state = qp.state();
-        if state == QpState::Reset {
-            return Err(PostError::InvalidState(state).into());
-        }
-        if wr.sgl.len() > qp.max_recv_sge as usize {
-            return Err(PostError::TooManySges {
-                given: wr.sgl.len(),
-                max: qp.max_recv_sge,
-            }
-            .into());
-        }
+        validate_recv(qp.max_recv_sge, Some(qp.state()), &wr)?;
         if qp.rq_outstanding.fetch_add(1, Ordering::AcqRel) >= qp.max_recv_wr {
             qp.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
             return Err(PostError::QueueFull(qp.max_recv_wr).into());
@@ -168,13 +116,7 @@ impl Nic {
     /// Posts a receive to a shared receive queue.
     pub fn post_srq_recv(&self, srq: &SrqShared, wr: RecvWr) -> Result<(), EngineError> {
         self.check()?;
-        if wr.sgl.len() > srq.max_sge as usize {
-            return Err(PostError::TooManySges {
-                given: wr.sgl.len(),
-                max: srq.max_sge,
-            }
-            .into());
-        }
+        validate_recv(srq.max_sge, None, &wr)?;
         if srq.outstanding.fetch_add(1, Ordering::AcqRel) >= srq.capacity
             || srq.rq_in.push(wr).is_err()
         {

@@ -14,8 +14,8 @@ use crate::keys::KeyGen;
 use crate::mr::MemTable;
 use crossbeam_queue::ArrayQueue;
 use ndverbs_proto::rc::{
-    AttrMask, Counters, ModifyError, PostError, QpAttr, QpCaps, QpState, RcQp, RecvQueue, RecvWr,
-    SendOp, SendWr, WcStatus,
+    AttrMask, Counters, ModifyError, QpAttr, QpCaps, QpState, RcQp, RecvQueue, RecvWr, SendWr,
+    WorkCompletion,
 };
 use ndverbs_proto::time::Instant;
 // Object tables are keyed by ids this engine hands out; foldhash is several
@@ -312,7 +312,8 @@ impl QpEntry {
         if let Err(e) = self.qp.post_send(wr) {
             // Checked at post time; only a state change in between lands here.
             tracing::debug!(qpn = self.qp.qpn(), error = %e, "send request refused by the QP");
-            self.send_cq.push(refused(wr_id, op, self.qp.qpn(), e));
+            self.send_cq
+                .push(WorkCompletion::refused_send(wr_id, op, self.qp.qpn()));
         }
     }
 
@@ -322,7 +323,8 @@ impl QpEntry {
         let wr_id = wr.wr_id;
         if let Err(e) = self.qp.post_recv(&mut self.rq, wr) {
             tracing::debug!(qpn = self.qp.qpn(), error = %e, "receive refused by the QP");
-            self.recv_cq.push(refused_recv(wr_id, self.qp.qpn()));
+            self.recv_cq
+                .push(WorkCompletion::refused_recv(wr_id, self.qp.qpn()));
         }
     }
 
@@ -345,44 +347,5 @@ fn retire(counter: &AtomicU32, before: usize, after: usize) {
     let gone = before.saturating_sub(after) as u32;
     if gone > 0 {
         counter.fetch_sub(gone, Ordering::AcqRel);
-    }
-}
-
-fn refused(wr_id: u64, op: SendOp, qpn: u32, _e: PostError) -> ndverbs_proto::rc::WorkCompletion {
-    use ndverbs_proto::rc::{WcOpcode, WcQueue, WorkCompletion};
-    let opcode = match op {
-        SendOp::Send | SendOp::SendImm(_) | SendOp::SendInv(_) => WcOpcode::Send,
-        SendOp::Write(_) | SendOp::WriteImm(..) => WcOpcode::RdmaWrite,
-        SendOp::Read(_) => WcOpcode::RdmaRead,
-        SendOp::CompareSwap { .. } => WcOpcode::CompSwap,
-        SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
-    };
-    WorkCompletion {
-        wr_id,
-        status: WcStatus::LocQpOpErr,
-        opcode,
-        queue: WcQueue::Send,
-        byte_len: 0,
-        imm: None,
-        invalidated_rkey: None,
-        qpn,
-        src_qp: 0,
-        solicited: false,
-    }
-}
-
-fn refused_recv(wr_id: u64, qpn: u32) -> ndverbs_proto::rc::WorkCompletion {
-    use ndverbs_proto::rc::{WcOpcode, WcQueue, WorkCompletion};
-    WorkCompletion {
-        wr_id,
-        status: WcStatus::LocQpOpErr,
-        opcode: WcOpcode::Recv,
-        queue: WcQueue::Recv,
-        byte_len: 0,
-        imm: None,
-        invalidated_rkey: None,
-        qpn,
-        src_qp: 0,
-        solicited: false,
     }
 }

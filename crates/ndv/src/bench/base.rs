@@ -3,25 +3,39 @@
 //! and the iperf3 runner.
 
 use super::child::{emit, expect, stop_flag};
+use anyhow::{bail, Context, Result};
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::{Command, Stdio};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-type R<T> = Result<T, String>;
+/// A server side's start: announces its port and that it is ready; the
+/// flag is set when the parent says stop.
+fn serve(port: u16) -> Arc<AtomicBool> {
+    emit(&format!("info {port}"));
+    let stop = stop_flag();
+    emit("ready");
+    stop
+}
 
-fn e2s<E: std::fmt::Display>(e: E) -> String {
-    e.to_string()
+/// A client side's start: announces no port of its own and reads the
+/// server's from the `peer <port>` line.
+fn server_port() -> Result<u16> {
+    emit("info 0");
+    let l = expect("peer")?;
+    l.split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .with_context(|| format!("bad peer line {l:?}"))
 }
 
 /// UDP echo server, busy-polling a non-blocking socket (as the RDMA side does).
-pub fn udp_echo(ip: IpAddr) -> R<()> {
-    let s = UdpSocket::bind(SocketAddr::new(ip, 0)).map_err(e2s)?;
-    s.set_nonblocking(true).map_err(e2s)?;
-    emit(&format!("info {}", s.local_addr().map_err(e2s)?.port()));
-    let stop = stop_flag();
-    emit("ready");
+pub fn udp_echo(ip: IpAddr) -> Result<()> {
+    let s = UdpSocket::bind(SocketAddr::new(ip, 0))?;
+    s.set_nonblocking(true)?;
+    let stop = serve(s.local_addr()?.port());
     let mut buf = [0u8; 2048];
     let mut idle = 0u32;
     while !stop.load(Ordering::Relaxed) {
@@ -44,17 +58,11 @@ pub fn udp_echo(ip: IpAddr) -> R<()> {
 }
 
 /// UDP ping client: `size`-byte datagrams, one in flight, busy-polling.
-pub fn udp_ping(ip: IpAddr, server: IpAddr, size: usize, iters: u64) -> R<()> {
-    let s = UdpSocket::bind(SocketAddr::new(ip, 0)).map_err(e2s)?;
-    s.set_nonblocking(true).map_err(e2s)?;
-    emit("info 0");
-    let l = expect("peer")?;
-    let port: u16 = l
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .ok_or("bad peer line")?;
-    s.connect(SocketAddr::new(server, port)).map_err(e2s)?;
+pub fn udp_ping(ip: IpAddr, server: IpAddr, size: usize, iters: u64) -> Result<()> {
+    let s = UdpSocket::bind(SocketAddr::new(ip, 0))?;
+    s.set_nonblocking(true)?;
+    let port = server_port()?;
+    s.connect(SocketAddr::new(server, port))?;
     emit("ready");
     expect("go")?;
     let msg = vec![0x5au8; size];
@@ -68,7 +76,7 @@ pub fn udp_ping(ip: IpAddr, server: IpAddr, size: usize, iters: u64) -> R<()> {
             t0 = Instant::now();
         }
         let t = Instant::now();
-        s.send(&msg).map_err(e2s)?;
+        s.send(&msg)?;
         loop {
             match s.recv(&mut buf) {
                 Ok(_) => {
@@ -82,12 +90,12 @@ pub fn udp_ping(ip: IpAddr, server: IpAddr, size: usize, iters: u64) -> R<()> {
                     if t.elapsed() > Duration::from_millis(200) * (lost + 1) {
                         lost += 1;
                         if lost > 50 {
-                            return Err("UDP ping: more than 50 losses".into());
+                            bail!("UDP ping: more than 50 losses");
                         }
-                        s.send(&msg).map_err(e2s)?;
+                        s.send(&msg)?;
                     }
                 }
-                Err(e) => return Err(e2s(e)),
+                Err(e) => return Err(e.into()),
             }
         }
     }
@@ -107,12 +115,10 @@ pub fn median_ns(v: &mut [u64]) -> u64 {
 
 /// TCP server: accept, read the 8-byte message, close (first, so TIME_WAIT
 /// stays on the server's side and the client never runs out of ports).
-pub fn tcp_accept(ip: IpAddr) -> R<()> {
-    let l = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(e2s)?;
-    l.set_nonblocking(true).map_err(e2s)?;
-    emit(&format!("info {}", l.local_addr().map_err(e2s)?.port()));
-    let stop = stop_flag();
-    emit("ready");
+pub fn tcp_accept(ip: IpAddr) -> Result<()> {
+    let l = TcpListener::bind(SocketAddr::new(ip, 0))?;
+    l.set_nonblocking(true)?;
+    let stop = serve(l.local_addr()?.port());
     let mut buf = [0u8; 64];
     while !stop.load(Ordering::Relaxed) {
         let (mut c, _) = match l.accept() {
@@ -128,10 +134,10 @@ pub fn tcp_accept(ip: IpAddr) -> R<()> {
                 unsafe { libc::poll(&mut p, 1, 50) };
                 continue;
             }
-            Err(e) => return Err(e2s(e)),
+            Err(e) => return Err(e.into()),
         };
-        c.set_nonblocking(false).map_err(e2s)?;
-        c.set_nodelay(true).map_err(e2s)?;
+        c.set_nonblocking(false)?;
+        c.set_nodelay(true)?;
         let _ = c.read_exact(&mut buf[..8]);
     }
     Ok(())
@@ -139,14 +145,8 @@ pub fn tcp_accept(ip: IpAddr) -> R<()> {
 
 /// TCP client: connect, write 8 bytes, read to the server's EOF, close — for
 /// `secs`; prints `result <cycles> <seconds>`.
-pub fn tcp_connect(ip: IpAddr, server: IpAddr, secs: f64) -> R<()> {
-    emit("info 0");
-    let l = expect("peer")?;
-    let port: u16 = l
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .ok_or("bad peer line")?;
+pub fn tcp_connect(ip: IpAddr, server: IpAddr, secs: f64) -> Result<()> {
+    let port = server_port()?;
     emit("ready");
     expect("go")?;
     let dst = SocketAddr::new(server, port);
@@ -154,8 +154,7 @@ pub fn tcp_connect(ip: IpAddr, server: IpAddr, secs: f64) -> R<()> {
     let mut n = 0u64;
     let mut buf = [0u8; 8];
     while t0.elapsed().as_secs_f64() < secs {
-        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-            .map_err(e2s)?;
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
         // Pick the port at connect time, so that ports in TIME_WAIT are
         // reused (net.ipv4.tcp_tw_reuse, on for loopback by default) and a
         // long run does not run out of them.
@@ -170,12 +169,12 @@ pub fn tcp_connect(ip: IpAddr, server: IpAddr, secs: f64) -> R<()> {
                 std::mem::size_of::<libc::c_int>() as libc::socklen_t,
             );
         }
-        s.bind(&SocketAddr::new(ip, 0).into()).map_err(e2s)?;
-        s.connect(&dst.into()).map_err(e2s)?;
+        s.bind(&SocketAddr::new(ip, 0).into())?;
+        s.connect(&dst.into())?;
         let mut c: TcpStream = s.into();
-        c.set_nodelay(true).map_err(e2s)?;
-        c.write_all(&[1u8; 8]).map_err(e2s)?;
-        let _ = c.read(&mut buf).map_err(e2s)?;
+        c.set_nodelay(true)?;
+        c.write_all(&[1u8; 8])?;
+        let _ = c.read(&mut buf)?;
         n += 1;
     }
     let secs = t0.elapsed().as_secs_f64();
@@ -197,25 +196,23 @@ pub fn have_iperf3() -> bool {
 pub const IPERF3_MAX_BLOCK: usize = 1 << 20;
 
 /// A free TCP port on `ip` (bound then released).
-fn free_port(ip: IpAddr) -> R<u16> {
-    Ok(TcpListener::bind(SocketAddr::new(ip, 0))
-        .map_err(e2s)?
-        .local_addr()
-        .map_err(e2s)?
+fn free_port(ip: IpAddr) -> Result<u16> {
+    Ok(TcpListener::bind(SocketAddr::new(ip, 0))?
+        .local_addr()?
         .port())
 }
 
 /// One iperf3 TCP stream from `client` to `server` for `secs`, writes of
 /// `len` bytes (iperf3's default 128 KiB when `None`); bytes per second as
 /// the receiver counted them.
-pub fn iperf3(client: IpAddr, server: IpAddr, secs: f64, len: Option<usize>) -> R<f64> {
+pub fn iperf3(client: IpAddr, server: IpAddr, secs: f64, len: Option<usize>) -> Result<f64> {
     let port = free_port(server)?.to_string();
     let mut srv = Command::new("iperf3")
         .args(["-s", "-1", "-B", &server.to_string(), "-p", &port])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| format!("iperf3: {e} (scripts/setup.sh installs it)"))?;
+        .context("iperf3 (scripts/setup.sh installs it)")?;
     let mut out = None;
     for _ in 0..50 {
         std::thread::sleep(Duration::from_millis(50));
@@ -226,7 +223,7 @@ pub fn iperf3(client: IpAddr, server: IpAddr, secs: f64, len: Option<usize>) -> 
             // iperf3 refuses blocks over 1 MiB.
             c.args(["-l", &l.min(IPERF3_MAX_BLOCK).to_string()]);
         }
-        let o = c.stderr(Stdio::null()).output().map_err(e2s)?;
+        let o = c.stderr(Stdio::null()).output()?;
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
         if let Some(bps) = v["end"]["sum_received"]["bits_per_second"].as_f64() {
             out = Some(bps / 8.0);
@@ -236,10 +233,10 @@ pub fn iperf3(client: IpAddr, server: IpAddr, secs: f64, len: Option<usize>) -> 
         if !err.contains("connect") {
             let _ = srv.kill();
             let _ = srv.wait();
-            return Err(format!("iperf3 failed: {err}"));
+            bail!("iperf3 failed: {err}");
         }
     }
     let _ = srv.kill();
     let _ = srv.wait();
-    out.ok_or_else(|| "iperf3 server never came up".into())
+    out.context("iperf3 server never came up")
 }

@@ -1,6 +1,7 @@
 //! Child-process plumbing: line protocol on stdin/stdout, and the parent's
 //! handle on a child.
 
+use anyhow::{bail, Context, Result};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,15 +25,14 @@ pub fn emit(line: &str) {
 }
 
 /// Reads the next line from the parent; it must start with `word`.
-pub fn expect(word: &str) -> Result<String, String> {
+pub fn expect(word: &str) -> Result<String> {
     let l = next_line()
-        .ok_or_else(|| format!("parent closed stdin before {word:?}"))?
-        .map_err(|e| e.to_string())?;
-    if l.split_whitespace().next() == Some(word) {
-        Ok(l)
-    } else {
-        Err(format!("expected {word:?} from the parent, got {l:?}"))
+        .with_context(|| format!("parent closed stdin before {word:?}"))?
+        .context("reading stdin")?;
+    if l.split_whitespace().next() != Some(word) {
+        bail!("expected {word:?} from the parent, got {l:?}");
     }
+    Ok(l)
 }
 
 /// A flag set when the parent writes `stop` or closes stdin.
@@ -61,16 +61,16 @@ pub struct Peer {
 
 impl Peer {
     /// Starts `program args…` with piped stdin/stdout (stderr inherited).
-    pub fn spawn(name: &str, program: &std::path::Path, args: &[String]) -> Result<Peer, String> {
+    pub fn spawn(name: &str, program: &std::path::Path, args: &[String]) -> Result<Peer> {
         let mut child = Command::new(program)
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .map_err(|e| format!("{name}: cannot start {}: {e}", program.display()))?;
+            .with_context(|| format!("{name}: cannot start {}", program.display()))?;
         let input = child.stdin.take();
-        let output = BufReader::new(child.stdout.take().expect("piped"));
+        let output = BufReader::new(child.stdout.take().context("piped stdout")?);
         Ok(Peer {
             child,
             input,
@@ -80,25 +80,25 @@ impl Peer {
     }
 
     /// Sends one line.
-    pub fn send(&mut self, line: &str) -> Result<(), String> {
-        let i = self.input.as_mut().ok_or("stdin closed")?;
+    pub fn send(&mut self, line: &str) -> Result<()> {
+        let i = self.input.as_mut().context("stdin closed")?;
         writeln!(i, "{line}")
             .and_then(|_| i.flush())
-            .map_err(|e| format!("{}: {e}", self.name))
+            .with_context(|| format!("{}: writing to its stdin", self.name))
     }
 
     /// Reads lines until one starts with `word`; returns the words after it.
-    pub fn expect(&mut self, word: &str) -> Result<Vec<String>, String> {
+    pub fn expect(&mut self, word: &str) -> Result<Vec<String>> {
         let mut l = String::new();
         loop {
             l.clear();
             let n = self
                 .output
                 .read_line(&mut l)
-                .map_err(|e| format!("{}: {e}", self.name))?;
+                .with_context(|| format!("{}: reading its stdout", self.name))?;
             if n == 0 {
-                let st = self.child.wait().map_err(|e| e.to_string())?;
-                return Err(format!("{} exited ({st}) before {word:?}", self.name));
+                let st = self.child.wait().context("waiting for a child")?;
+                bail!("{} exited ({st}) before {word:?}", self.name);
             }
             let mut w = l.split_whitespace();
             if w.next() == Some(word) {
@@ -108,15 +108,14 @@ impl Peer {
     }
 
     /// Closes stdin (a server then stops) and waits for the exit.
-    pub fn finish(mut self) -> Result<(), String> {
+    pub fn finish(mut self) -> Result<()> {
         let _ = self.send("stop");
         self.input = None;
-        let st = self.child.wait().map_err(|e| e.to_string())?;
-        if st.success() {
-            Ok(())
-        } else {
-            Err(format!("{} failed ({st})", self.name))
+        let st = self.child.wait().context("waiting for a child")?;
+        if !st.success() {
+            bail!("{} failed ({st})", self.name);
         }
+        Ok(())
     }
 }
 

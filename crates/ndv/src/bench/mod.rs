@@ -21,6 +21,7 @@ mod base;
 mod child;
 mod rdma;
 
+use anyhow::{bail, Context, Result};
 use child::Peer;
 use ndverbs_verbs::{PathMtu, Progress};
 use std::net::IpAddr;
@@ -81,11 +82,11 @@ pub struct Args {
 }
 
 /// Runs `ndv bench`.
-pub fn run(args: &Args) -> Result<(), String> {
+pub fn run(args: &Args) -> Result<()> {
     if let Some(role) = &args.role {
-        return run_role(role, args);
+        return run_role(role, args).with_context(|| format!("bench side {role}"));
     }
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let exe = std::env::current_exe().context("finding this program")?;
     let b = Bench { exe, args };
     if args.all {
         return b.sweep();
@@ -93,16 +94,16 @@ pub fn run(args: &Args) -> Result<(), String> {
     b.table()
 }
 
-fn progress_of(s: &str) -> Result<Progress, String> {
+fn progress_of(s: &str) -> Result<Progress> {
     match s {
         "manual" => Ok(Progress::Manual),
         "thread" => Ok(Progress::Thread),
-        _ => Err(format!("progress {s:?}: manual or thread")),
+        _ => bail!("progress {s:?}: manual or thread"),
     }
 }
 
-fn run_role(role: &str, a: &Args) -> Result<(), String> {
-    let ip = a.ip.ok_or("--ip")?;
+fn run_role(role: &str, a: &Args) -> Result<()> {
+    let ip = a.ip.context("a side needs --ip")?;
     let peer = a.peer.unwrap_or(ip);
     let mtu = PathMtu::Mtu4096;
     match role {
@@ -117,7 +118,7 @@ fn run_role(role: &str, a: &Args) -> Result<(), String> {
         "udp-ping" => base::udp_ping(ip, peer, 8, a.iters),
         "tcp-accept" => base::tcp_accept(ip),
         "tcp-connect" => base::tcp_connect(ip, peer, a.secs),
-        _ => Err(format!("unknown role {role}")),
+        _ => bail!("unknown role {role}"),
     }
 }
 
@@ -191,7 +192,7 @@ impl Bench<'_> {
 
     /// Runs a server role and a client role against each other; returns the
     /// client's `result` words.
-    fn pair(&self, server: &str, client: &str, extra: &[&str]) -> Result<Vec<f64>, String> {
+    fn pair(&self, server: &str, client: &str, extra: &[&str]) -> Result<Vec<f64>> {
         let mut sa = self.common(server, false);
         let mut ca = self.common(client, true);
         // Extra `flag value` pairs override the common ones.
@@ -215,18 +216,16 @@ impl Bench<'_> {
         let r = c.expect("result")?;
         c.finish()?;
         s.finish()?;
-        r.iter()
-            .map(|x| x.parse::<f64>().map_err(|e| e.to_string()))
-            .collect()
+        parse_result(&r)
     }
 
-    fn p1_rdma(&self, size: usize) -> Result<f64, String> {
+    fn p1_rdma(&self, size: usize) -> Result<f64> {
         let s = size.to_string();
         let r = self.pair("write-server", "write-client", &["-s", &s])?;
         Ok(r[0] / r[1])
     }
 
-    fn p1_tcp(&self, len: Option<usize>) -> Result<f64, String> {
+    fn p1_tcp(&self, len: Option<usize>) -> Result<f64> {
         let a = self.args;
         base::iperf3(a.client_ip, a.server_ip, a.secs.max(1.0), len)
     }
@@ -234,7 +233,7 @@ impl Bench<'_> {
     /// Half round trip in microseconds: the median of the round trips
     /// (perftest's `t_typical`), halved — robust to the scheduling hiccups
     /// of a shared machine; the mean goes to the log.
-    fn p2(&self, rdma: bool, progress: &str) -> Result<f64, String> {
+    fn p2(&self, rdma: bool, progress: &str) -> Result<f64> {
         let r = if rdma {
             self.pair("lat-server", "lat-client", &["--conn-progress", progress])?
         } else {
@@ -245,7 +244,7 @@ impl Bench<'_> {
     }
 
     /// Cycles per second.
-    fn p3(&self, rdma: bool, progress: &str) -> Result<f64, String> {
+    fn p3(&self, rdma: bool, progress: &str) -> Result<f64> {
         let r = if rdma {
             self.pair("conn-server", "conn-client", &["--conn-progress", progress])?
         } else {
@@ -254,22 +253,20 @@ impl Bench<'_> {
         Ok(r[0] / r[1])
     }
 
-    fn p4(&self) -> Result<Vec<f64>, String> {
+    fn p4(&self) -> Result<Vec<f64>> {
         let a = self.common("scale", true);
         let mut p = Peer::spawn("scale", &self.exe, &a)?;
         let r = p.expect("result")?;
         p.finish()?;
-        r.iter()
-            .map(|x| x.parse::<f64>().map_err(|e| e.to_string()))
-            .collect()
+        parse_result(&r)
     }
 
-    fn table(&self) -> Result<(), String> {
+    fn table(&self) -> Result<()> {
         let a = self.args;
         let only: Vec<&str> = a.only.split(',').map(str::trim).collect();
         let want = |t: &str| only.contains(&t);
-        if want("p1") && !base::have_iperf3() {
-            return Err("iperf3 not found: run scripts/setup.sh (as root) to install it".into());
+        if want("p1") {
+            need_iperf3()?;
         }
         let mut s = [
             Samples::default(),
@@ -375,10 +372,8 @@ impl Bench<'_> {
         Ok(())
     }
 
-    fn sweep(&self) -> Result<(), String> {
-        if !base::have_iperf3() {
-            return Err("iperf3 not found: run scripts/setup.sh (as root) to install it".into());
-        }
+    fn sweep(&self) -> Result<()> {
+        need_iperf3()?;
         let mut rows = Vec::new();
         let mut size = 64usize;
         while size <= 4 << 20 {
@@ -388,13 +383,14 @@ impl Bench<'_> {
             rows.push((size, r, t));
             size *= 2;
         }
-        std::fs::create_dir_all(&self.args.out).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(&self.args.out)
+            .with_context(|| format!("creating {}", self.args.out.display()))?;
         let csv = self.args.out.join("bench-sweep.csv");
         let mut text = String::from("bytes,ndverbs_gbps,tcp_gbps\n");
         for (s, r, t) in &rows {
             text.push_str(&format!("{s},{r:.4},{t:.4}\n"));
         }
-        std::fs::write(&csv, text).map_err(|e| format!("{}: {e}", csv.display()))?;
+        std::fs::write(&csv, text).with_context(|| format!("writing {}", csv.display()))?;
         let svg = self.args.out.join("bench-sweep.svg");
         let sub = machine();
         let plot = crate::plot::Plot {
@@ -414,10 +410,26 @@ impl Bench<'_> {
                 },
             ],
         };
-        std::fs::write(&svg, plot.svg()).map_err(|e| format!("{}: {e}", svg.display()))?;
+        std::fs::write(&svg, plot.svg()).with_context(|| format!("writing {}", svg.display()))?;
         println!("wrote {} and {}", csv.display(), svg.display());
         Ok(())
     }
+}
+
+/// The numbers of a side's `result` line.
+fn parse_result(words: &[String]) -> Result<Vec<f64>> {
+    words
+        .iter()
+        .map(|x| x.parse::<f64>())
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("bad result line {words:?}"))
+}
+
+fn need_iperf3() -> Result<()> {
+    if !base::have_iperf3() {
+        bail!("iperf3 not found: run scripts/setup.sh (as root) to install it");
+    }
+    Ok(())
 }
 
 /// One line describing the machine.

@@ -6,51 +6,50 @@
 //! server runs until it reads `stop` (or its stdin closes).
 
 use super::child::{emit, expect, stop_flag};
+use crate::engine;
+use crate::qp::{connect_rc, create_rc_qp, QpSize, RcPath, RcPeer};
+use anyhow::{bail, ensure, Context, Result};
 use ndverbs_verbs::{
-    AcceptArgs, Access, AttrMask, ConnectArgs, Cq, Device, Endpoint, EpPending, Mr, PathMtu, Pd,
-    Progress, Qp, QpAttr, QpCaps, QpInitAttr, QpState, RecvWr, RemoteAddr, SendOp, SendWr,
-    WcStatus, WorkCompletion,
+    AcceptArgs, Access, ConnectArgs, Cq, Device, Endpoint, EpPending, Mr, PathMtu, Pd, Progress,
+    Qp, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcQueue, WcStatus, WorkCompletion,
 };
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-type R<T> = Result<T, String>;
-
-fn e2s<E: std::fmt::Display>(e: E) -> String {
-    e.to_string()
-}
+/// Remote rights of every bench QP and buffer.
+const RW: Access = Access::LOCAL_WRITE
+    .union(Access::REMOTE_WRITE)
+    .union(Access::REMOTE_READ);
 
 /// One RC QP with its CQ and a buffer.
-#[allow(dead_code)] // `dev` and `pd` keep the device and PD alive.
 pub struct Side {
     pub dev: Device,
-    pub pd: Pd,
     pub cq: Cq,
     pub mr: Mr,
     pub qp: Qp,
     pub psn: u32,
+    _pd: Pd,
+}
+
+fn open(ip: IpAddr, mode: Progress) -> Result<Device> {
+    Device::open_with(ip, mode).with_context(|| format!("cannot open the RDMA device on {ip}"))
 }
 
 impl Side {
-    pub fn new(ip: IpAddr, mode: Progress, buf: usize, depth: u32) -> R<Side> {
-        let dev = Device::open_with(ip, mode).map_err(|e| format!("open {ip}: {e}"))?;
-        let pd = dev.alloc_pd().map_err(e2s)?;
-        let cq = dev.create_cq(4 * depth + 16).map_err(e2s)?;
-        let mr = pd
-            .reg_mr(
-                buf.max(64),
-                Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
-            )
-            .map_err(e2s)?;
+    pub fn new(ip: IpAddr, mode: Progress, buf: usize, depth: u32) -> Result<Side> {
+        let dev = open(ip, mode)?;
+        let pd = dev.alloc_pd().context("allocating a PD")?;
+        let cq = dev.create_cq(4 * depth + 16).context("creating a CQ")?;
+        let mr = pd.reg_mr(buf.max(64), RW).context("registering memory")?;
         let qp = new_qp(&pd, &cq, depth)?;
         Ok(Side {
             dev,
-            pd,
             cq,
             mr,
             qp,
             psn: 0x1000 + (std::process::id() & 0xffff),
+            _pd: pd,
         })
     }
 
@@ -65,45 +64,33 @@ impl Side {
     }
 
     /// Reads `peer qpn psn rkey va`, connects, returns the peer's buffer.
-    pub fn connect_from_stdin(&self, peer_ip: IpAddr, mtu: PathMtu) -> R<RemoteAddr> {
+    pub fn connect_from_stdin(&self, peer_ip: IpAddr, mtu: PathMtu) -> Result<RemoteAddr> {
         let l = expect("peer")?;
         let f: Vec<u64> = l
             .split_whitespace()
             .skip(1)
-            .map(|x| x.parse::<u64>().map_err(e2s))
-            .collect::<R<_>>()?;
-        if f.len() != 4 {
-            return Err(format!("bad peer line {l:?}"));
-        }
-        connect_qp(&self.qp, self.psn, peer_ip, f[0] as u32, f[1] as u32, mtu)?;
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("bad peer line {l:?}"))?;
+        let [qpn, psn, rkey, va] = f[..] else {
+            bail!("bad peer line {l:?}");
+        };
+        connect_qp(&self.qp, self.psn, peer_ip, qpn as u32, psn as u32, mtu)?;
         Ok(RemoteAddr {
-            va: f[3],
-            rkey: f[2] as u32,
+            va,
+            rkey: rkey as u32,
         })
     }
 }
 
-pub fn new_qp(pd: &Pd, cq: &Cq, depth: u32) -> R<Qp> {
-    let mut init = QpInitAttr::new(cq, cq);
-    init.caps = QpCaps {
-        max_send_wr: depth,
-        max_send_sge: 1,
-        max_inline_data: 64,
-        sq_sig_all: false,
+/// A QP of `depth` sends and receives (64 bytes inline) in INIT.
+pub fn new_qp(pd: &Pd, cq: &Cq, depth: u32) -> Result<Qp> {
+    let size = QpSize {
+        send: depth,
+        recv: depth,
+        inline: 64,
     };
-    init.max_recv_wr = depth;
-    init.max_recv_sge = 1;
-    let qp = pd.create_qp(&init).map_err(e2s)?;
-    qp.modify(
-        &QpAttr {
-            qp_state: QpState::Init,
-            qp_access_flags: Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
-            ..QpAttr::default()
-        },
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-    )
-    .map_err(|e| format!("INIT: {e}"))?;
-    Ok(qp)
+    create_rc_qp(pd, cq, cq, size, RW)
 }
 
 /// INIT → RTR → RTS by hand (no CM), as `ibv_rc_pingpong` does.
@@ -114,45 +101,13 @@ pub fn connect_qp(
     peer_qpn: u32,
     peer_psn: u32,
     mtu: PathMtu,
-) -> R<()> {
-    let mut a = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: mtu,
-        dest_qp_num: peer_qpn,
-        rq_psn: peer_psn,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 12,
-        ..QpAttr::default()
+) -> Result<()> {
+    let peer = RcPeer {
+        qpn: peer_qpn,
+        psn: peer_psn,
+        gid: ndverbs_wire::cma::gid_of(peer),
     };
-    a.av.dgid = ndverbs_wire::cma::gid_of(peer).octets();
-    a.av.hop_limit = 1;
-    qp.modify(
-        &a,
-        AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN
-            | AttrMask::MAX_DEST_RD_ATOMIC
-            | AttrMask::MIN_RNR_TIMER,
-    )
-    .map_err(|e| format!("RTR: {e}"))?;
-    a.qp_state = QpState::Rts;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.sq_psn = my_psn;
-    a.max_rd_atomic = 1;
-    qp.modify(
-        &a,
-        AttrMask::STATE
-            | AttrMask::TIMEOUT
-            | AttrMask::RETRY_CNT
-            | AttrMask::RNR_RETRY
-            | AttrMask::SQ_PSN
-            | AttrMask::MAX_QP_RD_ATOMIC,
-    )
-    .map_err(|e| format!("RTS: {e}"))
+    connect_rc(qp, my_psn, &peer, &RcPath::pingpong(mtu))
 }
 
 /// Polls a CQ in manual progress; after [`SPIN`] without completions it
@@ -178,18 +133,20 @@ impl Poller {
         }
         let t = *self.idle_since.get_or_insert_with(Instant::now);
         if t.elapsed() > SPIN {
-            let _ = dev.adapter().progress_wait(Duration::from_millis(1));
+            let _ = engine::progress_wait(dev, Duration::from_millis(1));
         }
         0
     }
 }
 
-fn check(wc: &WorkCompletion) -> R<()> {
-    if wc.status == WcStatus::Success {
-        Ok(())
-    } else {
-        Err(format!("completion {:?} for wr {}", wc.status, wc.wr_id))
-    }
+fn check(wc: &WorkCompletion) -> Result<()> {
+    ensure!(
+        wc.status == WcStatus::Success,
+        "completion {:?} for wr {}",
+        wc.status,
+        wc.wr_id
+    );
+    Ok(())
 }
 
 /// With `NDV_BENCH_DEBUG` set, prints the QP's and adapter's counters.
@@ -206,23 +163,18 @@ fn debug_counters(s: &Side) {
             .collect();
         eprintln!("qp {:#x}: {}", s.qp.qpn(), nz.join(" "));
     }
-    let a = s.dev.adapter().counters();
-    eprintln!(
-        "adapter: rcvd {} sent {} would_block {}",
-        a.rcvd_datagrams.load(Ordering::Relaxed),
-        a.sent_datagrams.load(Ordering::Relaxed),
-        a.send_would_block.load(Ordering::Relaxed)
-    );
+    let [rcvd, sent, would_block] = engine::datagram_counters(&s.dev);
+    eprintln!("adapter: rcvd {rcvd} sent {sent} would_block {would_block}");
 }
 
 /// Passive side of the WRITE bandwidth test: drives the engine until `stop`.
-pub fn write_server(ip: IpAddr, peer: IpAddr, mtu: PathMtu, size: usize) -> R<()> {
+pub fn write_server(ip: IpAddr, peer: IpAddr, mtu: PathMtu, size: usize) -> Result<()> {
     let s = Side::new(ip, Progress::Manual, size, 16)?;
     emit(&s.info_line());
     s.connect_from_stdin(peer, mtu)?;
     let stop = stop_flag();
     emit("ready");
-    let mut wc = [WorkCompletion::default_for_bench(); 16];
+    let mut wc = [no_wc(); 16];
     let mut p = Poller::new();
     while !stop.load(Ordering::Relaxed) {
         p.poll(&s.dev, &s.cq, &mut wc);
@@ -240,7 +192,7 @@ pub fn write_client(
     size: usize,
     depth: u32,
     secs: f64,
-) -> R<()> {
+) -> Result<()> {
     let s = Side::new(ip, Progress::Manual, size, depth)?;
     emit(&s.info_line());
     let remote = s.connect_from_stdin(peer, mtu)?;
@@ -251,7 +203,7 @@ pub fn write_client(
     let sge = s.mr.sge(0, size as u32);
     let mut posted = 0u64;
     let mut done = 0u64;
-    let mut wc = [WorkCompletion::default_for_bench(); 32];
+    let mut wc = [no_wc(); 32];
     let warm = Duration::from_millis(250);
     let t_start = Instant::now();
     let mut t0: Option<(Instant, u64)> = None;
@@ -262,7 +214,7 @@ pub fn write_client(
             let signaled = posted % sig == sig - 1;
             let mut wr = SendWr::new(posted, SendOp::Write(remote), [sge]);
             wr.signaled = signaled;
-            s.qp.post_send(wr).map_err(e2s)?;
+            s.qp.post_send(wr)?;
             posted += 1;
         }
         let n = p.poll(&s.dev, &s.cq, &mut wc);
@@ -301,13 +253,12 @@ pub fn write_client(
 /// for the peer's message). In manual progress the polls drive the engine;
 /// with engine threads they only read the CQ. The client prints
 /// `result <iters> <seconds> <median ns>`.
-pub fn lat(ip: IpAddr, peer: IpAddr, mode: Progress, iters: u64, client: bool) -> R<()> {
+pub fn lat(ip: IpAddr, peer: IpAddr, mode: Progress, iters: u64, client: bool) -> Result<()> {
     let depth = 128;
     let size = 8;
     let s = Side::new(ip, mode, 2 * size, depth)?;
     for i in 0..depth as u64 {
-        s.qp.post_recv(RecvWr::new(i, [s.mr.sge(size, size as u32)]))
-            .map_err(e2s)?;
+        s.qp.post_recv(RecvWr::new(i, [s.mr.sge(size, size as u32)]))?;
     }
     emit(&s.info_line());
     s.connect_from_stdin(peer, PathMtu::Mtu4096)?;
@@ -318,12 +269,12 @@ pub fn lat(ip: IpAddr, peer: IpAddr, mode: Progress, iters: u64, client: bool) -
     }
     let warm = iters / 10 + 100;
     let mut sent = 0u64;
-    let mut wc = [WorkCompletion::default_for_bench(); 16];
+    let mut wc = [no_wc(); 16];
     let sge = s.mr.sge(0, size as u32);
-    let send = |n: u64| -> R<()> {
+    let send = |n: u64| -> Result<()> {
         let mut wr = SendWr::new(u64::MAX - n, SendOp::Send, [sge]);
         wr.signaled = n % 64 == 63;
-        s.qp.post_send(wr).map_err(e2s)
+        Ok(s.qp.post_send(wr)?)
     };
     let mut t_sent = Instant::now();
     if client {
@@ -343,7 +294,7 @@ pub fn lat(ip: IpAddr, peer: IpAddr, mode: Progress, iters: u64, client: bool) -
                 }
             }
             if last.elapsed() > Duration::from_secs(10) {
-                return Err(format!("ping-pong stalled after {got} messages"));
+                bail!("ping-pong stalled after {got} messages");
             }
             continue;
         }
@@ -353,8 +304,7 @@ pub fn lat(ip: IpAddr, peer: IpAddr, mode: Progress, iters: u64, client: bool) -
             if w.wr_id >= depth as u64 {
                 continue; // a send completion
             }
-            s.qp.post_recv(RecvWr::new(w.wr_id, [s.mr.sge(size, size as u32)]))
-                .map_err(e2s)?;
+            s.qp.post_recv(RecvWr::new(w.wr_id, [s.mr.sge(size, size as u32)]))?;
             got += 1;
             if client && got > warm {
                 rtt.push(last.duration_since(t_sent).as_nanos() as u64);
@@ -390,46 +340,48 @@ fn turn(dev: &Device, since: Instant) {
     if since.elapsed() < CONN_SPIN {
         dev.progress();
     } else {
-        let _ = dev.adapter().progress_wait(Duration::from_millis(1));
+        let _ = engine::progress_wait(dev, Duration::from_millis(1));
     }
 }
 
 /// Waits for an endpoint request, driving the engine in manual mode.
-fn drive<T>(dev: &Device, p: EpPending<T>, what: &str) -> R<T> {
+fn drive<T>(dev: &Device, p: EpPending<T>, what: &str) -> Result<T> {
     let t = Instant::now();
     loop {
         if let Some(v) = p.try_take() {
-            return v.map_err(|e| format!("{what}: {e}"));
+            return v.with_context(|| what.to_string());
         }
-        if t.elapsed() > Duration::from_secs(10) {
-            return Err(format!("{what}: no answer in 10 s"));
-        }
-        if dev.adapter().mode() == Progress::Manual {
+        ensure!(
+            t.elapsed() <= Duration::from_secs(10),
+            "{what}: no answer in 10 s"
+        );
+        if engine::is_manual(dev) {
             turn(dev, t);
         } else if let Some(v) = p.wait_timeout(Duration::from_millis(100)) {
-            return v.map_err(|e| format!("{what}: {e}"));
+            return v.with_context(|| what.to_string());
         }
     }
 }
 
-fn wait_wc(dev: &Device, cq: &Cq, what: &str) -> R<WorkCompletion> {
+fn wait_wc(dev: &Device, cq: &Cq, what: &str) -> Result<WorkCompletion> {
     let t = Instant::now();
     loop {
         if let Some(w) = cq.poll_one() {
             check(&w)?;
             return Ok(w);
         }
-        if t.elapsed() > Duration::from_secs(10) {
-            return Err(format!("{what}: no completion in 10 s"));
-        }
-        if dev.adapter().mode() == Progress::Thread {
-            if let Some(w) = cq.wait_one(Duration::from_millis(100)).map_err(e2s)? {
+        ensure!(
+            t.elapsed() <= Duration::from_secs(10),
+            "{what}: no completion in 10 s"
+        );
+        if !engine::is_manual(dev) {
+            if let Some(w) = cq.wait_one(Duration::from_millis(100))? {
                 check(&w)?;
                 return Ok(w);
             }
         } else if t.elapsed() >= CONN_SPIN {
             // `poll_one` ran the engine; past the spin, sleep in it instead.
-            let _ = dev.adapter().progress_wait(Duration::from_millis(1));
+            let _ = engine::progress_wait(dev, Duration::from_millis(1));
         }
     }
 }
@@ -438,21 +390,21 @@ const CM_PORT: u16 = 7471;
 
 /// Server of the connection-rate test: accepts, receives one message, waits
 /// for the peer's DREQ and answers it; until `stop`.
-pub fn conn_server(ip: IpAddr, mode: Progress) -> R<()> {
-    let dev = Device::open_with(ip, mode).map_err(e2s)?;
-    let pd = dev.alloc_pd().map_err(e2s)?;
-    let cq = dev.create_cq(64).map_err(e2s)?;
-    let mr = pd.reg_mr(64, Access::LOCAL_WRITE).map_err(e2s)?;
-    let listener = Endpoint::new(&dev).map_err(e2s)?;
-    listener.listen(CM_PORT, 64).map_err(e2s)?;
+pub fn conn_server(ip: IpAddr, mode: Progress) -> Result<()> {
+    let dev = open(ip, mode)?;
+    let pd = dev.alloc_pd()?;
+    let cq = dev.create_cq(64)?;
+    let mr = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let listener = Endpoint::new(&dev)?;
+    listener.listen(CM_PORT, 64)?;
     emit(&format!("info {CM_PORT}"));
     let stop = stop_flag();
     emit("ready");
     while !stop.load(Ordering::Relaxed) {
-        let ep = Endpoint::new(&dev).map_err(e2s)?;
+        let ep = Endpoint::new(&dev)?;
         let qp = new_qp(&pd, &cq, 4)?;
-        qp.post_recv(RecvWr::new(1, [mr.sge(0, 8)])).map_err(e2s)?;
-        let req = listener.get_request(&ep).map_err(e2s)?;
+        qp.post_recv(RecvWr::new(1, [mr.sge(0, 8)]))?;
+        let req = listener.get_request(&ep)?;
         let t = Instant::now();
         // Wait for a request, checking `stop` now and then.
         let got = loop {
@@ -472,21 +424,19 @@ pub fn conn_server(ip: IpAddr, mode: Progress) -> R<()> {
         if got.is_err() {
             continue;
         }
-        let acc = ep
-            .accept(
-                &qp,
-                AcceptArgs {
-                    responder_resources: 0,
-                    initiator_depth: 0,
-                    rnr_retry_count: 7,
-                    private_data: vec![],
-                },
-            )
-            .map_err(e2s)?;
+        let acc = ep.accept(
+            &qp,
+            AcceptArgs {
+                responder_resources: 0,
+                initiator_depth: 0,
+                rnr_retry_count: 7,
+                private_data: vec![],
+            },
+        )?;
         if drive(&dev, acc, "accept").is_err() {
             continue;
         }
-        let dn = ep.notify_disconnect().map_err(e2s)?;
+        let dn = ep.notify_disconnect()?;
         if wait_wc(&dev, &cq, "receive").is_err() {
             continue;
         }
@@ -500,11 +450,11 @@ pub fn conn_server(ip: IpAddr, mode: Progress) -> R<()> {
 /// Client of the connection-rate test: connect + complete + one 8-byte SEND
 /// (until its ACK) + disconnect (until the DREP), for `secs`; prints
 /// `result <cycles> <seconds>`.
-pub fn conn_client(ip: IpAddr, server: IpAddr, mode: Progress, secs: f64) -> R<()> {
-    let dev = Device::open_with(ip, mode).map_err(e2s)?;
-    let pd = dev.alloc_pd().map_err(e2s)?;
-    let cq = dev.create_cq(64).map_err(e2s)?;
-    let mr = pd.reg_mr(64, Access::LOCAL_WRITE).map_err(e2s)?;
+pub fn conn_client(ip: IpAddr, server: IpAddr, mode: Progress, secs: f64) -> Result<()> {
+    let dev = open(ip, mode)?;
+    let pd = dev.alloc_pd()?;
+    let cq = dev.create_cq(64)?;
+    let mr = pd.reg_mr(64, Access::LOCAL_WRITE)?;
     emit("info 0");
     expect("peer")?;
     emit("ready");
@@ -516,7 +466,7 @@ pub fn conn_client(ip: IpAddr, server: IpAddr, mode: Progress, secs: f64) -> R<(
     let mut phases = [Duration::ZERO; 5];
     while t0.elapsed().as_secs_f64() < secs {
         let tc = Instant::now();
-        let ep = Endpoint::new(&dev).map_err(e2s)?;
+        let ep = Endpoint::new(&dev)?;
         let qp = new_qp(&pd, &cq, 4)?;
         port = if port >= 65000 { 40000 } else { port + 1 };
         let args = ConnectArgs {
@@ -530,19 +480,14 @@ pub fn conn_client(ip: IpAddr, server: IpAddr, mode: Progress, secs: f64) -> R<(
             path_mtu: PathMtu::Mtu4096,
             private_data: vec![],
         };
-        drive(&dev, ep.connect(&qp, args).map_err(e2s)?, "connect")?;
+        drive(&dev, ep.connect(&qp, args)?, "connect")?;
         let t1 = tc.elapsed();
-        drive(
-            &dev,
-            ep.complete_connect(&qp).map_err(e2s)?,
-            "complete connect",
-        )?;
+        drive(&dev, ep.complete_connect(&qp)?, "complete connect")?;
         let t2 = tc.elapsed();
-        qp.post_send(SendWr::new(7, SendOp::Send, [mr.sge(0, 8)]))
-            .map_err(e2s)?;
+        qp.post_send(SendWr::new(7, SendOp::Send, [mr.sge(0, 8)]))?;
         wait_wc(&dev, &cq, "send")?;
         let t3 = tc.elapsed();
-        drive(&dev, ep.disconnect(&qp).map_err(e2s)?, "disconnect")?;
+        drive(&dev, ep.disconnect(&qp)?, "disconnect")?;
         let t4 = tc.elapsed();
         phases[0] += t1;
         phases[1] += t2 - t1;
@@ -592,21 +537,18 @@ fn cpu_time() -> Duration {
 /// P4: `qps` connected pairs between 127.0.0.1 and 127.0.0.2 in this process
 /// (engine threads); prints `result <qps> <rss bytes per QP> <idle cpu %>
 /// <idle cpu % with no QPs> <setup seconds>`.
-pub fn scale(a: IpAddr, b: IpAddr, qps: u32, idle_secs: f64) -> R<()> {
-    let da = Device::open_with(a, Progress::Thread).map_err(e2s)?;
-    let db = Device::open_with(b, Progress::Thread).map_err(e2s)?;
+pub fn scale(a: IpAddr, b: IpAddr, qps: u32, idle_secs: f64) -> Result<()> {
+    let da = open(a, Progress::Thread)?;
+    let db = open(b, Progress::Thread)?;
     // An idle adapter pair with nothing on it.
     std::thread::sleep(Duration::from_millis(200));
     let (c0, t0) = (cpu_time(), Instant::now());
     std::thread::sleep(Duration::from_secs_f64(idle_secs));
     let empty = (cpu_time() - c0).as_secs_f64() / t0.elapsed().as_secs_f64() * 100.0;
-    let (pa, pb) = (da.alloc_pd().map_err(e2s)?, db.alloc_pd().map_err(e2s)?);
-    let (ca, cb) = (
-        da.create_cq(1 << 16).map_err(e2s)?,
-        db.create_cq(1 << 16).map_err(e2s)?,
-    );
-    let ma = pa.reg_mr(4096, Access::LOCAL_WRITE).map_err(e2s)?;
-    let mb = pb.reg_mr(4096, Access::LOCAL_WRITE).map_err(e2s)?;
+    let (pa, pb) = (da.alloc_pd()?, db.alloc_pd()?);
+    let (ca, cb) = (da.create_cq(1 << 16)?, db.create_cq(1 << 16)?);
+    let ma = pa.reg_mr(4096, Access::LOCAL_WRITE)?;
+    let mb = pb.reg_mr(4096, Access::LOCAL_WRITE)?;
     let before = rss();
     let setup = Instant::now();
     let mut pairs = Vec::with_capacity(qps as usize);
@@ -621,9 +563,8 @@ pub fn scale(a: IpAddr, b: IpAddr, qps: u32, idle_secs: f64) -> R<()> {
     let setup = setup.elapsed().as_secs_f64();
     // Prove the first and last pair carry traffic.
     for (qa, qb) in [pairs.first(), pairs.last()].into_iter().flatten() {
-        qb.post_recv(RecvWr::new(1, [mb.sge(0, 64)])).map_err(e2s)?;
-        qa.post_send(SendWr::new(2, SendOp::Send, [ma.sge(0, 64)]))
-            .map_err(e2s)?;
+        qb.post_recv(RecvWr::new(1, [mb.sge(0, 64)]))?;
+        qa.post_send(SendWr::new(2, SendOp::Send, [ma.sge(0, 64)]))?;
         wait_wc(&da, &ca, "scale send")?;
         wait_wc(&db, &cb, "scale receive")?;
     }
@@ -639,23 +580,17 @@ pub fn scale(a: IpAddr, b: IpAddr, qps: u32, idle_secs: f64) -> R<()> {
 }
 
 /// A zeroed completion for output arrays.
-trait BenchDefault {
-    fn default_for_bench() -> Self;
-}
-
-impl BenchDefault for WorkCompletion {
-    fn default_for_bench() -> Self {
-        WorkCompletion {
-            wr_id: 0,
-            status: WcStatus::Success,
-            opcode: ndverbs_verbs::WcOpcode::Send,
-            queue: ndverbs_verbs::WcQueue::Send,
-            byte_len: 0,
-            imm: None,
-            invalidated_rkey: None,
-            qpn: 0,
-            src_qp: 0,
-            solicited: false,
-        }
+fn no_wc() -> WorkCompletion {
+    WorkCompletion {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        queue: WcQueue::Send,
+        byte_len: 0,
+        imm: None,
+        invalidated_rkey: None,
+        qpn: 0,
+        src_qp: 0,
+        solicited: false,
     }
 }

@@ -1,22 +1,7 @@
-//! Output of the tools we imitate, byte for byte.
-//!
-//! Users (and reviewers) compare `ndv perf` with perftest and `ndv pingpong`
-//! with `ibv_rc_pingpong` by eye and by script, so the text is reproduced
-//! exactly, tabs and trailing blanks included. Everything here is a pure
-//! function over plain data: numbers in, text out (`String`s, or writes to
-//! a `&mut impl Write`); the statistics perftest derives from its timestamps
-//! are pure functions too, fed with nanoseconds.
-//!
-//! * [`perftest`]: the header block, address lines and result tables of
-//!   perftest 4.5 (`ctx_print_test_info`, `ctx_print_pingpong_data`,
-//!   `print_report_bw`, `print_report_lat`, `print_report_lat_duration`).
-//! * [`pingpong`]: `ibv_rc_pingpong`'s address lines and two summary lines.
-//!
-//! The helpers below reproduce the few C `printf` conversions whose Rust
-//! equivalent differs: `%#x` (no `0x` for zero), `%g`, and NaN/infinity.
-
-pub mod perftest;
-pub mod pingpong;
+//! The few C `printf` conversions whose Rust equivalent differs, for the
+//! output of the tools ndv imitates byte for byte
+//! (`perftest::report`, `pingpong::report`): `%#x` (no
+//! `0x` for zero), `%g`, and NaN/infinity.
 
 /// C `%.{prec}f`: Rust's fixed formatting (which rounds ties to even like
 /// glibc) except for NaN and infinities, spelled as glibc does.

@@ -6,103 +6,29 @@
 //! for a completion when `m % cq_mod == cq_mod − 1` or it is the last one,
 //! and each completion counts as `cq_mod` messages: its poll time goes to
 //! `tcompleted[total_completed − 1]` (clamped to the last message). Then
-//! [`report::bw_report`] turns the two arrays into peak and average BW.
+//! [`bw_report`] turns the two arrays into peak and average BW.
 //! With `-N` (or implied) only the first post and the last poll are kept.
 //!
 //! **`ib_send_bw` receiver**: `-r` receives are posted per QP before the
-//! barrier ([`post_recv`]); each completion re-posts one until one receive
-//! per iteration was posted. The clock starts at the first receive and stops
-//! at the last; the report has no peak.
+//! barrier ([`super::measure::Resources::post_recv`]); each completion
+//! re-posts one until one receive per iteration was posted. The clock
+//! starts at the first receive and stops at the last; the report has no
+//! peak.
 //!
 //! **`-D`**: the loop runs until the end of the duration; only completions
 //! polled in the SAMPLE window count, over the window's length.
 
-use super::{completion_error, DurationClock, Phase, RunParams, Ticker};
-use crate::oob::perftest::{Role, Verb};
-use crate::report::perftest::{self as report, AtomicOp, BwParams, BwReport};
-use ndverbs_verbs::{Cq, RecvWr, SendOp, SendWr, WcStatus, WorkCompletion};
-use std::time::{Duration, Instant};
-
-/// Longest wait for any completion before the run is declared stuck.
-const STALL: Duration = Duration::from_secs(60);
-
-/// Posts one receive of `size` bytes into QP `q`'s receive block.
-pub(crate) fn post_recv(
-    res: &super::Resources,
-    plan: &super::Plan,
-    q: usize,
-    size: u64,
-) -> Result<(), String> {
-    let off = (plan.qps + q) as u64 * plan.block();
-    res.qps[q]
-        .post_recv(RecvWr::new(
-            q as u64,
-            [res.mr.sge(off as usize, size as u32)],
-        ))
-        .map_err(|e| format!("Couldn't post recv Qp={q}: {e}"))
-}
-
-/// The send request of message `signaled` on QP `q`.
-pub(crate) fn send_wr(r: &RunParams, q: usize, signaled: bool) -> Result<SendWr, String> {
-    let size = r.size as u32;
-    let sge = r.res.mr.sge(r.send_off(q), size);
-    let remote = r.remotes[q];
-    let op = match r.plan.test.verb {
-        Verb::Send => SendOp::Send,
-        Verb::Write => SendOp::Write(remote),
-        Verb::Read => SendOp::Read(remote),
-        Verb::Atomic => match r.plan.atomic {
-            AtomicOp::FetchAndAdd => SendOp::FetchAdd { remote, add: 1 },
-            AtomicOp::CmpAndSwap => SendOp::CompareSwap {
-                remote,
-                compare: 0,
-                swap: 0,
-            },
-        },
-    };
-    let inline = matches!(r.plan.test.verb, Verb::Send | Verb::Write) && size <= r.inline;
-    let mut wr = if inline {
-        let data = r
-            .res
-            .mr
-            .to_vec(r.send_off(q), size as usize)
-            .map_err(|e| e.to_string())?;
-        let mut wr = SendWr::new(q as u64, op, ndverbs_verbs::SgList::new());
-        wr.inline = Some(data);
-        wr
-    } else {
-        SendWr::new(q as u64, op, [sge])
-    };
-    wr.signaled = signaled;
-    Ok(wr)
-}
-
-/// Takes up to 16 completions from `cq` (with `-e`, sleeping for the first).
-pub(crate) fn poll(cq: &Cq, events: bool, out: &mut Vec<WorkCompletion>) -> Result<(), String> {
-    out.clear();
-    if events {
-        if let Some(w) = cq
-            .wait_one(Duration::from_millis(10))
-            .map_err(|e| format!("Failed to get cq_event: {e}"))?
-        {
-            out.push(w);
-        }
-    }
-    while out.len() < 16 {
-        match cq.poll_one() {
-            Some(w) => out.push(w),
-            None => break,
-        }
-    }
-    Ok(())
-}
-
-fn now_ns(t0: Instant) -> u64 {
-    t0.elapsed().as_nanos() as u64
-}
+use super::exchange::BwReport;
+use super::measure::{check_wc, now_ns, poll, DurationClock, Phase, RunParams, STALL};
+use super::program::{Role, Verb};
+use super::stats::{bw_report, BwParams};
+use super::ticker::Ticker;
+use crate::engine;
+use anyhow::{bail, Context, Result};
+use std::time::Instant;
 
 /// Runs one BW measurement for this side.
-pub(crate) fn run(r: &RunParams) -> Result<BwReport, String> {
+pub fn run(r: &RunParams) -> Result<BwReport> {
     let p = r.plan;
     if p.test.verb == Verb::Send && p.flow.duplex {
         return run_sender(r, true);
@@ -129,7 +55,7 @@ fn params(r: &RunParams, iters: u64, no_peak: bool) -> BwParams {
 
 /// `run_iter_bw` (and, with `recv`, `run_iter_bi` for SEND: receives are
 /// counted and re-posted in the same loop).
-fn run_sender(r: &RunParams, recv: bool) -> Result<BwReport, String> {
+fn run_sender(r: &RunParams, recv: bool) -> Result<BwReport> {
     let p = r.plan;
     let s = &p.settings;
     let nq = p.qps;
@@ -171,7 +97,7 @@ fn run_sender(r: &RunParams, recv: bool) -> Result<BwReport, String> {
             while (scnt[q] < iters || dur.is_some()) && scnt[q] - ccnt[q] < tx_depth {
                 let m = scnt[q];
                 let signaled = m % cq_mod == cq_mod - 1 || (dur.is_none() && m == iters - 1);
-                let wr = send_wr(r, q, signaled)?;
+                let wr = r.send_wr(q, signaled)?;
                 if !no_peak {
                     tposted[totscnt as usize] = now_ns(t0);
                 }
@@ -179,8 +105,10 @@ fn run_sender(r: &RunParams, recv: bool) -> Result<BwReport, String> {
                     Ok(()) => {}
                     // With an engine thread a completion can be polled a moment
                     // before its send queue slot is released: poll, post later.
-                    Err(e) if e.to_string().starts_with("queue full") => break,
-                    Err(e) => return Err(format!("Couldn't post send: qp {q} scnt={m}: {e}")),
+                    Err(e) if engine::is_queue_full(&e) => break,
+                    Err(e) => {
+                        return Err(e).context(format!("Couldn't post send: qp {q} scnt={m}"))
+                    }
                 }
                 scnt[q] += 1;
                 totscnt += 1;
@@ -190,13 +118,7 @@ fn run_sender(r: &RunParams, recv: bool) -> Result<BwReport, String> {
         if totccnt < tot || (dur.is_some() && totccnt < totscnt) {
             poll(&r.res.send_cq, r.events, &mut wcs)?;
             for wc in &wcs {
-                if wc.status != WcStatus::Success {
-                    return Err(completion_error(
-                        true,
-                        wc,
-                        &format!("scnt={totscnt}, ccnt={totccnt}"),
-                    ));
-                }
+                check_wc(wc, true, || format!("scnt={totscnt}, ccnt={totccnt}"))?;
                 let q = (wc.wr_id as usize).min(nq - 1);
                 ccnt[q] += cq_mod;
                 totccnt += cq_mod;
@@ -213,13 +135,11 @@ fn run_sender(r: &RunParams, recv: bool) -> Result<BwReport, String> {
         if recv && rcnt < tot {
             poll(&r.res.recv_cq, false, &mut wcs)?;
             for wc in &wcs {
-                if wc.status != WcStatus::Success {
-                    return Err(completion_error(false, wc, &format!(" rcnt={rcnt}")));
-                }
+                check_wc(wc, false, || format!(" rcnt={rcnt}"))?;
                 let q = (wc.wr_id as usize).min(nq - 1);
                 rcnt += 1;
                 if dur.is_some() || rposted[q] < iters {
-                    super::bw::post_recv(r.res, p, q, r.size)?;
+                    r.res.post_recv(p, q, r.size)?;
                     rposted[q] += 1;
                 }
             }
@@ -228,31 +148,23 @@ fn run_sender(r: &RunParams, recv: bool) -> Result<BwReport, String> {
         if any {
             last_progress = Instant::now();
         } else if last_progress.elapsed() > STALL {
-            return Err(format!(
+            bail!(
                 "no completion for {} s (sent {totscnt}, completed {totccnt})",
                 STALL.as_secs()
-            ));
+            );
         }
     }
     if no_peak {
         tcompleted[0] = now_ns(t0);
     }
     if let Some(d) = dur {
-        return Ok(report::bw_report(
-            &params(r, counted, true),
-            &[0],
-            &[d.sample_ns()],
-        ));
+        return Ok(bw_report(&params(r, counted, true), &[0], &[d.sample_ns()]));
     }
-    Ok(report::bw_report(
-        &params(r, iters, no_peak),
-        &tposted,
-        &tcompleted,
-    ))
+    Ok(bw_report(&params(r, iters, no_peak), &tposted, &tcompleted))
 }
 
 /// `run_iter_bw_server` for `ib_send_bw`.
-fn run_receiver(r: &RunParams) -> Result<BwReport, String> {
+fn run_receiver(r: &RunParams) -> Result<BwReport> {
     let p = r.plan;
     let s = &p.settings;
     let nq = p.qps;
@@ -282,10 +194,10 @@ fn run_receiver(r: &RunParams) -> Result<BwReport, String> {
         poll(&r.res.recv_cq, r.events, &mut wcs)?;
         if wcs.is_empty() {
             if last_progress.elapsed() > STALL {
-                return Err(format!(
+                bail!(
                     "no message for {} s (received {rcnt} of {tot})",
                     STALL.as_secs()
-                ));
+                );
             }
             continue;
         }
@@ -297,27 +209,21 @@ fn run_receiver(r: &RunParams) -> Result<BwReport, String> {
         let phase = dur.map(|d| d.phase());
         for wc in &wcs {
             let q = (wc.wr_id as usize).min(nq - 1);
-            if wc.status != WcStatus::Success {
-                return Err(completion_error(false, wc, &format!(" rcnt={rcnt}")));
-            }
+            check_wc(wc, false, || format!(" rcnt={rcnt}"))?;
             rcnt += 1;
             if phase == Some(Phase::Sample) {
                 counted += 1;
             }
             if s.duration.is_some() || rposted[q] < iters {
-                post_recv(r.res, p, q, r.size)?;
+                r.res.post_recv(p, q, r.size)?;
                 rposted[q] += 1;
             }
         }
     }
     if let Some(d) = dur {
-        return Ok(report::bw_report(
-            &params(r, counted, true),
-            &[0],
-            &[d.sample_ns()],
-        ));
+        return Ok(bw_report(&params(r, counted, true), &[0], &[d.sample_ns()]));
     }
     let start = first.unwrap_or_else(Instant::now);
     let elapsed = start.elapsed().as_nanos() as u64;
-    Ok(report::bw_report(&params(r, iters, true), &[0], &[elapsed]))
+    Ok(bw_report(&params(r, iters, true), &[0], &[elapsed]))
 }

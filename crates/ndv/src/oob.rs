@@ -1,4 +1,6 @@
-//! Out-of-band TCP exchanges of the RDMA test tools we interoperate with.
+//! What the out-of-band TCP exchanges of the RDMA test tools we
+//! interoperate with have in common: fixed-size NUL-terminated text
+//! messages, read whole, with hexadecimal fields.
 //!
 //! Before two RC queue pairs can talk, each side must learn the other's QP
 //! number, starting PSN, GID and (for RDMA READ/WRITE/atomics) an rkey and a
@@ -8,10 +10,10 @@
 //! any [`std::io::Read`] + [`std::io::Write`] stream (a [`std::net::TcpStream`]
 //! in the tools, an in-memory pipe in tests) and hand back plain data.
 //!
-//! * [`rc_pingpong`]: rdma-core's `libibverbs/examples/rc_pingpong.c`
+//! * `pingpong::exchange`: rdma-core's `libibverbs/examples/rc_pingpong.c`
 //!   (verified against rdma-core 44): one 52-byte message each way, client
 //!   first, then the client writes `"done"`.
-//! * [`perftest`]: linux-rdma/perftest 4.5 (`ib_{send,write,read,atomic}_{bw,lat}`,
+//! * `perftest::exchange`: linux-rdma/perftest 4.5 (`ib_{send,write,read,atomic}_{bw,lat}`,
 //!   verified against perftest 4.5-0.17 whose version string is `"6.06"`): a
 //!   version/system/MTU preamble, then a variable number of 108-byte key
 //!   "hand shakes" that double as barriers, optional binary result
@@ -21,9 +23,6 @@
 //! size, so every message here is written with one `write_all` of a buffer
 //! holding the whole message (one TCP segment in practice). Reads are more
 //! forgiving than the C tools: they loop until the whole message arrived.
-
-pub mod perftest;
-pub mod rc_pingpong;
 
 use std::io::{self, Read};
 
@@ -144,11 +143,6 @@ pub(crate) mod testutil {
                 input: io::Cursor::new(input),
                 writes: Vec::new(),
             }
-        }
-
-        /// Everything written, concatenated.
-        pub fn written(&self) -> Vec<u8> {
-            self.writes.concat()
         }
 
         /// True when all the scripted input was consumed.

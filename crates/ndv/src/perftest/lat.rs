@@ -12,19 +12,27 @@
 //!   perftest. The server starts by waiting. Every write is signalled.
 //! * **READ / atomics** (client only): post, wait for the completion, repeat.
 //!
-//! Samples are `tposted[i+1] − tposted[i]`; [`rtt_factor`](crate::report::perftest::rtt_factor) halves
-//! them for SEND/WRITE. With `-D` the iterations that completed in the SAMPLE
+//! Samples are `tposted[i+1] − tposted[i]`; [`super::stats::rtt_factor`]
+//! halves them for SEND/WRITE. With `-D` the iterations that completed in the SAMPLE
 //! window are counted instead.
 
-use super::bw::{poll, post_recv, send_wr};
-use super::{completion_error, DurationClock, Phase, RunParams, RunResult, Ticker};
-use crate::oob::perftest::{Role, Verb};
-use ndverbs_verbs::{WcStatus, WorkCompletion};
-use std::time::{Duration, Instant};
+use super::measure::{check_wc, poll, DurationClock, Phase, RunParams, STALL};
+use super::program::{Role, Verb};
+use super::stats::lat_deltas;
+use super::ticker::Ticker;
+use anyhow::{bail, Context, Result};
+use ndverbs_verbs::{Cq, WorkCompletion};
+use std::time::Instant;
 
-const STALL: Duration = Duration::from_secs(60);
+/// The result of one measured latency run.
+pub enum LatResult {
+    /// Post timestamps' differences (ns).
+    Samples(Vec<u64>),
+    /// `-D`: iterations in the SAMPLE window and its length.
+    Duration { iters: u64, elapsed_ns: u64 },
+}
 
-pub(crate) fn run(r: &RunParams) -> Result<RunResult, String> {
+pub fn run(r: &RunParams) -> Result<LatResult> {
     match r.plan.test.verb {
         Verb::Send => run_send(r),
         Verb::Write => run_write(r),
@@ -83,25 +91,35 @@ impl Clock {
         }
     }
 
-    fn result(self) -> RunResult {
+    fn result(self) -> LatResult {
         match self.dur {
-            Some(d) => RunResult::LatDuration {
+            Some(d) => LatResult::Duration {
                 iters: self.counted,
                 elapsed_ns: d.sample_ns(),
             },
-            None => RunResult::Lat {
-                deltas: crate::report::perftest::lat_deltas(&self.tposted),
-            },
+            None => LatResult::Samples(lat_deltas(&self.tposted)),
         }
     }
 }
 
-/// Waits for one completion on `cq`; `None` if the duration ended first.
-fn wait_wc(
+/// Waits for one successful completion on `cq` (see [`check_wc`] for
+/// `at_client` and `counts`); `None` if the duration ended first.
+fn wait_ok(
     r: &RunParams,
-    cq: &ndverbs_verbs::Cq,
+    cq: &Cq,
     clock: &Clock,
-) -> Result<Option<WorkCompletion>, String> {
+    at_client: bool,
+    counts: impl FnOnce() -> String,
+) -> Result<Option<()>> {
+    let Some(wc) = wait_wc(r, cq, clock)? else {
+        return Ok(None);
+    };
+    check_wc(&wc, at_client, counts)?;
+    Ok(Some(()))
+}
+
+/// Waits for one completion on `cq`; `None` if the duration ended first.
+fn wait_wc(r: &RunParams, cq: &Cq, clock: &Clock) -> Result<Option<WorkCompletion>> {
     let t0 = Instant::now();
     let mut wcs = Vec::with_capacity(16);
     loop {
@@ -118,12 +136,12 @@ fn wait_wc(
             return Ok(Some(w));
         }
         if t0.elapsed() > STALL {
-            return Err(format!("no completion for {} s", STALL.as_secs()));
+            bail!("no completion for {} s", STALL.as_secs());
         }
     }
 }
 
-fn run_send(r: &RunParams) -> Result<RunResult, String> {
+fn run_send(r: &RunParams) -> Result<LatResult> {
     let p = r.plan;
     let s = &p.settings;
     let client = p.role == Role::Client;
@@ -135,36 +153,25 @@ fn run_send(r: &RunParams) -> Result<RunResult, String> {
     let (mut scnt, mut rcnt) = (0u64, 0u64);
     while scnt < iters || rcnt < iters || (dur && !clock.ended()) {
         if (rcnt < iters || dur) && !(scnt < 1 && client) {
-            let Some(wc) = wait_wc(r, &r.res.recv_cq, &clock)? else {
+            let got = wait_ok(r, &r.res.recv_cq, &clock, false, || format!(" rcnt={rcnt}"))?;
+            if got.is_none() {
                 break;
-            };
-            if wc.status != WcStatus::Success {
-                return Err(completion_error(false, &wc, &format!(" rcnt={rcnt}")));
             }
             rcnt += 1;
             clock.done_one();
             if dur || rcnt + rx_depth <= iters {
-                post_recv(r.res, p, 0, r.size)?;
+                r.res.post_recv(p, 0, r.size)?;
             }
         }
         if scnt < iters || (dur && !clock.ended()) {
             clock.posted();
             scnt += 1;
             let signaled = scnt % cq_mod == 0 || (!dur && scnt == iters);
-            let wr = send_wr(r, 0, signaled)?;
-            r.res.qps[0]
-                .post_send(wr)
-                .map_err(|e| format!("Couldn't post send: scnt={scnt}: {e}"))?;
+            r.post_send(0, signaled, || format!("scnt={scnt}"))?;
             if signaled {
-                let Some(wc) = wait_wc(r, &r.res.send_cq, &clock)? else {
+                let counts = || format!("scnt={scnt}, ccnt={scnt}");
+                if wait_ok(r, &r.res.send_cq, &clock, true, counts)?.is_none() {
                     break;
-                };
-                if wc.status != WcStatus::Success {
-                    return Err(completion_error(
-                        true,
-                        &wc,
-                        &format!("scnt={scnt}, ccnt={scnt}"),
-                    ));
                 }
             }
         }
@@ -172,15 +179,15 @@ fn run_send(r: &RunParams) -> Result<RunResult, String> {
     Ok(clock.result())
 }
 
-fn run_write(r: &RunParams) -> Result<RunResult, String> {
+fn run_write(r: &RunParams) -> Result<LatResult> {
     let p = r.plan;
     let s = &p.settings;
     let server = p.role == Role::Server;
     let iters = s.iters;
     let dur = s.duration.is_some();
     let size = r.size as usize;
-    let post_byte = r.send_off(0) + size - 1;
-    let poll_byte = r.recv_off(0) + size - 1;
+    let post_byte = p.send_off(0) + size - 1;
+    let poll_byte = p.recv_off(0) + size - 1;
     let mut clock = Clock::new(r);
     let (mut scnt, mut ccnt, mut rcnt) = (0u64, 0u64, 0u64);
     let mut b = [0u8; 1];
@@ -193,17 +200,17 @@ fn run_write(r: &RunParams) -> Result<RunResult, String> {
                 r.res
                     .mr
                     .read(poll_byte, &mut b)
-                    .map_err(|e| e.to_string())?;
+                    .context("reading the receive block")?;
                 if b[0] == rcnt as u8 || clock.ended() {
                     break;
                 }
                 r.dev.progress();
                 spins = spins.wrapping_add(1);
                 if spins % 1024 == 0 && t0.elapsed() > STALL {
-                    return Err(format!(
+                    bail!(
                         "the peer's write {rcnt} did not arrive in {} s",
                         STALL.as_secs()
-                    ));
+                    );
                 }
             }
         }
@@ -213,25 +220,16 @@ fn run_write(r: &RunParams) -> Result<RunResult, String> {
             r.res
                 .mr
                 .write(post_byte, &[scnt as u8])
-                .map_err(|e| e.to_string())?;
-            let wr = send_wr(r, 0, true)?;
-            r.res.qps[0]
-                .post_send(wr)
-                .map_err(|e| format!("Couldn't post send: scnt={scnt}: {e}"))?;
+                .context("writing the send block")?;
+            r.post_send(0, true, || format!("scnt={scnt}"))?;
         }
         if dur && clock.ended() {
             break;
         }
         if ccnt < iters || dur {
-            let Some(wc) = wait_wc(r, &r.res.send_cq, &clock)? else {
+            let counts = || format!("scnt={scnt}, ccnt={ccnt}");
+            if wait_ok(r, &r.res.send_cq, &clock, true, counts)?.is_none() {
                 break;
-            };
-            if wc.status != WcStatus::Success {
-                return Err(completion_error(
-                    true,
-                    &wc,
-                    &format!("scnt={scnt}, ccnt={ccnt}"),
-                ));
             }
             ccnt += 1;
             clock.done_one();
@@ -240,7 +238,7 @@ fn run_write(r: &RunParams) -> Result<RunResult, String> {
     Ok(clock.result())
 }
 
-fn run_one_sided(r: &RunParams) -> Result<RunResult, String> {
+fn run_one_sided(r: &RunParams) -> Result<LatResult> {
     let s = &r.plan.settings;
     let iters = s.iters;
     let dur = s.duration.is_some();
@@ -249,19 +247,10 @@ fn run_one_sided(r: &RunParams) -> Result<RunResult, String> {
     while scnt < iters || (dur && !clock.ended()) {
         clock.posted();
         scnt += 1;
-        let wr = send_wr(r, 0, true)?;
-        r.res.qps[0]
-            .post_send(wr)
-            .map_err(|e| format!("Couldn't post send: scnt={scnt}: {e}"))?;
-        let Some(wc) = wait_wc(r, &r.res.send_cq, &clock)? else {
+        r.post_send(0, true, || format!("scnt={scnt}"))?;
+        let counts = || format!("scnt={scnt}, ccnt={scnt}");
+        if wait_ok(r, &r.res.send_cq, &clock, true, counts)?.is_none() {
             break;
-        };
-        if wc.status != WcStatus::Success {
-            return Err(completion_error(
-                true,
-                &wc,
-                &format!("scnt={scnt}, ccnt={scnt}"),
-            ));
         }
         clock.done_one();
     }

@@ -44,7 +44,7 @@
 //! ibv_rc_pingpong.pcap): client `0000:000013:158069:…0a4d0002\0`, server
 //! `0000:000013:d50ec4:…0a4d0003\0`, client `done\0`, then both close.
 
-use super::{malformed, parse_hex, read_full, OobError};
+use crate::oob::{malformed, parse_hex, read_full, OobError};
 use std::io::{self, Read, Write};
 
 /// Size of the address message, NUL included.
@@ -92,7 +92,7 @@ impl PingpongDest {
     /// `wire_gid_to_gid` read), with exactly 32 GID digits.
     pub fn from_wire(buf: &[u8]) -> Result<Self, OobError> {
         const WHAT: &str = "rc_pingpong address";
-        let text = super::c_text(buf);
+        let text = crate::oob::c_text(buf);
         let fields: Vec<&[u8]> = text.split(|&b| b == b':').collect();
         let [lid, qpn, psn, gid] = fields[..] else {
             return Err(malformed(WHAT, "expected LID:QPN:PSN:GID", buf));

@@ -19,8 +19,8 @@
 //! Both sides print the summary of their own clock; the values above are
 //! the client's in shared/reference/rxe-linux-6.1/ibv_rc_pingpong.log.
 
-use super::c_fixed;
-use crate::oob::rc_pingpong::PingpongDest;
+use super::exchange::PingpongDest;
+use crate::printf::c_fixed;
 use std::time::Duration;
 
 /// The address line for `side` (`"local"` or `"remote"`), without newline.

@@ -31,7 +31,7 @@ fn demo(rust_log: Option<&str>) -> (String, Output) {
 fn rust_log_debug_shows_connection_phases_on_stderr() {
     let (client, out) = demo(Some("ndverbs_engine=debug"));
     let err = String::from_utf8_lossy(&out.stderr);
-    let connect_span = format!("adapter{{local={client}}}:ep_connect{{ep=");
+    let connect_span = format!("nic{{local={client}}}:ep_connect{{ep=");
     for needle in [
         connect_span.as_str(),
         ":cm_phase: ",

@@ -12,7 +12,7 @@
 //! order with the other requests through a zero-length RDMA WRITE, as
 //! WinVerbs' ND provider did (a zero-length WRITE needs no remote key).
 
-use crate::adapter::{nd_err, Adapter};
+use crate::adapter::{nd_err, post_err, Adapter};
 use crate::cq::{wr_id, CompletionQueue, RequestType};
 use crate::mr::{MemoryRegion, MemoryWindow};
 use crate::status::{NdError, NdResult, NdStatus};
@@ -200,13 +200,13 @@ impl QueuePair {
     }
 
     fn post(&self, wr: SendWr) -> NdResult<()> {
-        self.qp.post_send(wr).map_err(nd_err)
+        self.qp.post_send(wr).map_err(post_err)
     }
 
     /// `Receive`: `sges` may be empty (a zero-byte receive).
     pub fn receive(&self, context: u64, sges: &[NdSge]) -> NdResult<()> {
         let id = wr_id(RequestType::Receive, context)?;
-        self.qp.post_recv(RecvWr::new(id, sges)).map_err(nd_err)
+        self.qp.post_recv(RecvWr::new(id, sges)).map_err(post_err)
     }
 
     /// `Send` from registered memory.
@@ -498,6 +498,6 @@ impl SharedReceiveQueue {
     /// `Receive`.
     pub fn receive(&self, context: u64, sges: &[NdSge]) -> NdResult<()> {
         let id = wr_id(RequestType::Receive, context)?;
-        self.srq.post_recv(RecvWr::new(id, sges)).map_err(nd_err)
+        self.srq.post_recv(RecvWr::new(id, sges)).map_err(post_err)
     }
 }

@@ -1,9 +1,8 @@
 //! Queue pairs and shared receive queues.
 
 use crate::device::{Cq, CqInner, Pd, PdInner};
-use crate::{Result, VerbsError};
-use ndverbs_engine::error::EngineError;
-use ndverbs_engine::nic::{QpInit, QpShared, SrqShared};
+use crate::engine::{QpRef, SrqRef};
+use crate::error::{Error, ErrorKind, Result};
 use ndverbs_proto::rc::{AttrMask, Counters, QpAttr, QpCaps, QpState, RecvWr, SendWr};
 use std::sync::Arc;
 
@@ -153,7 +152,7 @@ impl<'a> QpInitAttr<'a> {
 /// ```
 #[derive(Debug)]
 pub struct Qp {
-    shared: Arc<QpShared>,
+    shared: QpRef,
     pd: Arc<PdInner>,
     _cqs: (Arc<CqInner>, Arc<CqInner>),
     _srq: Option<Arc<SrqInner>>,
@@ -163,26 +162,26 @@ impl Qp {
     pub(crate) fn create(pd: &Pd, init: &QpInitAttr<'_>) -> Result<Qp> {
         // Ids are per device: another device's CQ or SRQ would name some
         // object of this one (ibv_create_qp fails with EINVAL).
-        let dev = &pd.inner.dev.adapter;
-        let foreign = !dev.same_as(&init.send_cq.inner.dev.adapter)
-            || !dev.same_as(&init.recv_cq.inner.dev.adapter)
-            || init
-                .srq
-                .is_some_and(|s| !dev.same_as(&s.inner.pd.dev.adapter));
+        let dev = &pd.inner.dev.nic;
+        let foreign = !dev.same_as(&init.send_cq.inner.dev.nic)
+            || !dev.same_as(&init.recv_cq.inner.dev.nic)
+            || init.srq.is_some_and(|s| !dev.same_as(&s.inner.pd.dev.nic));
         if foreign && !dev.is_removed() {
-            return Err(VerbsError::Engine(EngineError::InvalidArgument(
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "Pd::create_qp",
                 "the CQs and SRQ must belong to the QP's device",
-            )));
+            ));
         }
-        let shared = pd.inner.dev.adapter.create_qp(QpInit {
-            pd: pd.inner.id,
-            send_cq: init.send_cq.inner.id,
-            recv_cq: init.recv_cq.inner.id,
-            srq: init.srq.map(|s| s.inner.shared.id()),
-            caps: init.caps,
-            max_recv_wr: init.max_recv_wr,
-            max_recv_sge: init.max_recv_sge,
-        })?;
+        let shared = dev.create_qp(
+            pd.inner.id,
+            init.send_cq.inner.id,
+            init.recv_cq.inner.id,
+            init.srq.map(|s| &s.inner.shared),
+            init.caps,
+            init.max_recv_wr,
+            init.max_recv_sge,
+        )?;
         Ok(Qp {
             shared,
             pd: pd.inner.clone(),
@@ -204,27 +203,27 @@ impl Qp {
     /// Modifies attributes/state (runs on the engine; typed errors name the
     /// bad attribute). The peer's address comes from `attr.av.dgid`.
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<()> {
-        Ok(self.pd.dev.adapter.modify_qp(self.qpn(), attr, mask)?)
+        self.pd.dev.nic.modify_qp(self.qpn(), attr, mask)
     }
 
     /// Current attributes.
     pub fn query(&self) -> Result<QpAttr> {
-        Ok(self.pd.dev.adapter.query_qp(self.qpn())?)
+        self.pd.dev.nic.query_qp(self.qpn())
     }
 
     /// Posts a send request.
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
-        Ok(self.pd.dev.adapter.post_send(&self.shared, wr)?)
+        self.pd.dev.nic.post_send(&self.shared, wr)
     }
 
     /// Posts a receive (QPs without an SRQ).
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
-        Ok(self.pd.dev.adapter.post_recv(&self.shared, wr)?)
+        self.pd.dev.nic.post_recv(&self.shared, wr)
     }
 
     /// Per-QP counters (rxe names).
     pub fn counters(&self) -> Result<Counters> {
-        Ok(self.pd.dev.adapter.qp_counters(self.qpn())?)
+        self.pd.dev.nic.qp_counters(self.qpn())
     }
 
     /// Moves the QP to ERR: every outstanding request completes with a flush status.
@@ -241,19 +240,19 @@ impl Qp {
 
 impl Drop for Qp {
     fn drop(&mut self) {
-        let _ = self.pd.dev.adapter.destroy_qp(self.qpn());
+        let _ = self.pd.dev.nic.destroy_qp(self.qpn());
     }
 }
 
 #[derive(Debug)]
 pub(crate) struct SrqInner {
-    shared: Arc<SrqShared>,
+    shared: SrqRef,
     pd: Arc<PdInner>,
 }
 
 impl Drop for SrqInner {
     fn drop(&mut self) {
-        let _ = self.pd.dev.adapter.destroy_srq(self.shared.id());
+        let _ = self.pd.dev.nic.destroy_srq(&self.shared);
     }
 }
 
@@ -327,11 +326,7 @@ pub struct Srq {
 
 impl Srq {
     pub(crate) fn create(pd: &Pd, max_wr: u32, max_sge: u32) -> Result<Srq> {
-        let shared = pd
-            .inner
-            .dev
-            .adapter
-            .create_srq(pd.inner.id, max_wr, max_sge)?;
+        let shared = pd.inner.dev.nic.create_srq(pd.inner.id, max_wr, max_sge)?;
         Ok(Srq {
             inner: Arc::new(SrqInner {
                 shared,
@@ -342,11 +337,6 @@ impl Srq {
 
     /// Posts a receive.
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
-        Ok(self
-            .inner
-            .pd
-            .dev
-            .adapter
-            .post_srq_recv(&self.inner.shared, wr)?)
+        self.inner.pd.dev.nic.post_srq_recv(&self.inner.shared, wr)
     }
 }

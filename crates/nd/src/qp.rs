@@ -17,8 +17,8 @@ use crate::cq::{wr_id, CompletionQueue, RequestType};
 use crate::mr::{MemoryRegion, MemoryWindow};
 use crate::status::{NdError, NdResult, NdStatus};
 use ndverbs_verbs::{
-    Access, AttrMask, Qp, QpAttr, QpCaps, QpId, QpInitAttr, QpState, RecvWr, RemoteAddr, SendOp,
-    SendWr, Sge, Srq, LIMITS,
+    Access, Qp, QpCaps, QpId, QpInitAttr, QpState, RecvWr, RemoteAddr, SendOp, SendWr, Sge, Srq,
+    LIMITS,
 };
 
 /// `ND_OP_FLAG_*`.
@@ -162,19 +162,12 @@ impl QueuePair {
         init.max_recv_wr = rq_depth.max(1);
         init.max_recv_sge = max_rsge.max(1);
         let qp = adapter.inner.pd.create_qp(&init).map_err(nd_err)?;
-        let a = QpAttr {
-            qp_state: QpState::Init,
-            qp_access_flags: Access::LOCAL_WRITE
-                | Access::REMOTE_READ
-                | Access::REMOTE_WRITE
-                | Access::REMOTE_ATOMIC,
-            ..QpAttr::default()
-        };
-        qp.modify(
-            &a,
-            AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-        )
-        .map_err(nd_err)?;
+        // ND has no access flags on the QP: memory windows and regions decide.
+        let access = Access::LOCAL_WRITE
+            | Access::REMOTE_READ
+            | Access::REMOTE_WRITE
+            | Access::REMOTE_ATOMIC;
+        qp.to_init(access).map_err(nd_err)?;
         for cq in [rcq, icq] {
             cq.qp_contexts
                 .lock()

@@ -334,8 +334,7 @@ impl Drop for CqInner {
 /// #     (db, qb): (&Device, &Qp),
 /// # ) -> std::result::Result<(Endpoint, Endpoint), Box<dyn std::error::Error>> {
 /// #     for qp in [qa, qb] {
-/// #         let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
-/// #         qp.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+/// #         qp.to_init(Access::ALL)?;
 /// #     }
 /// #     let listener = Endpoint::new(db)?;
 /// #     listener.listen(7000, 1)?;
@@ -541,8 +540,7 @@ impl Cq {
 /// let errors = cq.notify(NotifyOn::Errors);
 /// let pd = dev.alloc_pd()?;
 /// let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq))?;
-/// let init = QpAttr { qp_state: QpState::Init, ..QpAttr::default() };
-/// qp.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+/// qp.to_init(Access::NONE)?;
 /// qp.post_recv(RecvWr::new(1, vec![]))?;
 /// qp.to_error()?;
 /// errors.wait()?;

@@ -203,8 +203,7 @@ pub struct EpInfo {
 /// let (qa, qb) = (pa.create_qp(&QpInitAttr::new(&ca, &ca))?, pb.create_qp(&QpInitAttr::new(&cb, &cb))?);
 /// // QPs join a connection in INIT (the CM takes them on to RTR and RTS).
 /// for qp in [&qa, &qb] {
-///     let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
-///     qp.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+///     qp.to_init(Access::ALL)?;
 /// }
 /// // B listens on rdma_cm port 7000; each request is bound to a fresh endpoint.
 /// let listener = Endpoint::new(&db)?;
@@ -250,8 +249,7 @@ pub struct EpInfo {
 /// bye.wait()?;
 /// // A request turned down: the connect fails with the REJ's private data.
 /// let (qc, ec, ed) = (pa.create_qp(&QpInitAttr::new(&ca, &ca))?, Endpoint::new(&da)?, Endpoint::new(&db)?);
-/// # let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
-/// # qc.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+/// # qc.to_init(Access::ALL)?;
 /// let request = listener.get_request(&ed)?;
 /// let rep = ec.connect(&qc, ConnectArgs { local_port: 40001, ..args })?;
 /// request.wait()?;

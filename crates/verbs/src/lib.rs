@@ -67,8 +67,7 @@
 //! let cq = dev.create_cq(256)?;
 //! let mr = pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
 //! let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq))?;
-//! let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
-//! qp.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+//! qp.to_init(Access::ALL)?;
 //! qp.post_recv(RecvWr::new(1, vec![mr.sge(0, 4096)]))?;
 //! // Not connected yet: moving to ERR flushes the receive.
 //! qp.to_error()?;
@@ -104,6 +103,6 @@ pub use ndverbs_proto::cm::{CmError, CmState};
 pub use ndverbs_proto::mem::{Access, AccessError, SgList, Sge};
 pub use ndverbs_proto::rc::{
     AddressVector, AttrMask, Counters as QpCounters, ModifyError, PathMtu, PostError, QpAttr,
-    QpCaps, QpState, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcQueue, WcStatus,
+    QpCaps, QpState, RcConnection, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcQueue, WcStatus,
     WorkCompletion,
 };

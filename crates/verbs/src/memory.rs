@@ -160,8 +160,7 @@ impl Drop for Mr {
 /// #     (db, qb): (&Device, &Qp),
 /// # ) -> std::result::Result<(Endpoint, Endpoint), Box<dyn std::error::Error>> {
 /// #     for qp in [qa, qb] {
-/// #         let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
-/// #         qp.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+/// #         qp.to_init(Access::ALL)?;
 /// #     }
 /// #     let listener = Endpoint::new(db)?;
 /// #     listener.listen(7000, 1)?;

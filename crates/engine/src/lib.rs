@@ -16,10 +16,10 @@
 //! * [`mr`], [`cq`], [`gsi`], [`keys`], [`pending`], [`event`] — memory
 //!   regions, completion queues, QP1, unpredictable keys, pending results,
 //!   eventfd doorbells.
-//! * [`config`], [`limits`], [`counters`], [`stats`], [`error`] — how a NIC
+//! * [`config`], [`counters`], [`stats`], [`error`] — how a NIC
 //!   is opened (and every environment variable the engine reads), its
-//!   limits, its counters and their publication, and the error of engine
-//!   calls.
+//!   counters and their publication, and the error of engine calls (the
+//!   limits it enforces are `ndverbs_proto::limits`).
 
 pub mod config;
 pub mod counters;
@@ -30,7 +30,6 @@ pub mod event;
 pub mod gsi;
 pub mod icrc;
 pub mod keys;
-pub mod limits;
 pub mod link;
 pub mod mr;
 pub mod nic;

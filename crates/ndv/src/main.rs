@@ -5,7 +5,7 @@
 //! down to its stdout, plus the modules they share: [`net`] (addresses and
 //! the TCP exchange connection), [`qp`] and [`cm`] (RC QP set-up), [`oob`]
 //! (the C tools' text messages), [`printf`] (C number formatting), [`plot`]
-//! and [`engine`] (the engine calls past the verbs API).
+//! and [`device`] (how every device a tool opens is configured).
 //!
 //! Errors carry what was being done (`anyhow` contexts); `main` prints them
 //! as `ndv TOOL: what: why` on stderr and exits with status 1, or with the

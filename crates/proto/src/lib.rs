@@ -16,6 +16,7 @@
 //! | Module | Job |
 //! |---|---|
 //! | [`time`] | virtual time |
+//! | [`limits`] | what every device enforces (queue depths, SGEs, message size) |
 //! | [`mem`] | access rights, SGEs, the access checks, the `Memory` trait, scatter/gather, a test memory |
 //! | [`rc`] | Reliable Connected QPs: requester, completer, responder; post checks, the connection ladder |
 //! | [`ud`] | Unreliable Datagram QPs, e.g. QP1 for the CM's MADs |
@@ -70,6 +71,7 @@
 #![warn(missing_docs)]
 
 pub mod cm;
+pub mod limits;
 pub mod mem;
 pub mod rc;
 pub mod time;

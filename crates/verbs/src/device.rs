@@ -73,37 +73,6 @@ pub struct DeviceAttr {
     pub limits: DeviceLimits,
 }
 
-/// Limits a device enforces (the same for every device).
-///
-/// # Example
-///
-/// ```
-/// use ndverbs_verbs::{DeviceLimits, LIMITS};
-/// fn fits(l: &DeviceLimits, wr: u32, sge: u32) -> bool {
-///     wr <= l.max_qp_wr && sge <= l.max_sge
-/// }
-/// assert!(fits(&LIMITS, 1024, 4));
-/// assert!(!fits(&LIMITS, LIMITS.max_qp_wr + 1, 1));
-/// assert_eq!(LIMITS.max_msg_size, 1 << 31);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DeviceLimits {
-    /// Most work requests per send or receive queue.
-    pub max_qp_wr: u32,
-    /// Most SGEs per work request.
-    pub max_sge: u32,
-    /// Most inline bytes per send.
-    pub max_inline_data: u32,
-    /// Most completions per CQ.
-    pub max_cqe: u32,
-    /// Most queue pairs.
-    pub max_qp: u32,
-    /// Largest message.
-    pub max_msg_size: u64,
-    /// Outstanding RDMA READs and atomics per QP, either direction.
-    pub max_qp_rd_atom: u8,
-}
-
 /// The limits of every ndverbs device (what [`Device::query`] reports).
 ///
 /// ```
@@ -113,7 +82,7 @@ pub struct DeviceLimits {
 /// assert!(dev.create_cq(LIMITS.max_cqe + 1).is_err());
 /// # Ok::<(), Error>(())
 /// ```
-pub const LIMITS: DeviceLimits = crate::engine::LIMITS;
+pub use ndverbs_proto::limits::{DeviceLimits, LIMITS};
 
 /// The node GUID of the device of `addr`: a fixed prefix and the low bits
 /// of the address, stable across runs and distinct per address (librdmacm

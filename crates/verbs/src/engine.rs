@@ -11,7 +11,6 @@
 //! here until it is given a kind.
 
 use crate::config::{DeviceConfig, FaultConfig, Progress};
-use crate::device::DeviceLimits;
 use crate::ep::{AcceptArgs, ConnectArgs, ConnectInfo, EpInfo, RequestInfo};
 use crate::error::{Error, ErrorKind, Result};
 use crate::observe::Stats;
@@ -20,7 +19,6 @@ use ndverbs_engine::config::{NicConfig, Progress as EngineProgress};
 use ndverbs_engine::cq::{CompletionQueue, NotifyError, NotifyOn, ResizeError};
 use ndverbs_engine::ep::EpError;
 use ndverbs_engine::error::EngineError;
-use ndverbs_engine::limits::LIMITS as ENGINE_LIMITS;
 use ndverbs_engine::link::faults::FaultConfig as EngineFaults;
 use ndverbs_engine::mr::{MemError, Region, RegionBuf};
 use ndverbs_engine::nic::{Nic as EngineNic, QpInit, QpShared, SrqShared};
@@ -35,17 +33,6 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-
-/// The limits of every device.
-pub(crate) const LIMITS: DeviceLimits = DeviceLimits {
-    max_qp_wr: ENGINE_LIMITS.max_qp_wr,
-    max_sge: ENGINE_LIMITS.max_sge,
-    max_inline_data: ENGINE_LIMITS.max_inline_data,
-    max_cqe: ENGINE_LIMITS.max_cqe,
-    max_qp: ENGINE_LIMITS.max_qp,
-    max_msg_size: ENGINE_LIMITS.max_msg_size,
-    max_qp_rd_atom: ENGINE_LIMITS.max_qp_rd_atom,
-};
 
 /// rxe's hardware counter names, in rxe's order.
 pub(crate) const RXE_COUNTERS: [&str; 15] = ndverbs_engine::stats::RXE_COUNTERS;
@@ -69,27 +56,7 @@ pub(crate) fn parse_faults(spec: &str) -> Result<FaultConfig> {
             e.to_string(),
         )
     })?;
-    Ok(FaultConfig {
-        loss: c.loss,
-        dup: c.dup,
-        reorder: c.reorder,
-        delay: c.delay,
-        delay_time: c.delay_time,
-        corrupt: c.corrupt,
-        seed: c.seed,
-    })
-}
-
-fn engine_faults(c: &FaultConfig) -> EngineFaults {
-    EngineFaults {
-        loss: c.loss,
-        dup: c.dup,
-        reorder: c.reorder,
-        delay: c.delay,
-        delay_time: c.delay_time,
-        corrupt: c.corrupt,
-        seed: c.seed,
-    }
+    Ok(FaultConfig(c))
 }
 
 /// An engine error as a verbs error of call `op`.
@@ -213,24 +180,6 @@ fn pending<U: Send + 'static, T: 'static>(
     }))
 }
 
-fn request_info(r: ndverbs_engine::ep::RequestInfo) -> RequestInfo {
-    RequestInfo {
-        peer: r.peer,
-        peer_port: r.peer_port,
-        local: r.local,
-        service_id: r.service_id,
-        private_data: r.private_data,
-        peer_read_limits: r.peer_read_limits,
-    }
-}
-
-fn connect_info(c: ndverbs_engine::ep::ConnectInfo) -> ConnectInfo {
-    ConnectInfo {
-        private_data: c.private_data,
-        read_limits: c.read_limits,
-    }
-}
-
 fn notify_on(on: crate::NotifyOn) -> NotifyOn {
     match on {
         crate::NotifyOn::Any => NotifyOn::Any,
@@ -255,7 +204,7 @@ impl Nic {
         // Built field by field, never from the engine's environment reader.
         let engine_cfg = NicConfig {
             progress,
-            faults: cfg.faults.as_ref().map(engine_faults),
+            faults: cfg.faults.map(|f| f.0),
             capture: None,
             publish_stats: cfg.publish_stats,
             ..NicConfig::default()
@@ -306,7 +255,7 @@ impl Nic {
     // Observing.
 
     pub(crate) fn stats(&self) -> Stats {
-        Stats::from_pairs(self.0.stats().pairs().to_vec())
+        Stats(self.0.stats())
     }
 
     pub(crate) fn publish_stats(&self) {
@@ -336,7 +285,7 @@ impl Nic {
 
     pub(crate) fn set_faults(&self, cfg: Option<&FaultConfig>) -> Result<()> {
         self.0
-            .set_faults(cfg.map(engine_faults))
+            .set_faults(cfg.map(|f| f.0))
             .map_err(|e| err("Device::set_faults", e))
     }
 
@@ -510,17 +459,7 @@ impl Nic {
     }
 
     pub(crate) fn ep_info(&self, ep: u32) -> Result<EpInfo> {
-        let i = self.0.ep_info(ep).map_err(|e| err("Endpoint::info", e))?;
-        Ok(EpInfo {
-            cm_state: i.cm_state,
-            peer: i.peer,
-            peer_port: i.peer_port,
-            private_data: i.private_data,
-            read_limits: i.read_limits,
-            dreq_received: i.dreq_received,
-            listening: i.listening,
-            comm_ids: i.comm_ids,
-        })
+        self.0.ep_info(ep).map_err(|e| err("Endpoint::info", e))
     }
 
     pub(crate) fn ep_listen(&self, ep: u32, port: u16, backlog: usize) -> Result<()> {
@@ -535,7 +474,7 @@ impl Nic {
             .0
             .ep_get_request(listener, into)
             .map_err(|e| err(OP, e))?;
-        Ok(pending(OP, p, request_info))
+        Ok(pending(OP, p, |r| r))
     }
 
     pub(crate) fn ep_connect(
@@ -545,19 +484,8 @@ impl Nic {
         a: ConnectArgs,
     ) -> Result<Pending<ConnectInfo>> {
         const OP: &str = "Endpoint::connect";
-        let args = ndverbs_engine::ep::ConnectArgs {
-            remote: a.remote,
-            remote_port: a.remote_port,
-            local_port: a.local_port,
-            responder_resources: a.responder_resources,
-            initiator_depth: a.initiator_depth,
-            retry_count: a.retry_count,
-            rnr_retry_count: a.rnr_retry_count,
-            path_mtu: a.path_mtu,
-            private_data: a.private_data,
-        };
-        let p = self.0.ep_connect(ep, qpn, args).map_err(|e| err(OP, e))?;
-        Ok(pending(OP, p, connect_info))
+        let p = self.0.ep_connect(ep, qpn, a).map_err(|e| err(OP, e))?;
+        Ok(pending(OP, p, |c| c))
     }
 
     pub(crate) fn ep_complete_connect(&self, ep: u32, qpn: u32) -> Result<Pending<()>> {
@@ -571,13 +499,7 @@ impl Nic {
 
     pub(crate) fn ep_accept(&self, ep: u32, qpn: u32, a: AcceptArgs) -> Result<Pending<()>> {
         const OP: &str = "Endpoint::accept";
-        let args = ndverbs_engine::ep::AcceptArgs {
-            responder_resources: a.responder_resources,
-            initiator_depth: a.initiator_depth,
-            rnr_retry_count: a.rnr_retry_count,
-            private_data: a.private_data,
-        };
-        let p = self.0.ep_accept(ep, qpn, args).map_err(|e| err(OP, e))?;
+        let p = self.0.ep_accept(ep, qpn, a).map_err(|e| err(OP, e))?;
         Ok(pending(OP, p, |()| ()))
     }
 
@@ -679,7 +601,10 @@ impl CqRing {
     pub(crate) fn resize(&self, depth: u32) -> Result<()> {
         const OP: &str = "Cq::resize";
         self.0
-            .resize(depth as usize, LIMITS.max_cqe as usize)
+            .resize(
+                depth as usize,
+                ndverbs_proto::limits::LIMITS.max_cqe as usize,
+            )
             .map_err(|e| match e {
                 ResizeError::TooSmall { .. } => Error::new(ErrorKind::Overflow, OP, e.to_string()),
                 ResizeError::OutOfRange(_) => {

@@ -46,36 +46,22 @@ pub fn stat_dir() -> PathBuf {
 /// # Ok::<(), Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Stats {
-    pairs: Vec<(String, u64)>,
-}
+pub struct Stats(pub(crate) ndverbs_engine::stats::Stats);
 
 impl Stats {
-    pub(crate) fn from_pairs(pairs: Vec<(String, u64)>) -> Stats {
-        Stats { pairs }
-    }
-
     /// Every counter, in order.
     pub fn pairs(&self) -> &[(String, u64)] {
-        &self.pairs
+        self.0.pairs()
     }
 
     /// One counter by name (0 for an unknown name).
     pub fn get(&self, name: &str) -> u64 {
-        self.pairs
-            .iter()
-            .find(|(n, _)| n == name)
-            .map_or(0, |(_, v)| *v)
+        self.0.get(name)
     }
 
     /// The counters as one JSON object, in order.
     pub fn to_json(&self) -> String {
-        let body: Vec<String> = self
-            .pairs
-            .iter()
-            .map(|(n, v)| format!("\"{n}\":{v}"))
-            .collect();
-        format!("{{{}}}", body.join(","))
+        self.0.to_json()
     }
 }
 

@@ -2,7 +2,7 @@
 //! takes the parked request (or the listener's queues) on.
 
 use super::machine::{Endpoints, Outcome, State};
-use super::types::{ConnectInfo, EpError};
+use super::types::EpError;
 use ndverbs_proto::cm::{CmAgent, CmEvent, DisconnectHow, EndpointId};
 use ndverbs_proto::time::Instant;
 
@@ -97,7 +97,7 @@ impl Endpoints {
                     },
                     other => other,
                 };
-                let info = ConnectInfo::from_rep(&peer.private_data, &qp);
+                let info = super::machine::connect_info(&peer.private_data, &qp);
                 e.info.private_data = info.private_data.clone();
                 e.info.read_limits = info.read_limits;
                 if e.requests.front().is_some_and(|r| r.job.awaits_rep()) {

@@ -654,12 +654,10 @@ impl std::fmt::Debug for CmStateField {
     }
 }
 
-impl ConnectInfo {
-    /// What the REP says.
-    pub(crate) fn from_rep(private_data: &[u8], qp: &QpSetup) -> Self {
-        ConnectInfo {
-            private_data: private_data.to_vec(),
-            read_limits: (qp.max_dest_rd_atomic, qp.max_rd_atomic),
-        }
+/// What a Connect learns from the REP.
+pub(crate) fn connect_info(private_data: &[u8], qp: &QpSetup) -> ConnectInfo {
+    ConnectInfo {
+        private_data: private_data.to_vec(),
+        read_limits: (qp.max_dest_rd_atomic, qp.max_rd_atomic),
     }
 }

@@ -13,9 +13,9 @@ use super::tables::{state_to_u8, QpEntry, QpInit, QpShared, SrqEntry, SrqShared}
 use super::Nic;
 use crate::cq::CompletionQueue;
 use crate::error::EngineError;
-use crate::limits::LIMITS;
 use crate::mr::{Region, RegionBuf};
 use crossbeam_queue::ArrayQueue;
+use ndverbs_proto::limits::LIMITS;
 use ndverbs_proto::mem::Access;
 use ndverbs_proto::rc::{AttrMask, Counters, QpAttr, QpState, RcQp, RecvQueue};
 use ndverbs_wire::cma::addr_of_gid;

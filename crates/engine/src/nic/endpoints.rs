@@ -129,6 +129,21 @@ impl Nic {
     }
 
     /// What an endpoint knows (state, peer, private data, read limits).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_engine::config::Progress;
+    /// use ndverbs_engine::nic::Nic;
+    /// let a = Nic::open("127.93.15.1".parse().unwrap(), Progress::Thread)?;
+    /// let ep = a.create_ep()?;
+    /// let info = a.ep_info(ep)?;
+    /// assert!(info.cm_state.is_none() && !info.listening); // not bound to anything yet
+    /// a.ep_listen(ep, 7000, 8)?;
+    /// let info = a.ep_info(ep)?;
+    /// assert!(info.listening && info.peer.is_none() && info.comm_ids.is_none());
+    /// # Ok::<(), ndverbs_engine::error::EngineError>(())
+    /// ```
     pub fn ep_info(&self, ep: u32) -> Result<EpInfo, EngineError> {
         self.with_eps(|c, _| c.eps.machine.info(&c.cm, ep))
     }
@@ -141,6 +156,46 @@ impl Nic {
 
     /// Waits on listening endpoint `listener` for a connection request and
     /// binds it to endpoint `new_ep` (several may wait at once).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # use ndverbs_engine::config::Progress;
+    /// # use ndverbs_engine::nic::{Nic, QpInit, QpShared};
+    /// # use ndverbs_engine::ep::*;
+    /// # use ndverbs_proto::mem::Access;
+    /// # use ndverbs_proto::rc::*;
+    /// # use std::sync::Arc;
+    /// # fn side(ip: &str) -> (Nic, Arc<QpShared>) {
+    /// #     let ad = Nic::open(ip.parse().unwrap(), Progress::Thread).unwrap();
+    /// #     let pd = ad.alloc_pd().unwrap();
+    /// #     let (cq, _) = ad.create_cq(16).unwrap();
+    /// #     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
+    /// #         caps: QpCaps::default(), max_recv_wr: 16, max_recv_sge: 1 }).unwrap();
+    /// #     let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
+    /// #     ad.modify_qp(qp.qpn(), &init,
+    /// #         AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
+    /// #     (ad, qp)
+    /// # }
+    /// # fn cargs(to: &Nic, port: u16) -> ConnectArgs {
+    /// #     ConnectArgs { remote: to.local(), remote_port: port, local_port: 40000, responder_resources: 1,
+    /// #         initiator_depth: 1, retry_count: 7, rnr_retry_count: 7, path_mtu: PathMtu::Mtu1024,
+    /// #         private_data: b"hello".to_vec() }
+    /// # }
+    /// use ndverbs_wire::cma;
+    /// let ((a, qa), (b, _qb)) = (side("127.93.14.1"), side("127.93.14.2"));
+    /// let (listener, eb, ea) = (b.create_ep()?, b.create_ep()?, a.create_ep()?);
+    /// b.ep_listen(listener, 7000, 4)?;
+    /// let request = b.ep_get_request(listener, eb)?;
+    /// let _rep = a.ep_connect(ea, qa.qpn(), cargs(&b, 7000))?;
+    /// let req: RequestInfo = request.wait()?;
+    /// assert_eq!((req.peer, req.peer_port, req.local), (a.local(), 40000, b.local()));
+    /// assert_eq!(req.service_id, cma::service_id(cma::RDMA_PS_TCP, 7000));
+    /// assert!(req.private_data.starts_with(b"hello"));
+    /// assert_eq!(req.peer_read_limits, (1, 1));
+    /// b.ep_reject(eb, b"not now")?; // or accept it
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn ep_get_request(
         &self,
         listener: u32,
@@ -154,6 +209,55 @@ impl Nic {
 
     /// Connects endpoint `ep` with QP `qpn` (in INIT). Completes when the REP
     /// arrives (then call [`Nic::ep_complete_connect`]), on REJ, or on timeout.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_engine::config::Progress;
+    /// use ndverbs_engine::nic::{Nic, QpInit, QpShared};
+    /// use ndverbs_engine::ep::{AcceptArgs, ConnectArgs};
+    /// use ndverbs_proto::mem::Access;
+    /// use ndverbs_proto::rc::*;
+    /// use std::sync::Arc;
+    /// /// A NIC with one QP in INIT (the CM takes it on to RTR and RTS).
+    /// fn side(ip: &str) -> Result<(Nic, Arc<QpShared>), Box<dyn std::error::Error>> {
+    ///     let ad = Nic::open(ip.parse()?, Progress::Thread)?;
+    ///     let pd = ad.alloc_pd()?;
+    ///     let (cq, _) = ad.create_cq(16)?;
+    ///     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
+    ///         caps: QpCaps::default(), max_recv_wr: 16, max_recv_sge: 1 })?;
+    ///     let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
+    ///     ad.modify_qp(qp.qpn(), &init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+    ///     Ok((ad, qp))
+    /// }
+    /// let ((a, qa), (b, qb)) = (side("127.93.11.1")?, side("127.93.11.2")?);
+    /// // B listens on rdma_cm port 7000 and waits for a request on a fresh endpoint.
+    /// let (listener, eb) = (b.create_ep()?, b.create_ep()?);
+    /// b.ep_listen(listener, 7000, 4)?;
+    /// let request = b.ep_get_request(listener, eb)?;
+    /// // A connects: a REQ, completed by B's REP.
+    /// let args = ConnectArgs {
+    ///     remote: b.local(),
+    ///     remote_port: 7000,
+    ///     local_port: 40000,
+    ///     responder_resources: 4,
+    ///     initiator_depth: 4,
+    ///     retry_count: 7,
+    ///     rnr_retry_count: 7,
+    ///     path_mtu: PathMtu::Mtu1024,
+    ///     private_data: b"hello".to_vec(),
+    /// };
+    /// let ea = a.create_ep()?;
+    /// let rep = a.ep_connect(ea, qa.qpn(), args)?;
+    /// assert!(request.wait()?.private_data.starts_with(b"hello"));
+    /// let rtu = b.ep_accept(eb, qb.qpn(), AcceptArgs {
+    ///     responder_resources: 4, initiator_depth: 4, rnr_retry_count: 7, private_data: vec![] })?;
+    /// rep.wait()?;
+    /// a.ep_complete_connect(ea, qa.qpn())?.wait()?; // A's QP to RTS, then the RTU
+    /// rtu.wait()?;
+    /// assert_eq!((qa.state(), qb.state()), (QpState::Rts, QpState::Rts));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn ep_connect(
         &self,
         ep: u32,
@@ -171,6 +275,47 @@ impl Nic {
     }
 
     /// Active side, after Connect completed: QP to RTS, then RTU.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # use ndverbs_engine::config::Progress;
+    /// # use ndverbs_engine::nic::{Nic, QpInit, QpShared};
+    /// # use ndverbs_engine::ep::*;
+    /// # use ndverbs_proto::mem::Access;
+    /// # use ndverbs_proto::rc::*;
+    /// # use std::sync::Arc;
+    /// # fn side(ip: &str) -> (Nic, Arc<QpShared>) {
+    /// #     let ad = Nic::open(ip.parse().unwrap(), Progress::Thread).unwrap();
+    /// #     let pd = ad.alloc_pd().unwrap();
+    /// #     let (cq, _) = ad.create_cq(16).unwrap();
+    /// #     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
+    /// #         caps: QpCaps::default(), max_recv_wr: 16, max_recv_sge: 1 }).unwrap();
+    /// #     let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
+    /// #     ad.modify_qp(qp.qpn(), &init,
+    /// #         AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
+    /// #     (ad, qp)
+    /// # }
+    /// # fn cargs(to: &Nic, port: u16) -> ConnectArgs {
+    /// #     ConnectArgs { remote: to.local(), remote_port: port, local_port: 40000, responder_resources: 1,
+    /// #         initiator_depth: 1, retry_count: 7, rnr_retry_count: 7, path_mtu: PathMtu::Mtu1024,
+    /// #         private_data: b"hello".to_vec() }
+    /// # }
+    /// let ((a, qa), (b, qb)) = (side("127.93.13.1"), side("127.93.13.2"));
+    /// let (listener, eb, ea) = (b.create_ep()?, b.create_ep()?, a.create_ep()?);
+    /// b.ep_listen(listener, 7000, 4)?;
+    /// let request = b.ep_get_request(listener, eb)?;
+    /// let rep = a.ep_connect(ea, qa.qpn(), ConnectArgs { initiator_depth: 2, ..cargs(&b, 7000) })?;
+    /// request.wait()?;
+    /// let _rtu = b.ep_accept(eb, qb.qpn(), AcceptArgs { responder_resources: 8, initiator_depth: 8,
+    ///     rnr_retry_count: 7, private_data: b"token=42".to_vec() })?;
+    /// // What the REP said: B's private data (zero-padded to the REP's 196 bytes) and
+    /// // the negotiated (inbound, outbound) READ limits.
+    /// let info: ConnectInfo = rep.wait()?;
+    /// assert!(info.private_data.starts_with(b"token=42"));
+    /// assert_eq!(info.read_limits, (1, 2));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn ep_complete_connect(&self, ep: u32, qpn: u32) -> Result<EpPending<()>, EngineError> {
         self.with_eps(|c, now| {
             let id = c.eps.machine.complete_connect(now, &mut c.cm, ep, qpn)?;
@@ -179,6 +324,49 @@ impl Nic {
     }
 
     /// Passive side: QP to RTS, then REP; completes when the RTU arrives.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # use ndverbs_engine::config::Progress;
+    /// # use ndverbs_engine::nic::{Nic, QpInit, QpShared};
+    /// # use ndverbs_engine::ep::*;
+    /// # use ndverbs_proto::mem::Access;
+    /// # use ndverbs_proto::rc::*;
+    /// # use std::sync::Arc;
+    /// # fn side(ip: &str) -> (Nic, Arc<QpShared>) {
+    /// #     let ad = Nic::open(ip.parse().unwrap(), Progress::Thread).unwrap();
+    /// #     let pd = ad.alloc_pd().unwrap();
+    /// #     let (cq, _) = ad.create_cq(16).unwrap();
+    /// #     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
+    /// #         caps: QpCaps::default(), max_recv_wr: 16, max_recv_sge: 1 }).unwrap();
+    /// #     let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
+    /// #     ad.modify_qp(qp.qpn(), &init,
+    /// #         AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
+    /// #     (ad, qp)
+    /// # }
+    /// # fn cargs(to: &Nic, port: u16) -> ConnectArgs {
+    /// #     ConnectArgs { remote: to.local(), remote_port: port, local_port: 40000, responder_resources: 1,
+    /// #         initiator_depth: 1, retry_count: 7, rnr_retry_count: 7, path_mtu: PathMtu::Mtu1024,
+    /// #         private_data: b"hello".to_vec() }
+    /// # }
+    /// let ((a, qa), (b, qb)) = (side("127.93.12.1"), side("127.93.12.2"));
+    /// let (listener, eb, ea) = (b.create_ep()?, b.create_ep()?, a.create_ep()?);
+    /// b.ep_listen(listener, 7000, 4)?;
+    /// let request = b.ep_get_request(listener, eb)?;
+    /// let rep = a.ep_connect(ea, qa.qpn(), cargs(&b, 7000))?; // asks for 1 READ each way
+    /// request.wait()?;
+    /// // Offer more than the peer asked for: the limits are clamped to its request.
+    /// let args = AcceptArgs { responder_resources: 16, initiator_depth: 16, rnr_retry_count: 7,
+    ///     private_data: b"welcome".to_vec() };
+    /// let rtu = b.ep_accept(eb, qb.qpn(), args)?;
+    /// let info = rep.wait()?;
+    /// a.ep_complete_connect(ea, qa.qpn())?.wait()?;
+    /// rtu.wait()?;
+    /// assert_eq!(b.ep_info(eb)?.read_limits, (1, 1));
+    /// assert!(info.private_data.starts_with(b"welcome"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn ep_accept(
         &self,
         ep: u32,
@@ -198,7 +386,7 @@ impl Nic {
 
     /// Disconnects: DREQ (or DREP if the peer's DREQ arrived), then QP
     /// `qpn` to ERR. Completes when a DREP arrives, the DREQ times out
-    /// ([`super::EpError::Timeout`]) or the DREP is sent.
+    /// ([`crate::ep::EpError::Timeout`]) or the DREP is sent.
     ///
     /// Refused with [`EngineError::NotConnected`] on an endpoint that never
     /// connected or whose connection is already over (ND: `ND_CONNECTION_INVALID`).
@@ -210,7 +398,7 @@ impl Nic {
     }
 
     /// Completes when the peer's DREQ arrives — at once if it already did or
-    /// the connection is already over; [`super::EpError::Disconnected`] if our
+    /// the connection is already over; [`crate::ep::EpError::Disconnected`] if our
     /// own Disconnect finishes first. Refused with
     /// [`EngineError::NotConnected`] on an endpoint that never connected.
     pub fn ep_notify_disconnect(&self, ep: u32) -> Result<EpPending<()>, EngineError> {
@@ -220,14 +408,14 @@ impl Nic {
         })
     }
 
-    /// Completes every parked request of `ep` with [`super::EpError::Canceled`];
+    /// Completes every parked request of `ep` with [`crate::ep::EpError::Canceled`];
     /// a Connect or Accept in progress is abandoned (its CM endpoint destroyed).
     pub fn ep_cancel(&self, ep: u32) -> Result<(), EngineError> {
         self.with_eps(|c, now| c.eps.machine.cancel(now, &mut c.cm, ep))
     }
 
     /// Destroys an endpoint: parked requests complete
-    /// [`super::EpError::Canceled`] and the CM endpoint goes the Linux way
+    /// [`crate::ep::EpError::Canceled`] and the CM endpoint goes the Linux way
     /// (REJ, DREQ or DREP as its state demands). Works after device removal.
     pub fn destroy_ep(&self, ep: u32) -> Result<(), EngineError> {
         let _nic = self.shared().span.enter();

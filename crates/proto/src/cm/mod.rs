@@ -167,6 +167,7 @@ mod outbox;
 mod params;
 mod rdma_cm;
 mod recv;
+mod requests;
 mod state;
 mod timers;
 
@@ -178,4 +179,5 @@ pub use ids::{form_tid, EndpointId};
 pub use outbox::Transmit;
 pub use params::{AcceptParams, ConnectParams, PeerParams, QpSetup};
 pub use rdma_cm::{flow_label, max_req_private_data, uses_cma_header};
+pub use requests::{AcceptArgs, ConnectArgs, ConnectInfo, EpInfo, RequestInfo};
 pub use state::CmState;

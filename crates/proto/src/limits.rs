@@ -1,13 +1,14 @@
-//! What every NIC enforces, and device queries report.
+//! What every ndverbs device enforces: queue depths, SGEs, inline bytes,
+//! message size and READ/atomic depth. The engine refuses what exceeds them;
+//! device queries report them (`ibv_query_device`'s attributes).
 
-/// Limits a NIC enforces (reported by device queries).
+/// Limits a device enforces (the same for every device).
 ///
 /// # Example
 ///
 /// ```
-/// use ndverbs_engine::limits::{Limits, LIMITS};
-/// // Every NIC has the same limits; device queries report them.
-/// fn fits(l: &Limits, wr: u32, sge: u32) -> bool {
+/// use ndverbs_proto::limits::{DeviceLimits, LIMITS};
+/// fn fits(l: &DeviceLimits, wr: u32, sge: u32) -> bool {
 ///     wr <= l.max_qp_wr && sge <= l.max_sge
 /// }
 /// assert!(fits(&LIMITS, 1024, 4));
@@ -15,7 +16,7 @@
 /// assert_eq!(LIMITS.max_msg_size, 1 << 31);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub struct DeviceLimits {
     /// Most work requests per send or receive queue.
     pub max_qp_wr: u32,
     /// Most SGEs per work request.
@@ -26,19 +27,19 @@ pub struct Limits {
     pub max_cqe: u32,
     /// Most queue pairs.
     pub max_qp: u32,
-    /// Largest message.
+    /// Largest message: the IBTA's 2^31 bytes.
     pub max_msg_size: u64,
-    /// Outstanding READ/atomic per QP, either direction.
+    /// Outstanding RDMA READs and atomics per QP, either direction.
     pub max_qp_rd_atom: u8,
 }
 
-/// The limits of every ndverbs NIC.
-pub const LIMITS: Limits = Limits {
+/// The limits of every ndverbs device.
+pub const LIMITS: DeviceLimits = DeviceLimits {
     max_qp_wr: 16_384,
     max_sge: 32,
     max_inline_data: 4096,
     max_cqe: 1 << 20,
     max_qp: 1 << 17,
     max_msg_size: 1 << 31,
-    max_qp_rd_atom: ndverbs_proto::rc::MAX_RD_ATOMIC,
+    max_qp_rd_atom: crate::rc::MAX_RD_ATOMIC,
 };

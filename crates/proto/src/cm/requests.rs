@@ -1,0 +1,174 @@
+//! What an rdma_cm-style endpoint request takes and tells: the arguments of
+//! Connect and Accept, what a REP and a REQ said, and what an endpoint knows.
+//!
+//! These sit a level above the CM's own message parameters
+//! ([`ConnectParams`](super::ConnectParams), [`AcceptParams`](super::AcceptParams)):
+//! an rdma_cm port instead of a service ID, the QP left out (a request names
+//! it separately, and the endpoint never holds it). The engine's endpoint
+//! requests take them; the verbs and ND surfaces hand them to applications.
+
+use super::CmState;
+use crate::rc::PathMtu;
+use std::net::IpAddr;
+
+/// Everything a Connect needs besides the QP.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::cm::ConnectArgs;
+/// use ndverbs_proto::rc::PathMtu;
+/// // What rdma_connect's conn_param says, and where to.
+/// let args = ConnectArgs {
+///     remote: "10.0.0.2".parse().unwrap(),
+///     remote_port: 7471,
+///     local_port: 40000,
+///     responder_resources: 1,
+///     initiator_depth: 1,
+///     retry_count: 7,
+///     rnr_retry_count: 7,
+///     path_mtu: PathMtu::Mtu1024,
+///     private_data: b"hello".to_vec(),
+/// };
+/// // One set of arguments, several connections: only the ports differ.
+/// let second = ConnectArgs { local_port: 40001, ..args.clone() };
+/// assert_ne!(args, second);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectArgs {
+    /// Peer address.
+    pub remote: IpAddr,
+    /// Peer rdma_cm port (service ID `0x0106 << 16 | port`).
+    pub remote_port: u16,
+    /// Our rdma_cm port (carried in the rdma_cm header).
+    pub local_port: u16,
+    /// RDMA READ/atomics we accept in flight.
+    pub responder_resources: u8,
+    /// RDMA READ/atomics we issue in flight.
+    pub initiator_depth: u8,
+    /// Transport retries (7 = infinite, as rxe).
+    pub retry_count: u8,
+    /// RNR retries the peer should use towards us (7 = infinite).
+    pub rnr_retry_count: u8,
+    /// Path MTU.
+    pub path_mtu: PathMtu,
+    /// Private data (at most 56 bytes with the rdma_cm header).
+    pub private_data: Vec<u8>,
+}
+
+/// Everything an Accept needs besides the QP.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::cm::AcceptArgs;
+/// // Offer up to 16 READs each way: the CM clamps to what the peer asked for.
+/// let args = AcceptArgs {
+///     responder_resources: 16,
+///     initiator_depth: 16,
+///     rnr_retry_count: 7,
+///     private_data: b"welcome".to_vec(),
+/// };
+/// assert!(args.private_data.len() <= 196);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptArgs {
+    /// RDMA READ/atomics we accept in flight (clamped to the peer's initiator depth).
+    pub responder_resources: u8,
+    /// RDMA READ/atomics we issue in flight (clamped to the peer's responder resources).
+    pub initiator_depth: u8,
+    /// RNR retries the peer should use towards us.
+    pub rnr_retry_count: u8,
+    /// Private data (at most 196 bytes).
+    pub private_data: Vec<u8>,
+}
+
+/// What a Connect learned from the REP.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::cm::ConnectInfo;
+/// fn reads_in_flight(info: &ConnectInfo) -> u8 {
+///     // (inbound, outbound): what the peer may READ from us, and we from it.
+///     info.read_limits.1
+/// }
+/// let info = ConnectInfo { private_data: b"token=42".to_vec(), read_limits: (1, 2) };
+/// assert_eq!(reads_in_flight(&info), 2);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectInfo {
+    /// The peer's private data (zero-padded to the REP's 196 bytes).
+    pub private_data: Vec<u8>,
+    /// Negotiated READ/atomic limits: (inbound, outbound).
+    pub read_limits: (u8, u8),
+}
+
+/// A connection request handed to the application.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::cm::RequestInfo;
+/// /// Accept only requests that introduce themselves.
+/// fn welcome(req: &RequestInfo) -> bool {
+///     req.private_data.starts_with(b"hello")
+/// }
+/// let req = RequestInfo {
+///     peer: "10.0.0.1".parse().unwrap(),
+///     peer_port: 40000,
+///     local: "10.0.0.2".parse().unwrap(),
+///     service_id: (0x0106 << 16) | 7471,
+///     private_data: b"hello".to_vec(),
+///     peer_read_limits: (1, 1),
+/// };
+/// assert!(welcome(&req));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestInfo {
+    /// Peer address.
+    pub peer: IpAddr,
+    /// Peer rdma_cm port (0 when the REQ had no rdma_cm header).
+    pub peer_port: u16,
+    /// Local address the REQ was sent to.
+    pub local: IpAddr,
+    /// Service ID.
+    pub service_id: u64,
+    /// The peer's private data (rdma_cm header removed).
+    pub private_data: Vec<u8>,
+    /// The peer's (responder resources, initiator depth).
+    pub peer_read_limits: (u8, u8),
+}
+
+/// What an endpoint knows about itself.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::cm::{CmState, EpInfo};
+/// /// Whether the peer has begun to disconnect an established connection.
+/// fn closing(info: &EpInfo) -> bool {
+///     info.cm_state == Some(CmState::Established) && info.dreq_received
+/// }
+/// let fresh = EpInfo::default(); // bound to nothing yet
+/// assert!(fresh.cm_state.is_none() && !fresh.listening && !closing(&fresh));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EpInfo {
+    /// The CM state, if bound to a CM endpoint.
+    pub cm_state: Option<CmState>,
+    /// Peer address once known.
+    pub peer: Option<IpAddr>,
+    /// Peer port once known.
+    pub peer_port: u16,
+    /// Peer private data (REQ, REP or REJ).
+    pub private_data: Vec<u8>,
+    /// Negotiated (inbound, outbound) read limits.
+    pub read_limits: (u8, u8),
+    /// A DREQ arrived.
+    pub dreq_received: bool,
+    /// True while a service ID is being listened on.
+    pub listening: bool,
+    /// (our, the peer's) CM communication IDs, once both are known.
+    pub comm_ids: Option<(u32, u32)>,
+}

@@ -477,8 +477,7 @@ fn stale_connection_rej_10_and_dreq_to_the_old_one() {
     );
     assert_eq!(net.b.state(old_b), Some(CmState::DreqSent));
     // The old connection's owners disconnect normally.
-    net.a.disconnect(net.now, old_a).unwrap();
-    net.settle();
+    net.disconnect(Side::A, old_a);
     assert_eq!(net.b.state(old_b), Some(CmState::Timewait));
     assert_eq!(
         net.b.disconnect(net.now, old_b),

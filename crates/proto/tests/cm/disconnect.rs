@@ -146,8 +146,7 @@ fn lost_dreq_is_retransmitted() {
         net.take(Side::B),
         vec![CmEvent::DreqReceived { endpoint: eb }]
     );
-    net.b.disconnect(net.now, eb).unwrap();
-    net.settle();
+    net.disconnect(Side::B, eb);
     assert_eq!(
         net.take(Side::A),
         vec![done(ea, DisconnectHow::DrepReceived)]
@@ -172,10 +171,8 @@ fn lost_drep_is_answered_again_from_timewait() {
     let mut net = Net::new(25, Faults::default());
     let (ea, eb) = established(&mut net);
     net.drop_next(Side::B, DREP, 1);
-    net.a.disconnect(net.now, ea).unwrap();
-    net.settle();
-    net.b.disconnect(net.now, eb).unwrap();
-    net.settle();
+    net.disconnect(Side::A, ea);
+    net.disconnect(Side::B, eb);
     assert_eq!(
         net.take(Side::B),
         vec![
@@ -202,10 +199,8 @@ fn lost_drep_is_answered_again_from_timewait() {
 fn dreq_in_timewait_gets_the_drep_again() {
     let mut net = Net::new(26, Faults::default());
     let (ea, eb) = established(&mut net);
-    net.a.disconnect(net.now, ea).unwrap();
-    net.settle();
-    net.b.disconnect(net.now, eb).unwrap();
-    net.settle();
+    net.disconnect(Side::A, ea);
+    net.disconnect(Side::B, eb);
     let dreq = net.sent(Side::A, DREQ)[0].mad;
     net.b.handle_mad(net.now, ip(A_IP), &dreq);
     net.flush();
@@ -297,8 +292,7 @@ fn dreq_before_the_rtu_establishes_then_notifies() {
     let mut net = Net::new(30, Faults::default());
     net.drop_next(Side::A, RTU, 1);
     let (ea, eb) = completed(&mut net);
-    net.a.disconnect(net.now, ea).unwrap();
-    net.settle();
+    net.disconnect(Side::A, ea);
     assert_eq!(
         net.take(Side::B),
         vec![

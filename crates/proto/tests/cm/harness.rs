@@ -229,6 +229,14 @@ impl Net {
         self.flush();
     }
 
+    /// `side`'s application disconnects `ep`; then the network settles.
+    #[track_caller]
+    pub fn disconnect(&mut self, side: Side, ep: EndpointId) {
+        let now = self.now;
+        self.agent(side).disconnect(now, ep).unwrap();
+        self.settle();
+    }
+
     pub fn remove_device(&mut self, s: Side) {
         self.flush();
         self.agent(s).remove_device();

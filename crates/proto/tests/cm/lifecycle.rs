@@ -86,8 +86,7 @@ fn destroy_established_sends_one_dreq_and_waits() {
     );
     // B's disconnect: the DREQ's comm IDs still find A's zombie, or after its
     // time-wait A answers as for an unknown connection. Either way a DREP.
-    net.b.disconnect(net.now, eb).unwrap();
-    net.settle();
+    net.disconnect(Side::B, eb);
     assert!(net.take(Side::B).contains(&CmEvent::DisconnectDone {
         endpoint: eb,
         how: DisconnectHow::DrepSent
@@ -98,8 +97,7 @@ fn destroy_established_sends_one_dreq_and_waits() {
 fn destroy_in_dreq_rcvd_sends_the_drep() {
     let mut net = Net::new(43, Faults::default());
     let (ea, eb) = established(&mut net);
-    net.a.disconnect(net.now, ea).unwrap();
-    net.settle();
+    net.disconnect(Side::A, ea);
     net.take(Side::B);
     net.b.destroy(net.now, eb).unwrap();
     net.settle();
@@ -146,10 +144,8 @@ fn destroy_in_req_rcvd_is_rej_28_and_listener_destroy_stops_listening() {
 fn timewait_holds_the_qpn_and_comm_ids_are_never_reused() {
     let mut net = Net::new(45, Faults::default());
     let (ea, eb) = established(&mut net);
-    net.a.disconnect(net.now, ea).unwrap();
-    net.settle();
-    net.b.disconnect(net.now, eb).unwrap();
-    net.settle();
+    net.disconnect(Side::A, ea);
+    net.disconnect(Side::B, eb);
     net.take(Side::A);
     let t_wait = net.sent(Side::B, DREP)[0].at + LATENCY;
     // Active: av timeout = cm_ack_timeout(REP TargetAckDelay 15, plt 18) = 19 → 2048 ms.
@@ -248,14 +244,11 @@ fn every_state(net: &mut Net) -> Vec<(CmState, EndpointId)> {
     net.a.disconnect(net.now, ds).unwrap();
     out.push((CmState::DreqSent, ds));
     let (dr, dr_b) = conn(net, 0x104);
-    net.b.disconnect(net.now, dr_b).unwrap();
-    net.settle();
+    net.disconnect(Side::B, dr_b);
     out.push((CmState::DreqRcvd, dr));
     let (tw, tw_b) = conn(net, 0x105);
-    net.b.disconnect(net.now, tw_b).unwrap();
-    net.settle();
-    net.a.disconnect(net.now, tw).unwrap();
-    net.settle();
+    net.disconnect(Side::B, tw_b);
+    net.disconnect(Side::A, tw);
     out.push((CmState::Timewait, tw));
     let idle = connect(net, 0x106);
     let r = net.connect_request();

@@ -210,10 +210,8 @@ fn send_larger_than_receive() {
     assert_eq!(r[0].status, WcStatus::LocLenErr);
     assert_eq!(p.b.qp.state(), QpState::Err);
     // The engine flushes the rest of B's receive queue.
-    assert_eq!(p.b.qp.flush_recv(&mut p.b.rq), 1);
-    while let Some(wc) = p.b.qp.poll_completion() {
-        p.b.wcs.push(wc);
-    }
+    assert_eq!(p.b.move_to_error(), 1);
+    p.b.take_completions();
     p.b.check_completions(true, true);
     assert_eq!(p.b.recv_wcs()[1].status, WcStatus::WrFlushErr);
 }
@@ -233,15 +231,9 @@ fn flush_on_err_exactly_once() {
     let _ = p.run_until(Duration::from_micros(50), |_| false);
     let sent = p.a.qp.counters().sent_pkts;
     assert!(sent > 0);
-    let to_err = QpAttr {
-        qp_state: QpState::Err,
-        ..QpAttr::default()
-    };
-    p.a.qp.modify(&to_err, AttrMask::STATE).unwrap();
-    assert_eq!(p.a.qp.flush_recv(&mut p.a.rq), 5);
+    assert_eq!(p.a.move_to_error(), 5);
     // Again: nothing more.
-    p.a.qp.modify(&to_err, AttrMask::STATE).unwrap();
-    assert_eq!(p.a.qp.flush_recv(&mut p.a.rq), 0);
+    assert_eq!(p.a.move_to_error(), 0);
     // Posting in ERR completes at once with a flush.
     p.a.post_send(SendWr::new(50, SendOp::Send, vec![]));
     p.a.post_recv(RecvWr::new(150, vec![]));
@@ -274,19 +266,8 @@ fn flush_includes_receive_in_progress() {
     p.set_filter(|side, pkt| side == Side::A && pkt.bth.opcode == Opcode::RC_SEND_LAST);
     p.a.post_send(SendWr::new(1, SendOp::Send, vec![src.sge(0, 4000)]));
     let _ = p.run_until(Duration::from_micros(100), |_| false);
-    p.b.qp
-        .modify(
-            &QpAttr {
-                qp_state: QpState::Err,
-                ..QpAttr::default()
-            },
-            AttrMask::STATE,
-        )
-        .unwrap();
-    p.b.qp.flush_recv(&mut p.b.rq);
-    while let Some(wc) = p.b.qp.poll_completion() {
-        p.b.wcs.push(wc);
-    }
+    p.b.move_to_error();
+    p.b.take_completions();
     p.b.check_completions(true, true);
     assert_eq!(p.b.recv_wcs().len(), 2);
     assert!(p

@@ -114,6 +114,19 @@ impl Node {
         self.qp.post_recv(&mut self.rq, wr).expect("post_recv");
     }
 
+    /// Moves the QP to ERR and flushes the receive queue; returns how many
+    /// receives were flushed.
+    pub fn move_to_error(&mut self) -> usize {
+        crate::qp::move_to_error(&mut self.qp, &mut self.rq)
+    }
+
+    /// Takes the QP's completions into `wcs`.
+    pub fn take_completions(&mut self) {
+        while let Some(wc) = self.qp.poll_completion() {
+            self.wcs.push(wc);
+        }
+    }
+
     pub fn send_wcs(&self) -> Vec<WorkCompletion> {
         self.wcs
             .iter()
@@ -367,10 +380,7 @@ impl Pair {
                     });
                 }
             }
-            let node = self.node(side);
-            while let Some(wc) = node.qp.poll_completion() {
-                node.wcs.push(wc);
-            }
+            self.node(side).take_completions();
         }
     }
 

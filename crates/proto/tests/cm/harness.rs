@@ -330,6 +330,23 @@ pub fn completed(net: &mut Net) -> (EndpointId, EndpointId) {
     (ea, eb)
 }
 
+/// A network without faults where A's RTU is lost: B accepted, A completed
+/// (its RTU never arrives): (the network, A endpoint, B endpoint).
+pub fn rtu_lost(seed: u64) -> (Net, EndpointId, EndpointId) {
+    let mut net = Net::new(seed, Faults::default());
+    net.drop_next(Side::A, RTU, 1);
+    let (ea, eb) = completed(&mut net);
+    (net, ea, eb)
+}
+
+/// The comm IDs of A's and B's endpoints of one connection.
+pub fn comm_ids(net: &Net, ea: EndpointId, eb: EndpointId) -> (u32, u32) {
+    (
+        net.a.local_comm_id(ea).unwrap(),
+        net.b.local_comm_id(eb).unwrap(),
+    )
+}
+
 /// A connected pair: returns (A endpoint, B endpoint), both established,
 /// events consumed.
 pub fn established(net: &mut Net) -> (EndpointId, EndpointId) {
@@ -354,6 +371,22 @@ pub fn established(net: &mut Net) -> (EndpointId, EndpointId) {
     assert_eq!(net.a.state(ea), Some(CmState::Established));
     assert_eq!(net.b.state(eb), Some(CmState::Established));
     (ea, eb)
+}
+
+/// A network without faults and a connection established on it: (the
+/// network, A endpoint, B endpoint).
+pub fn connected(seed: u64) -> (Net, EndpointId, EndpointId) {
+    let mut net = Net::new(seed, Faults::default());
+    let (ea, eb) = established(&mut net);
+    (net, ea, eb)
+}
+
+/// Then A disconnects and B after it (each settled): both in TIMEWAIT.
+pub fn closed(seed: u64) -> (Net, EndpointId, EndpointId) {
+    let (mut net, ea, eb) = connected(seed);
+    net.disconnect(Side::A, ea);
+    net.disconnect(Side::B, eb);
+    (net, ea, eb)
 }
 
 pub fn ms(n: u64) -> Duration {

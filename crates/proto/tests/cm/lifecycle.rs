@@ -71,8 +71,7 @@ fn destroy_in_rep_sent_rejects_and_waits() {
 
 #[test]
 fn destroy_established_sends_one_dreq_and_waits() {
-    let mut net = Net::new(42, Faults::default());
-    let (ea, eb) = established(&mut net);
+    let (mut net, ea, eb) = connected(42);
     net.a.destroy(net.now, ea).unwrap();
     net.run_for(ms(20_000));
     assert_eq!(
@@ -95,8 +94,7 @@ fn destroy_established_sends_one_dreq_and_waits() {
 
 #[test]
 fn destroy_in_dreq_rcvd_sends_the_drep() {
-    let mut net = Net::new(43, Faults::default());
-    let (ea, eb) = established(&mut net);
+    let (mut net, ea, eb) = connected(43);
     net.disconnect(Side::A, ea);
     net.take(Side::B);
     net.b.destroy(net.now, eb).unwrap();
@@ -142,10 +140,7 @@ fn destroy_in_req_rcvd_is_rej_28_and_listener_destroy_stops_listening() {
 
 #[test]
 fn timewait_holds_the_qpn_and_comm_ids_are_never_reused() {
-    let mut net = Net::new(45, Faults::default());
-    let (ea, eb) = established(&mut net);
-    net.disconnect(Side::A, ea);
-    net.disconnect(Side::B, eb);
+    let (mut net, ea, _eb) = closed(45);
     net.take(Side::A);
     let t_wait = net.sent(Side::B, DREP)[0].at + LATENCY;
     // Active: av timeout = cm_ack_timeout(REP TargetAckDelay 15, plt 18) = 19 → 2048 ms.

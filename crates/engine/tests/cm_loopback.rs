@@ -185,9 +185,7 @@ fn reject_no_listener_and_timeout() {
     let (a, b) = sides();
     let ib = b.nic.local();
     // Rejected by the application, with private data.
-    let l = cm::listen(&b, 7105);
-    let eb = b.nic.create_ep().unwrap();
-    let req = b.nic.ep_get_request(l, eb).unwrap();
+    let (eb, req) = cm::wait_request(&b, cm::listen(&b, 7105));
     let ea = a.nic.create_ep().unwrap();
     let conn = a
         .nic
@@ -240,9 +238,7 @@ fn reject_no_listener_and_timeout() {
 fn connect_and_accept_need_a_qp_in_init() {
     let (a, b) = sides();
     let ib = b.nic.local();
-    let l = cm::listen(&b, 7109);
-    let eb = b.nic.create_ep().unwrap();
-    let req = b.nic.ep_get_request(l, eb).unwrap();
+    let (eb, req) = cm::wait_request(&b, cm::listen(&b, 7109));
     // A QP back in RESET: Connect fails at once, before any REQ goes out.
     let reset = QpAttr {
         qp_state: QpState::Reset,

@@ -291,6 +291,14 @@ fn forge_cm(r: &mut Rng, c: &CmAim, b_qpn: u32) -> ([u8; MAD_LEN], bool) {
     let blank = |attr_id| CmMessage::parse_data(attr_id, &zero).expect("zeroed CM message");
     // A remote comm ID that is not B's.
     let wrong_b = c.b_comm ^ (1 + r.below(u64::from(u32::MAX)) as u32);
+    // A's comm ID, or a new one.
+    let a_or_new = |r: &mut Rng| {
+        if r.below(2) == 0 {
+            c.a_comm
+        } else {
+            r.next() as u32
+        }
+    };
     let (msg, from_peer) = match r.below(10) {
         // DREQ, exact IDs and QPN, wrong source.
         0 => (
@@ -350,11 +358,7 @@ fn forge_cm(r: &mut Rng, c: &CmAim, b_qpn: u32) -> ([u8; MAD_LEN], bool) {
             let CmMessage::Req(mut q) = blank(cm_attr::REQ) else {
                 unreachable!()
             };
-            q.local_comm_id = if r.below(2) == 0 {
-                c.a_comm
-            } else {
-                r.next() as u32
-            };
+            q.local_comm_id = a_or_new(r);
             q.local_ca_guid = c.a_guid;
             q.local_qpn = c.a_qpn;
             q.service_id = c.service_id;
@@ -393,11 +397,7 @@ fn forge_cm(r: &mut Rng, c: &CmAim, b_qpn: u32) -> ([u8; MAD_LEN], bool) {
             let CmMessage::Rep(mut p) = blank(cm_attr::REP) else {
                 unreachable!()
             };
-            p.local_comm_id = if r.below(2) == 0 {
-                c.a_comm
-            } else {
-                r.next() as u32
-            };
+            p.local_comm_id = a_or_new(r);
             p.remote_comm_id = c.b_comm;
             p.local_qpn = c.a_qpn;
             p.local_ca_guid = c.a_guid;

@@ -22,7 +22,7 @@ use ndverbs_engine::nic::Nic;
 use ndverbs_proto::rc::PathMtu;
 use ndverbs_testkit::skip;
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const CHUNK: usize = 1 << 20;
 const SLOTS: usize = 16;
@@ -52,16 +52,7 @@ fn write_read_send_through_ten_percent_loss() {
     let (a, b) = pair(Progress::Thread, PathMtu::Mtu4096, SLOTS * CHUNK * 2);
     a.nic.set_faults(Some(faults(1))).unwrap();
     b.nic.set_faults(Some(faults(2))).unwrap();
-    let bulk = Bulk::new(&a, &b, CHUNK, SLOTS);
-    let t0 = Instant::now();
-    bulk.write(mib, |_| {});
-    let t_write = t0.elapsed();
-    let t1 = Instant::now();
-    bulk.read(mib);
-    let t_read = t1.elapsed();
-    let t2 = Instant::now();
-    bulk.send(mib);
-    let t_send = t2.elapsed();
+    let [t_write, t_read, t_send] = Bulk::new(&a, &b, CHUNK, SLOTS).all(mib, |_| {});
 
     let fa = a.nic.fault_counters().unwrap();
     let fb = b.nic.fault_counters().unwrap();

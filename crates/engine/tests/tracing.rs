@@ -167,16 +167,33 @@ fn side(ip: IpAddr, fast: bool) -> Side {
     cm_side(nic, Shape::queues(256, 1, 0, 256, 1 << 12))
 }
 
-/// Two sides on a fresh address pair, and their addresses as the `nic`
-/// spans write them.
-fn sides(fast: bool) -> (Side, Side, String, String) {
+/// Two sides on a fresh address pair, connected through the CM, with the
+/// recorder listening.
+struct Traced {
+    a: Side,
+    b: Side,
+    /// The addresses as the `nic` spans write them.
+    ia: String,
+    ib: String,
+    ea: u32,
+    eb: u32,
+}
+
+/// [`Traced`] sides (see [`side`] for `fast`), B listening on `port`, A
+/// connecting with `retry_count` transport retries.
+fn traced(fast: bool, port: u16, retry_count: u8) -> Traced {
+    recorder();
     let (ia, ib) = ndverbs_testkit::addr::pair_v4();
-    (
-        side(ia, fast),
-        side(ib, fast),
-        ia.to_string(),
-        ib.to_string(),
-    )
+    let (a, b) = (side(ia, fast), side(ib, fast));
+    let (ea, eb) = connect(&a, &b, port, retry_count);
+    Traced {
+        a,
+        b,
+        ia: ia.to_string(),
+        ib: ib.to_string(),
+        ea,
+        eb,
+    }
 }
 
 /// Connects `a` to `b` listening on `port` (one READ/atomic each way);
@@ -242,11 +259,15 @@ fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
 
 #[test]
 fn connect_send_disconnect_as_spans_and_events() {
-    recorder();
-    let (a, b, ia, ib) = sides(false);
-    let (ia, ib) = (ia.as_str(), ib.as_str());
-    let (qa, qb) = (a.qp.qpn(), b.qp.qpn());
-    let (ea, eb) = connect(&a, &b, 7201, 7);
+    let Traced {
+        a,
+        b,
+        ia,
+        ib,
+        ea,
+        eb,
+    } = traced(false, 7201, 7);
+    let (ia, ib, qa, qb) = (ia.as_str(), ib.as_str(), a.qp.qpn(), b.qp.qpn());
 
     // Data: 200 SENDs (and as many ACKs) must not add a single event at
     // debug or above: nothing is logged per packet.
@@ -428,11 +449,9 @@ fn connect_send_disconnect_as_spans_and_events() {
 
 #[test]
 fn exhausted_retries_warn_and_removal_is_a_span() {
-    recorder();
-    let (a, b, ia, ib) = sides(true);
-    let (ia, ib) = (ia.as_str(), ib.as_str());
-    let (qa, qb) = (a.qp.qpn(), b.qp.qpn());
-    connect(&a, &b, 7202, 1);
+    // One transport retry, so that the unanswered SEND gives up soon.
+    let Traced { a, b, ia, ib, .. } = traced(true, 7202, 1);
+    let (ia, ib, qa, qb) = (ia.as_str(), ib.as_str(), a.qp.qpn(), b.qp.qpn());
     b.post_recv(5, 0, 64);
     // B goes away: its receive flushes inside the removal span, and A's
     // SEND is never answered.

@@ -75,6 +75,20 @@ impl<'s> Bulk<'s> {
         );
     }
 
+    /// [`Bulk::write`], [`Bulk::read`] and [`Bulk::send`] of `n` operations
+    /// each, in that order (`after` as for `write`); returns how long each
+    /// took.
+    #[track_caller]
+    pub fn all(&self, n: usize, after: impl FnMut(usize)) -> [Duration; 3] {
+        let t0 = Instant::now();
+        self.write(n, after);
+        let t1 = Instant::now();
+        self.read(n);
+        let t2 = Instant::now();
+        self.send(n);
+        [t1 - t0, t2 - t1, t2.elapsed()]
+    }
+
     /// `n` WRITEs, each verified in b's memory when it completes;
     /// `after(done)` runs after each completion (to disturb the link
     /// midway, say).

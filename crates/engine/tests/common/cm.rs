@@ -47,6 +47,13 @@ pub fn listen(s: &Side, port: u16) -> u32 {
     l
 }
 
+/// A fresh endpoint of `b` waiting on `listener` for a connection request.
+pub fn wait_request(b: &Side, listener: u32) -> (u32, EpPending<RequestInfo>) {
+    let eb = b.nic.create_ep().unwrap();
+    let req = b.nic.ep_get_request(listener, eb).unwrap();
+    (eb, req)
+}
+
 /// An established connection: both endpoints and what each side learned.
 pub struct Established {
     /// The active side's endpoint.
@@ -69,8 +76,7 @@ pub fn establish(
     args: ConnectArgs,
     accept: AcceptArgs,
 ) -> Established {
-    let eb = b.nic.create_ep().unwrap();
-    let req = b.nic.ep_get_request(listener, eb).unwrap();
+    let (eb, req) = wait_request(b, listener);
     let ea = a.nic.create_ep().unwrap();
     let conn = a.nic.ep_connect(ea, a.qp.qpn(), args).unwrap();
     let request = done(req, "connection request");

@@ -186,11 +186,7 @@ fn reject_no_listener_and_timeout() {
     let ib = b.nic.local();
     // Rejected by the application, with private data.
     let (eb, req) = cm::wait_request(&b, cm::listen(&b, 7105));
-    let ea = a.nic.create_ep().unwrap();
-    let conn = a
-        .nic
-        .ep_connect(ea, a.qp.qpn(), cargs(ib, 7105, b"x"))
-        .unwrap();
+    let (_, conn) = cm::start_connect(&a, cargs(ib, 7105, b"x"));
     done(req, "request");
     b.nic.ep_reject(eb, b"go away").unwrap();
     match outcome(conn, "connect") {
@@ -204,11 +200,8 @@ fn reject_no_listener_and_timeout() {
         other => panic!("{other:?}"),
     }
     // Nobody listens on the port: REJ 8.
-    let connect = |remote, port| {
-        let ep = a.nic.create_ep().unwrap();
-        let p = a.nic.ep_connect(ep, a.qp.qpn(), cargs(remote, port, b""));
-        outcome(p.unwrap(), "connect")
-    };
+    let connect =
+        |remote, port| outcome(cm::start_connect(&a, cargs(remote, port, b"")).1, "connect");
     let r = connect(ib, 7999);
     assert!(
         matches!(r, Err(EpError::Rejected { reason: 8, .. })),
@@ -220,11 +213,7 @@ fn reject_no_listener_and_timeout() {
     assert_eq!(connect(nobody, 7105), Err(EpError::Timeout));
     // A second Connect on a busy endpoint is refused at once.
     cm::listen(&b, 7106);
-    let ea4 = a.nic.create_ep().unwrap();
-    let _p = a
-        .nic
-        .ep_connect(ea4, a.qp.qpn(), cargs(ib, 7106, b""))
-        .unwrap();
+    let (ea4, _p) = cm::start_connect(&a, cargs(ib, 7106, b""));
     assert!(a
         .nic
         .ep_connect(ea4, a.qp.qpn(), cargs(ib, 7106, b""))
@@ -245,22 +234,15 @@ fn connect_and_accept_need_a_qp_in_init() {
         ..QpAttr::default()
     };
     a.modify([(reset, AttrMask::STATE)]);
-    let ea = a.nic.create_ep().unwrap();
-    let r = a
-        .nic
-        .ep_connect(ea, a.qp.qpn(), cargs(ib, 7109, b""))
-        .unwrap()
+    let r = cm::start_connect(&a, cargs(ib, 7109, b""))
+        .1
         .wait_timeout(Duration::from_secs(2))
         .expect("Connect must not wait for the peer");
     assert!(matches!(r, Err(EpError::InvalidState(_))), "{r:?}");
     assert!(req.try_take().is_none(), "no REQ reached the listener");
     // From INIT it connects; the passive side's QP in RESET fails Accept at once.
     a.modify([init_step()]);
-    let ea = a.nic.create_ep().unwrap();
-    let conn = a
-        .nic
-        .ep_connect(ea, a.qp.qpn(), cargs(ib, 7109, b""))
-        .unwrap();
+    let (_, conn) = cm::start_connect(&a, cargs(ib, 7109, b""));
     done(req, "request");
     b.modify([(reset, AttrMask::STATE)]);
     let r = b
@@ -281,8 +263,7 @@ fn device_removal_completes_everything_pending() {
     let (a, b) = sides();
     let (_ea, eb, l) = connect(&a, &b, 7107);
     let notify = b.nic.ep_notify_disconnect(eb).unwrap();
-    let e2 = b.nic.create_ep().unwrap();
-    let waiting = b.nic.ep_get_request(l, e2).unwrap();
+    let (_, waiting) = cm::wait_request(&b, l);
     b.post_recv(5, 0, 64);
     settle();
     b.nic.remove();

@@ -205,12 +205,12 @@ fn peer_killed_mid_transfer() {
     let a = side_in(&ns_a, IP_A);
     // A finite retry count (3), so that the dead peer surfaces as retry
     // exceeded.
-    let ea = a.nic.create_ep().unwrap();
     let args = ConnectArgs {
         local_port: 40001,
         ..connect_8(IP_B, 7301, 3)
     };
-    cm::done(a.nic.ep_connect(ea, a.qp.qpn(), args).unwrap(), "connect");
+    let (ea, conn) = cm::start_connect(&a, args);
+    cm::done(conn, "connect");
     cm::done(
         a.nic.ep_complete_connect(ea, a.qp.qpn()).unwrap(),
         "complete connect",

@@ -54,6 +54,14 @@ pub fn wait_request(b: &Side, listener: u32) -> (u32, EpPending<RequestInfo>) {
     (eb, req)
 }
 
+/// A fresh endpoint of `a` connecting its QP as `args` say (the request in
+/// flight).
+pub fn start_connect(a: &Side, args: ConnectArgs) -> (u32, EpPending<ConnectInfo>) {
+    let ea = a.nic.create_ep().unwrap();
+    let conn = a.nic.ep_connect(ea, a.qp.qpn(), args).unwrap();
+    (ea, conn)
+}
+
 /// An established connection: both endpoints and what each side learned.
 pub struct Established {
     /// The active side's endpoint.
@@ -77,8 +85,7 @@ pub fn establish(
     accept: AcceptArgs,
 ) -> Established {
     let (eb, req) = wait_request(b, listener);
-    let ea = a.nic.create_ep().unwrap();
-    let conn = a.nic.ep_connect(ea, a.qp.qpn(), args).unwrap();
+    let (ea, conn) = start_connect(a, args);
     let request = done(req, "connection request");
     let acc = b.nic.ep_accept(eb, b.qp.qpn(), accept).unwrap();
     let reply = done(conn, "connect");

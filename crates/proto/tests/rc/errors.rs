@@ -59,16 +59,12 @@ fn rnr_retry_exceeded() {
 
 #[test]
 fn retry_exceeded_against_dead_peer() {
-    let mut p = Pair::new(Config {
+    let cfg = Config {
         retry_cnt: 3,
         timeout: 10,
         ..Config::default()
-    });
-    p.b.dead = true;
-    let src = p.region(Side::A, 0x1000, pattern(9, 5000), Access::NONE);
-    for i in 0..4 {
-        p.a.post_send(SendWr::new(i, SendOp::Send, vec![src.sge(0, 5000)]));
-    }
+    };
+    let mut p = sending_to_the_dead(cfg, 4, 5000);
     let t0 = p.now;
     p.run_idle(Duration::from_secs(5));
     p.a.check_completions(true, true);
@@ -90,14 +86,12 @@ fn retry_exceeded_against_dead_peer() {
 
 #[test]
 fn retry_cnt_7_is_infinite() {
-    let mut p = Pair::new(Config {
+    let cfg = Config {
         retry_cnt: 7,
         timeout: 1,
         ..Config::default()
-    });
-    p.b.dead = true;
-    let src = p.region(Side::A, 0x1000, pattern(9, 64), Access::NONE);
-    p.a.post_send(SendWr::new(1, SendOp::Send, vec![src.sge(0, 64)]));
+    };
+    let mut p = sending_to_the_dead(cfg, 1, 64);
     let _ = p.run_until(Duration::from_millis(20), |_| false);
     assert!(p.a.qp.counters().completer_retry_err > 100);
     assert!(p.a.send_wcs().is_empty());

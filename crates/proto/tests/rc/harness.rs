@@ -479,6 +479,19 @@ impl Pair {
     }
 }
 
+/// A pair whose B is dead (hears and says nothing) after A posted `sends`
+/// SENDs of the same `len` bytes.
+pub fn sending_to_the_dead(cfg: Config, sends: u64, len: usize) -> Pair {
+    let mut p = Pair::new(cfg);
+    p.b.dead = true;
+    let src = p.region(Side::A, 0x1000, pattern(9, len), Access::NONE);
+    for i in 0..sends {
+        let sge = src.sge(0, len as u32);
+        p.a.post_send(SendWr::new(i, ndverbs_proto::rc::SendOp::Send, vec![sge]));
+    }
+    p
+}
+
 /// Reads `len` bytes of a region by key (test convenience).
 pub fn read_mem(mem: &mut VecMemory, key: u32, va: u64, len: usize) -> Vec<u8> {
     let mut out = vec![0u8; len];

@@ -481,10 +481,7 @@ fn stale_connection_rej_10_and_dreq_to_the_old_one() {
     net.flush();
     assert_eq!(
         net.take(Side::B),
-        vec![CmEvent::DisconnectDone {
-            endpoint: old_b,
-            how: DisconnectHow::DrepReceived
-        }]
+        vec![done(old_b, DisconnectHow::DrepReceived)]
     );
     assert!(net.b.disconnect(net.now, old_b).is_err());
 }

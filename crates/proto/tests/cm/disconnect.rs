@@ -5,10 +5,6 @@ use super::harness::*;
 use ndverbs_proto::cm::*;
 use ndverbs_wire::cm::{CmMessage, Dreq};
 
-fn done(ep: EndpointId, how: DisconnectHow) -> CmEvent {
-    CmEvent::DisconnectDone { endpoint: ep, how }
-}
-
 #[test]
 fn dreq_then_drep_after_notify() {
     let (mut net, ea, eb) = connected(20);
@@ -93,14 +89,8 @@ fn crossing_dreqs_both_complete_once_with_drep_both_ways() {
     );
     assert_eq!(net.sent(Side::B, DREQ).len(), 1);
     // And time-wait ends for both.
-    assert!(a.contains(&CmEvent::TimewaitExit {
-        endpoint: ea,
-        local_qpn: 0x11
-    }));
-    assert!(b.contains(&CmEvent::TimewaitExit {
-        endpoint: eb,
-        local_qpn: 0x22
-    }));
+    assert!(a.contains(&timewait_exit(ea, 0x11)));
+    assert!(b.contains(&timewait_exit(eb, 0x22)));
 }
 
 #[test]
@@ -215,13 +205,7 @@ fn dreq_timeout_against_a_silent_peer() {
     assert_eq!(net.sent(Side::A, DREQ).len(), 16);
     assert_eq!(net.a.state(ea), Some(CmState::Timewait));
     net.run_for(ms(2048));
-    assert_eq!(
-        net.take(Side::A),
-        vec![CmEvent::TimewaitExit {
-            endpoint: ea,
-            local_qpn: 0x11
-        }]
-    );
+    assert_eq!(net.take(Side::A), vec![timewait_exit(ea, 0x11)]);
 }
 
 #[test]

@@ -389,6 +389,19 @@ pub fn closed(seed: u64) -> (Net, EndpointId, EndpointId) {
     (net, ea, eb)
 }
 
+/// The event ending a disconnect of `ep`, as `how` says.
+pub fn done(ep: EndpointId, how: DisconnectHow) -> CmEvent {
+    CmEvent::DisconnectDone { endpoint: ep, how }
+}
+
+/// The event ending the time-wait of `ep`, whose QP was `local_qpn`.
+pub fn timewait_exit(ep: EndpointId, local_qpn: u32) -> CmEvent {
+    CmEvent::TimewaitExit {
+        endpoint: ep,
+        local_qpn,
+    }
+}
+
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }

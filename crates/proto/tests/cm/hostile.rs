@@ -106,10 +106,7 @@ fn guessed_ids_do_not_touch_a_connection() {
     );
     assert_eq!(
         net.a.poll_event(),
-        Some(CmEvent::DisconnectDone {
-            endpoint: ea,
-            how: DisconnectHow::RejReceived
-        })
+        Some(done(ea, DisconnectHow::RejReceived))
     );
 }
 

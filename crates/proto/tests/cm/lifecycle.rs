@@ -59,13 +59,7 @@ fn destroy_in_rep_sent_rejects_and_waits() {
     // B lingers invisibly through time-wait, then reports it.
     assert_eq!(net.b.endpoint_count(), 2); // listener + the zombie
     net.run_for(ms(3000));
-    assert_eq!(
-        net.take(Side::B),
-        vec![CmEvent::TimewaitExit {
-            endpoint: r.endpoint,
-            local_qpn: 0x22
-        }]
-    );
+    assert_eq!(net.take(Side::B), vec![timewait_exit(r.endpoint, 0x22)]);
     assert_eq!(net.b.endpoint_count(), 1);
 }
 
@@ -86,10 +80,9 @@ fn destroy_established_sends_one_dreq_and_waits() {
     // B's disconnect: the DREQ's comm IDs still find A's zombie, or after its
     // time-wait A answers as for an unknown connection. Either way a DREP.
     net.disconnect(Side::B, eb);
-    assert!(net.take(Side::B).contains(&CmEvent::DisconnectDone {
-        endpoint: eb,
-        how: DisconnectHow::DrepSent
-    }));
+    assert!(net
+        .take(Side::B)
+        .contains(&done(eb, DisconnectHow::DrepSent)));
 }
 
 #[test]
@@ -102,10 +95,7 @@ fn destroy_in_dreq_rcvd_sends_the_drep() {
     assert_eq!(net.sent(Side::B, DREP).len(), 1);
     assert_eq!(
         net.take(Side::A),
-        vec![CmEvent::DisconnectDone {
-            endpoint: ea,
-            how: DisconnectHow::DrepReceived
-        }]
+        vec![done(ea, DisconnectHow::DrepReceived)]
     );
     assert!(
         net.take(Side::B).is_empty(),
@@ -151,13 +141,7 @@ fn timewait_holds_the_qpn_and_comm_ids_are_never_reused() {
     net.run_for(ms(1900));
     assert!(net.take(Side::A).is_empty());
     net.run_for(ms(200));
-    assert_eq!(
-        net.take(Side::A),
-        vec![CmEvent::TimewaitExit {
-            endpoint: ea,
-            local_qpn: 0x11
-        }]
-    );
+    assert_eq!(net.take(Side::A), vec![timewait_exit(ea, 0x11)]);
     assert_eq!(net.a.endpoint_count(), 0);
     // Many connections: every comm ID distinct, endpoint IDs too.
     let mut comm = HashSet::new();

@@ -157,9 +157,17 @@ fn atomics() {
         compare,
         swap,
     };
-    let ops = [SendOp::FetchAdd { remote, add: 10 }, cas(15, 99), cas(15, 7)];
+    let ops = [
+        SendOp::FetchAdd { remote, add: 10 },
+        cas(15, 99),
+        cas(15, 7),
+    ];
     for (i, op) in ops.into_iter().enumerate() {
-        p.a.post_send(SendWr::new(i as u64 + 1, op, vec![res.sge(8 * i as u32, 8)]));
+        p.a.post_send(SendWr::new(
+            i as u64 + 1,
+            op,
+            vec![res.sge(8 * i as u32, 8)],
+        ));
     }
     p.run_idle(Duration::from_secs(1));
     p.a.check_completions(true, true);

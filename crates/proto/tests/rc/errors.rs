@@ -135,58 +135,73 @@ fn remote_error(
 #[test]
 fn remote_access_errors() {
     let all = Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC;
-    // Bad R_Key.
-    let p = remote_error(
-        all,
-        all,
-        |r| {
-            SendOp::Write(RemoteAddr {
-                rkey: r.rkey ^ 0x100,
-                ..r
-            })
-        },
-        100,
+    type Op = fn(RemoteAddr) -> SendOp;
+    let (access_err, inv_req) = (
+        (WcStatus::RemAccessErr, NakCode::RemoteAccess),
+        (WcStatus::RemInvReqErr, NakCode::InvalidRequest),
     );
-    assert_eq!(p.a.send_wcs()[0].status, WcStatus::RemAccessErr);
-    assert_eq!(
-        p.b.qp.error_cause(),
-        Some(QpErrorCause::Responder(NakCode::RemoteAccess))
-    );
-    // Out of bounds READ (multi-packet, tail beyond the region).
-    let p = remote_error(
-        all,
-        all,
-        |r| SendOp::Read(RemoteAddr { va: r.va + 1, ..r }),
-        4096,
-    );
-    assert_eq!(p.a.send_wcs()[0].status, WcStatus::RemAccessErr);
-    // Region without atomic rights.
-    let p = remote_error(
-        Access::REMOTE_READ,
-        all,
-        |remote| SendOp::FetchAdd { remote, add: 1 },
-        8,
-    );
-    assert_eq!(p.a.send_wcs()[0].status, WcStatus::RemAccessErr);
-    // QP without remote read rights: invalid request.
-    let p = remote_error(all, Access::REMOTE_WRITE, SendOp::Read, 64);
-    assert_eq!(p.a.send_wcs()[0].status, WcStatus::RemInvReqErr);
-    assert_eq!(
-        p.b.qp.error_cause(),
-        Some(QpErrorCause::Responder(NakCode::InvalidRequest))
-    );
-    // Misaligned atomic: invalid request.
-    let p = remote_error(
-        all,
-        all,
-        |r| SendOp::CompareSwap {
-            remote: RemoteAddr { va: r.va + 4, ..r },
-            compare: 0,
-            swap: 1,
-        },
-        8,
-    );
-    assert_eq!(p.a.send_wcs()[0].status, WcStatus::RemInvReqErr);
+    // (what, the region's rights, the QP's rights, the operation, bytes
+    // at A, A's completion and B's NAK)
+    let cases: [(&str, Access, Access, Op, u32, _); 5] = [
+        (
+            "bad R_Key",
+            all,
+            all,
+            |r| {
+                SendOp::Write(RemoteAddr {
+                    rkey: r.rkey ^ 0x100,
+                    ..r
+                })
+            },
+            100,
+            access_err,
+        ),
+        (
+            "READ beyond the region (multi-packet, the tail outside)",
+            all,
+            all,
+            |r| SendOp::Read(RemoteAddr { va: r.va + 1, ..r }),
+            4096,
+            access_err,
+        ),
+        (
+            "region without atomic rights",
+            Access::REMOTE_READ,
+            all,
+            |remote| SendOp::FetchAdd { remote, add: 1 },
+            8,
+            access_err,
+        ),
+        (
+            "QP without remote read rights",
+            all,
+            Access::REMOTE_WRITE,
+            SendOp::Read,
+            64,
+            inv_req,
+        ),
+        (
+            "misaligned atomic",
+            all,
+            all,
+            |r| SendOp::CompareSwap {
+                remote: RemoteAddr { va: r.va + 4, ..r },
+                compare: 0,
+                swap: 1,
+            },
+            8,
+            inv_req,
+        ),
+    ];
+    for (what, region, qp, op, len, (status, nak)) in cases {
+        let p = remote_error(region, qp, op, len);
+        assert_eq!(p.a.send_wcs()[0].status, status, "{what}");
+        assert_eq!(
+            p.b.qp.error_cause(),
+            Some(QpErrorCause::Responder(nak)),
+            "{what}"
+        );
+    }
 }
 
 #[test]

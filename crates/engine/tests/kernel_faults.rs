@@ -11,9 +11,10 @@
 //!   time, and its Disconnect completes.
 //!
 //! Needs root, `ip` and `nft`: without them the tests are skipped by the test
-//! kit's rule (`SKIPPED`, or a failure under `CI=true`). Volume: `NDV_KFAULT_MIB` per operation (default 2 for the
-//! debug `cargo test`; `scripts/test.sh` runs it again in release mode with
-//! 1024 = the 1 GiB each — see RELIABILITY.md for the figures).
+//! kit's rule (`SKIPPED`, or a failure under `CI=true`). Volume:
+//! `NDV_KFAULT_MIB` per operation (default 2 for the debug `cargo test`;
+//! `scripts/test.sh` runs it again in release mode with 1024 = the issue's
+//! 1 GiB each — see RELIABILITY.md for the figures).
 
 mod common;
 
@@ -21,7 +22,7 @@ use common::bulk::Bulk;
 use common::cm::{self, accept_args, connect_args};
 use common::{cm_side, Shape, Side};
 use ndverbs_engine::config::{CmTimers, NicConfig, Progress};
-use ndverbs_engine::ep::{ConnectArgs, EpError};
+use ndverbs_engine::ep::{AcceptArgs, ConnectArgs, EpError};
 use ndverbs_engine::link::faults::FaultConfig;
 use ndverbs_engine::nic::Nic;
 use ndverbs_proto::rc::{RecvWr, SendOp, SendWr, WcStatus};
@@ -90,8 +91,9 @@ fn connect_8(remote: IpAddr, port: u16, retry: u8) -> ConnectArgs {
     }
 }
 
-fn accept_8() -> ndverbs_engine::ep::AcceptArgs {
-    ndverbs_engine::ep::AcceptArgs {
+/// An accept with 8 READ/atomics each way.
+fn accept_8() -> AcceptArgs {
+    AcceptArgs {
         responder_resources: 8,
         initiator_depth: 8,
         ..accept_args()

@@ -158,14 +158,9 @@ fn faults_from_env() -> Option<FaultConfig> {
         return None;
     }
     match FaultConfig::parse(&spec) {
+        // Turning faults on logs a warning (see `FaultLink::set_config`).
         Ok(c) if c.is_off() => None,
-        Ok(c) => {
-            tracing::warn!(
-                %spec,
-                "{FAULTS_ENV} is set: injecting network faults into every packet received"
-            );
-            Some(c)
-        }
+        Ok(c) => Some(c),
         Err(e) => {
             tracing::warn!(error = %e, "{FAULTS_ENV} ignored");
             None

@@ -12,9 +12,9 @@ use crate::cq::CompletionQueue;
 use crate::mr::{MemoryRegion, MemoryWindow};
 use crate::qp::{QueuePair, SharedReceiveQueue};
 use crate::status::{NdError, NdResult, NdStatus};
-use ndverbs_verbs::{Device, Pd, Progress, VerbsError, LIMITS};
+use ndverbs_verbs::{Device, DeviceConfig, Error, ErrorKind, Pd, PostError, LIMITS};
 use std::collections::HashSet;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
 /// `ND_VERSION_2`.
@@ -127,68 +127,39 @@ pub fn adapter_id(addr: IpAddr) -> u64 {
 /// // on Linux every 127.x.y.z is local, so tests use one address per adapter).
 /// let adapter = Provider.open_adapter("127.91.1.1".parse().unwrap())?;
 /// assert_eq!(adapter.address(), IpAddr::from([127, 91, 1, 1]));
+/// // With a configuration: here manual progress (`DeviceConfig::from_env()`
+/// // would add what the NDV_* variables ask for: the library never reads them).
+/// let config = DeviceConfig { progress: Progress::Manual, ..DeviceConfig::default() };
+/// let manual = Provider.open_adapter_with("127.91.1.3".parse().unwrap(), &config)?;
+/// assert_eq!(manual.device().progress_mode(), Progress::Manual);
 /// # Ok::<(), NdError>(())
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Provider;
 
 impl Provider {
-    /// Every local IP address that can host an adapter (`QueryAddressList`).
+    /// Every local IP address that can host an adapter (`QueryAddressList`):
+    /// the addresses of [`Device::list`], in order.
     pub fn query_address_list(&self) -> NdResult<Vec<IpAddr>> {
-        let mut out = Vec::new();
-        let mut ifa: *mut libc::ifaddrs = std::ptr::null_mut();
-        // SAFETY: getifaddrs fills `ifa` with a list we free below.
-        if unsafe { libc::getifaddrs(&mut ifa) } != 0 {
-            return Err(NdError::new(
-                NdStatus::INSUFFICIENT_RESOURCES,
-                "getifaddrs failed",
-            ));
-        }
-        let mut p = ifa;
-        while !p.is_null() {
-            // SAFETY: `p` walks the list getifaddrs returned.
-            let a = unsafe { &*p };
-            if !a.ifa_addr.is_null() && a.ifa_flags & libc::IFF_UP as u32 != 0 {
-                // SAFETY: the family says which sockaddr this is.
-                let fam = i32::from(unsafe { (*a.ifa_addr).sa_family });
-                if fam == libc::AF_INET {
-                    // SAFETY: AF_INET ⇒ sockaddr_in.
-                    let s = unsafe { &*(a.ifa_addr as *const libc::sockaddr_in) };
-                    out.push(IpAddr::from(u32::from_be(s.sin_addr.s_addr).to_be_bytes()));
-                } else if fam == libc::AF_INET6 {
-                    // SAFETY: AF_INET6 ⇒ sockaddr_in6.
-                    let s = unsafe { &*(a.ifa_addr as *const libc::sockaddr_in6) };
-                    out.push(IpAddr::from(s.sin6_addr.s6_addr));
-                }
-            }
-            p = a.ifa_next;
-        }
-        // SAFETY: allocated by getifaddrs above.
-        unsafe { libc::freeifaddrs(ifa) };
-        out.sort();
-        out.dedup();
-        Ok(out)
+        let devices = Device::list().map_err(nd_err)?;
+        Ok(devices.into_iter().map(|d| d.addr).collect())
     }
 
-    /// The local address an adapter must have to reach `remote` (`ResolveAddress`).
+    /// The local address an adapter must have to reach `remote`
+    /// (`ResolveAddress`; [`Device::route_to`]).
     pub fn resolve_address(&self, remote: SocketAddr) -> NdResult<IpAddr> {
-        let any: SocketAddr = if remote.is_ipv4() {
-            "0.0.0.0:0".parse().expect("addr")
-        } else {
-            "[::]:0".parse().expect("addr")
-        };
-        let s = UdpSocket::bind(any)
-            .map_err(|e| NdError::new(NdStatus::INSUFFICIENT_RESOURCES, e.to_string()))?;
-        s.connect(SocketAddr::new(remote.ip(), remote.port().max(1)))
-            .map_err(|e| NdError::new(NdStatus::NETWORK_UNREACHABLE, e.to_string()))?;
-        Ok(s.local_addr()
-            .map_err(|e| NdError::new(NdStatus::INTERNAL_ERROR, e.to_string()))?
-            .ip())
+        Device::route_to(remote.ip()).map_err(nd_err)
     }
 
-    /// Opens the adapter of local address `addr` (engine thread progress).
+    /// Opens the adapter of local address `addr` with the default
+    /// configuration (an engine thread; no capture, counters or faults).
     pub fn open_adapter(&self, addr: IpAddr) -> NdResult<Adapter> {
-        Adapter::open(addr, Progress::Thread)
+        Adapter::open(addr, &DeviceConfig::default())
+    }
+
+    /// Opens the adapter of local address `addr` as `config` says.
+    pub fn open_adapter_with(&self, addr: IpAddr, config: &DeviceConfig) -> NdResult<Adapter> {
+        Adapter::open(addr, config)
     }
 }
 
@@ -235,49 +206,66 @@ impl std::fmt::Debug for Adapter {
     }
 }
 
-/// Maps a verbs error to an ND status.
-pub(crate) fn nd_err(e: VerbsError) -> NdError {
-    use ndverbs_verbs::EngineError as E;
-    let status = match &e {
-        VerbsError::DeviceRemoved => NdStatus::DEVICE_REMOVED,
-        VerbsError::Access(_) => NdStatus::ACCESS_VIOLATION,
-        VerbsError::Engine(e) => match e {
-            E::Removed => NdStatus::DEVICE_REMOVED,
-            E::NotFound { .. } => NdStatus::INVALID_HANDLE,
-            E::Busy(_) => NdStatus::DEVICE_BUSY,
-            E::InvalidArgument(_) => NdStatus::INVALID_PARAMETER,
-            E::NotConnected => NdStatus::CONNECTION_INVALID,
-            E::Io(_) => NdStatus::INSUFFICIENT_RESOURCES,
-            E::Modify(_) => NdStatus::INVALID_DEVICE_STATE,
-            E::Post(p) => post_status(p),
-            E::Mem(m) => match m {
-                ndverbs_verbs::MemError::Busy(_) => NdStatus::DEVICE_BUSY,
-                ndverbs_verbs::MemError::Empty => NdStatus::INVALID_BUFFER_SIZE,
-                ndverbs_verbs::MemError::NoMemory(_) => NdStatus::NO_MEMORY,
-                _ => NdStatus::INVALID_PARAMETER,
-            },
-        },
+/// The ND status of a verbs error kind.
+pub(crate) fn nd_status(kind: ErrorKind) -> NdStatus {
+    use ErrorKind as K;
+    match kind {
+        K::DeviceRemoved => NdStatus::DEVICE_REMOVED,
+        K::Access => NdStatus::ACCESS_VIOLATION,
+        K::NotFound => NdStatus::INVALID_HANDLE,
+        K::Busy => NdStatus::DEVICE_BUSY,
+        K::InvalidArgument => NdStatus::INVALID_PARAMETER,
+        K::InvalidState => NdStatus::INVALID_DEVICE_STATE,
+        K::NotConnected => NdStatus::CONNECTION_INVALID,
+        K::QueueFull => NdStatus::NO_MORE_ENTRIES,
+        K::NoMemory => NdStatus::NO_MEMORY,
+        K::Overflow => NdStatus::BUFFER_OVERFLOW,
+        // ND has no status for a failed system call; resources is the
+        // nearest (a socket or descriptor could not be had).
+        K::Io => NdStatus::INSUFFICIENT_RESOURCES,
+        K::AddressInUse => NdStatus::ADDRESS_ALREADY_ASSOCIATED,
+        K::AddressNotAvailable => NdStatus::INVALID_ADDRESS,
+        K::Unreachable => NdStatus::NETWORK_UNREACHABLE,
+        K::Rejected => NdStatus::CONNECTION_REFUSED,
+        K::TimedOut => NdStatus::TIMEOUT,
+        K::Canceled => NdStatus::CANCELED,
+        K::ConnectionAborted => NdStatus::CONNECTION_ABORTED,
+        K::Disconnected => NdStatus::CONNECTION_DISCONNECTED,
+        _ => NdStatus::UNSUCCESSFUL,
+    }
+}
+
+/// Maps a verbs error to an ND error, by kind.
+pub(crate) fn nd_err(e: Error) -> NdError {
+    NdError::new(nd_status(e.kind()), e.to_string())
+}
+
+/// Maps a refused post to ND's post statuses (§4 of the ND rules): a QP
+/// that is not connected is `ND_CONNECTION_INVALID`, too many SGEs
+/// `ND_DATA_OVERRUN`, too much inline data `ND_BUFFER_OVERFLOW`.
+pub(crate) fn post_err(e: Error) -> NdError {
+    let status = match (e.kind(), e.post_error()) {
+        (ErrorKind::InvalidState, _) => NdStatus::CONNECTION_INVALID,
+        (_, Some(PostError::TooManySges { .. })) => NdStatus::DATA_OVERRUN,
+        (_, Some(PostError::InlineTooLarge { .. })) => NdStatus::BUFFER_OVERFLOW,
+        (kind, _) => nd_status(kind),
     };
     NdError::new(status, e.to_string())
 }
 
-fn post_status(p: &ndverbs_verbs::PostError) -> NdStatus {
-    use ndverbs_verbs::PostError as P;
-    match p {
-        P::InvalidState(_) => NdStatus::CONNECTION_INVALID,
-        P::QueueFull(_) => NdStatus::NO_MORE_ENTRIES,
-        P::TooManySges { .. } => NdStatus::DATA_OVERRUN,
-        P::InlineTooLarge { .. } => NdStatus::BUFFER_OVERFLOW,
-        _ => NdStatus::INVALID_PARAMETER,
-    }
-}
-
 impl Adapter {
-    /// Opens the adapter of `addr` with the given progress model.
-    pub fn open(addr: IpAddr, progress: Progress) -> NdResult<Adapter> {
-        let dev = Device::open_with(addr, progress).map_err(|e| {
+    /// Opens the adapter of `addr` as `config` says (what
+    /// [`Provider::open_adapter_with`] does). An address that is not local
+    /// or cannot be opened is `ND_INVALID_ADDRESS`.
+    pub fn open(addr: IpAddr, config: &DeviceConfig) -> NdResult<Adapter> {
+        let dev = Device::open_with(addr, config).map_err(|e| {
             let mut err = nd_err(e);
-            if !err.status.is_error() || err.status == NdStatus::INSUFFICIENT_RESOURCES {
+            if !err.status.is_error()
+                || matches!(
+                    err.status,
+                    NdStatus::INSUFFICIENT_RESOURCES | NdStatus::ADDRESS_ALREADY_ASSOCIATED
+                )
+            {
                 err.status = NdStatus::INVALID_ADDRESS;
             }
             err

@@ -13,11 +13,11 @@
 //! | NotifyDisconnect | DREQ arrived (or the connection is already over) → `ND_SUCCESS`; our own Disconnect finished first → `STATUS_CONNECTION_DISCONNECTED` |
 //! | any | cancelled → `ND_CANCELED`; adapter removed → `ND_DEVICE_REMOVED` |
 
-use crate::adapter::{nd_err, Adapter, MAX_CALLEE_DATA, MAX_CALLER_DATA};
+use crate::adapter::{nd_err, nd_status, Adapter, MAX_CALLEE_DATA, MAX_CALLER_DATA};
 use crate::pending::NdPending;
 use crate::qp::QueuePair;
 use crate::status::{NdError, NdResult, NdStatus};
-use ndverbs_verbs::{AcceptArgs, ConnectArgs, Endpoint, EpError, PathMtu, QpId, LIMITS};
+use ndverbs_verbs::{AcceptArgs, ConnectArgs, Endpoint, Error, ErrorKind, PathMtu, QpId, LIMITS};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
@@ -25,19 +25,17 @@ use std::sync::{Arc, Mutex};
 /// never meets a Receive ends in `ND_IO_TIMEOUT` (ndsendnoreceive).
 pub const ND_RNR_RETRY: u8 = 6;
 
-fn ep_error(e: EpError, timeout: NdStatus) -> NdError {
-    let status = match &e {
-        EpError::DeviceRemoved => NdStatus::DEVICE_REMOVED,
-        EpError::Canceled => NdStatus::CANCELED,
-        EpError::Timeout => timeout,
-        EpError::Rejected { .. } => NdStatus::CONNECTION_REFUSED,
-        EpError::Aborted => NdStatus::CONNECTION_ABORTED,
-        EpError::Disconnected => NdStatus::CONNECTION_DISCONNECTED,
-        EpError::InvalidState(_) => NdStatus::INVALID_DEVICE_STATE,
-        EpError::ConnectionActive => NdStatus::CONNECTION_ACTIVE,
-        EpError::NoQp(_) => NdStatus::CANCELED,
-        EpError::Modify(_) => NdStatus::INVALID_DEVICE_STATE,
-        EpError::Cm(_) => NdStatus::INVALID_PARAMETER,
+/// The status of a connection request that ended badly. A request's
+/// timeout means different things per request (see the table above), and a
+/// few kinds read differently for a request than for a call: a busy
+/// endpoint is an active connection, and a QP that went away while the
+/// request waited has had its requests cancelled with it.
+fn ep_error(e: Error, timeout: NdStatus) -> NdError {
+    let status = match e.kind() {
+        ErrorKind::TimedOut => timeout,
+        ErrorKind::Busy => NdStatus::CONNECTION_ACTIVE,
+        ErrorKind::NotFound => NdStatus::CANCELED,
+        kind => nd_status(kind),
     };
     NdError::new(status, e.to_string())
 }

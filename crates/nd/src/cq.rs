@@ -22,7 +22,7 @@
 use crate::adapter::{nd_err, Adapter};
 use crate::pending::NdPending;
 use crate::status::{NdError, NdResult, NdStatus};
-use ndverbs_verbs::{Cq, NotifyError, NotifyOn, WcOpcode, WcStatus};
+use ndverbs_verbs::{Cq, NotifyOn, WcOpcode, WcStatus};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -380,17 +380,8 @@ impl CompletionQueue {
             NotifyType::Solicited => NotifyOn::Solicited,
             NotifyType::Errors => NotifyOn::Errors,
         };
-        NdPending::map(self.cq.notify(on), |r| match r {
-            Ok(()) => Ok(()),
-            Err(NotifyError::Canceled) => Err(NdError::new(NdStatus::CANCELED, "notify canceled")),
-            Err(NotifyError::Overflow) => Err(NdError::new(
-                NdStatus::BUFFER_OVERFLOW,
-                "completion queue overflow",
-            )),
-            Err(NotifyError::DeviceRemoved) => {
-                Err(NdError::new(NdStatus::DEVICE_REMOVED, "adapter removed"))
-            }
-        })
+        // Canceled, Overflow (ND_BUFFER_OVERFLOW) and DeviceRemoved map by kind.
+        NdPending::map(self.cq.notify(on), |r| r.map_err(nd_err))
     }
 
     /// `CancelOverlappedRequests`: pending Notify requests complete
@@ -402,14 +393,8 @@ impl CompletionQueue {
     /// `Resize`: never loses completions; below the current fill it fails with
     /// `ND_BUFFER_OVERFLOW` and leaves the queue unchanged.
     pub fn resize(&self, depth: u32) -> NdResult<()> {
-        self.cq.resize(depth).map_err(|e| match e {
-            ndverbs_verbs::ResizeError::TooSmall { .. } => {
-                NdError::new(NdStatus::BUFFER_OVERFLOW, e.to_string())
-            }
-            ndverbs_verbs::ResizeError::OutOfRange(_) => {
-                NdError::new(NdStatus::INVALID_PARAMETER, e.to_string())
-            }
-        })
+        // Below the fill is ErrorKind::Overflow: ND_BUFFER_OVERFLOW.
+        self.cq.resize(depth).map_err(nd_err)
     }
 
     /// Capacity.

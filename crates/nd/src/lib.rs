@@ -142,3 +142,8 @@ pub use mr::{mr_flags, MemoryRegion, MemoryWindow};
 pub use pending::NdPending;
 pub use qp::{op_flags, NdSge, QueuePair, SharedReceiveQueue};
 pub use status::{NdError, NdResult, NdStatus};
+
+/// How an adapter is opened ([`Provider::open_adapter_with`]) and what it
+/// reports ([`Adapter::stats`]): verbs' types, re-exported so that an ND
+/// program needs no second import.
+pub use ndverbs_verbs::{DeviceConfig, FaultConfig, Progress, Stats};

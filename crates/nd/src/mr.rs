@@ -100,7 +100,7 @@ impl MemoryRegion {
         })
     }
 
-    fn set(&self, r: Result<Mr, ndverbs_verbs::VerbsError>) -> NdPending<()> {
+    fn set(&self, r: Result<Mr, ndverbs_verbs::Error>) -> NdPending<()> {
         let r = r.map_err(nd_err).and_then(|mr| {
             let mut slot = self.mr.lock().unwrap_or_else(|e| e.into_inner());
             if slot.is_some() {

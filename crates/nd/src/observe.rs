@@ -8,8 +8,12 @@ use std::path::{Path, PathBuf};
 impl Adapter {
     /// Writes every RoCEv2 packet of this adapter to the pcap file `path`
     /// (Wireshark decodes it as RoCE), or stops with `None`. See
-    /// [`ndverbs_verbs::Device::set_capture`]; `NDV_PCAP=FILE` does the same
-    /// for every adapter the process opens.
+    /// [`ndverbs_verbs::Device::set_capture`]; [`DeviceConfig::capture`]
+    /// (with [`Provider::open_adapter_with`]) does it from the moment the
+    /// adapter opens.
+    ///
+    /// [`DeviceConfig::capture`]: crate::DeviceConfig::capture
+    /// [`Provider::open_adapter_with`]: crate::Provider::open_adapter_with
     ///
     /// ```
     /// use ndverbs_nd::Provider;

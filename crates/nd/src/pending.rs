@@ -6,7 +6,7 @@
 //! can be `.await`ed from any runtime or waited on with [`NdPending::wait`].
 
 use crate::status::{NdError, NdStatus};
-use ndverbs_verbs::Pending;
+use ndverbs_verbs::{Error, Pending};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -19,7 +19,7 @@ trait Source<T>: Send {
 }
 
 /// Turns the verbs-level result into the ND one.
-type MapFn<U, T> = Box<dyn FnOnce(U) -> Result<T, NdError> + Send>;
+type MapFn<U, T> = Box<dyn FnOnce(Result<U, Error>) -> Result<T, NdError> + Send>;
 
 struct Mapped<U, T> {
     p: Pending<U>,
@@ -27,7 +27,7 @@ struct Mapped<U, T> {
 }
 
 impl<U: Send + 'static, T> Mapped<U, T> {
-    fn map(&mut self, u: U) -> Result<T, NdError> {
+    fn map(&mut self, u: Result<U, Error>) -> Result<T, NdError> {
         match self.f.take() {
             Some(f) => f(u),
             None => Err(NdError::new(
@@ -139,7 +139,7 @@ impl<T> std::fmt::Debug for NdPending<T> {
 impl<T: Send + 'static> NdPending<T> {
     pub(crate) fn map<U: Send + 'static>(
         p: Pending<U>,
-        f: impl FnOnce(U) -> Result<T, NdError> + Send + 'static,
+        f: impl FnOnce(Result<U, Error>) -> Result<T, NdError> + Send + 'static,
     ) -> Self {
         NdPending {
             src: Box::new(Mapped {

@@ -12,13 +12,13 @@
 //! order with the other requests through a zero-length RDMA WRITE, as
 //! WinVerbs' ND provider did (a zero-length WRITE needs no remote key).
 
-use crate::adapter::{nd_err, Adapter};
+use crate::adapter::{nd_err, post_err, Adapter};
 use crate::cq::{wr_id, CompletionQueue, RequestType};
 use crate::mr::{MemoryRegion, MemoryWindow};
 use crate::status::{NdError, NdResult, NdStatus};
 use ndverbs_verbs::{
-    Access, AttrMask, Qp, QpAttr, QpCaps, QpId, QpInitAttr, QpState, RecvWr, RemoteAddr, SendOp,
-    SendWr, Sge, Srq, LIMITS,
+    Access, Qp, QpCaps, QpId, QpInitAttr, QpState, RecvWr, RemoteAddr, SendOp, SendWr, Sge, Srq,
+    LIMITS,
 };
 
 /// `ND_OP_FLAG_*`.
@@ -162,19 +162,12 @@ impl QueuePair {
         init.max_recv_wr = rq_depth.max(1);
         init.max_recv_sge = max_rsge.max(1);
         let qp = adapter.inner.pd.create_qp(&init).map_err(nd_err)?;
-        let a = QpAttr {
-            qp_state: QpState::Init,
-            qp_access_flags: Access::LOCAL_WRITE
-                | Access::REMOTE_READ
-                | Access::REMOTE_WRITE
-                | Access::REMOTE_ATOMIC,
-            ..QpAttr::default()
-        };
-        qp.modify(
-            &a,
-            AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-        )
-        .map_err(nd_err)?;
+        // ND has no access flags on the QP: memory windows and regions decide.
+        let access = Access::LOCAL_WRITE
+            | Access::REMOTE_READ
+            | Access::REMOTE_WRITE
+            | Access::REMOTE_ATOMIC;
+        qp.to_init(access).map_err(nd_err)?;
         for cq in [rcq, icq] {
             cq.qp_contexts
                 .lock()
@@ -200,13 +193,13 @@ impl QueuePair {
     }
 
     fn post(&self, wr: SendWr) -> NdResult<()> {
-        self.qp.post_send(wr).map_err(nd_err)
+        self.qp.post_send(wr).map_err(post_err)
     }
 
     /// `Receive`: `sges` may be empty (a zero-byte receive).
     pub fn receive(&self, context: u64, sges: &[NdSge]) -> NdResult<()> {
         let id = wr_id(RequestType::Receive, context)?;
-        self.qp.post_recv(RecvWr::new(id, sges)).map_err(nd_err)
+        self.qp.post_recv(RecvWr::new(id, sges)).map_err(post_err)
     }
 
     /// `Send` from registered memory.
@@ -498,6 +491,6 @@ impl SharedReceiveQueue {
     /// `Receive`.
     pub fn receive(&self, context: u64, sges: &[NdSge]) -> NdResult<()> {
         let id = wr_id(RequestType::Receive, context)?;
-        self.srq.post_recv(RecvWr::new(id, sges)).map_err(nd_err)
+        self.srq.post_recv(RecvWr::new(id, sges)).map_err(post_err)
     }
 }

@@ -4,7 +4,7 @@
 //! source port as rdma_cm picks it.
 
 use anyhow::{anyhow, Context, Result};
-use ndverbs_verbs::{AcceptArgs, ConnectArgs, Endpoint, EpPending, PathMtu, Qp};
+use ndverbs_verbs::{AcceptArgs, ConnectArgs, Endpoint, PathMtu, Pending, Qp};
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -22,7 +22,7 @@ pub struct CmConnect {
 }
 
 /// Waits for an endpoint request: at most `limit`, or for good with `None`.
-pub fn wait<T>(p: EpPending<T>, limit: Option<Duration>, what: &str) -> Result<T> {
+pub fn wait<T>(p: Pending<T>, limit: Option<Duration>, what: &str) -> Result<T> {
     match limit {
         Some(t) => p
             .wait_timeout(t)

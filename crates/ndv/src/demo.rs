@@ -41,9 +41,7 @@ struct Side {
 }
 
 fn side(addr: IpAddr, bytes: usize) -> Result<Side> {
-    let ad = Provider
-        .open_adapter(addr)
-        .with_context(|| format!("opening the adapter on {addr}"))?;
+    let ad = crate::device::open_adapter(addr)?;
     let cq = ad
         .create_completion_queue(1024)
         .context("creating a completion queue")?;

@@ -5,14 +5,13 @@
 //! scope), named `ndv0`, `ndv1`, … in address order. Each has one port whose
 //! GID table holds its address (IPv4 as `::ffff:a.b.c.d`), RoCE v2. The layout
 //! is `ibv_devinfo`'s (rdma-core `libibverbs/examples/devinfo.c`) to the tab;
-//! values come from the engine (limits, node GUID) and the interface (state,
-//! MTU). Nothing is opened: devinfo binds no socket, so it runs next to the
+//! values come from verbs (`Device::list`: the interface's state and MTU,
+//! the node GUID; the device limits). Nothing is opened: devinfo binds no socket, so it runs next to the
 //! processes that own the devices.
 
-use crate::net::{interface_addrs, IfAddr};
 use crate::Exit;
 use anyhow::{bail, Result};
-use ndverbs_verbs::{node_guid, PathMtu, LIMITS};
+use ndverbs_verbs::{Device, DeviceInfo, LIMITS};
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
@@ -31,85 +30,6 @@ pub struct Args {
     /// Everything: device limits, port details, the GID table.
     #[arg(short = 'v', long = "verbose")]
     pub verbose: bool,
-}
-
-/// One device as devinfo shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DevInfo {
-    /// `ndvN`.
-    pub name: String,
-    /// The address (its GID).
-    pub addr: IpAddr,
-    /// Interface the address is on.
-    pub ifname: String,
-    /// Interface MTU.
-    pub if_mtu: u32,
-    /// Interface up and running.
-    pub up: bool,
-}
-
-/// Every local address that can host a device, with its interface.
-pub fn devices() -> Vec<DevInfo> {
-    let mut v: Vec<IfAddr> = interface_addrs()
-        .into_iter()
-        .filter(|i| !is_link_local_v6(&i.addr))
-        .collect();
-    v.sort_by_key(|i| i.addr);
-    v.dedup_by_key(|i| i.addr);
-    v.into_iter()
-        .enumerate()
-        .map(|(i, a)| DevInfo {
-            name: format!("ndv{i}"),
-            addr: a.addr,
-            if_mtu: if_mtu(&a.ifname).unwrap_or(1500),
-            ifname: a.ifname,
-            up: a.running,
-        })
-        .collect()
-}
-
-fn is_link_local_v6(a: &IpAddr) -> bool {
-    matches!(a, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)
-}
-
-/// The MTU of interface `name` (`SIOCGIFMTU`).
-fn if_mtu(name: &str) -> Option<u32> {
-    // SAFETY: a plain datagram socket, closed below.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: ifreq is plain data; zeroed is valid.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in req
-        .ifr_name
-        .iter_mut()
-        .zip(name.bytes().take(libc::IFNAMSIZ - 1))
-    {
-        *d = s as libc::c_char;
-    }
-    // SAFETY: `req` is a valid ifreq naming the interface.
-    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFMTU, &mut req) };
-    // SAFETY: closing the socket opened above.
-    unsafe { libc::close(fd) };
-    if rc != 0 {
-        return None;
-    }
-    // SAFETY: SIOCGIFMTU filled the mtu member of the union.
-    Some(unsafe { req.ifr_ifru.ifru_mtu } as u32)
-}
-
-/// The active MTU of a port on an interface of MTU `if_mtu`, as rxe computes
-/// it: the largest IB MTU that fits after 80 bytes of headers (IPv6 + UDP +
-/// BTH + RETH + ICRC), at most 4096, at least 256.
-pub fn active_mtu(if_mtu: u32) -> PathMtu {
-    match if_mtu.saturating_sub(80) {
-        m if m >= 4096 => PathMtu::Mtu4096,
-        m if m >= 2048 => PathMtu::Mtu2048,
-        m if m >= 1024 => PathMtu::Mtu1024,
-        m if m >= 512 => PathMtu::Mtu512,
-        _ => PathMtu::Mtu256,
-    }
 }
 
 fn guid(g: u64) -> String {
@@ -134,9 +54,9 @@ const CAPS: [(u32, &str); 3] = [
 ];
 
 /// The text `ibv_devinfo [-v]` prints for `d` (`port` limits the ports).
-pub fn render(d: &DevInfo, verbose: bool, port: Option<u32>) -> String {
+pub fn render(d: &DeviceInfo, verbose: bool, port: Option<u32>) -> String {
     let mut s = String::new();
-    let g = guid(node_guid(d.addr));
+    let g = guid(d.node_guid());
     let w = &mut s;
     let _ = writeln!(w, "hca_id:\t{}", d.name);
     let _ = writeln!(w, "\ttransport:\t\t\tInfiniBand (0)");
@@ -212,8 +132,8 @@ pub fn render(d: &DevInfo, verbose: bool, port: Option<u32>) -> String {
         let _ = writeln!(w, "\tnum_comp_vectors:\t\t1");
     }
     if port.is_none_or(|p| p == 1) {
-        let mtu = active_mtu(d.if_mtu);
-        let (state, phys) = if d.up {
+        let mtu = d.active_mtu();
+        let (state, phys) = if d.link_up {
             ("PORT_ACTIVE (4)", "LINK_UP (5)")
         } else {
             ("PORT_DOWN (1)", "DISABLED (3)")
@@ -250,7 +170,7 @@ pub fn render(d: &DevInfo, verbose: bool, port: Option<u32>) -> String {
 
 /// Runs `ndv devinfo`.
 pub fn run(a: &Args) -> Result<()> {
-    let devs = devices();
+    let devs = Device::list()?;
     if a.list {
         let n = devs.len();
         println!("{n} HCA{} found:", if n == 1 { "" } else { "s" });
@@ -260,11 +180,11 @@ pub fn run(a: &Args) -> Result<()> {
         println!();
         return Ok(());
     }
-    let chosen: Vec<&DevInfo> = match &a.dev {
+    let chosen: Vec<&DeviceInfo> = match &a.dev {
         None => devs.iter().collect(),
         Some(want) => {
             let ip: Option<IpAddr> = want.parse().ok();
-            let v: Vec<&DevInfo> = devs
+            let v: Vec<&DeviceInfo> = devs
                 .iter()
                 .filter(|d| &d.name == want || Some(d.addr) == ip)
                 .collect();
@@ -295,16 +215,6 @@ pub fn run(a: &Args) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mtu_like_rxe() {
-        assert_eq!(active_mtu(1500), PathMtu::Mtu1024);
-        assert_eq!(active_mtu(9000), PathMtu::Mtu4096);
-        assert_eq!(active_mtu(65536), PathMtu::Mtu4096);
-        assert_eq!(active_mtu(2200), PathMtu::Mtu2048);
-        assert_eq!(active_mtu(1280), PathMtu::Mtu1024);
-        assert_eq!(active_mtu(100), PathMtu::Mtu256);
-    }
 
     #[test]
     fn guid_groups() {

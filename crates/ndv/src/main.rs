@@ -15,8 +15,8 @@ mod bench;
 mod cm;
 mod decode;
 mod demo;
+mod device;
 mod devinfo;
-mod engine;
 mod net;
 mod oob;
 mod perftest;
@@ -28,7 +28,7 @@ mod qp;
 mod stat;
 
 use clap::{Parser, Subcommand};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -126,19 +126,6 @@ fn init_logging() {
         .init();
 }
 
-/// What every device the command opens does besides RDMA: publish its
-/// counters for `ndv stat`, and capture its packets with `--pcap`. The
-/// engine reads both from the environment when a device opens, so they are
-/// set here, before any thread starts.
-fn configure_devices(pcap: Option<&Path>) {
-    if std::env::var_os(ndverbs_verbs::STAT_ENV).is_none() {
-        std::env::set_var(ndverbs_verbs::STAT_ENV, "1");
-    }
-    if let Some(p) = pcap {
-        std::env::set_var(ndverbs_verbs::PCAP_ENV, p);
-    }
-}
-
 /// `outer: inner: …` for an error and its sources. A source whose text the
 /// message before it already ends with is left out: some library errors
 /// repeat their source in their own message.
@@ -160,8 +147,8 @@ fn error_chain(e: &anyhow::Error) -> String {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
-    configure_devices(cli.pcap.as_deref());
-    match cli.command.run() {
+    let result = device::configure(cli.pcap.as_deref()).and_then(|()| cli.command.run());
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => match e.downcast_ref::<Exit>() {
             Some(Exit(code)) => ExitCode::from(*code),

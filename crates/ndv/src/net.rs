@@ -1,94 +1,27 @@
-//! Addresses and connections the tools share: the host's interface
-//! addresses, the local address the kernel picks for a destination, and the
+//! Addresses and connections the tools share: a default local address, the
+//! local address the kernel picks for a destination (both from verbs'
+//! interface list), and the
 //! TCP connection over which perftest and `ibv_rc_pingpong` exchange their
 //! QP addresses.
 
 use anyhow::{anyhow, Context, Result};
+use ndverbs_verbs::Device;
 use socket2::{Domain, Socket, Type};
-use std::ffi::CStr;
-use std::net::{
-    IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket,
-};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Duration;
-
-/// One address of an interface that is up.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IfAddr {
-    /// The address.
-    pub addr: IpAddr,
-    /// The interface's name.
-    pub ifname: String,
-    /// The interface is running (carrier up), not only administratively up.
-    pub running: bool,
-}
-
-/// Every IPv4 and IPv6 address of the interfaces that are up, in the
-/// kernel's order.
-pub fn interface_addrs() -> Vec<IfAddr> {
-    let mut out = Vec::new();
-    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `list` with a list freed below.
-    if unsafe { libc::getifaddrs(&mut list) } != 0 {
-        return out;
-    }
-    let mut p = list;
-    while !p.is_null() {
-        // SAFETY: `p` walks the list getifaddrs returned.
-        let a = unsafe { &*p };
-        p = a.ifa_next;
-        if a.ifa_addr.is_null() || a.ifa_flags & libc::IFF_UP as u32 == 0 {
-            continue;
-        }
-        // SAFETY: the family says which sockaddr this is.
-        let addr = match i32::from(unsafe { (*a.ifa_addr).sa_family }) {
-            libc::AF_INET => {
-                // SAFETY: AF_INET ⇒ sockaddr_in.
-                let s = unsafe { &*(a.ifa_addr as *const libc::sockaddr_in) };
-                IpAddr::from(Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr)))
-            }
-            libc::AF_INET6 => {
-                // SAFETY: AF_INET6 ⇒ sockaddr_in6.
-                let s = unsafe { &*(a.ifa_addr as *const libc::sockaddr_in6) };
-                IpAddr::from(s.sin6_addr.s6_addr)
-            }
-            _ => continue,
-        };
-        out.push(IfAddr {
-            addr,
-            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-            ifname: unsafe { CStr::from_ptr(a.ifa_name) }
-                .to_string_lossy()
-                .into_owned(),
-            running: a.ifa_flags & libc::IFF_RUNNING as u32 != 0,
-        });
-    }
-    // SAFETY: allocated by getifaddrs above.
-    unsafe { libc::freeifaddrs(list) };
-    out
-}
 
 /// The first non-loopback IPv4 address of an interface that is up.
 pub fn first_ipv4() -> Option<IpAddr> {
-    interface_addrs()
+    let devices = Device::list().ok()?;
+    devices
         .into_iter()
-        .map(|i| i.addr)
+        .map(|d| d.addr)
         .find(|a| a.is_ipv4() && !a.is_loopback())
 }
 
 /// The local address that routes to `dst` (what the kernel would pick).
 pub fn source_for(dst: IpAddr) -> Result<IpAddr> {
-    let any = if dst.is_ipv4() {
-        IpAddr::from(Ipv4Addr::UNSPECIFIED)
-    } else {
-        IpAddr::from(Ipv6Addr::UNSPECIFIED)
-    };
-    let s = UdpSocket::bind(SocketAddr::new(any, 0)).context("opening a UDP socket")?;
-    // Connecting a UDP socket sends nothing: it only asks for the route.
-    s.connect(SocketAddr::new(dst, 9))
-        .with_context(|| format!("no route to {dst}"))?;
-    Ok(s.local_addr()
-        .context("reading the routed source address")?
-        .ip())
+    Ok(Device::route_to(dst)?)
 }
 
 /// Connects to `host:port` over TCP, from `bind` if given (for an address of
@@ -147,6 +80,5 @@ mod tests {
         let lo = IpAddr::from(Ipv4Addr::LOCALHOST);
         assert_eq!(source_for(lo).unwrap(), lo);
         assert!(first_ipv4().is_none_or(|a| a.is_ipv4() && !a.is_loopback()));
-        assert!(interface_addrs().iter().any(|i| i.addr == lo));
     }
 }

@@ -5,7 +5,7 @@
 
 use anyhow::{Context, Result};
 use ndverbs_verbs::{
-    Access, AttrMask, Cq, PathMtu, Pd, Qp, QpAttr, QpCaps, QpInitAttr, QpState, LIMITS,
+    Access, AddressVector, Cq, PathMtu, Pd, Qp, QpCaps, QpInitAttr, RcConnection, LIMITS,
 };
 use std::net::{IpAddr, Ipv6Addr};
 
@@ -46,16 +46,7 @@ pub fn create_rc_qp(
     init.max_recv_wr = size.recv;
     init.max_recv_sge = 1;
     let qp = pd.create_qp(&init).context("Couldn't create QP")?;
-    let a = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: access,
-        ..QpAttr::default()
-    };
-    qp.modify(
-        &a,
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-    )
-    .context("Failed to modify QP to INIT")?;
+    qp.to_init(access).context("Failed to modify QP to INIT")?;
     Ok(qp)
 }
 
@@ -120,44 +111,22 @@ pub fn rd_atomic(v: u16) -> u8 {
 /// INIT → RTR → RTS towards `peer`, sending from `my_psn`; RNR timer 12,
 /// retry and RNR retry 7.
 pub fn connect_rc(qp: &Qp, my_psn: u32, peer: &RcPeer, path: &RcPath) -> Result<()> {
-    let mut a = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: path.mtu,
-        dest_qp_num: peer.qpn,
+    let c = RcConnection {
+        av: AddressVector {
+            dgid: peer.gid.octets(),
+            hop_limit: path.hop_limit,
+            ..AddressVector::default()
+        },
         rq_psn: peer.psn,
+        sq_psn: my_psn,
+        path_mtu: path.mtu,
         max_dest_rd_atomic: path.responder_resources,
-        min_rnr_timer: 12,
-        ..QpAttr::default()
+        max_rd_atomic: path.initiator_depth,
+        timeout: path.timeout,
+        ..RcConnection::new(peer.qpn)
     };
-    a.av.dgid = peer.gid.octets();
-    a.av.hop_limit = path.hop_limit;
-    qp.modify(
-        &a,
-        AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN
-            | AttrMask::MAX_DEST_RD_ATOMIC
-            | AttrMask::MIN_RNR_TIMER,
-    )
-    .with_context(|| format!("Failed to modify QP {:#x} to RTR", qp.qpn()))?;
-    a.qp_state = QpState::Rts;
-    a.timeout = path.timeout;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.sq_psn = my_psn;
-    a.max_rd_atomic = path.initiator_depth;
-    qp.modify(
-        &a,
-        AttrMask::STATE
-            | AttrMask::TIMEOUT
-            | AttrMask::RETRY_CNT
-            | AttrMask::RNR_RETRY
-            | AttrMask::SQ_PSN
-            | AttrMask::MAX_QP_RD_ATOMIC,
-    )
-    .with_context(|| format!("Failed to modify QP {:#x} to RTS", qp.qpn()))
+    qp.connect(&c)
+        .with_context(|| format!("Failed to connect QP {:#x} to RTS", qp.qpn()))
 }
 
 #[cfg(test)]

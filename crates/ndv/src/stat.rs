@@ -1,8 +1,8 @@
 //! `ndv stat [PID]`: the counters of running ndverbs processes.
 //!
-//! Every `ndv` command publishes each adapter's counters once a second
-//! (`NDV_STAT=1`, see `ndverbs_engine::stats`); applications can too
-//! (`Device::publish_stats`, or `NDV_STAT=1`). This reads the snapshots and
+//! Every `ndv` command publishes each device's counters once a second
+//! (unless `NDV_STAT` is set to something other than 1); applications can
+//! too (`DeviceConfig::publish_stats` or `Device::publish_stats`). This reads the snapshots and
 //! prints one line per adapter in the style of `rdma statistic show link`:
 //! rxe's counters in rxe's order, then drops by cause.
 

@@ -82,10 +82,11 @@ fn pingpong_capture_via_the_environment() {
     );
     let sum = pcapcheck::check(&p);
     assert!(sum.cm.is_empty(), "pingpong uses no CM");
-    // 20 exchanges each way of 4 packets (FIRST, 2×MIDDLE, LAST), plus ACKs.
-    assert_eq!(sum.count(0x00), 40, "{:?}", sum.opcodes);
-    assert_eq!(sum.count(0x01), 80, "{:?}", sum.opcodes);
-    assert_eq!(sum.count(0x02), 40, "{:?}", sum.opcodes);
+    // 20 exchanges each way of 4 packets (FIRST, 2×MIDDLE, LAST), plus ACKs;
+    // a busy machine may add retransmissions of the same packets.
+    assert_eq!(sum.distinct(0x00), 40, "{:?}", sum.opcodes);
+    assert_eq!(sum.distinct(0x01), 80, "{:?}", sum.opcodes);
+    assert_eq!(sum.distinct(0x02), 40, "{:?}", sum.opcodes);
     let _ = std::fs::remove_file(&p);
 }
 
@@ -107,7 +108,7 @@ fn unwritable_capture_path_fails_the_command() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("NDV_PCAP=/nonexistent-dir/x.pcap"), "{err}");
+    assert!(err.contains("/nonexistent-dir/x.pcap"), "{err}");
 }
 
 /// Against Linux rxe: the `--pcap` capture of `ndv ping` holds the same

@@ -25,8 +25,8 @@
 
 use ndverbs_proto::rc::RcConnection;
 use ndverbs_verbs::{
-    Access, AttrMask, ConnectArgs, Cq, Device, Mr, PathMtu, Pd, Progress, Qp, QpAttr, QpInitAttr,
-    QpState, RecvWr, RemoteAddr, SendOp, SendWr, WcStatus, WorkCompletion,
+    Access, AttrMask, ConnectArgs, Cq, Device, DeviceConfig, Mr, PathMtu, Pd, Progress, Qp, QpAttr,
+    QpInitAttr, QpState, RecvWr, RemoteAddr, SendOp, SendWr, WcStatus, WorkCompletion,
 };
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -220,7 +220,11 @@ impl Side {
     /// Opens a device on `addr` with a PD, CQ, region and a QP in RESET.
     #[track_caller]
     pub fn open(addr: IpAddr, cfg: &PairConfig) -> Side {
-        let dev = Device::open_with(addr, cfg.progress)
+        let config = DeviceConfig {
+            progress: cfg.progress,
+            ..DeviceConfig::default()
+        };
+        let dev = Device::open_with(addr, &config)
             .unwrap_or_else(|e| panic!("opening a device on {addr}: {e}"));
         let pd = dev.alloc_pd().expect("alloc_pd");
         let cq = dev.create_cq(cfg.cq_depth).expect("create_cq");

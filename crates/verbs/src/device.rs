@@ -1,13 +1,10 @@
 //! Devices, protection domains and completion queues.
 
+use crate::config::{DeviceConfig, Progress};
+use crate::engine::{CqRing, Nic};
+use crate::error::{Error, ErrorKind, Result};
 use crate::memory::{Mr, Mw};
 use crate::qp::{Qp, QpInitAttr, Srq};
-use crate::{Result, VerbsError};
-use ndverbs_engine::config::Progress;
-use ndverbs_engine::cq::{CompletionQueue, NotifyOn, ResizeError};
-use ndverbs_engine::limits::{Limits, LIMITS};
-use ndverbs_engine::mr::RegionBuf;
-use ndverbs_engine::nic::{node_guid, Nic};
 use ndverbs_proto::mem::Access;
 use ndverbs_proto::rc::WorkCompletion;
 use ndverbs_wire::cma::gid_of;
@@ -30,20 +27,21 @@ use std::time::{Duration, Instant};
 /// let pd = dev.alloc_pd()?;
 /// let cq = dev.create_cq(64)?;
 /// // Manual progress: no engine thread; polling a CQ (or `progress`) runs the engine.
-/// let manual = Device::open_with("127.92.1.2".parse().unwrap(), Progress::Manual)?;
+/// let cfg = DeviceConfig { progress: Progress::Manual, ..DeviceConfig::default() };
+/// let manual = Device::open_with("127.92.1.2".parse().unwrap(), &cfg)?;
 /// manual.progress();
 /// // Counters by rxe's names.
 /// assert_eq!(manual.stats().get("sent_pkts"), 0);
 /// // Removal: outstanding work is flushed, later calls fail.
 /// dev.remove();
 /// assert!(dev.is_removed());
-/// assert!(matches!(dev.alloc_pd(), Err(VerbsError::DeviceRemoved)));
+/// assert_eq!(dev.alloc_pd().unwrap_err().kind(), ErrorKind::DeviceRemoved);
 /// # drop((pd, cq));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct Device {
-    pub(crate) adapter: Nic,
+    pub(crate) nic: Nic,
 }
 
 /// What a device reports about itself.
@@ -69,28 +67,90 @@ pub struct DeviceAttr {
     /// Its GID (IPv4-mapped for IPv4).
     pub gid: Ipv6Addr,
     /// Node GUID, derived from the address: the CA GUID the connection
-    /// manager sends ([`ndverbs_engine::nic::node_guid`]).
+    /// manager sends ([`node_guid`]).
     pub node_guid: u64,
     /// Enforced limits.
-    pub limits: Limits,
+    pub limits: DeviceLimits,
+}
+
+/// Limits a device enforces (the same for every device).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_verbs::{DeviceLimits, LIMITS};
+/// fn fits(l: &DeviceLimits, wr: u32, sge: u32) -> bool {
+///     wr <= l.max_qp_wr && sge <= l.max_sge
+/// }
+/// assert!(fits(&LIMITS, 1024, 4));
+/// assert!(!fits(&LIMITS, LIMITS.max_qp_wr + 1, 1));
+/// assert_eq!(LIMITS.max_msg_size, 1 << 31);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceLimits {
+    /// Most work requests per send or receive queue.
+    pub max_qp_wr: u32,
+    /// Most SGEs per work request.
+    pub max_sge: u32,
+    /// Most inline bytes per send.
+    pub max_inline_data: u32,
+    /// Most completions per CQ.
+    pub max_cqe: u32,
+    /// Most queue pairs.
+    pub max_qp: u32,
+    /// Largest message.
+    pub max_msg_size: u64,
+    /// Outstanding RDMA READs and atomics per QP, either direction.
+    pub max_qp_rd_atom: u8,
+}
+
+/// The limits of every ndverbs device (what [`Device::query`] reports).
+///
+/// ```
+/// use ndverbs_verbs::*;
+/// let dev = Device::open("127.92.31.1".parse().unwrap())?;
+/// assert_eq!(dev.query().limits, LIMITS);
+/// assert!(dev.create_cq(LIMITS.max_cqe + 1).is_err());
+/// # Ok::<(), Error>(())
+/// ```
+pub const LIMITS: DeviceLimits = crate::engine::LIMITS;
+
+/// The node GUID of the device of `addr`: a fixed prefix and the low bits
+/// of the address, stable across runs and distinct per address (librdmacm
+/// keys devices by it; the CM's REQ carries it).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_verbs::node_guid;
+/// let a = node_guid("10.0.0.1".parse().unwrap());
+/// assert_eq!(a, node_guid("10.0.0.1".parse().unwrap()));
+/// assert_ne!(a, node_guid("10.0.0.2".parse().unwrap()));
+/// ```
+pub fn node_guid(addr: IpAddr) -> u64 {
+    crate::engine::node_guid(addr)
 }
 
 impl Device {
-    /// Opens the device for `addr` with an engine thread.
+    /// Opens the device for `addr` (it binds UDP port 4791 there) with the
+    /// default configuration: an engine thread, no capture, no counters
+    /// published, no faults.
     pub fn open(addr: IpAddr) -> Result<Device> {
-        Self::open_with(addr, Progress::Thread)
+        Self::open_with(addr, &DeviceConfig::default())
     }
 
-    /// Opens the device for `addr` with the given progress model.
-    pub fn open_with(addr: IpAddr, progress: Progress) -> Result<Device> {
+    /// Opens the device for `addr` as `config` says. An address that is not
+    /// on this host is [`ErrorKind::AddressNotAvailable`], one already open
+    /// (by this process or another) [`ErrorKind::AddressInUse`].
+    pub fn open_with(addr: IpAddr, config: &DeviceConfig) -> Result<Device> {
         Ok(Device {
-            adapter: Nic::open(addr, progress)?,
+            nic: Nic::open(addr, config)?,
         })
     }
 
     /// Device attributes.
     pub fn query(&self) -> DeviceAttr {
-        let addr = self.adapter.local();
+        let addr = self.nic.local();
         DeviceAttr {
             addr,
             gid: gid_of(addr),
@@ -101,17 +161,12 @@ impl Device {
 
     /// The GID of the port (index 0 of its GID table).
     pub fn gid(&self) -> Ipv6Addr {
-        gid_of(self.adapter.local())
-    }
-
-    /// The engine behind the device (for layers that drive it directly).
-    pub fn adapter(&self) -> &Nic {
-        &self.adapter
+        gid_of(self.nic.local())
     }
 
     /// Allocates a protection domain.
     pub fn alloc_pd(&self) -> Result<Pd> {
-        let id = self.adapter.alloc_pd()?;
+        let id = self.nic.alloc_pd()?;
         Ok(Pd {
             inner: Arc::new(PdInner {
                 dev: self.clone(),
@@ -120,33 +175,46 @@ impl Device {
         })
     }
 
-    /// Creates a completion queue of `depth` entries.
+    /// Creates a completion queue of `depth` entries (1 to
+    /// [`DeviceLimits::max_cqe`]).
     pub fn create_cq(&self, depth: u32) -> Result<Cq> {
-        let (id, cq) = self.adapter.create_cq(depth)?;
+        let (id, ring) = self.nic.create_cq(depth)?;
         Ok(Cq {
             inner: Arc::new(CqInner {
                 dev: self.clone(),
                 id,
-                cq,
+                ring,
             }),
         })
+    }
+
+    /// Who runs the engine loop.
+    pub fn progress_mode(&self) -> Progress {
+        self.nic.progress_mode()
     }
 
     /// Runs the engine once (manual progress; a no-op while the engine thread
     /// runs it).
     pub fn progress(&self) {
-        self.adapter.progress();
+        self.nic.progress();
+    }
+
+    /// Manual progress: sleeps until a packet or a post arrives, the next
+    /// timer is due or `timeout` passes, then runs the engine once — what a
+    /// thread dedicated to a manual-progress device loops on.
+    pub fn progress_wait(&self, timeout: Duration) -> Result<()> {
+        self.nic.progress_wait(timeout)
     }
 
     /// Removes the device: outstanding work is flushed and later calls fail
-    /// with [`VerbsError::DeviceRemoved`].
+    /// with [`ErrorKind::DeviceRemoved`].
     pub fn remove(&self) {
-        self.adapter.remove();
+        self.nic.remove();
     }
 
     /// True once removed.
     pub fn is_removed(&self) -> bool {
-        self.adapter.is_removed()
+        self.nic.is_removed()
     }
 }
 
@@ -159,7 +227,7 @@ pub(crate) struct PdInner {
 impl Drop for PdInner {
     fn drop(&mut self) {
         // Everything that used the PD held a reference to it, so it is unused now.
-        let _ = self.dev.adapter.dealloc_pd(self.id);
+        let _ = self.dev.nic.dealloc_pd(self.id);
     }
 }
 
@@ -199,8 +267,7 @@ impl Pd {
 
     /// Registers `len` bytes of zeroed memory the region owns.
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<Mr> {
-        let buf = RegionBuf::alloc(len).map_err(|e| VerbsError::Engine(e.into()))?;
-        let region = self.inner.dev.adapter.reg_mr(self.inner.id, buf, access)?;
+        let region = self.inner.dev.nic.reg_mr(self.inner.id, len, access)?;
         Ok(Mr::new(region, self.inner.clone()))
     }
 
@@ -216,15 +283,18 @@ impl Pd {
         access: Access,
     ) -> Result<Mr> {
         // SAFETY: forwarded to the caller.
-        let buf =
-            unsafe { RegionBuf::from_raw(ptr, len) }.map_err(|e| VerbsError::Engine(e.into()))?;
-        let region = self.inner.dev.adapter.reg_mr(self.inner.id, buf, access)?;
+        let region = unsafe {
+            self.inner
+                .dev
+                .nic
+                .reg_mr_raw(self.inner.id, ptr, len, access)
+        }?;
         Ok(Mr::new(region, self.inner.clone()))
     }
 
     /// Allocates an (unbound) memory window.
     pub fn alloc_mw(&self) -> Result<Mw> {
-        let key = self.inner.dev.adapter.alloc_mw(self.inner.id)?;
+        let key = self.inner.dev.nic.alloc_mw(self.inner.id)?;
         Ok(Mw::new(key, self.inner.clone()))
     }
 
@@ -243,12 +313,12 @@ impl Pd {
 pub(crate) struct CqInner {
     pub(crate) dev: Device,
     pub(crate) id: u32,
-    pub(crate) cq: Arc<CompletionQueue>,
+    ring: CqRing,
 }
 
 impl Drop for CqInner {
     fn drop(&mut self) {
-        let _ = self.dev.adapter.destroy_cq(self.id);
+        let _ = self.dev.nic.destroy_cq(self.id);
     }
 }
 
@@ -264,8 +334,7 @@ impl Drop for CqInner {
 /// #     (db, qb): (&Device, &Qp),
 /// # ) -> std::result::Result<(Endpoint, Endpoint), Box<dyn std::error::Error>> {
 /// #     for qp in [qa, qb] {
-/// #         let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
-/// #         qp.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+/// #         qp.to_init(Access::ALL)?;
 /// #     }
 /// #     let listener = Endpoint::new(db)?;
 /// #     listener.listen(7000, 1)?;
@@ -326,25 +395,31 @@ pub struct Cq {
 }
 
 impl Cq {
+    fn manual(&self) -> bool {
+        self.inner.dev.progress_mode() == Progress::Manual
+    }
+
     /// Takes up to `out.len()` completions; in manual progress mode this first
     /// runs the engine.
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
-        let n = self.inner.cq.poll(out);
-        if n > 0 || self.inner.dev.adapter.mode() == Progress::Thread {
+        let ring = &self.inner.ring;
+        let n = ring.poll(out);
+        if n > 0 || !self.manual() {
             return n;
         }
-        self.inner.dev.adapter.progress();
-        self.inner.cq.poll(out)
+        self.inner.dev.progress();
+        ring.poll(out)
     }
 
     /// Takes one completion (see [`Cq::poll`]).
     pub fn poll_one(&self) -> Option<WorkCompletion> {
-        if let Some(w) = self.inner.cq.poll_one() {
+        let ring = &self.inner.ring;
+        if let Some(w) = ring.poll_one() {
             return Some(w);
         }
-        if self.inner.dev.adapter.mode() == Progress::Manual {
-            self.inner.dev.adapter.progress();
-            return self.inner.cq.poll_one();
+        if self.manual() {
+            self.inner.dev.progress();
+            return ring.poll_one();
         }
         None
     }
@@ -352,6 +427,7 @@ impl Cq {
     /// Waits up to `timeout` for one completion, sleeping on the queue's
     /// notification (or, in manual mode, on the engine's socket).
     pub fn wait_one(&self, timeout: Duration) -> Result<Option<WorkCompletion>> {
+        let ring = &self.inner.ring;
         let t0 = Instant::now();
         loop {
             if let Some(w) = self.poll_one() {
@@ -361,100 +437,121 @@ impl Cq {
             if left.is_zero() {
                 return Ok(None);
             }
-            if self.inner.dev.adapter.mode() == Progress::Manual {
+            if self.manual() {
                 self.inner
                     .dev
-                    .adapter
                     .progress_wait(left.min(Duration::from_millis(10)))?;
             } else {
-                self.inner.cq.arm(NotifyOn::Any);
+                ring.arm(NotifyOn::Any);
                 // Close the race with a completion that arrived before arming.
-                if let Some(w) = self.inner.cq.poll_one() {
-                    self.inner.cq.disarm();
+                if let Some(w) = ring.poll_one() {
+                    ring.disarm();
                     return Ok(Some(w));
                 }
-                self.inner
-                    .cq
-                    .wait(Some(left))
-                    .map_err(|e| VerbsError::Engine(e.into()))?;
-                self.inner.cq.take_events();
+                ring.wait(left)?;
+                ring.take_events();
             }
-            if self.inner.dev.is_removed() && self.inner.cq.is_empty() {
-                return Err(VerbsError::DeviceRemoved);
+            if self.inner.dev.is_removed() && ring.is_empty() {
+                return Err(Error::kind_only(ErrorKind::DeviceRemoved, "Cq::wait_one"));
             }
         }
     }
 
     /// A notification request (ND style): completes on the next matching
     /// completion, at once if completions are already waiting; all requests
-    /// pending at that moment complete together.
-    pub fn notify(
-        &self,
-        on: NotifyOn,
-    ) -> crate::Pending<std::result::Result<(), ndverbs_engine::cq::NotifyError>> {
-        let p = self.inner.cq.notify(on);
+    /// pending at that moment complete together. It ends with
+    /// [`ErrorKind::Canceled`] ([`Cq::cancel_notifies`]),
+    /// [`ErrorKind::Overflow`] (completions were lost) or
+    /// [`ErrorKind::DeviceRemoved`].
+    pub fn notify(&self, on: NotifyOn) -> crate::Pending<()> {
+        let p = self.inner.ring.notify(on);
         // Removal ends the waiters it finds; one registered after that would
         // wait forever. (Removal sets the flag before ending waiters.)
         if self.inner.dev.is_removed() {
-            self.inner
-                .cq
-                .end_waiters(Err(ndverbs_engine::cq::NotifyError::DeviceRemoved));
+            self.inner.ring.end_waiters(ErrorKind::DeviceRemoved);
         }
         p
     }
 
-    /// Completes every pending notification request with `Canceled`, in order.
+    /// Completes every pending notification request with
+    /// [`ErrorKind::Canceled`], in order.
     pub fn cancel_notifies(&self) {
-        self.inner
-            .cq
-            .end_waiters(Err(ndverbs_engine::cq::NotifyError::Canceled));
+        self.inner.ring.end_waiters(ErrorKind::Canceled);
     }
 
     /// Arms the notification: the next matching completion makes [`Cq::fd`]
     /// readable (once per arm).
     pub fn req_notify(&self, on: NotifyOn) {
-        self.inner.cq.arm(on);
+        self.inner.ring.arm(on);
     }
 
     /// Consumes fired notifications; returns how many.
     pub fn ack_events(&self) -> u64 {
-        self.inner.cq.take_events()
+        self.inner.ring.take_events()
     }
 
     /// The notification file descriptor, for poll/epoll/async reactors.
     pub fn fd(&self) -> RawFd {
-        self.inner.cq.fd()
+        self.inner.ring.fd()
     }
 
     /// Completions waiting.
     pub fn len(&self) -> usize {
-        self.inner.cq.len()
+        self.inner.ring.len()
     }
 
     /// True if no completion is waiting.
     pub fn is_empty(&self) -> bool {
-        self.inner.cq.is_empty()
+        self.inner.ring.is_empty()
     }
 
     /// Capacity.
     pub fn depth(&self) -> usize {
-        self.inner.cq.depth()
+        self.inner.ring.depth()
     }
 
     /// True once a completion was lost to overflow.
     pub fn overflowed(&self) -> bool {
-        self.inner.cq.overflowed()
+        self.inner.ring.overflowed()
     }
 
-    /// Changes the capacity without losing completions.
-    pub fn resize(&self, depth: u32) -> std::result::Result<(), ResizeError> {
-        self.inner
-            .cq
-            .resize(depth as usize, LIMITS.max_cqe as usize)
+    /// Changes the capacity without losing completions: below the
+    /// completions waiting it is [`ErrorKind::Overflow`] (nothing changes),
+    /// 0 or above [`DeviceLimits::max_cqe`] [`ErrorKind::InvalidArgument`].
+    pub fn resize(&self, depth: u32) -> Result<()> {
+        self.inner.ring.resize(depth)
     }
 
     /// The device.
     pub fn device(&self) -> &Device {
         &self.inner.dev
     }
+}
+
+/// What wakes an armed completion queue ([`Cq::req_notify`], [`Cq::notify`]).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_verbs::*;
+/// let dev = Device::open("127.92.25.1".parse().unwrap())?;
+/// let cq = dev.create_cq(4)?;
+/// // Wake for errors only: a flushed receive is one.
+/// let errors = cq.notify(NotifyOn::Errors);
+/// let pd = dev.alloc_pd()?;
+/// let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq))?;
+/// qp.to_init(Access::NONE)?;
+/// qp.post_recv(RecvWr::new(1, vec![]))?;
+/// qp.to_error()?;
+/// errors.wait()?;
+/// # Ok::<(), Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NotifyOn {
+    /// Any completion.
+    Any,
+    /// A solicited receive, or any error completion (ibverbs' solicited_only).
+    Solicited,
+    /// Error completions only (ND's `ND_CQ_NOTIFY_ERRORS`).
+    Errors,
 }

@@ -32,9 +32,22 @@
 //! [`WcOpcode`] in [`Qp`]'s and [`Cq`]'s; [`QpAttr`], [`AttrMask`],
 //! [`QpState`] in [`Qp`]'s (RESET → INIT → RTR → RTS by hand); [`Access`]
 //! and [`Sge`] in [`Mr`]'s; [`NotifyOn`] and [`Pending`] in [`Cq`]'s;
-//! [`ConnectArgs`], [`AcceptArgs`], [`RequestInfo`], [`ConnectInfo`],
-//! [`EpInfo`] and [`EpError`] in [`Endpoint`]'s; [`Progress`], [`Stats`],
-//! [`Limits`] in [`Device`]'s and [`DeviceAttr`]'s.
+//! [`ConnectArgs`], [`AcceptArgs`], [`RequestInfo`], [`ConnectInfo`] and
+//! [`EpInfo`] in [`Endpoint`]'s; [`DeviceConfig`], [`Progress`], [`Stats`]
+//! and [`DeviceLimits`] in [`Device`]'s and [`DeviceAttr`]'s.
+//!
+//! **The boundary.** This crate is the API; the engine underneath is not
+//! part of it. No engine type appears in a signature here, and nothing
+//! above (the ND surface, the tools) names one: what they need of the
+//! engine is a method of [`Device`]. Configuration is an argument
+//! ([`DeviceConfig`]); the library reads no environment variable unless the
+//! caller asks ([`DeviceConfig::from_env`]).
+//!
+//! **Errors.** Every call and request fails with one type, [`Error`]: an
+//! [`ErrorKind`] to branch on (with the errno ibverbs would give,
+//! [`Error::errno`]), the call that failed in its message, and the detail
+//! where a caller can use it (the refused post or QP transition, the
+//! memory access, the peer's rejection, the system error).
 //!
 //! **Connections.** A QP is connected either by hand with [`Qp::modify`]
 //! (what perftest does after exchanging QPNs, PSNs and GIDs over TCP) or by
@@ -54,106 +67,42 @@
 //! let cq = dev.create_cq(256)?;
 //! let mr = pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
 //! let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq))?;
-//! let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
-//! qp.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+//! qp.to_init(Access::ALL)?;
 //! qp.post_recv(RecvWr::new(1, vec![mr.sge(0, 4096)]))?;
 //! // Not connected yet: moving to ERR flushes the receive.
 //! qp.to_error()?;
 //! let wc = cq.wait_one(std::time::Duration::from_secs(10))?.expect("flushed receive");
 //! assert_eq!((wc.wr_id, wc.status), (1, WcStatus::WrFlushErr));
-//! # Ok::<(), VerbsError>(())
+//! # Ok::<(), Error>(())
 //! ```
 
 #![warn(missing_docs)]
 
+mod config;
 mod device;
+mod engine;
 mod ep;
+mod error;
 mod memory;
+mod netif;
 mod observe;
+mod pending;
 mod qp;
 
-pub use device::{Cq, Device, DeviceAttr, Pd};
-pub use ep::{
-    AcceptArgs, ConnectArgs, ConnectInfo, Endpoint, EpError, EpInfo, EpPending, RequestInfo,
-};
+pub use config::{DeviceConfig, FaultConfig, Progress, FAULTS_ENV, PCAP_ENV, STAT_ENV};
+pub use device::{node_guid, Cq, Device, DeviceAttr, DeviceLimits, NotifyOn, Pd, LIMITS};
+pub use ep::{AcceptArgs, ConnectArgs, ConnectInfo, Endpoint, EpInfo, RequestInfo};
+pub use error::{Error, ErrorKind, Rejection, Result};
 pub use memory::{Mr, Mw};
-pub use ndverbs_engine::config::Progress;
-pub use ndverbs_engine::config::PCAP_ENV;
-pub use ndverbs_engine::config::{stat_dir, STAT_ENV};
-pub use ndverbs_engine::cq::{NotifyError, NotifyOn};
-pub use ndverbs_engine::limits::{Limits, LIMITS};
-pub use ndverbs_engine::nic::node_guid;
-pub use ndverbs_engine::pending::Pending;
-pub use ndverbs_engine::stats::{Stats, RXE_COUNTERS};
-pub use ndverbs_proto::mem::{Access, SgList, Sge};
-pub use ndverbs_proto::rc::{
-    AddressVector, AttrMask, Counters as QpCounters, PathMtu, QpAttr, QpCaps, QpState, RecvWr,
-    RemoteAddr, SendOp, SendWr, WcOpcode, WcQueue, WcStatus, WorkCompletion,
-};
+pub use netif::DeviceInfo;
+pub use observe::{stat_dir, Stats, RXE_COUNTERS};
+pub use pending::Pending;
 pub use qp::{Qp, QpId, QpInitAttr, Srq};
 
-pub use ndverbs_engine::cq::ResizeError;
-pub use ndverbs_engine::error::EngineError;
-pub use ndverbs_engine::mr::MemError;
-pub use ndverbs_proto::mem::AccessError;
-pub use ndverbs_proto::rc::{ModifyError, PostError};
-
-/// Errors of verbs calls. Nothing was done when a call returns one.
-///
-/// # Example
-///
-/// ```
-/// use ndverbs_verbs::*;
-/// let dev = Device::open("127.92.12.1".parse().unwrap())?;
-/// let pd = dev.alloc_pd()?;
-/// let mr = pd.reg_mr(16, Access::LOCAL_WRITE)?;
-/// // Outside the region: an access error, nothing copied.
-/// match mr.read(10, &mut [0; 10]) {
-///     Err(VerbsError::Access(e)) => println!("{e}"),
-///     other => panic!("{other:?}"),
-/// }
-/// // A send on a QP that was never connected: the engine refuses it.
-/// let cq = dev.create_cq(4)?;
-/// let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq))?;
-/// let err = qp.post_send(SendWr::new(1, SendOp::Send, vec![])).unwrap_err();
-/// assert!(matches!(err, VerbsError::Engine(_)), "{err}");
-/// // After removal only cleanup works.
-/// dev.remove();
-/// assert!(matches!(dev.create_cq(4), Err(VerbsError::DeviceRemoved)));
-/// # Ok::<(), VerbsError>(())
-/// ```
-#[derive(Debug, thiserror::Error)]
-pub enum VerbsError {
-    /// The device was removed: only cleanup works.
-    #[error("device removed")]
-    DeviceRemoved,
-    /// A memory access outside a region or without the right.
-    #[error(transparent)]
-    Access(#[from] ndverbs_proto::mem::AccessError),
-    /// From the engine (invalid state, full queue, bad argument, I/O, …).
-    #[error(transparent)]
-    Engine(EngineError),
-}
-
-impl From<EngineError> for VerbsError {
-    fn from(e: EngineError) -> Self {
-        match e {
-            EngineError::Removed => VerbsError::DeviceRemoved,
-            e => VerbsError::Engine(e),
-        }
-    }
-}
-
-/// Result of verbs calls.
-///
-/// # Example
-///
-/// ```
-/// use ndverbs_verbs::{Device, Result};
-/// fn open_pd(addr: &str) -> Result<ndverbs_verbs::Pd> {
-///     let dev = Device::open(addr.parse().unwrap())?;
-///     dev.alloc_pd()
-/// }
-/// assert!(open_pd("127.93.30.1").is_ok());
-/// ```
-pub type Result<T> = std::result::Result<T, VerbsError>;
+pub use ndverbs_proto::cm::{CmError, CmState};
+pub use ndverbs_proto::mem::{Access, AccessError, SgList, Sge};
+pub use ndverbs_proto::rc::{
+    AddressVector, AttrMask, Counters as QpCounters, ModifyError, PathMtu, PostError, QpAttr,
+    QpCaps, QpState, RcConnection, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcQueue, WcStatus,
+    WorkCompletion,
+};

@@ -1,9 +1,8 @@
 //! Memory regions and memory windows.
 
 use crate::device::PdInner;
-use crate::{Result, VerbsError};
-use ndverbs_engine::error::EngineError;
-use ndverbs_engine::mr::Region;
+use crate::engine::RegionRef;
+use crate::error::{Error, ErrorKind, Result};
 use ndverbs_proto::mem::{Access, AccessError, Sge};
 use std::sync::Arc;
 
@@ -21,7 +20,7 @@ use std::sync::Arc;
 /// // Bytes go in and out by copy, bounds-checked.
 /// mr.write(100, b"hello")?;
 /// assert_eq!(mr.to_vec(100, 5)?, b"hello");
-/// assert!(matches!(mr.read(4090, &mut [0; 10]), Err(VerbsError::Access(_))));
+/// assert_eq!(mr.read(4090, &mut [0; 10]).unwrap_err().kind(), ErrorKind::Access);
 /// // Work requests name it by SGE (L_Key); peers by address and R_Key.
 /// let sge: Sge = mr.sge(100, 5);
 /// assert_eq!((sge.addr, sge.lkey), (mr.addr() + 100, mr.lkey()));
@@ -32,7 +31,7 @@ use std::sync::Arc;
 /// ```
 #[derive(Debug)]
 pub struct Mr {
-    region: Arc<Region>,
+    region: RegionRef,
     pd: Arc<PdInner>,
     /// False once [`Mr::deregister`] succeeded: drop must not deregister the
     /// key again (it may belong to a newer region by then).
@@ -40,7 +39,7 @@ pub struct Mr {
 }
 
 impl Mr {
-    pub(crate) fn new(region: Arc<Region>, pd: Arc<PdInner>) -> Self {
+    pub(crate) fn new(region: RegionRef, pd: Arc<PdInner>) -> Self {
         Mr {
             region,
             pd,
@@ -86,23 +85,24 @@ impl Mr {
     /// Copies bytes out (bounds-checked). Peers may be writing concurrently:
     /// this is a copy, not a borrow.
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        Ok(self.region.read(offset, out)?)
+        self.region.read(offset, out)
     }
 
     /// Copies bytes in (bounds-checked).
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
-        Ok(self.region.write(offset, data)?)
+        self.region.write(offset, data)
     }
 
     /// `len` bytes at `offset` as a vector.
     pub fn to_vec(&self, offset: usize, len: usize) -> Result<Vec<u8>> {
         // Bounds first: `len` must not decide an allocation (a huge one panics).
         if offset.checked_add(len).is_none_or(|end| end > self.len()) {
-            return Err(VerbsError::Access(AccessError::OutOfBounds {
+            let e = AccessError::OutOfBounds {
                 key: self.lkey(),
                 addr: self.addr().wrapping_add(offset as u64),
                 len: len as u64,
-            }));
+            };
+            return Err(Error::access("Mr::to_vec", e));
         }
         let mut v = vec![0u8; len];
         self.read(offset, &mut v)?;
@@ -119,15 +119,10 @@ impl Mr {
         unsafe { self.region.as_ptr() }
     }
 
-    /// The engine region (for layers that need it).
-    pub fn region(&self) -> &Arc<Region> {
-        &self.region
-    }
-
     /// Deregisters explicitly, reporting failure (windows still bound) instead
     /// of leaving the region registered on drop.
-    pub fn deregister(self) -> std::result::Result<(), (Mr, VerbsError)> {
-        match self.pd.dev.adapter().dereg_mr(self.region.lkey()) {
+    pub fn deregister(self) -> std::result::Result<(), (Mr, Error)> {
+        match self.pd.dev.nic.dereg_mr(self.region.lkey()) {
             Ok(()) => {
                 // Dropped here: the region's memory and the PD reference are
                 // released (`mem::forget` used to leak both).
@@ -135,7 +130,7 @@ impl Mr {
                 this.registered = false;
                 Ok(())
             }
-            Err(e) => Err((self, e.into())),
+            Err(e) => Err((self, e)),
         }
     }
 }
@@ -147,7 +142,7 @@ impl Drop for Mr {
         // grant). Bound windows keep their grant, and the memory, until they
         // are invalidated or freed.
         if self.registered {
-            let _ = self.pd.dev.adapter().revoke_mr(self.region.lkey());
+            let _ = self.pd.dev.nic.revoke_mr(self.region.lkey());
         }
     }
 }
@@ -165,8 +160,7 @@ impl Drop for Mr {
 /// #     (db, qb): (&Device, &Qp),
 /// # ) -> std::result::Result<(Endpoint, Endpoint), Box<dyn std::error::Error>> {
 /// #     for qp in [qa, qb] {
-/// #         let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
-/// #         qp.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+/// #         qp.to_init(Access::ALL)?;
 /// #     }
 /// #     let listener = Endpoint::new(db)?;
 /// #     listener.listen(7000, 1)?;
@@ -242,29 +236,28 @@ impl Mw {
     /// Grants `len` bytes at `addr` of `mr` with `access` (remote rights);
     /// returns the new R_Key.
     pub fn bind(&self, mr: &Mr, addr: u64, len: u64, access: Access) -> Result<u32> {
-        let dev = self.pd.dev.adapter();
-        if !dev.same_as(mr.pd.dev.adapter()) && !dev.is_removed() {
-            return Err(VerbsError::Engine(EngineError::InvalidArgument(
+        let nic = &self.pd.dev.nic;
+        // Keys are per device: another device's region would name one of ours.
+        if !nic.same_as(&mr.pd.dev.nic) && !nic.is_removed() {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "Mw::bind",
                 "the region belongs to another device",
-            )));
+            ));
         }
-        let k = self
-            .pd
-            .dev
-            .adapter()
-            .bind_mw(self.rkey(), mr.lkey(), addr, len, access)?;
+        let k = nic.bind_mw(self.rkey(), mr.lkey(), addr, len, access)?;
         self.key.store(k, std::sync::atomic::Ordering::Release);
         Ok(k)
     }
 
     /// Revokes the grant.
     pub fn invalidate(&self) -> Result<()> {
-        Ok(self.pd.dev.adapter().invalidate_mw(self.rkey())?)
+        self.pd.dev.nic.invalidate_mw(self.rkey())
     }
 }
 
 impl Drop for Mw {
     fn drop(&mut self) {
-        let _ = self.pd.dev.adapter().dealloc_mw(self.rkey());
+        let _ = self.pd.dev.nic.dealloc_mw(self.rkey());
     }
 }

@@ -1,10 +1,12 @@
 //! Queue pairs and shared receive queues.
 
 use crate::device::{Cq, CqInner, Pd, PdInner};
-use crate::{Result, VerbsError};
-use ndverbs_engine::error::EngineError;
-use ndverbs_engine::nic::{QpInit, QpShared, SrqShared};
-use ndverbs_proto::rc::{AttrMask, Counters, QpAttr, QpCaps, QpState, RecvWr, SendWr};
+use crate::engine::{QpRef, SrqRef};
+use crate::error::{Error, ErrorKind, Result};
+use ndverbs_proto::mem::Access;
+use ndverbs_proto::rc::{
+    AttrMask, Counters, QpAttr, QpCaps, QpState, RcConnection, RecvWr, SendWr,
+};
 use std::sync::Arc;
 
 /// A queue pair's identity (its QP number): what connection endpoints are
@@ -99,35 +101,16 @@ impl<'a> QpInitAttr<'a> {
 /// use ndverbs_verbs::*;
 /// use std::time::Duration;
 ///
-/// /// RESET → INIT → RTR → RTS: what a connection manager (or perftest's
-/// /// TCP exchange) does with the peer's QPN, PSN and GID.
-/// fn to_rts(qp: &Qp, peer_qpn: u32, peer_gid: [u8; 16]) -> Result<()> {
-///     let mut a = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
-///     qp.modify(&a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
-///     a.qp_state = QpState::Rtr;
-///     (a.dest_qp_num, a.rq_psn, a.max_dest_rd_atomic, a.min_rnr_timer) = (peer_qpn, 0, 1, 1);
-///     a.av.dgid = peer_gid;
-///     qp.modify(
-///         &a,
-///         AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN
-///             | AttrMask::RQ_PSN | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER,
-///     )?;
-///     (a.qp_state, a.sq_psn, a.max_rd_atomic) = (QpState::Rts, 0, 1);
-///     qp.modify(
-///         &a,
-///         AttrMask::STATE | AttrMask::SQ_PSN | AttrMask::TIMEOUT | AttrMask::RETRY_CNT
-///             | AttrMask::RNR_RETRY | AttrMask::MAX_QP_RD_ATOMIC,
-///     )
-/// }
-///
 /// let da = Device::open("127.92.7.1".parse().unwrap())?;
 /// let db = Device::open("127.92.7.2".parse().unwrap())?;
 /// let (pa, pb) = (da.alloc_pd()?, db.alloc_pd()?);
 /// let (ca, cb) = (da.create_cq(16)?, db.create_cq(16)?);
 /// let qa = pa.create_qp(&QpInitAttr::new(&ca, &ca))?;
 /// let qb = pb.create_qp(&QpInitAttr::new(&cb, &cb))?;
-/// to_rts(&qa, qb.qpn(), db.gid().octets())?;
-/// to_rts(&qb, qa.qpn(), da.gid().octets())?;
+/// // RESET → INIT → RTR → RTS towards each other, with what perftest's TCP
+/// // exchange (or a connection manager) learns: the peer's QPN, PSN and GID.
+/// qa.connect(&RcConnection::new(qb.qpn()).to_peer(db.query().addr))?;
+/// qb.connect(&RcConnection::new(qa.qpn()).to_peer(da.query().addr))?;
 /// assert_eq!(qa.query()?.qp_state, QpState::Rts);
 /// // SEND into a posted receive, and an RDMA WRITE straight into B's memory.
 /// let (ma, mb) = (pa.reg_mr(4096, Access::LOCAL_WRITE)?, pb.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?);
@@ -153,7 +136,7 @@ impl<'a> QpInitAttr<'a> {
 /// ```
 #[derive(Debug)]
 pub struct Qp {
-    shared: Arc<QpShared>,
+    shared: QpRef,
     pd: Arc<PdInner>,
     _cqs: (Arc<CqInner>, Arc<CqInner>),
     _srq: Option<Arc<SrqInner>>,
@@ -163,26 +146,26 @@ impl Qp {
     pub(crate) fn create(pd: &Pd, init: &QpInitAttr<'_>) -> Result<Qp> {
         // Ids are per device: another device's CQ or SRQ would name some
         // object of this one (ibv_create_qp fails with EINVAL).
-        let dev = &pd.inner.dev.adapter;
-        let foreign = !dev.same_as(&init.send_cq.inner.dev.adapter)
-            || !dev.same_as(&init.recv_cq.inner.dev.adapter)
-            || init
-                .srq
-                .is_some_and(|s| !dev.same_as(&s.inner.pd.dev.adapter));
+        let dev = &pd.inner.dev.nic;
+        let foreign = !dev.same_as(&init.send_cq.inner.dev.nic)
+            || !dev.same_as(&init.recv_cq.inner.dev.nic)
+            || init.srq.is_some_and(|s| !dev.same_as(&s.inner.pd.dev.nic));
         if foreign && !dev.is_removed() {
-            return Err(VerbsError::Engine(EngineError::InvalidArgument(
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "Pd::create_qp",
                 "the CQs and SRQ must belong to the QP's device",
-            )));
+            ));
         }
-        let shared = pd.inner.dev.adapter.create_qp(QpInit {
-            pd: pd.inner.id,
-            send_cq: init.send_cq.inner.id,
-            recv_cq: init.recv_cq.inner.id,
-            srq: init.srq.map(|s| s.inner.shared.id()),
-            caps: init.caps,
-            max_recv_wr: init.max_recv_wr,
-            max_recv_sge: init.max_recv_sge,
-        })?;
+        let shared = dev.create_qp(
+            pd.inner.id,
+            init.send_cq.inner.id,
+            init.recv_cq.inner.id,
+            init.srq.map(|s| &s.inner.shared),
+            init.caps,
+            init.max_recv_wr,
+            init.max_recv_sge,
+        )?;
         Ok(Qp {
             shared,
             pd: pd.inner.clone(),
@@ -204,27 +187,88 @@ impl Qp {
     /// Modifies attributes/state (runs on the engine; typed errors name the
     /// bad attribute). The peer's address comes from `attr.av.dgid`.
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<()> {
-        Ok(self.pd.dev.adapter.modify_qp(self.qpn(), attr, mask)?)
+        self.pd.dev.nic.modify_qp(self.qpn(), attr, mask)
     }
 
     /// Current attributes.
     pub fn query(&self) -> Result<QpAttr> {
-        Ok(self.pd.dev.adapter.query_qp(self.qpn())?)
+        self.pd.dev.nic.query_qp(self.qpn())
     }
 
     /// Posts a send request.
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
-        Ok(self.pd.dev.adapter.post_send(&self.shared, wr)?)
+        self.pd.dev.nic.post_send(&self.shared, wr)
     }
 
     /// Posts a receive (QPs without an SRQ).
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
-        Ok(self.pd.dev.adapter.post_recv(&self.shared, wr)?)
+        self.pd.dev.nic.post_recv(&self.shared, wr)
     }
 
     /// Per-QP counters (rxe names).
     pub fn counters(&self) -> Result<Counters> {
-        Ok(self.pd.dev.adapter.qp_counters(self.qpn())?)
+        self.pd.dev.nic.qp_counters(self.qpn())
+    }
+
+    /// Connects the QP to its peer in one call: the RESET → INIT → RTR → RTS
+    /// ladder with `conn`'s values (the peer's QP number, GID and first PSN,
+    /// ours, the path MTU, READ/atomic limits and retry rules). A QP already
+    /// in INIT (receives may be posted there while the peer's values are
+    /// exchanged) goes on from INIT; in INIT its access rights stay as set.
+    ///
+    /// ```
+    /// use ndverbs_verbs::*;
+    /// let dev = Device::open("127.92.30.1".parse().unwrap())?;
+    /// let (pd, cq) = (dev.alloc_pd()?, dev.create_cq(4)?);
+    /// let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq))?;
+    /// // The peer (here: a QP number and an address, as exchanged out of band).
+    /// let conn = RcConnection { sq_psn: 100, rq_psn: 200, ..RcConnection::new(0x22) }
+    ///     .to_peer("127.92.30.2".parse().unwrap());
+    /// qp.connect(&conn)?;
+    /// let attr = qp.query()?;
+    /// assert_eq!((attr.qp_state, attr.dest_qp_num, attr.sq_psn), (QpState::Rts, 0x22, 100));
+    /// // Only a fresh QP (RESET or INIT) connects.
+    /// assert_eq!(qp.connect(&conn).unwrap_err().kind(), ErrorKind::InvalidState);
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn connect(&self, conn: &RcConnection) -> Result<()> {
+        let [init, rtr, rts] = conn.steps();
+        match self.state() {
+            QpState::Reset => self.modify(&init.0, init.1)?,
+            QpState::Init => {}
+            s => {
+                return Err(Error::new(
+                    ErrorKind::InvalidState,
+                    "Qp::connect",
+                    format!("the QP is in {s:?}, not RESET or INIT"),
+                ))
+            }
+        }
+        self.modify(&rtr.0, rtr.1)?;
+        self.modify(&rts.0, rts.1)
+    }
+
+    /// RESET → INIT, granting peers `access` (remote WRITE, READ, atomics; the
+    /// memory regions still decide what they reach): where a QP waits for a
+    /// connection manager ([`Endpoint`](crate::Endpoint)) to take it on to RTR
+    /// and RTS, and where receives may be posted before a connection.
+    ///
+    /// ```
+    /// use ndverbs_verbs::*;
+    /// let dev = Device::open("127.92.31.1".parse().unwrap())?;
+    /// let (pd, cq) = (dev.alloc_pd()?, dev.create_cq(4)?);
+    /// let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq))?;
+    /// qp.to_init(Access::REMOTE_WRITE)?;
+    /// assert_eq!(qp.query()?.qp_access_flags, Access::REMOTE_WRITE);
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn to_init(&self, access: Access) -> Result<()> {
+        let (init, mask) = RcConnection {
+            access,
+            ..RcConnection::new(0)
+        }
+        .init();
+        self.modify(&init, mask)
     }
 
     /// Moves the QP to ERR: every outstanding request completes with a flush status.
@@ -241,19 +285,19 @@ impl Qp {
 
 impl Drop for Qp {
     fn drop(&mut self) {
-        let _ = self.pd.dev.adapter.destroy_qp(self.qpn());
+        let _ = self.pd.dev.nic.destroy_qp(self.qpn());
     }
 }
 
 #[derive(Debug)]
 pub(crate) struct SrqInner {
-    shared: Arc<SrqShared>,
+    shared: SrqRef,
     pd: Arc<PdInner>,
 }
 
 impl Drop for SrqInner {
     fn drop(&mut self) {
-        let _ = self.pd.dev.adapter.destroy_srq(self.shared.id());
+        let _ = self.pd.dev.nic.destroy_srq(&self.shared);
     }
 }
 
@@ -269,8 +313,7 @@ impl Drop for SrqInner {
 /// #     (db, qb): (&Device, &Qp),
 /// # ) -> std::result::Result<(Endpoint, Endpoint), Box<dyn std::error::Error>> {
 /// #     for qp in [qa, qb] {
-/// #         let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
-/// #         qp.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+/// #         qp.to_init(Access::ALL)?;
 /// #     }
 /// #     let listener = Endpoint::new(db)?;
 /// #     listener.listen(7000, 1)?;
@@ -327,11 +370,7 @@ pub struct Srq {
 
 impl Srq {
     pub(crate) fn create(pd: &Pd, max_wr: u32, max_sge: u32) -> Result<Srq> {
-        let shared = pd
-            .inner
-            .dev
-            .adapter
-            .create_srq(pd.inner.id, max_wr, max_sge)?;
+        let shared = pd.inner.dev.nic.create_srq(pd.inner.id, max_wr, max_sge)?;
         Ok(Srq {
             inner: Arc::new(SrqInner {
                 shared,
@@ -342,11 +381,6 @@ impl Srq {
 
     /// Posts a receive.
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
-        Ok(self
-            .inner
-            .pd
-            .dev
-            .adapter
-            .post_srq_recv(&self.inner.shared, wr)?)
+        self.inner.pd.dev.nic.post_srq_recv(&self.inner.shared, wr)
     }
 }

@@ -360,7 +360,21 @@ impl<L: Link> FaultLink<L> {
     /// Turns faults on with `cfg`, or off (`None`, or a configuration that
     /// is all zeros). The sequence restarts from the seed.
     pub fn set_config(&mut self, cfg: Option<FaultConfig>) {
-        self.faults = cfg.filter(|c| !c.is_off()).map(Faults::new);
+        let cfg = cfg.filter(|c| !c.is_off());
+        if let Some(c) = &cfg {
+            // Whoever turned it on (API or NDV_FAULTS), losses from here on
+            // are on purpose: say so where an operator will look.
+            tracing::warn!(
+                loss = c.loss,
+                dup = c.dup,
+                reorder = c.reorder,
+                delay = c.delay,
+                corrupt = c.corrupt,
+                seed = c.seed,
+                "fault injection on: received packets are lost, duplicated, delayed or corrupted on purpose"
+            );
+        }
+        self.faults = cfg.map(Faults::new);
     }
 
     /// What the layer did since it was turned on (`None` when off).

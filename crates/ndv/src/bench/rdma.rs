@@ -6,12 +6,11 @@
 //! server runs until it reads `stop` (or its stdin closes).
 
 use super::child::{emit, expect, stop_flag};
-use crate::engine;
 use crate::qp::{connect_rc, create_rc_qp, QpSize, RcPath, RcPeer};
 use anyhow::{bail, ensure, Context, Result};
 use ndverbs_verbs::{
-    AcceptArgs, Access, ConnectArgs, Cq, Device, Endpoint, EpPending, Mr, PathMtu, Pd, Progress,
-    Qp, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcQueue, WcStatus, WorkCompletion,
+    AcceptArgs, Access, ConnectArgs, Cq, Device, Endpoint, Mr, PathMtu, Pd, Pending, Progress, Qp,
+    RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcQueue, WcStatus, WorkCompletion,
 };
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
@@ -33,7 +32,7 @@ pub struct Side {
 }
 
 fn open(ip: IpAddr, mode: Progress) -> Result<Device> {
-    Device::open_with(ip, mode).with_context(|| format!("cannot open the RDMA device on {ip}"))
+    crate::device::open(ip, mode)
 }
 
 impl Side {
@@ -133,7 +132,7 @@ impl Poller {
         }
         let t = *self.idle_since.get_or_insert_with(Instant::now);
         if t.elapsed() > SPIN {
-            let _ = engine::progress_wait(dev, Duration::from_millis(1));
+            let _ = dev.progress_wait(Duration::from_millis(1));
         }
         0
     }
@@ -163,8 +162,10 @@ fn debug_counters(s: &Side) {
             .collect();
         eprintln!("qp {:#x}: {}", s.qp.qpn(), nz.join(" "));
     }
-    let [rcvd, sent, would_block] = engine::datagram_counters(&s.dev);
-    eprintln!("adapter: rcvd {rcvd} sent {sent} would_block {would_block}");
+    let st = s.dev.stats();
+    let [rcvd, sent, would_block] =
+        ["rcvd_pkts", "sent_pkts", "send_would_block"].map(|k| st.get(k));
+    eprintln!("device: rcvd {rcvd} sent {sent} would_block {would_block}");
 }
 
 /// Passive side of the WRITE bandwidth test: drives the engine until `stop`.
@@ -340,12 +341,12 @@ fn turn(dev: &Device, since: Instant) {
     if since.elapsed() < CONN_SPIN {
         dev.progress();
     } else {
-        let _ = engine::progress_wait(dev, Duration::from_millis(1));
+        let _ = dev.progress_wait(Duration::from_millis(1));
     }
 }
 
 /// Waits for an endpoint request, driving the engine in manual mode.
-fn drive<T>(dev: &Device, p: EpPending<T>, what: &str) -> Result<T> {
+fn drive<T>(dev: &Device, p: Pending<T>, what: &str) -> Result<T> {
     let t = Instant::now();
     loop {
         if let Some(v) = p.try_take() {
@@ -355,7 +356,7 @@ fn drive<T>(dev: &Device, p: EpPending<T>, what: &str) -> Result<T> {
             t.elapsed() <= Duration::from_secs(10),
             "{what}: no answer in 10 s"
         );
-        if engine::is_manual(dev) {
+        if dev.progress_mode() == Progress::Manual {
             turn(dev, t);
         } else if let Some(v) = p.wait_timeout(Duration::from_millis(100)) {
             return v.with_context(|| what.to_string());
@@ -374,14 +375,14 @@ fn wait_wc(dev: &Device, cq: &Cq, what: &str) -> Result<WorkCompletion> {
             t.elapsed() <= Duration::from_secs(10),
             "{what}: no completion in 10 s"
         );
-        if !engine::is_manual(dev) {
+        if dev.progress_mode() != Progress::Manual {
             if let Some(w) = cq.wait_one(Duration::from_millis(100))? {
                 check(&w)?;
                 return Ok(w);
             }
         } else if t.elapsed() >= CONN_SPIN {
             // `poll_one` ran the engine; past the spin, sleep in it instead.
-            let _ = engine::progress_wait(dev, Duration::from_millis(1));
+            let _ = dev.progress_wait(Duration::from_millis(1));
         }
     }
 }

@@ -23,7 +23,6 @@ use super::measure::{check_wc, now_ns, poll, DurationClock, Phase, RunParams, ST
 use super::program::{Role, Verb};
 use super::stats::{bw_report, BwParams};
 use super::ticker::Ticker;
-use crate::engine;
 use anyhow::{bail, Context, Result};
 use std::time::Instant;
 
@@ -105,7 +104,7 @@ fn run_sender(r: &RunParams, recv: bool) -> Result<BwReport> {
                     Ok(()) => {}
                     // With an engine thread a completion can be polled a moment
                     // before its send queue slot is released: poll, post later.
-                    Err(e) if engine::is_queue_full(&e) => break,
+                    Err(e) if e.kind() == ndverbs_verbs::ErrorKind::QueueFull => break,
                     Err(e) => {
                         return Err(e).context(format!("Couldn't post send: qp {q} scnt={m}"))
                     }

@@ -270,8 +270,7 @@ pub struct Opened {
 
 /// Opens the device on `local`.
 fn open_device(local: IpAddr, progress: Progress) -> Result<Device> {
-    Device::open_with(local, progress)
-        .with_context(|| format!("cannot open the RDMA device on {local}"))
+    crate::device::open(local, progress)
 }
 
 impl Opened {

@@ -2,8 +2,7 @@
 //! thread is blocked in a TCP read or a CM request, paused while the main
 //! thread measures and drives the engine itself.
 
-use crate::engine;
-use ndverbs_verbs::Device;
+use ndverbs_verbs::{Device, Progress};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -32,7 +31,7 @@ impl Pump {
             parked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
         });
-        let handle = engine::is_manual(dev).then(|| {
+        let handle = (dev.progress_mode() == Progress::Manual).then(|| {
             let s = state.clone();
             let dev = dev.clone();
             std::thread::spawn(move || {
@@ -45,7 +44,7 @@ impl Pump {
                         }
                         s.parked.store(false, Ordering::Release);
                     }
-                    if engine::progress_wait(&dev, Duration::from_millis(2)).is_err() {
+                    if dev.progress_wait(Duration::from_millis(2)).is_err() {
                         break;
                     }
                 }

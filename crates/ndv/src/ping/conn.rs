@@ -6,8 +6,7 @@
 use crate::qp::{create_rc_qp, QpSize};
 use anyhow::{bail, ensure, Context, Result};
 use ndverbs_verbs::{
-    Access, Cq, Device, EpPending, Mr, Pd, Qp, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode,
-    WcStatus,
+    Access, Cq, Device, Mr, Pd, Pending, Qp, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcStatus,
 };
 use std::time::Duration;
 
@@ -119,9 +118,9 @@ impl Conn {
     /// Waits for the next completion of `want`, re-posting receives; `None`
     /// when the peer disconnected. A receive's message comes back (zeros
     /// for the other kinds).
-    pub fn wait_for(&self, want: WcOpcode, gone: &EpPending<()>) -> Result<Option<[u8; INFO_LEN]>> {
+    pub fn wait_for(&self, want: WcOpcode, gone: &Pending<()>) -> Result<Option<[u8; INFO_LEN]>> {
         loop {
-            if gone.is_done() {
+            if gone.is_ready() {
                 return Ok(None);
             }
             let Some(wc) = self

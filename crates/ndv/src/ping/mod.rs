@@ -97,7 +97,7 @@ macro_rules! debug {
 }
 
 fn open(addr: IpAddr) -> Result<Device> {
-    Device::open(addr).with_context(|| format!("cannot open the RDMA device on {addr}"))
+    crate::device::open(addr, ndverbs_verbs::Progress::Thread)
 }
 
 fn server(a: &Args) -> Result<()> {

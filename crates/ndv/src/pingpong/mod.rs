@@ -20,7 +20,7 @@ use crate::qp::{connect_rc, create_rc_qp, peer_gid, random_psn, QpSize, RcPath, 
 use anyhow::{bail, ensure, Context as _, Result};
 use exchange::PingpongDest;
 use ndverbs_verbs::{
-    Access, Cq, Device, Mr, NotifyOn, PathMtu, Progress, Qp, RecvWr, SendOp, SendWr, VerbsError,
+    Access, Cq, Device, Error, Mr, NotifyOn, PathMtu, Progress, Qp, RecvWr, SendOp, SendWr,
     WcStatus,
 };
 use std::io;
@@ -87,8 +87,7 @@ pub fn run(args: &Args) -> Result<()> {
     let peer_tcp = stream.peer_addr().context("reading the TCP peer")?.ip();
     // Manual progress: this thread drives the engine while it polls, which on
     // a small machine beats handing every packet to an engine thread.
-    let dev = Device::open_with(local_ip, Progress::Manual)
-        .with_context(|| format!("cannot open the RDMA device on {local_ip}"))?;
+    let dev = crate::device::open(local_ip, Progress::Manual)?;
     let ctx = Context::new(&dev, args)?;
     let my = PingpongDest {
         lid: 0,
@@ -166,7 +165,7 @@ impl Context {
         Ok(ctx)
     }
 
-    fn post_recv(&self) -> Result<(), VerbsError> {
+    fn post_recv(&self) -> Result<(), Error> {
         self.qp
             .post_recv(RecvWr::new(RECV_WRID, [self.mr.sge(0, self.size)]))
     }

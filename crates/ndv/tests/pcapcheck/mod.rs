@@ -34,6 +34,19 @@ impl Summary {
     pub fn count(&self, opcode: u64) -> usize {
         self.opcodes.get(&opcode).copied().unwrap_or(0)
     }
+
+    /// Packets with this opcode, each counted once however often it was
+    /// retransmitted (distinct sender and PSN): what a loaded machine cannot
+    /// change.
+    pub fn distinct(&self, opcode: u64) -> usize {
+        let packets: std::collections::BTreeSet<(String, u64)> = self
+            .json
+            .iter()
+            .filter(|v| v["bth"]["opcode"].as_u64() == Some(opcode))
+            .map(|v| (v["src"].to_string(), v["bth"]["psn"].as_u64().unwrap_or(0)))
+            .collect();
+        packets.len()
+    }
 }
 
 fn repo() -> PathBuf {

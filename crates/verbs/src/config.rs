@@ -1,0 +1,191 @@
+//! How a device is opened: progress model, packet capture, counters for
+//! `ndv stat`, fault injection.
+//!
+//! Configuration is an argument ([`DeviceConfig`] to [`Device::open_with`]),
+//! never ambient: the library reads no environment variable on its own, so
+//! a variable left set in a shell cannot capture packets or inject loss into
+//! a program that did not ask for it. Tools that want the `NDV_*` variables
+//! call [`DeviceConfig::from_env`], which is the only place they are read.
+//!
+//! [`Device::open_with`]: crate::Device::open_with
+
+use crate::error::{Error, ErrorKind, Result};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `NDV_PCAP=FILE`: capture every packet to `FILE` ([`DeviceConfig::from_env`]).
+///
+/// ```
+/// // A tool's `--pcap FILE` option wins over the variable.
+/// fn capture_file(option: Option<std::path::PathBuf>) -> Option<std::path::PathBuf> {
+///     option.or_else(|| std::env::var_os(ndverbs_verbs::PCAP_ENV).map(Into::into))
+/// }
+/// # let _ = capture_file(None);
+/// ```
+pub const PCAP_ENV: &str = "NDV_PCAP";
+/// `NDV_STAT=1`: publish counters for `ndv stat` ([`DeviceConfig::from_env`]).
+///
+/// ```
+/// // What a child tool needs to be seen by `ndv stat`.
+/// let mut child = std::process::Command::new("ndv");
+/// child.env(ndverbs_verbs::STAT_ENV, "1");
+/// ```
+pub const STAT_ENV: &str = "NDV_STAT";
+/// `NDV_FAULTS=SPEC`: inject faults ([`DeviceConfig::from_env`], [`FaultConfig::parse`]).
+///
+/// ```
+/// // Check a specification before handing it to a child process.
+/// let spec = "loss=0.01,seed=1";
+/// ndverbs_verbs::FaultConfig::parse(spec)?;
+/// let mut child = std::process::Command::new("ndv");
+/// child.env(ndverbs_verbs::FAULTS_ENV, spec);
+/// # Ok::<(), ndverbs_verbs::Error>(())
+/// ```
+pub const FAULTS_ENV: &str = "NDV_FAULTS";
+
+/// Who runs a device's engine loop.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_verbs::*;
+/// use std::time::Duration;
+/// let cfg = DeviceConfig { progress: Progress::Manual, ..DeviceConfig::default() };
+/// let dev = Device::open_with("127.92.22.1".parse().unwrap(), &cfg)?;
+/// assert_eq!(dev.progress_mode(), Progress::Manual);
+/// // No engine thread: polling a CQ runs the engine, or sleep in it until
+/// // there is work.
+/// dev.progress();
+/// dev.progress_wait(Duration::from_millis(1))?;
+/// # Ok::<(), Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Progress {
+    /// An engine thread per device sleeps on its socket and runs the engine
+    /// when packets, posts or timers need it.
+    #[default]
+    Thread,
+    /// No thread: the application runs the engine by polling CQs,
+    /// [`Device::progress`](crate::Device::progress) or
+    /// [`Device::progress_wait`](crate::Device::progress_wait) — the lowest
+    /// latency on few cores.
+    Manual,
+}
+
+/// Packet faults a device injects into what it receives, for testing
+/// applications against a bad network: each probability (0.0 to 1.0)
+/// applies per packet, from one seed, so a failing run replays. Senders are
+/// untouched, so traffic still leaves by the production send path.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_verbs::*;
+/// // The NDV_FAULTS syntax; unnamed probabilities stay zero.
+/// let f = FaultConfig::parse("loss=0.1,dup=0.02,delay_us=200,seed=7")?;
+/// assert_eq!((f.loss, f.dup, f.reorder, f.seed), (0.1, 0.02, 0.0, 7));
+/// assert!(!f.is_off());
+/// assert_eq!(FaultConfig::parse("loss=2").unwrap_err().kind(), ErrorKind::InvalidArgument);
+/// let cfg = DeviceConfig { faults: Some(f), ..DeviceConfig::default() };
+/// let dev = Device::open_with("127.92.23.1".parse().unwrap(), &cfg)?;
+/// dev.set_faults(None)?; // and off again
+/// # Ok::<(), Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct FaultConfig {
+    /// Chance a packet is dropped.
+    pub loss: f64,
+    /// Chance a packet arrives twice.
+    pub dup: f64,
+    /// Chance a packet is held back behind later ones.
+    pub reorder: f64,
+    /// Chance a packet is delayed.
+    pub delay: f64,
+    /// Base delay of delayed and held packets.
+    pub delay_time: Duration,
+    /// Chance one bit of a packet is flipped (the receiver's ICRC check drops it).
+    pub corrupt: f64,
+    /// Seed of the fault sequence.
+    pub seed: u64,
+}
+
+impl FaultConfig {
+    /// Parses `loss=0.1,dup=0.01,reorder=0.05,delay=0.1,delay_us=200,corrupt=0.001,seed=7`
+    /// (any subset); an unknown key or a probability outside 0..=1 is an
+    /// [`ErrorKind::InvalidArgument`].
+    pub fn parse(spec: &str) -> Result<FaultConfig> {
+        crate::engine::parse_faults(spec)
+    }
+
+    /// True if every probability is zero (nothing would be injected).
+    pub fn is_off(&self) -> bool {
+        [self.loss, self.dup, self.reorder, self.delay, self.corrupt]
+            .iter()
+            .all(|p| *p <= 0.0)
+    }
+}
+
+/// How to open a device.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_verbs::*;
+/// let file = std::env::temp_dir().join(format!("verbs-cfg-{}.pcap", std::process::id()));
+/// let cfg = DeviceConfig {
+///     progress: Progress::Manual,
+///     capture: Some(file.clone()),
+///     ..DeviceConfig::default()
+/// };
+/// let dev = Device::open_with("127.92.24.1".parse().unwrap(), &cfg)?;
+/// assert_eq!(dev.capture_path(), Some(file.clone()));
+/// // A tool honouring the NDV_* variables asks for them explicitly:
+/// let from_env = DeviceConfig::from_env()?;
+/// # drop((dev, from_env));
+/// # let _ = std::fs::remove_file(&file);
+/// # Ok::<(), Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DeviceConfig {
+    /// Who runs the engine loop (default: an engine thread).
+    pub progress: Progress,
+    /// Write every packet the device sends and receives to this pcap file
+    /// (see [`Device::set_capture`](crate::Device::set_capture)).
+    pub capture: Option<PathBuf>,
+    /// Publish the device's counters for `ndv stat` while it is open (see
+    /// [`Device::publish_stats`](crate::Device::publish_stats)).
+    pub publish_stats: bool,
+    /// Inject packet faults (see [`FaultConfig`]).
+    pub faults: Option<FaultConfig>,
+}
+
+impl DeviceConfig {
+    /// The configuration the `NDV_*` environment variables ask for — the
+    /// only place verbs reads them: [`PCAP_ENV`] (`NDV_PCAP=FILE`: capture),
+    /// [`STAT_ENV`] (`NDV_STAT=1`: publish counters) and [`FAULTS_ENV`]
+    /// (`NDV_FAULTS=SPEC`: inject faults, [`FaultConfig::parse`] syntax).
+    /// Progress is left at its default. A malformed `NDV_FAULTS` is an
+    /// [`ErrorKind::InvalidArgument`] rather than silently ignored.
+    pub fn from_env() -> Result<DeviceConfig> {
+        let faults = match std::env::var(FAULTS_ENV) {
+            Ok(spec) if !spec.trim().is_empty() => {
+                Some(FaultConfig::parse(&spec).map_err(|e| {
+                    Error::new(
+                        ErrorKind::InvalidArgument,
+                        "DeviceConfig::from_env",
+                        format!("{FAULTS_ENV}: {e}"),
+                    )
+                })?)
+            }
+            _ => None,
+        };
+        Ok(DeviceConfig {
+            progress: Progress::default(),
+            capture: std::env::var_os(PCAP_ENV)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
+            publish_stats: std::env::var(STAT_ENV).as_deref() == Ok("1"),
+            faults,
+        })
+    }
+}

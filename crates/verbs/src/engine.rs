@@ -1,0 +1,759 @@
+//! The one place verbs calls the engine.
+//!
+//! Everything verbs needs of `ndverbs-engine` goes through the crate-private
+//! handles here: [`Nic`] (one engine per device), [`CqRing`], [`RegionRef`],
+//! [`QpRef`] and [`SrqRef`]. They speak verbs' own types — [`Error`] with a
+//! kind and the call that failed, [`Pending`], [`Stats`], the endpoint
+//! argument and info types — and translate to and from the engine's at this
+//! boundary only, so the engine can change shape (its tables, its error
+//! variants, its names) without a type of it leaking into the API. Every
+//! engine error variant is matched exhaustively: a new one fails to compile
+//! here until it is given a kind.
+
+use crate::config::{DeviceConfig, FaultConfig, Progress};
+use crate::device::DeviceLimits;
+use crate::ep::{AcceptArgs, ConnectArgs, ConnectInfo, EpInfo, RequestInfo};
+use crate::error::{Error, ErrorKind, Result};
+use crate::observe::Stats;
+use crate::pending::{Pending, Source};
+use ndverbs_engine::config::{NicConfig, Progress as EngineProgress};
+use ndverbs_engine::cq::{CompletionQueue, NotifyError, NotifyOn, ResizeError};
+use ndverbs_engine::ep::EpError;
+use ndverbs_engine::error::EngineError;
+use ndverbs_engine::limits::LIMITS as ENGINE_LIMITS;
+use ndverbs_engine::link::faults::FaultConfig as EngineFaults;
+use ndverbs_engine::mr::{MemError, Region, RegionBuf};
+use ndverbs_engine::nic::{Nic as EngineNic, QpInit, QpShared, SrqShared};
+use ndverbs_proto::mem::{Access, AccessError};
+use ndverbs_proto::rc::{
+    AttrMask, Counters, QpAttr, QpCaps, QpState, RecvWr, SendWr, WorkCompletion,
+};
+use std::future::Future;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// The limits of every device.
+pub(crate) const LIMITS: DeviceLimits = DeviceLimits {
+    max_qp_wr: ENGINE_LIMITS.max_qp_wr,
+    max_sge: ENGINE_LIMITS.max_sge,
+    max_inline_data: ENGINE_LIMITS.max_inline_data,
+    max_cqe: ENGINE_LIMITS.max_cqe,
+    max_qp: ENGINE_LIMITS.max_qp,
+    max_msg_size: ENGINE_LIMITS.max_msg_size,
+    max_qp_rd_atom: ENGINE_LIMITS.max_qp_rd_atom,
+};
+
+/// rxe's hardware counter names, in rxe's order.
+pub(crate) const RXE_COUNTERS: [&str; 15] = ndverbs_engine::stats::RXE_COUNTERS;
+
+/// The node GUID of the device of `addr`.
+pub(crate) fn node_guid(addr: IpAddr) -> u64 {
+    ndverbs_engine::nic::node_guid(addr)
+}
+
+/// Where published counter snapshots go.
+pub(crate) fn stat_dir() -> PathBuf {
+    ndverbs_engine::config::stat_dir()
+}
+
+/// Parses the `NDV_FAULTS` syntax.
+pub(crate) fn parse_faults(spec: &str) -> Result<FaultConfig> {
+    let c = EngineFaults::parse(spec).map_err(|e| {
+        Error::new(
+            ErrorKind::InvalidArgument,
+            "FaultConfig::parse",
+            e.to_string(),
+        )
+    })?;
+    Ok(FaultConfig {
+        loss: c.loss,
+        dup: c.dup,
+        reorder: c.reorder,
+        delay: c.delay,
+        delay_time: c.delay_time,
+        corrupt: c.corrupt,
+        seed: c.seed,
+    })
+}
+
+fn engine_faults(c: &FaultConfig) -> EngineFaults {
+    EngineFaults {
+        loss: c.loss,
+        dup: c.dup,
+        reorder: c.reorder,
+        delay: c.delay,
+        delay_time: c.delay_time,
+        corrupt: c.corrupt,
+        seed: c.seed,
+    }
+}
+
+/// An engine error as a verbs error of call `op`.
+fn err(op: &'static str, e: EngineError) -> Error {
+    match e {
+        EngineError::Removed => Error::kind_only(ErrorKind::DeviceRemoved, op),
+        EngineError::NotFound { what, id } => Error::new(
+            ErrorKind::NotFound,
+            op,
+            format!("no {what} with id {id:#x}"),
+        ),
+        EngineError::NotConnected => Error::kind_only(ErrorKind::NotConnected, op),
+        EngineError::Busy(s) => Error::new(ErrorKind::Busy, op, s),
+        EngineError::InvalidArgument(s) => Error::new(ErrorKind::InvalidArgument, op, s),
+        EngineError::Io(e) => Error::io(op, e),
+        EngineError::Modify(e) => Error::modify(op, e),
+        EngineError::Post(e) => Error::post(op, e),
+        EngineError::Mem(e) => mem_err(op, e),
+    }
+}
+
+fn mem_err(op: &'static str, e: MemError) -> Error {
+    let text = e.to_string();
+    match e {
+        MemError::Empty | MemError::RemoteWriteNeedsLocalWrite => {
+            Error::new(ErrorKind::InvalidArgument, op, text)
+        }
+        MemError::NoMemory(_) => Error::new(ErrorKind::NoMemory, op, text),
+        MemError::UnknownKey(_) => Error::new(ErrorKind::NotFound, op, text),
+        MemError::Busy(_) => Error::new(ErrorKind::Busy, op, text),
+        MemError::BadBind(a) => Error::access(op, a),
+    }
+}
+
+fn ep_err(op: &'static str, e: EpError) -> Error {
+    match e {
+        EpError::DeviceRemoved => Error::kind_only(ErrorKind::DeviceRemoved, op),
+        EpError::Canceled => Error::kind_only(ErrorKind::Canceled, op),
+        EpError::Timeout => Error::new(ErrorKind::TimedOut, op, "the peer did not answer in time"),
+        EpError::Rejected {
+            reason,
+            private_data,
+        } => Error::rejected(op, reason, private_data),
+        EpError::Aborted => Error::new(
+            ErrorKind::ConnectionAborted,
+            op,
+            "the connection went away before the request finished",
+        ),
+        EpError::Disconnected => Error::new(
+            ErrorKind::Disconnected,
+            op,
+            "this side disconnected before the peer's DREQ arrived",
+        ),
+        EpError::InvalidState(s) => Error::new(ErrorKind::InvalidState, op, s),
+        EpError::ConnectionActive => Error::new(ErrorKind::Busy, op, "connection already active"),
+        EpError::NoQp(qpn) => Error::new(ErrorKind::NotFound, op, format!("no QP {qpn:#x}")),
+        EpError::Modify(e) => Error::modify(op, e),
+        EpError::Cm(e) => Error::cm(op, e),
+    }
+}
+
+fn notify_err(e: NotifyError) -> Error {
+    const OP: &str = "Cq::notify";
+    match e {
+        NotifyError::Canceled => Error::kind_only(ErrorKind::Canceled, OP),
+        NotifyError::Overflow => Error::new(ErrorKind::Overflow, OP, "completions were lost"),
+        NotifyError::DeviceRemoved => Error::kind_only(ErrorKind::DeviceRemoved, OP),
+    }
+}
+
+/// An engine request whose outcome is translated when it is taken.
+struct Mapped<U, E, T> {
+    p: ndverbs_engine::pending::Pending<std::result::Result<U, E>>,
+    ok: fn(U) -> T,
+    err: fn(&'static str, E) -> Error,
+    op: &'static str,
+}
+
+impl<U, E, T> Mapped<U, E, T> {
+    fn map(&self, r: std::result::Result<U, E>) -> Result<T> {
+        r.map(self.ok).map_err(|e| (self.err)(self.op, e))
+    }
+}
+
+impl<U: Send + 'static, E: Send + 'static, T: 'static> Source<T> for Mapped<U, E, T> {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<T>> {
+        match std::pin::Pin::new(&mut self.p).poll(cx) {
+            Poll::Ready(r) => Poll::Ready(self.map(r)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn try_take(&self) -> Option<Result<T>> {
+        self.p.try_take().map(|r| self.map(r))
+    }
+
+    fn wait_timeout(&self, timeout: Duration) -> Option<Result<T>> {
+        self.p.wait_timeout(timeout).map(|r| self.map(r))
+    }
+
+    fn wait(self: Box<Self>) -> Result<T> {
+        let (ok, err, op) = (self.ok, self.err, self.op);
+        self.p.wait().map(ok).map_err(|e| err(op, e))
+    }
+
+    fn is_ready(&self) -> bool {
+        self.p.is_done()
+    }
+}
+
+fn pending<U: Send + 'static, T: 'static>(
+    op: &'static str,
+    p: ndverbs_engine::ep::EpPending<U>,
+    ok: fn(U) -> T,
+) -> Pending<T> {
+    Pending::new(Box::new(Mapped {
+        p,
+        ok,
+        err: ep_err,
+        op,
+    }))
+}
+
+fn request_info(r: ndverbs_engine::ep::RequestInfo) -> RequestInfo {
+    RequestInfo {
+        peer: r.peer,
+        peer_port: r.peer_port,
+        local: r.local,
+        service_id: r.service_id,
+        private_data: r.private_data,
+        peer_read_limits: r.peer_read_limits,
+    }
+}
+
+fn connect_info(c: ndverbs_engine::ep::ConnectInfo) -> ConnectInfo {
+    ConnectInfo {
+        private_data: c.private_data,
+        read_limits: c.read_limits,
+    }
+}
+
+fn notify_on(on: crate::NotifyOn) -> NotifyOn {
+    match on {
+        crate::NotifyOn::Any => NotifyOn::Any,
+        crate::NotifyOn::Solicited => NotifyOn::Solicited,
+        crate::NotifyOn::Errors => NotifyOn::Errors,
+    }
+}
+
+/// The engine of one device.
+#[derive(Debug, Clone)]
+pub(crate) struct Nic(EngineNic);
+
+impl Nic {
+    /// Opens the engine for `addr` and applies `cfg` (no environment is read:
+    /// see [`DeviceConfig::from_env`] for that).
+    pub(crate) fn open(addr: IpAddr, cfg: &DeviceConfig) -> Result<Nic> {
+        const OP: &str = "Device::open";
+        let progress = match cfg.progress {
+            Progress::Thread => EngineProgress::Thread,
+            Progress::Manual => EngineProgress::Manual,
+        };
+        // Built field by field, never from the engine's environment reader.
+        let engine_cfg = NicConfig {
+            progress,
+            faults: cfg.faults.as_ref().map(engine_faults),
+            capture: None,
+            publish_stats: cfg.publish_stats,
+            ..NicConfig::default()
+        };
+        let nic = Nic(EngineNic::open_with(addr, engine_cfg).map_err(|e| err(OP, e))?);
+        // Capture is switched on here rather than by the engine's open, so a
+        // file that cannot be written is told apart from the address (both
+        // are I/O errors) and named.
+        if let Some(path) = &cfg.capture {
+            nic.capture_to(OP, Some(path))?;
+        }
+        Ok(nic)
+    }
+
+    pub(crate) fn local(&self) -> IpAddr {
+        self.0.local()
+    }
+
+    pub(crate) fn progress_mode(&self) -> Progress {
+        match self.0.mode() {
+            EngineProgress::Thread => Progress::Thread,
+            EngineProgress::Manual => Progress::Manual,
+        }
+    }
+
+    pub(crate) fn same_as(&self, other: &Nic) -> bool {
+        self.0.same_as(&other.0)
+    }
+
+    pub(crate) fn is_removed(&self) -> bool {
+        self.0.is_removed()
+    }
+
+    pub(crate) fn remove(&self) {
+        self.0.remove();
+    }
+
+    pub(crate) fn progress(&self) -> bool {
+        self.0.progress()
+    }
+
+    pub(crate) fn progress_wait(&self, timeout: Duration) -> Result<()> {
+        self.0
+            .progress_wait(timeout)
+            .map_err(|e| err("Device::progress_wait", e))
+    }
+
+    // Observing.
+
+    pub(crate) fn stats(&self) -> Stats {
+        Stats::from_pairs(self.0.stats().pairs().to_vec())
+    }
+
+    pub(crate) fn publish_stats(&self) {
+        self.0.publish_stats();
+    }
+
+    pub(crate) fn set_capture(&self, path: Option<&Path>) -> Result<()> {
+        self.capture_to("Device::set_capture", path)
+    }
+
+    /// Starts or stops capture; a file that cannot be written is an error
+    /// naming it (the system's message does not).
+    fn capture_to(&self, op: &'static str, path: Option<&Path>) -> Result<()> {
+        self.0.set_capture(path).map_err(|e| match e {
+            EngineError::Io(io) => Error::io_about(
+                op,
+                path.map(|p| format!("capture file {}", p.display())),
+                io,
+            ),
+            e => err(op, e),
+        })
+    }
+
+    pub(crate) fn capture_path(&self) -> Option<PathBuf> {
+        self.0.capture().map(|c| c.path().to_path_buf())
+    }
+
+    pub(crate) fn set_faults(&self, cfg: Option<&FaultConfig>) -> Result<()> {
+        self.0
+            .set_faults(cfg.map(engine_faults))
+            .map_err(|e| err("Device::set_faults", e))
+    }
+
+    // Protection domains and memory.
+
+    pub(crate) fn alloc_pd(&self) -> Result<u32> {
+        self.0.alloc_pd().map_err(|e| err("Device::alloc_pd", e))
+    }
+
+    pub(crate) fn dealloc_pd(&self, pd: u32) -> Result<()> {
+        self.0.dealloc_pd(pd).map_err(|e| err("Pd::drop", e))
+    }
+
+    pub(crate) fn reg_mr(&self, pd: u32, len: usize, access: Access) -> Result<RegionRef> {
+        const OP: &str = "Pd::reg_mr";
+        let buf = RegionBuf::alloc(len).map_err(|e| mem_err(OP, e))?;
+        let r = self.0.reg_mr(pd, buf, access).map_err(|e| err(OP, e))?;
+        Ok(RegionRef(r))
+    }
+
+    /// # Safety
+    /// `ptr..ptr+len` must stay valid for reads and writes, and must not be
+    /// accessed through Rust references, until the region is dropped.
+    pub(crate) unsafe fn reg_mr_raw(
+        &self,
+        pd: u32,
+        ptr: NonNull<u8>,
+        len: usize,
+        access: Access,
+    ) -> Result<RegionRef> {
+        const OP: &str = "Pd::reg_mr_raw";
+        // SAFETY: forwarded to the caller.
+        let buf = unsafe { RegionBuf::from_raw(ptr, len) }.map_err(|e| mem_err(OP, e))?;
+        let r = self.0.reg_mr(pd, buf, access).map_err(|e| err(OP, e))?;
+        Ok(RegionRef(r))
+    }
+
+    pub(crate) fn dereg_mr(&self, lkey: u32) -> Result<()> {
+        self.0.dereg_mr(lkey).map_err(|e| err("Mr::deregister", e))
+    }
+
+    pub(crate) fn revoke_mr(&self, lkey: u32) -> Result<()> {
+        self.0.revoke_mr(lkey).map_err(|e| err("Mr::drop", e))
+    }
+
+    pub(crate) fn alloc_mw(&self, pd: u32) -> Result<u32> {
+        self.0.alloc_mw(pd).map_err(|e| err("Pd::alloc_mw", e))
+    }
+
+    pub(crate) fn bind_mw(
+        &self,
+        rkey: u32,
+        lkey: u32,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<u32> {
+        self.0
+            .bind_mw(rkey, lkey, addr, len, access)
+            .map_err(|e| err("Mw::bind", e))
+    }
+
+    pub(crate) fn invalidate_mw(&self, rkey: u32) -> Result<()> {
+        self.0
+            .invalidate_mw(rkey)
+            .map_err(|e| err("Mw::invalidate", e))
+    }
+
+    pub(crate) fn dealloc_mw(&self, rkey: u32) -> Result<()> {
+        self.0.dealloc_mw(rkey).map_err(|e| err("Mw::drop", e))
+    }
+
+    // Queues.
+
+    pub(crate) fn create_cq(&self, depth: u32) -> Result<(u32, CqRing)> {
+        let (id, cq) = self
+            .0
+            .create_cq(depth)
+            .map_err(|e| err("Device::create_cq", e))?;
+        Ok((id, CqRing(cq)))
+    }
+
+    pub(crate) fn destroy_cq(&self, id: u32) -> Result<()> {
+        self.0.destroy_cq(id).map_err(|e| err("Cq::drop", e))
+    }
+
+    pub(crate) fn create_srq(&self, pd: u32, max_wr: u32, max_sge: u32) -> Result<SrqRef> {
+        let s = self
+            .0
+            .create_srq(pd, max_wr, max_sge)
+            .map_err(|e| err("Pd::create_srq", e))?;
+        Ok(SrqRef(s))
+    }
+
+    pub(crate) fn destroy_srq(&self, srq: &SrqRef) -> Result<()> {
+        self.0
+            .destroy_srq(srq.id())
+            .map_err(|e| err("Srq::drop", e))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn create_qp(
+        &self,
+        pd: u32,
+        send_cq: u32,
+        recv_cq: u32,
+        srq: Option<&SrqRef>,
+        caps: QpCaps,
+        max_recv_wr: u32,
+        max_recv_sge: u32,
+    ) -> Result<QpRef> {
+        let q = self
+            .0
+            .create_qp(QpInit {
+                pd,
+                send_cq,
+                recv_cq,
+                srq: srq.map(SrqRef::id),
+                caps,
+                max_recv_wr,
+                max_recv_sge,
+            })
+            .map_err(|e| err("Pd::create_qp", e))?;
+        Ok(QpRef(q))
+    }
+
+    pub(crate) fn modify_qp(&self, qpn: u32, attr: &QpAttr, mask: AttrMask) -> Result<()> {
+        self.0
+            .modify_qp(qpn, attr, mask)
+            .map_err(|e| err("Qp::modify", e))
+    }
+
+    pub(crate) fn query_qp(&self, qpn: u32) -> Result<QpAttr> {
+        self.0.query_qp(qpn).map_err(|e| err("Qp::query", e))
+    }
+
+    pub(crate) fn destroy_qp(&self, qpn: u32) -> Result<()> {
+        self.0.destroy_qp(qpn).map_err(|e| err("Qp::drop", e))
+    }
+
+    pub(crate) fn qp_counters(&self, qpn: u32) -> Result<Counters> {
+        self.0.qp_counters(qpn).map_err(|e| err("Qp::counters", e))
+    }
+
+    pub(crate) fn post_send(&self, qp: &QpRef, wr: SendWr) -> Result<()> {
+        self.0
+            .post_send(&qp.0, wr)
+            .map_err(|e| err("Qp::post_send", e))
+    }
+
+    pub(crate) fn post_recv(&self, qp: &QpRef, wr: RecvWr) -> Result<()> {
+        self.0
+            .post_recv(&qp.0, wr)
+            .map_err(|e| err("Qp::post_recv", e))
+    }
+
+    pub(crate) fn post_srq_recv(&self, srq: &SrqRef, wr: RecvWr) -> Result<()> {
+        self.0
+            .post_srq_recv(&srq.0, wr)
+            .map_err(|e| err("Srq::post_recv", e))
+    }
+
+    // Connection endpoints.
+
+    pub(crate) fn create_ep(&self) -> Result<u32> {
+        self.0.create_ep().map_err(|e| err("Endpoint::new", e))
+    }
+
+    pub(crate) fn destroy_ep(&self, ep: u32) -> Result<()> {
+        self.0.destroy_ep(ep).map_err(|e| err("Endpoint::drop", e))
+    }
+
+    pub(crate) fn ep_info(&self, ep: u32) -> Result<EpInfo> {
+        let i = self.0.ep_info(ep).map_err(|e| err("Endpoint::info", e))?;
+        Ok(EpInfo {
+            cm_state: i.cm_state,
+            peer: i.peer,
+            peer_port: i.peer_port,
+            private_data: i.private_data,
+            read_limits: i.read_limits,
+            dreq_received: i.dreq_received,
+            listening: i.listening,
+            comm_ids: i.comm_ids,
+        })
+    }
+
+    pub(crate) fn ep_listen(&self, ep: u32, port: u16, backlog: usize) -> Result<()> {
+        self.0
+            .ep_listen(ep, port, backlog)
+            .map_err(|e| err("Endpoint::listen", e))
+    }
+
+    pub(crate) fn ep_get_request(&self, listener: u32, into: u32) -> Result<Pending<RequestInfo>> {
+        const OP: &str = "Endpoint::get_request";
+        let p = self
+            .0
+            .ep_get_request(listener, into)
+            .map_err(|e| err(OP, e))?;
+        Ok(pending(OP, p, request_info))
+    }
+
+    pub(crate) fn ep_connect(
+        &self,
+        ep: u32,
+        qpn: u32,
+        a: ConnectArgs,
+    ) -> Result<Pending<ConnectInfo>> {
+        const OP: &str = "Endpoint::connect";
+        let args = ndverbs_engine::ep::ConnectArgs {
+            remote: a.remote,
+            remote_port: a.remote_port,
+            local_port: a.local_port,
+            responder_resources: a.responder_resources,
+            initiator_depth: a.initiator_depth,
+            retry_count: a.retry_count,
+            rnr_retry_count: a.rnr_retry_count,
+            path_mtu: a.path_mtu,
+            private_data: a.private_data,
+        };
+        let p = self.0.ep_connect(ep, qpn, args).map_err(|e| err(OP, e))?;
+        Ok(pending(OP, p, connect_info))
+    }
+
+    pub(crate) fn ep_complete_connect(&self, ep: u32, qpn: u32) -> Result<Pending<()>> {
+        const OP: &str = "Endpoint::complete_connect";
+        let p = self
+            .0
+            .ep_complete_connect(ep, qpn)
+            .map_err(|e| err(OP, e))?;
+        Ok(pending(OP, p, |()| ()))
+    }
+
+    pub(crate) fn ep_accept(&self, ep: u32, qpn: u32, a: AcceptArgs) -> Result<Pending<()>> {
+        const OP: &str = "Endpoint::accept";
+        let args = ndverbs_engine::ep::AcceptArgs {
+            responder_resources: a.responder_resources,
+            initiator_depth: a.initiator_depth,
+            rnr_retry_count: a.rnr_retry_count,
+            private_data: a.private_data,
+        };
+        let p = self.0.ep_accept(ep, qpn, args).map_err(|e| err(OP, e))?;
+        Ok(pending(OP, p, |()| ()))
+    }
+
+    pub(crate) fn ep_reject(&self, ep: u32, private_data: &[u8]) -> Result<()> {
+        self.0
+            .ep_reject(ep, private_data)
+            .map_err(|e| err("Endpoint::reject", e))
+    }
+
+    pub(crate) fn ep_disconnect(&self, ep: u32, qpn: u32) -> Result<Pending<()>> {
+        const OP: &str = "Endpoint::disconnect";
+        let p = self.0.ep_disconnect(ep, qpn).map_err(|e| err(OP, e))?;
+        Ok(pending(OP, p, |()| ()))
+    }
+
+    pub(crate) fn ep_notify_disconnect(&self, ep: u32) -> Result<Pending<()>> {
+        const OP: &str = "Endpoint::notify_disconnect";
+        let p = self.0.ep_notify_disconnect(ep).map_err(|e| err(OP, e))?;
+        Ok(pending(OP, p, |()| ()))
+    }
+
+    pub(crate) fn ep_cancel(&self, ep: u32) -> Result<()> {
+        self.0.ep_cancel(ep).map_err(|e| err("Endpoint::cancel", e))
+    }
+}
+
+/// A completion queue's ring and notification state.
+#[derive(Debug)]
+pub(crate) struct CqRing(Arc<CompletionQueue>);
+
+impl CqRing {
+    pub(crate) fn poll(&self, out: &mut [WorkCompletion]) -> usize {
+        self.0.poll(out)
+    }
+
+    pub(crate) fn poll_one(&self) -> Option<WorkCompletion> {
+        self.0.poll_one()
+    }
+
+    pub(crate) fn arm(&self, on: crate::NotifyOn) {
+        self.0.arm(notify_on(on));
+    }
+
+    pub(crate) fn disarm(&self) {
+        self.0.disarm();
+    }
+
+    pub(crate) fn take_events(&self) -> u64 {
+        self.0.take_events()
+    }
+
+    /// Sleeps on the notification descriptor up to `timeout`.
+    pub(crate) fn wait(&self, timeout: Duration) -> Result<()> {
+        self.0
+            .wait(Some(timeout))
+            .map(drop)
+            .map_err(|e| Error::io("Cq::wait_one", e))
+    }
+
+    pub(crate) fn notify(&self, on: crate::NotifyOn) -> Pending<()> {
+        Pending::new(Box::new(Mapped {
+            p: self.0.notify(notify_on(on)),
+            ok: |()| (),
+            err: |_, e| notify_err(e),
+            op: "Cq::notify",
+        }))
+    }
+
+    /// Ends every pending notification with `kind` (`Canceled` or
+    /// `DeviceRemoved`).
+    pub(crate) fn end_waiters(&self, kind: ErrorKind) {
+        let e = match kind {
+            ErrorKind::DeviceRemoved => NotifyError::DeviceRemoved,
+            _ => NotifyError::Canceled,
+        };
+        self.0.end_waiters(Err(e));
+    }
+
+    pub(crate) fn fd(&self) -> std::os::fd::RawFd {
+        self.0.fd()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub(crate) fn depth(&self) -> usize {
+        self.0.depth()
+    }
+
+    pub(crate) fn overflowed(&self) -> bool {
+        self.0.overflowed()
+    }
+
+    pub(crate) fn resize(&self, depth: u32) -> Result<()> {
+        const OP: &str = "Cq::resize";
+        self.0
+            .resize(depth as usize, LIMITS.max_cqe as usize)
+            .map_err(|e| match e {
+                ResizeError::TooSmall { .. } => Error::new(ErrorKind::Overflow, OP, e.to_string()),
+                ResizeError::OutOfRange(_) => {
+                    Error::new(ErrorKind::InvalidArgument, OP, e.to_string())
+                }
+            })
+    }
+}
+
+/// A registered region's keys and bytes.
+#[derive(Debug)]
+pub(crate) struct RegionRef(Arc<Region>);
+
+impl RegionRef {
+    pub(crate) fn lkey(&self) -> u32 {
+        self.0.lkey()
+    }
+
+    pub(crate) fn rkey(&self) -> u32 {
+        self.0.rkey()
+    }
+
+    pub(crate) fn addr(&self) -> u64 {
+        self.0.addr()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub(crate) fn access(&self) -> Access {
+        self.0.access()
+    }
+
+    pub(crate) fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.0
+            .read(offset, out)
+            .map_err(|e: AccessError| Error::access("Mr::read", e))
+    }
+
+    pub(crate) fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.0
+            .write(offset, data)
+            .map_err(|e| Error::access("Mr::write", e))
+    }
+
+    /// # Safety
+    /// As [`crate::Mr::as_ptr`].
+    pub(crate) unsafe fn as_ptr(&self) -> *mut u8 {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.0.as_ptr() }
+    }
+}
+
+/// What the application side of a queue pair shares with the engine.
+#[derive(Debug)]
+pub(crate) struct QpRef(Arc<QpShared>);
+
+impl QpRef {
+    pub(crate) fn qpn(&self) -> u32 {
+        self.0.qpn()
+    }
+
+    pub(crate) fn state(&self) -> QpState {
+        self.0.state()
+    }
+}
+
+/// What the application side of a shared receive queue shares with the engine.
+#[derive(Debug)]
+pub(crate) struct SrqRef(Arc<SrqShared>);
+
+impl SrqRef {
+    pub(crate) fn id(&self) -> u32 {
+        self.0.id()
+    }
+}

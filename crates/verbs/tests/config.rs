@@ -1,0 +1,42 @@
+//! Configuration is by API: the `NDV_*` variables change nothing unless the
+//! program asks for them with `DeviceConfig::from_env`. One test in its own
+//! binary, because it sets process-wide environment variables.
+
+use ndverbs_verbs::*;
+
+#[test]
+fn the_environment_is_read_only_when_asked() {
+    let file = std::env::temp_dir().join(format!("verbs-env-{}.pcap", std::process::id()));
+    std::env::set_var(PCAP_ENV, &file);
+    std::env::set_var(FAULTS_ENV, "loss=0.5,seed=9");
+    std::env::set_var(STAT_ENV, "0");
+    // Set, but not asked for: the device captures nothing.
+    let plain = Device::open("127.92.30.1".parse().unwrap()).unwrap();
+    assert_eq!(plain.capture_path(), None);
+    // Asked for: everything the variables say.
+    let cfg = DeviceConfig::from_env().unwrap();
+    assert_eq!(cfg.capture.as_deref(), Some(file.as_path()));
+    assert_eq!(
+        cfg.faults,
+        Some(FaultConfig::parse("loss=0.5,seed=9").unwrap())
+    );
+    assert!(!cfg.publish_stats);
+    assert_eq!(cfg.progress, Progress::Thread);
+    let dev = Device::open_with("127.92.30.2".parse().unwrap(), &cfg).unwrap();
+    assert_eq!(dev.capture_path(), Some(file.clone()));
+    // A malformed fault specification is an error, not silence.
+    std::env::set_var(FAULTS_ENV, "loss=lots");
+    let e = DeviceConfig::from_env().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert!(e.to_string().contains("NDV_FAULTS"), "{e}");
+    // A capture file that cannot be written fails the open, naming it.
+    let bad = DeviceConfig {
+        capture: Some("/nonexistent/dir/y.pcap".into()),
+        ..DeviceConfig::default()
+    };
+    let e = Device::open_with("127.92.30.3".parse().unwrap(), &bad).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Io);
+    assert!(e.to_string().contains("/nonexistent/dir/y.pcap"), "{e}");
+    drop((plain, dev));
+    let _ = std::fs::remove_file(&file);
+}

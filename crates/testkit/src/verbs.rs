@@ -8,8 +8,8 @@
 //!   for QPs a test made itself (on an SRQ, in a second PD, …) —
 //!   [`RcParams::init`], [`RcParams::rtr`] and [`RcParams::rts`] give each
 //!   step's attributes for tests that walk it themselves. The values are
-//!   handed to proto's `RcConnection` ([`RcParams::connection`]), the one
-//!   place the ladder is written.
+//!   handed to [`RcConnection`] ([`RcParams::connection`]), the one place the
+//!   ladder is written.
 //! * [`Pump`]: `total` operations with at most `window` in flight, each
 //!   completion checked to arrive exactly once and successfully;
 //!   [`Pair::send`], [`Pair::write`] and [`Pair::read`] run one with every
@@ -23,7 +23,7 @@
 //! pair.write(64, 16 << 10, 8); // 64 WRITEs of 16 KiB, 8 in flight, verified at b
 //! ```
 
-use ndverbs_proto::rc::RcConnection;
+use ndverbs_verbs::RcConnection;
 use ndverbs_verbs::{
     Access, AttrMask, ConnectArgs, Cq, Device, DeviceConfig, Mr, PathMtu, Pd, Progress, Qp, QpAttr,
     QpInitAttr, QpState, RecvWr, RemoteAddr, SendOp, SendWr, WcStatus, WorkCompletion,
@@ -94,7 +94,7 @@ impl RcParams {
         }
     }
 
-    /// This side's connection to QP `dest_qpn` at `peer` as proto's
+    /// This side's connection to QP `dest_qpn` at `peer` as an
     /// [`RcConnection`], which writes the ladder once for every user; the
     /// READ/atomic depth applies both ways.
     pub fn connection(&self, dest_qpn: u32, peer: IpAddr) -> RcConnection {
@@ -133,12 +133,10 @@ impl RcParams {
         self.unaddressed().rts()
     }
 
-    /// Moves `qp` from RESET to RTS towards QP `dest_qpn` at `peer`.
+    /// Moves `qp` from RESET (or INIT) to RTS towards QP `dest_qpn` at
+    /// `peer` ([`Qp::connect`]).
     pub fn connect(&self, qp: &Qp, dest_qpn: u32, peer: IpAddr) -> ndverbs_verbs::Result<()> {
-        for (a, m) in self.connection(dest_qpn, peer).steps() {
-            qp.modify(&a, m)?;
-        }
-        Ok(())
+        qp.connect(&self.connection(dest_qpn, peer))
     }
 }
 

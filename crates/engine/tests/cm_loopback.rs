@@ -4,20 +4,16 @@
 
 mod common;
 
-use common::CmSide as Side;
+use common::cm::{self, accept_args, connect_args, done, outcome, CM_LIMIT as T};
+use common::{cm_side, init_step, wait_n, Shape, Side};
 use ndverbs_engine::config::{CmTimers, NicConfig, Progress};
-use ndverbs_engine::cq::CompletionQueue;
 use ndverbs_engine::ep::{AcceptArgs, ConnectArgs, EpError};
 use ndverbs_engine::link::faults::FaultConfig;
-use ndverbs_engine::nic::{sge, Nic};
-use ndverbs_proto::mem::Access;
-use ndverbs_proto::rc::{
-    AttrMask, PathMtu, QpAttr, QpCaps, QpState, RecvWr, SendOp, SendWr, WcStatus,
-};
+use ndverbs_engine::nic::Nic;
+use ndverbs_proto::rc::{AttrMask, QpAttr, QpState, SendOp, SendWr, WcStatus};
 use std::net::IpAddr;
 use std::time::Duration;
 
-const T: Duration = Duration::from_secs(20);
 /// Short CM timers: DREQ/REQ retries every ~50 ms, 3 retries.
 const FAST: CmTimers = CmTimers {
     packet_life_time: 12,
@@ -25,102 +21,71 @@ const FAST: CmTimers = CmTimers {
     max_cm_retries: 3,
 };
 
-fn side(ip: &str) -> Side {
-    let ad = Nic::open_with(
-        ip.parse().unwrap(),
-        NicConfig {
-            progress: Progress::Thread,
-            cm_timers: FAST,
-            ..NicConfig::from_env()
-        },
-    )
-    .unwrap();
-    let caps = QpCaps {
-        max_send_wr: 64,
-        max_send_sge: 2,
-        max_inline_data: 64,
-        sq_sig_all: false,
+fn side(ip: IpAddr) -> Side {
+    let config = NicConfig {
+        progress: Progress::Thread,
+        cm_timers: FAST,
+        ..NicConfig::from_env()
     };
-    common::cm_side(ad, caps, 256, 64, 1 << 16)
+    let nic = Nic::open_with(ip, config).unwrap();
+    cm_side(nic, Shape::queues(64, 2, 64, 256, 1 << 16))
 }
 
-fn cargs(remote: &str, port: u16, pd: &[u8]) -> ConnectArgs {
+/// Two sides on a fresh address pair.
+fn sides() -> (Side, Side) {
+    let (ia, ib) = ndverbs_testkit::addr::pair_v4();
+    (side(ia), side(ib))
+}
+
+fn cargs(remote: IpAddr, port: u16, pd: &[u8]) -> ConnectArgs {
     ConnectArgs {
-        remote: remote.parse::<IpAddr>().unwrap(),
-        remote_port: port,
-        local_port: 40000,
-        responder_resources: 4,
-        initiator_depth: 4,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        path_mtu: PathMtu::Mtu1024,
         private_data: pd.to_vec(),
+        ..connect_args(remote, port)
     }
 }
 
 fn aargs(pd: &[u8]) -> AcceptArgs {
     AcceptArgs {
-        responder_resources: 4,
-        initiator_depth: 4,
-        rnr_retry_count: 7,
         private_data: pd.to_vec(),
+        ..accept_args()
     }
 }
 
-/// Connects `a` to `b` (listening on `port`); returns (ep_a, ep_b, listener).
-fn connect(a: &Side, b: &Side, port: u16, ip_b: &str) -> (u32, u32, u32) {
-    let l = b.ad.create_ep().unwrap();
-    b.ad.ep_listen(l, port, 4).unwrap();
-    let eb = b.ad.create_ep().unwrap();
-    let req = b.ad.ep_get_request(l, eb).unwrap();
-    let ea = a.ad.create_ep().unwrap();
-    let conn =
-        a.ad.ep_connect(ea, a.qp.qpn(), cargs(ip_b, port, b"hello from a"))
-            .unwrap();
-    let info = req.wait_timeout(T).expect("connection request").unwrap();
-    assert_eq!(&info.private_data[..12], b"hello from a");
-    assert_eq!(info.peer_port, 40000);
-    let acc =
-        b.ad.ep_accept(eb, b.qp.qpn(), aargs(b"hello from b"))
-            .unwrap();
-    let ci = conn.wait_timeout(T).expect("connect").unwrap();
-    assert_eq!(&ci.private_data[..12], b"hello from b");
-    assert_eq!(ci.read_limits, (4, 4));
-    a.ad.ep_complete_connect(ea, a.qp.qpn())
-        .unwrap()
-        .wait_timeout(T)
-        .expect("complete")
-        .unwrap();
-    acc.wait_timeout(T).expect("accept").unwrap();
-    (ea, eb, l)
+/// Connects `a` to `b` (listening on `port`), private data both ways;
+/// returns (ep_a, ep_b, listener).
+fn connect(a: &Side, b: &Side, port: u16) -> (u32, u32, u32) {
+    let l = cm::listen(b, port);
+    let args = cargs(b.nic.local(), port, b"hello from a");
+    let c = cm::establish(a, b, l, args, aargs(b"hello from b"));
+    assert_eq!(&c.request.private_data[..12], b"hello from a");
+    assert_eq!(c.request.peer_port, 40000);
+    assert_eq!(&c.reply.private_data[..12], b"hello from b");
+    assert_eq!(c.reply.read_limits, (4, 4));
+    (c.ea, c.eb, l)
 }
 
 fn send_one(a: &Side, b: &Side) {
-    b.ad.post_recv(&b.qp, RecvWr::new(100, vec![sge(&b.mr, 0, 64)]))
-        .unwrap();
+    b.post_recv(100, 0, 64);
     a.mr.write(0, b"ping").unwrap();
-    a.ad.post_send(&a.qp, SendWr::new(1, SendOp::Send, vec![sge(&a.mr, 0, 4)]))
-        .unwrap();
-    let wa = wait(&a.cq, 1);
-    let wb = wait(&b.cq, 1);
+    a.post_send(SendWr::new(1, SendOp::Send, vec![a.sge(0, 4)]));
+    let wa = wait_n(a, 1);
+    let wb = wait_n(b, 1);
     assert_eq!(
         (wa[0].status, wb[0].status, wb[0].byte_len),
         (WcStatus::Success, WcStatus::Success, 4)
     );
 }
 
-fn wait(cq: &CompletionQueue, n: usize) -> Vec<ndverbs_proto::rc::WorkCompletion> {
-    let t0 = std::time::Instant::now();
-    let mut v = Vec::new();
-    while v.len() < n {
-        if let Some(w) = cq.poll_one() {
-            v.push(w);
-        } else {
-            assert!(t0.elapsed() < T, "timed out with {v:?}");
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-    v
+/// Disconnects `s`'s endpoint `ep` and waits for it to finish with success.
+fn disconnect(s: &Side, ep: u32, what: &str) {
+    done(s.nic.ep_disconnect(ep, s.qp.qpn()).unwrap(), what);
+}
+
+/// The next completion of `s`: work request `wr_id`, flushed.
+#[track_caller]
+fn flushed(s: &Side, wr_id: u64) {
+    let w = wait_n(s, 1);
+    assert_eq!((w[0].wr_id, w[0].status), (wr_id, WcStatus::WrFlushErr));
 }
 
 fn settle() {
@@ -129,17 +94,16 @@ fn settle() {
 
 #[test]
 fn close_handshake_then_disconnect_on_both_sides() {
-    let (a, b) = (side("127.77.60.1"), side("127.77.60.2"));
-    let (ea, eb, _l) = connect(&a, &b, 7101, "127.77.60.2");
+    let (a, b) = sides();
+    let (ea, eb, _l) = connect(&a, &b, 7101);
     send_one(&a, &b);
     // B waits for the disconnect and has receives outstanding.
-    let notify = b.ad.ep_notify_disconnect(eb).unwrap();
+    let notify = b.nic.ep_notify_disconnect(eb).unwrap();
     for i in 0..3 {
-        b.ad.post_recv(&b.qp, RecvWr::new(200 + i, vec![sge(&b.mr, 0, 64)]))
-            .unwrap();
+        b.post_recv(200 + i, 0, 64);
     }
-    let da = a.ad.ep_disconnect(ea, a.qp.qpn()).unwrap();
-    notify.wait_timeout(T).expect("NotifyDisconnect").unwrap();
+    let da = a.nic.ep_disconnect(ea, a.qp.qpn()).unwrap();
+    done(notify, "NotifyDisconnect");
     // An incoming DREQ alone never flushes the QP.
     settle();
     assert!(
@@ -148,14 +112,10 @@ fn close_handshake_then_disconnect_on_both_sides() {
     );
     assert_eq!(b.qp.state(), QpState::Rts);
     // B's Disconnect sends the DREP and completes; its receives flush, once.
-    b.ad.ep_disconnect(eb, b.qp.qpn())
-        .unwrap()
-        .wait_timeout(T)
-        .expect("B disconnect")
-        .unwrap();
-    let w = wait(&b.cq, 3);
+    disconnect(&b, eb, "B disconnect");
+    let w = wait_n(&b, 3);
     assert!(w.iter().all(|w| w.status == WcStatus::WrFlushErr));
-    da.wait_timeout(T).expect("A disconnect").unwrap();
+    done(da, "A disconnect");
     settle();
     assert!(b.cq.poll_one().is_none() && a.cq.poll_one().is_none());
     assert_eq!((a.qp.state(), b.qp.state()), (QpState::Err, QpState::Err));
@@ -163,19 +123,17 @@ fn close_handshake_then_disconnect_on_both_sides() {
 
 #[test]
 fn crossing_dreqs() {
-    let (a, b) = (side("127.77.61.1"), side("127.77.61.2"));
-    let (ea, eb, _l) = connect(&a, &b, 7102, "127.77.61.2");
+    let (a, b) = sides();
+    let (ea, eb, _l) = connect(&a, &b, 7102);
     for s in [&a, &b] {
-        s.ad.post_recv(&s.qp, RecvWr::new(7, vec![sge(&s.mr, 0, 64)]))
-            .unwrap();
+        s.post_recv(7, 0, 64);
     }
-    let da = a.ad.ep_disconnect(ea, a.qp.qpn()).unwrap();
-    let db = b.ad.ep_disconnect(eb, b.qp.qpn()).unwrap();
-    da.wait_timeout(T).expect("A").unwrap();
-    db.wait_timeout(T).expect("B").unwrap();
+    let da = a.nic.ep_disconnect(ea, a.qp.qpn()).unwrap();
+    let db = b.nic.ep_disconnect(eb, b.qp.qpn()).unwrap();
+    done(da, "A");
+    done(db, "B");
     for s in [&a, &b] {
-        let w = wait(&s.cq, 1);
-        assert_eq!((w[0].wr_id, w[0].status), (7, WcStatus::WrFlushErr));
+        flushed(s, 7);
         settle();
         assert!(s.cq.poll_one().is_none());
     }
@@ -183,77 +141,55 @@ fn crossing_dreqs() {
 
 #[test]
 fn one_sided_disconnect_with_the_peers_notify_pending() {
-    let (a, b) = (side("127.77.62.1"), side("127.77.62.2"));
-    let (ea, eb, _l) = connect(&a, &b, 7103, "127.77.62.2");
-    let notify = b.ad.ep_notify_disconnect(eb).unwrap();
-    a.ad.post_send(&a.qp, SendWr::new(9, SendOp::Send, vec![sge(&a.mr, 0, 4)]))
-        .unwrap();
+    let (a, b) = sides();
+    let (ea, eb, _l) = connect(&a, &b, 7103);
+    let notify = b.nic.ep_notify_disconnect(eb).unwrap();
+    a.post_send(SendWr::new(9, SendOp::Send, vec![a.sge(0, 4)]));
     // Without a posted receive at B the send is RNR-retried forever (rnr 7) …
     settle();
     // … until A disconnects. B only gets notified (rule D6: no DREP until B's
     // own Disconnect), so A's DREQ times out: the documented status of a
     // one-sided disconnect, bounded by the CM timers. The send flushes once.
-    let r =
-        a.ad.ep_disconnect(ea, a.qp.qpn())
-            .unwrap()
-            .wait_timeout(T)
-            .expect("bounded");
+    let r = outcome(a.nic.ep_disconnect(ea, a.qp.qpn()).unwrap(), "A");
     assert_eq!(r, Err(EpError::Timeout));
-    let w = wait(&a.cq, 1);
-    assert_eq!((w[0].wr_id, w[0].status), (9, WcStatus::WrFlushErr));
-    notify.wait_timeout(T).expect("B notified").unwrap();
+    flushed(&a, 9);
+    done(notify, "B notified");
     // B never called Disconnect: its QP is untouched …
     assert_eq!(b.qp.state(), QpState::Rts);
     // … until it does: DREP sent, done at once, QP flushed.
-    b.ad.post_recv(&b.qp, RecvWr::new(11, vec![sge(&b.mr, 0, 64)]))
-        .unwrap();
-    b.ad.ep_disconnect(eb, b.qp.qpn())
-        .unwrap()
-        .wait_timeout(T)
-        .expect("B")
-        .unwrap();
-    let w = wait(&b.cq, 1);
-    assert_eq!((w[0].wr_id, w[0].status), (11, WcStatus::WrFlushErr));
+    b.post_recv(11, 0, 64);
+    disconnect(&b, eb, "B");
+    flushed(&b, 11);
 }
 
 #[test]
 fn dreq_timeout_against_a_silent_peer() {
-    let (a, b) = (side("127.77.63.1"), side("127.77.63.2"));
-    let (ea, _eb, _l) = connect(&a, &b, 7104, "127.77.63.2");
+    let (a, b) = sides();
+    let (ea, _eb, _l) = connect(&a, &b, 7104);
     // B goes silent: everything it sends is lost on the way to A (the
     // fault layer works where packets arrive).
-    a.ad.set_faults(Some(FaultConfig {
-        loss: 1.0,
-        ..FaultConfig::default()
-    }))
-    .unwrap();
-    a.ad.post_recv(&a.qp, RecvWr::new(3, vec![sge(&a.mr, 0, 64)]))
+    a.nic
+        .set_faults(Some(FaultConfig {
+            loss: 1.0,
+            ..FaultConfig::default()
+        }))
         .unwrap();
-    let r =
-        a.ad.ep_disconnect(ea, a.qp.qpn())
-            .unwrap()
-            .wait_timeout(T)
-            .expect("bounded");
+    a.post_recv(3, 0, 64);
+    let r = outcome(a.nic.ep_disconnect(ea, a.qp.qpn()).unwrap(), "A");
     assert_eq!(r, Err(EpError::Timeout));
-    let w = wait(&a.cq, 1);
-    assert_eq!((w[0].wr_id, w[0].status), (3, WcStatus::WrFlushErr));
+    flushed(&a, 3);
 }
 
 #[test]
 fn reject_no_listener_and_timeout() {
-    let (a, b) = (side("127.77.64.1"), side("127.77.64.2"));
+    let (a, b) = sides();
+    let ib = b.nic.local();
     // Rejected by the application, with private data.
-    let l = b.ad.create_ep().unwrap();
-    b.ad.ep_listen(l, 7105, 4).unwrap();
-    let eb = b.ad.create_ep().unwrap();
-    let req = b.ad.ep_get_request(l, eb).unwrap();
-    let ea = a.ad.create_ep().unwrap();
-    let conn =
-        a.ad.ep_connect(ea, a.qp.qpn(), cargs("127.77.64.2", 7105, b"x"))
-            .unwrap();
-    req.wait_timeout(T).unwrap().unwrap();
-    b.ad.ep_reject(eb, b"go away").unwrap();
-    match conn.wait_timeout(T).expect("connect ends") {
+    let (eb, req) = cm::wait_request(&b, cm::listen(&b, 7105));
+    let (_, conn) = cm::start_connect(&a, cargs(ib, 7105, b"x"));
+    done(req, "request");
+    b.nic.ep_reject(eb, b"go away").unwrap();
+    match outcome(conn, "connect") {
         Err(EpError::Rejected {
             reason,
             private_data,
@@ -264,124 +200,92 @@ fn reject_no_listener_and_timeout() {
         other => panic!("{other:?}"),
     }
     // Nobody listens on the port: REJ 8.
-    let ea2 = a.ad.create_ep().unwrap();
-    let r =
-        a.ad.ep_connect(ea2, a.qp.qpn(), cargs("127.77.64.2", 7999, b""))
-            .unwrap()
-            .wait_timeout(T)
-            .unwrap();
+    let connect =
+        |remote, port| outcome(cm::start_connect(&a, cargs(remote, port, b"")).1, "connect");
+    let r = connect(ib, 7999);
     assert!(
         matches!(r, Err(EpError::Rejected { reason: 8, .. })),
         "{r:?}"
     );
-    // Nobody at all at that address: REQ retries run out.
-    let ea3 = a.ad.create_ep().unwrap();
-    let r =
-        a.ad.ep_connect(ea3, a.qp.qpn(), cargs("127.77.64.9", 7105, b""))
-            .unwrap()
-            .wait_timeout(T)
-            .unwrap();
-    assert_eq!(r, Err(EpError::Timeout));
+    // Nobody at all at that address (a fresh one nothing opened): REQ
+    // retries run out.
+    let nobody = ndverbs_testkit::addr::v4();
+    assert_eq!(connect(nobody, 7105), Err(EpError::Timeout));
     // A second Connect on a busy endpoint is refused at once.
-    let l2 = b.ad.create_ep().unwrap();
-    b.ad.ep_listen(l2, 7106, 4).unwrap();
-    let ea4 = a.ad.create_ep().unwrap();
-    let _p =
-        a.ad.ep_connect(ea4, a.qp.qpn(), cargs("127.77.64.2", 7106, b""))
-            .unwrap();
+    cm::listen(&b, 7106);
+    let (ea4, _p) = cm::start_connect(&a, cargs(ib, 7106, b""));
     assert!(a
-        .ad
-        .ep_connect(ea4, a.qp.qpn(), cargs("127.77.64.2", 7106, b""))
+        .nic
+        .ep_connect(ea4, a.qp.qpn(), cargs(ib, 7106, b""))
         .is_err());
     // Listening twice on one port is refused.
-    let l3 = b.ad.create_ep().unwrap();
-    assert!(b.ad.ep_listen(l3, 7106, 4).is_err());
+    let l3 = b.nic.create_ep().unwrap();
+    assert!(b.nic.ep_listen(l3, 7106, 4).is_err());
 }
 
 #[test]
 fn connect_and_accept_need_a_qp_in_init() {
-    let (a, b) = (side("127.77.67.1"), side("127.77.67.2"));
-    let l = b.ad.create_ep().unwrap();
-    b.ad.ep_listen(l, 7109, 4).unwrap();
-    let eb = b.ad.create_ep().unwrap();
-    let req = b.ad.ep_get_request(l, eb).unwrap();
+    let (a, b) = sides();
+    let ib = b.nic.local();
+    let (eb, req) = cm::wait_request(&b, cm::listen(&b, 7109));
     // A QP back in RESET: Connect fails at once, before any REQ goes out.
     let reset = QpAttr {
         qp_state: QpState::Reset,
         ..QpAttr::default()
     };
-    a.ad.modify_qp(a.qp.qpn(), &reset, AttrMask::STATE).unwrap();
-    let ea = a.ad.create_ep().unwrap();
-    let r =
-        a.ad.ep_connect(ea, a.qp.qpn(), cargs("127.77.67.2", 7109, b""))
-            .unwrap()
-            .wait_timeout(Duration::from_secs(2))
-            .expect("Connect must not wait for the peer");
+    a.modify([(reset, AttrMask::STATE)]);
+    let r = cm::start_connect(&a, cargs(ib, 7109, b""))
+        .1
+        .wait_timeout(Duration::from_secs(2))
+        .expect("Connect must not wait for the peer");
     assert!(matches!(r, Err(EpError::InvalidState(_))), "{r:?}");
     assert!(req.try_take().is_none(), "no REQ reached the listener");
     // From INIT it connects; the passive side's QP in RESET fails Accept at once.
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: Access::ALL,
-        ..QpAttr::default()
-    };
-    let mask = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS;
-    a.ad.modify_qp(a.qp.qpn(), &init, mask).unwrap();
-    let ea = a.ad.create_ep().unwrap();
-    let conn =
-        a.ad.ep_connect(ea, a.qp.qpn(), cargs("127.77.67.2", 7109, b""))
-            .unwrap();
-    req.wait_timeout(T).unwrap().unwrap();
-    b.ad.modify_qp(b.qp.qpn(), &reset, AttrMask::STATE).unwrap();
-    let r =
-        b.ad.ep_accept(eb, b.qp.qpn(), aargs(b""))
-            .unwrap()
-            .wait_timeout(Duration::from_secs(2))
-            .expect("Accept must not wait");
+    a.modify([init_step()]);
+    let (_, conn) = cm::start_connect(&a, cargs(ib, 7109, b""));
+    done(req, "request");
+    b.modify([(reset, AttrMask::STATE)]);
+    let r = b
+        .nic
+        .ep_accept(eb, b.qp.qpn(), aargs(b""))
+        .unwrap()
+        .wait_timeout(Duration::from_secs(2))
+        .expect("Accept must not wait");
     assert!(matches!(r, Err(EpError::InvalidState(_))), "{r:?}");
     // The application may still reject the request it could not accept.
-    b.ad.ep_reject(eb, b"").unwrap();
-    let r = conn.wait_timeout(T).expect("connect ends");
+    b.nic.ep_reject(eb, b"").unwrap();
+    let r = outcome(conn, "connect");
     assert!(matches!(r, Err(EpError::Rejected { .. })), "{r:?}");
 }
 
 #[test]
 fn device_removal_completes_everything_pending() {
-    let (a, b) = (side("127.77.65.1"), side("127.77.65.2"));
-    let (_ea, eb, l) = connect(&a, &b, 7107, "127.77.65.2");
-    let notify = b.ad.ep_notify_disconnect(eb).unwrap();
-    let e2 = b.ad.create_ep().unwrap();
-    let waiting = b.ad.ep_get_request(l, e2).unwrap();
-    b.ad.post_recv(&b.qp, RecvWr::new(5, vec![sge(&b.mr, 0, 64)]))
-        .unwrap();
+    let (a, b) = sides();
+    let (_ea, eb, l) = connect(&a, &b, 7107);
+    let notify = b.nic.ep_notify_disconnect(eb).unwrap();
+    let (_, waiting) = cm::wait_request(&b, l);
+    b.post_recv(5, 0, 64);
     settle();
-    b.ad.remove();
+    b.nic.remove();
     assert_eq!(notify.wait_timeout(T), Some(Err(EpError::DeviceRemoved)));
     assert_eq!(waiting.wait_timeout(T), Some(Err(EpError::DeviceRemoved)));
-    let w = wait(&b.cq, 1);
-    assert_eq!((w[0].wr_id, w[0].status), (5, WcStatus::WrFlushErr));
-    assert!(b.ad.ep_disconnect(eb, b.qp.qpn()).is_err());
-    assert!(b.ad.create_ep().is_err());
+    flushed(&b, 5);
+    assert!(b.nic.ep_disconnect(eb, b.qp.qpn()).is_err());
+    assert!(b.nic.create_ep().is_err());
 }
 
 #[test]
 fn dead_peer_disconnect_times_out_and_flushes_once() {
-    let (a, b) = (side("127.77.66.1"), side("127.77.66.2"));
-    let (ea, _eb, _l) = connect(&a, &b, 7108, "127.77.66.2");
+    let (a, b) = sides();
+    let (ea, _eb, _l) = connect(&a, &b, 7108);
     // The peer dies: its NIC is gone, its port closed (ICMP unreachable).
-    b.ad.remove();
+    b.nic.remove();
     drop(b);
-    a.ad.post_recv(&a.qp, RecvWr::new(1, vec![sge(&a.mr, 0, 64)]))
-        .unwrap();
-    a.ad.post_send(&a.qp, SendWr::new(2, SendOp::Send, vec![sge(&a.mr, 0, 8)]))
-        .unwrap();
-    let r =
-        a.ad.ep_disconnect(ea, a.qp.qpn())
-            .unwrap()
-            .wait_timeout(T)
-            .expect("bounded");
+    a.post_recv(1, 0, 64);
+    a.post_send(SendWr::new(2, SendOp::Send, vec![a.sge(0, 8)]));
+    let r = outcome(a.nic.ep_disconnect(ea, a.qp.qpn()).unwrap(), "A");
     assert_eq!(r, Err(EpError::Timeout));
-    let mut w = wait(&a.cq, 2);
+    let mut w = wait_n(&a, 2);
     w.sort_by_key(|w| w.wr_id);
     assert_eq!((w[0].wr_id, w[0].status), (1, WcStatus::WrFlushErr));
     assert!(
@@ -394,5 +298,5 @@ fn dead_peer_disconnect_times_out_and_flushes_once() {
         "each request completes exactly once"
     );
     // A second Disconnect on the finished connection is refused.
-    assert!(a.ad.ep_disconnect(ea, a.qp.qpn()).is_err());
+    assert!(a.nic.ep_disconnect(ea, a.qp.qpn()).is_err());
 }

@@ -1,6 +1,6 @@
 //! A hostile peer floods a live connection.
 //!
-//! Two NICs on loopback (127.77.90.1 ↔ .2) with a connected RC QP pair;
+//! Two NICs on loopback (a fresh address pair) with a connected RC QP pair;
 //! the target (B) holds a region granted to the peer (all remote rights), a
 //! private region (local access only), a region with a memory window bound to
 //! one page of it, a window bound and then invalidated, and a region that was
@@ -29,7 +29,7 @@
 //!
 //! `flood_spares_cm_connections` runs the same flood against QPs connected
 //! through the CM (connection endpoints: listen, connect, accept,
-//! complete-connect) on 127.77.91.x, adding CM messages naming that
+//! complete-connect), adding CM messages naming that
 //! connection: exact comm IDs from a wrong source address (DREQ, REJ, DREP,
 //! RTU, MRA, REP, duplicate and "stale connection" REQs), and from the
 //! peer's own address with a wrong remote comm ID or (DREQ) a wrong QPN.
@@ -49,20 +49,17 @@
 
 mod common;
 
+use common::cm::{self, accept_args, connect_args, done, CM_LIMIT};
 use common::*;
 use ndverbs_engine::config::Progress;
-use ndverbs_engine::cq::CompletionQueue;
-use ndverbs_engine::ep::{AcceptArgs, ConnectArgs};
-use ndverbs_engine::icrc::IcrcCache;
+use ndverbs_engine::counters::NicCounters;
+use ndverbs_engine::ep::ConnectArgs;
 use ndverbs_engine::link::udp::RoceSocket;
 use ndverbs_engine::mr::{Region, RegionBuf};
-use ndverbs_engine::nic::{node_guid, sge, Nic, QpInit, QpShared};
+use ndverbs_engine::nic::{node_guid, sge, Nic};
 use ndverbs_proto::cm::CmState;
 use ndverbs_proto::mem::Access;
-use ndverbs_proto::rc::{
-    AttrMask, PathMtu, QpAttr, QpCaps, QpState, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode,
-    WcStatus,
-};
+use ndverbs_proto::rc::{PathMtu, QpState, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcStatus};
 use ndverbs_wire::bth::Bth;
 use ndverbs_wire::cm::{
     attr as cm_attr, msg_ref, pdata, rej_reason, CmMessage, Drep, Dreq, Mra, Rej, Rtu,
@@ -76,7 +73,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const NET: u8 = 90;
 const LEN: usize = 64 << 10;
 
 struct Rng(u64);
@@ -100,11 +96,6 @@ impl Rng {
     }
 }
 
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut r = Rng(seed);
-    r.bytes(len)
-}
-
 fn packets() -> u64 {
     std::env::var("NDV_FLOOD_PACKETS")
         .ok()
@@ -118,17 +109,28 @@ fn snapshot(r: &Region) -> Vec<u8> {
     v
 }
 
-/// Sends `buf` (a transport packet, its ICRC filled in here), waiting while
-/// the socket buffer is full.
-fn send_valid(s: &RoceSocket, buf: &mut [u8], dst: IpAddr) {
-    let dst = std::net::SocketAddr::new(dst, 4791);
-    IcrcCache::new(s.addr()).fill(buf, dst, 0).unwrap();
-    loop {
-        match s.send_to(buf, dst) {
-            Ok(()) => return,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
-            Err(e) => panic!("forger send: {e}"),
+/// Nothing forged reached memory: every region holds the bytes it held
+/// `before` the flood.
+#[track_caller]
+fn assert_unchanged(regions: &[(&str, &Arc<Region>)], before: &[Vec<u8>]) {
+    for ((name, r), old) in regions.iter().zip(before) {
+        if let Some(i) = snapshot(r).iter().zip(old).position(|(x, y)| x != y) {
+            panic!("{name} region changed at byte {i}");
         }
+    }
+}
+
+/// Datagrams received since the count was `rcvd0`, once the engine has
+/// drained its socket (the count stood still for 200 ms).
+fn drained(counters: &NicCounters, rcvd0: u64) -> u64 {
+    let mut last = u64::MAX;
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = counters.rcvd_datagrams.load(Ordering::Relaxed);
+        if now == last {
+            return last - rcvd0;
+        }
+        last = now;
     }
 }
 
@@ -289,6 +291,14 @@ fn forge_cm(r: &mut Rng, c: &CmAim, b_qpn: u32) -> ([u8; MAD_LEN], bool) {
     let blank = |attr_id| CmMessage::parse_data(attr_id, &zero).expect("zeroed CM message");
     // A remote comm ID that is not B's.
     let wrong_b = c.b_comm ^ (1 + r.below(u64::from(u32::MAX)) as u32);
+    // A's comm ID, or a new one.
+    let a_or_new = |r: &mut Rng| {
+        if r.below(2) == 0 {
+            c.a_comm
+        } else {
+            r.next() as u32
+        }
+    };
     let (msg, from_peer) = match r.below(10) {
         // DREQ, exact IDs and QPN, wrong source.
         0 => (
@@ -348,11 +358,7 @@ fn forge_cm(r: &mut Rng, c: &CmAim, b_qpn: u32) -> ([u8; MAD_LEN], bool) {
             let CmMessage::Req(mut q) = blank(cm_attr::REQ) else {
                 unreachable!()
             };
-            q.local_comm_id = if r.below(2) == 0 {
-                c.a_comm
-            } else {
-                r.next() as u32
-            };
+            q.local_comm_id = a_or_new(r);
             q.local_ca_guid = c.a_guid;
             q.local_qpn = c.a_qpn;
             q.service_id = c.service_id;
@@ -391,11 +397,7 @@ fn forge_cm(r: &mut Rng, c: &CmAim, b_qpn: u32) -> ([u8; MAD_LEN], bool) {
             let CmMessage::Rep(mut p) = blank(cm_attr::REP) else {
                 unreachable!()
             };
-            p.local_comm_id = if r.below(2) == 0 {
-                c.a_comm
-            } else {
-                r.next() as u32
-            };
+            p.local_comm_id = a_or_new(r);
             p.remote_comm_id = c.b_comm;
             p.local_qpn = c.a_qpn;
             p.local_ca_guid = c.a_guid;
@@ -414,11 +416,12 @@ struct Forgers {
 }
 
 impl Forgers {
-    fn new(net: u8, peer_ip: IpAddr) -> Self {
+    fn new(peer_ip: IpAddr) -> Self {
+        let (other, raw) = ndverbs_testkit::addr::pair_v4();
         Forgers {
-            other: RoceSocket::bind(IpAddr::from([127, 77, net, 3])).unwrap(),
+            other: RoceSocket::bind(other).unwrap(),
             from_peer_ip: RoceSocket::bind_port(peer_ip, 0).unwrap(),
-            raw: UdpSocket::bind((IpAddr::from([127, 77, net, 4]), 0)).unwrap(),
+            raw: UdpSocket::bind((raw, 0)).unwrap(),
         }
     }
 }
@@ -491,7 +494,7 @@ fn flood(n: u64, f: &Forgers, aim: &Aim<'_>, rng: &mut Rng) -> [u64; 7] {
                 if rng.below(2) == 0 {
                     bytes[5..8].copy_from_slice(&b_qpn.to_be_bytes()[1..]);
                 }
-                send_valid(&f.other, &mut bytes, b_ip);
+                send_signed(&f.other, &mut bytes, b_ip);
             }
             // Well-formed, wrong source address, random or B's QPN.
             2 => {
@@ -505,7 +508,7 @@ fn flood(n: u64, f: &Forgers, aim: &Aim<'_>, rng: &mut Rng) -> [u64; 7] {
                     rng.next() as u32
                 };
                 let len = forge(rng, dqpn, psn, targets, &mut buf);
-                send_valid(&f.other, &mut buf[..len], b_ip);
+                send_signed(&f.other, &mut buf[..len], b_ip);
             }
             // Right everything but the source: a valid WRITE into the
             // granted region with the expected PSN.
@@ -520,7 +523,7 @@ fn flood(n: u64, f: &Forgers, aim: &Aim<'_>, rng: &mut Rng) -> [u64; 7] {
                 });
                 p.payload = &data;
                 let len = p.write(&mut buf).unwrap();
-                send_valid(&f.other, &mut buf[..len], b_ip);
+                send_signed(&f.other, &mut buf[..len], b_ip);
             }
             // From the peer's address, B's QPN, any PSN but the expected.
             4 => {
@@ -533,7 +536,7 @@ fn flood(n: u64, f: &Forgers, aim: &Aim<'_>, rng: &mut Rng) -> [u64; 7] {
                     psn = epsn ^ 0x80_0000;
                 }
                 let len = forge(rng, b_qpn, psn, targets, &mut buf);
-                send_valid(&f.from_peer_ip, &mut buf[..len], b_ip);
+                send_signed(&f.from_peer_ip, &mut buf[..len], b_ip);
             }
             // CM MADs to QP1.
             5 => {
@@ -543,7 +546,7 @@ fn flood(n: u64, f: &Forgers, aim: &Aim<'_>, rng: &mut Rng) -> [u64; 7] {
                 } else {
                     &f.from_peer_ip
                 };
-                send_valid(s, &mut buf[..len], b_ip);
+                send_signed(s, &mut buf[..len], b_ip);
             }
             // CM MADs naming the connection.
             _ => {
@@ -551,7 +554,7 @@ fn flood(n: u64, f: &Forgers, aim: &Aim<'_>, rng: &mut Rng) -> [u64; 7] {
                 let (mad, from_peer) = forge_cm(rng, &cm, b_qpn);
                 let len = mad_packet(rng, &mad, &mut buf);
                 let s = if from_peer { &f.from_peer_ip } else { &f.other };
-                send_valid(s, &mut buf[..len], b_ip);
+                send_signed(s, &mut buf[..len], b_ip);
             }
         }
         if i % 256 == 255 {
@@ -567,7 +570,7 @@ fn flood(n: u64, f: &Forgers, aim: &Aim<'_>, rng: &mut Rng) -> [u64; 7] {
 fn flood_leaves_memory_and_connection_intact() {
     let _one = FLOOD.lock().unwrap_or_else(|e| e.into_inner());
     let n = packets();
-    let (a, b) = pair(NET, Progress::Thread, PathMtu::Mtu1024, LEN);
+    let (a, b) = pair(Progress::Thread, PathMtu::Mtu1024, LEN);
     let a_ip = a.nic.local();
     let b_ip = b.nic.local();
     let pd = b.pd;
@@ -599,11 +602,11 @@ fn flood_leaves_memory_and_connection_intact() {
     let stale = reg(Access::ALL, 4);
     let stale_key = stale.rkey();
     ad.dereg_mr(stale.lkey()).unwrap();
-    let regions: Vec<(&str, Arc<Region>)> = vec![
-        ("granted", granted.clone()),
-        ("private", private.clone()),
-        ("windowed", windowed.clone()),
-        ("deregistered", stale.clone()),
+    let regions = [
+        ("granted", &granted),
+        ("private", &private),
+        ("windowed", &windowed),
+        ("deregistered", &stale),
     ];
 
     // Some real traffic first, so the responder has saved READ/atomic
@@ -638,7 +641,7 @@ fn flood_leaves_memory_and_connection_intact() {
             )
             .unwrap();
     }
-    for wc in wait_n(&a, 3, Duration::from_secs(10)) {
+    for wc in wait_n(&a, 3) {
         assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
     }
     let before: Vec<Vec<u8>> = regions.iter().map(|(_, r)| snapshot(r)).collect();
@@ -666,7 +669,7 @@ fn flood_leaves_memory_and_connection_intact() {
             0,
         ],
     };
-    let forgers = Forgers::new(NET, a_ip);
+    let forgers = Forgers::new(a_ip);
     let aim = Aim {
         b_ip,
         b_qpn,
@@ -677,18 +680,8 @@ fn flood_leaves_memory_and_connection_intact() {
     let t0 = Instant::now();
     let kinds = flood(n, &forgers, &aim, &mut Rng(0xf100d));
     let send_time = t0.elapsed();
-    // Wait until the engine has drained its socket.
     let counters = &b.nic.counters();
-    let mut last = u64::MAX;
-    loop {
-        std::thread::sleep(Duration::from_millis(200));
-        let now = counters.rcvd_datagrams.load(Ordering::Relaxed);
-        if now == last {
-            break;
-        }
-        last = now;
-    }
-    let arrived = last - rcvd0;
+    let arrived = drained(counters, rcvd0);
     let c = b.nic.qp_counters(b_qpn).unwrap();
     let get = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
     println!(
@@ -733,13 +726,7 @@ fn flood_leaves_memory_and_connection_intact() {
     assert!(get(&counters.drop_wrong_source) > 0);
     assert!(qp_rcvd > 0 && c.drops.bad_pkey > 0 && c.drops.not_rc > 0);
 
-    // Nothing forged reached memory.
-    for ((name, r), old) in regions.iter().zip(&before) {
-        let now = snapshot(r);
-        if let Some(i) = now.iter().zip(old).position(|(x, y)| x != y) {
-            panic!("{name} region changed at byte {i}");
-        }
-    }
+    assert_unchanged(&regions, &before);
     // The connection is intact.
     for s in [&a, &b] {
         assert_eq!(
@@ -766,10 +753,10 @@ fn flood_leaves_memory_and_connection_intact() {
     for wr in posts {
         a.nic.post_send(&a.qp, wr).unwrap();
     }
-    for wc in wait_n(&a, 3, Duration::from_secs(20)) {
+    for wc in wait_n(&a, 3) {
         assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
     }
-    let wc = wait_n(&b, 1, Duration::from_secs(20))[0];
+    let wc = wait_n(&b, 1)[0];
     assert_eq!(
         (wc.status, wc.opcode, wc.byte_len),
         (WcStatus::Success, WcOpcode::Recv, 32768)
@@ -795,10 +782,7 @@ fn flood_leaves_memory_and_connection_intact() {
             ),
         )
         .unwrap();
-    assert_eq!(
-        wait_n(&b, 1, Duration::from_secs(20))[0].status,
-        WcStatus::Success
-    );
+    assert_eq!(wait_n(&b, 1)[0].status, WcStatus::Success);
     let mut page = vec![0u8; 4096];
     a_buf.read(32768, &mut page).unwrap();
     assert!(page == pattern(3, LEN)[..4096], "B→A WRITE corrupted");
@@ -809,8 +793,11 @@ fn flood_leaves_memory_and_connection_intact() {
 /// sequences.
 #[test]
 fn keys_are_not_predictable() {
-    let a = side(IpAddr::from([127, 77, NET, 5]), Progress::Manual, 4096);
-    let b = side(IpAddr::from([127, 77, NET, 6]), Progress::Manual, 4096);
+    let (ia, ib) = ndverbs_testkit::addr::pair_v4();
+    let (a, b) = (
+        side(ia, Progress::Manual, 4096),
+        side(ib, Progress::Manual, 4096),
+    );
     let mut keys = Vec::new();
     for s in [&a, &b] {
         let mut ks = Vec::new();
@@ -841,154 +828,48 @@ fn keys_are_not_predictable() {
 /// The floods run one at a time (each needs the cores to drain its socket).
 static FLOOD: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Where the CM-connected flood runs: 127.77.91.x.
-const CM_NET: u8 = 91;
-
-/// One end of a CM connection: its own CQ, a QP in INIT, a region.
-struct End {
-    cq: Arc<CompletionQueue>,
-    qp: Arc<QpShared>,
-    mr: Arc<Region>,
-}
-
-fn end(ad: &Nic, pd: u32) -> End {
-    let (cq_id, cq) = ad.create_cq(1024).unwrap();
-    let qp = ad
-        .create_qp(QpInit {
-            pd,
-            send_cq: cq_id,
-            recv_cq: cq_id,
-            srq: None,
-            caps: QpCaps {
-                max_send_wr: 256,
-                max_send_sge: 2,
-                max_inline_data: 64,
-                sq_sig_all: false,
-            },
-            max_recv_wr: 256,
-            max_recv_sge: 2,
-        })
-        .unwrap();
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: Access::ALL,
-        ..QpAttr::default()
-    };
-    ad.modify_qp(
-        qp.qpn(),
-        &init,
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-    )
-    .unwrap();
-    let mr = ad
-        .reg_mr(pd, RegionBuf::alloc(LEN).unwrap(), Access::ALL)
-        .unwrap();
-    End { cq, qp, mr }
-}
-
-const CM_T: Duration = Duration::from_secs(30);
-
-/// Connects `a`'s end to `b`'s through the CM (B listens on `listener`,
-/// port `port`); returns (A's endpoint, B's endpoint).
-fn cm_connect(
-    (ad_a, a): (&Nic, &End),
-    (ad_b, b): (&Nic, &End),
-    listener: u32,
-    port: u16,
-) -> (u32, u32) {
-    let eb = ad_b.create_ep().unwrap();
-    let req = ad_b.ep_get_request(listener, eb).unwrap();
-    let ea = ad_a.create_ep().unwrap();
+/// Connects `a` to `b` through the CM (B listens on `listener`, port
+/// `port`); returns (A's endpoint, B's endpoint).
+fn cm_connect(a: &Side, b: &Side, listener: u32, port: u16) -> (u32, u32) {
     let args = ConnectArgs {
-        remote: ad_b.local(),
-        remote_port: port,
         local_port: 40000 + (a.qp.qpn() & 0xfff) as u16,
-        responder_resources: 4,
-        initiator_depth: 4,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        path_mtu: PathMtu::Mtu1024,
-        private_data: Vec::new(),
+        ..connect_args(b.nic.local(), port)
     };
-    let conn = ad_a.ep_connect(ea, a.qp.qpn(), args).unwrap();
-    req.wait_timeout(CM_T).expect("request").unwrap();
-    let acc = ad_b
-        .ep_accept(
-            eb,
-            b.qp.qpn(),
-            AcceptArgs {
-                responder_resources: 4,
-                initiator_depth: 4,
-                rnr_retry_count: 7,
-                private_data: Vec::new(),
-            },
-        )
-        .unwrap();
-    conn.wait_timeout(CM_T).expect("connect").unwrap();
-    ad_a.ep_complete_connect(ea, a.qp.qpn())
-        .unwrap()
-        .wait_timeout(CM_T)
-        .expect("complete connect")
-        .unwrap();
-    acc.wait_timeout(CM_T).expect("accept").unwrap();
-    (ea, eb)
-}
-
-fn wait_cq(cq: &CompletionQueue, n: usize) -> Vec<ndverbs_proto::rc::WorkCompletion> {
-    let t0 = Instant::now();
-    let mut v = Vec::new();
-    while v.len() < n {
-        match cq.poll_one() {
-            Some(w) => v.push(w),
-            None => {
-                assert!(t0.elapsed() < CM_T, "timed out with {v:?}");
-                std::thread::sleep(Duration::from_micros(200));
-            }
-        }
-    }
-    v
+    let c = cm::establish(a, b, listener, args, accept_args());
+    (c.ea, c.eb)
 }
 
 /// One verified exchange from `x` to `y`: a SEND of `len` bytes of pattern
 /// `seed` into `y`'s region at 0 and a WRITE of the same bytes to `y`'s
 /// region at `LEN / 2`; every completion succeeds and the bytes arrive.
-fn exchange((ad_x, x): (&Nic, &End), (ad_y, y): (&Nic, &End), seed: u64, len: usize) {
+fn exchange(x: &Side, y: &Side, seed: u64, len: usize) {
     let data = pattern(seed, len);
     x.mr.write(0, &data).unwrap();
-    ad_y.post_recv(&y.qp, RecvWr::new(seed, vec![sge(&y.mr, 0, len as u32)]))
-        .unwrap();
-    let remote = RemoteAddr {
-        va: y.mr.addr() + (LEN / 2) as u64,
-        rkey: y.mr.rkey(),
-    };
-    let mut wr = SendWr::new(1, SendOp::Write(remote), vec![sge(&x.mr, 0, len as u32)]);
+    y.post_recv(seed, 0, len);
+    let mut wr = SendWr::new(1, SendOp::Write(y.remote(LEN / 2)), vec![x.sge(0, len)]);
     wr.signaled = true;
-    ad_x.post_send(&x.qp, wr).unwrap();
-    let mut wr = SendWr::new(2, SendOp::Send, vec![sge(&x.mr, 0, len as u32)]);
+    x.post_send(wr);
+    let mut wr = SendWr::new(2, SendOp::Send, vec![x.sge(0, len)]);
     wr.signaled = true;
-    ad_x.post_send(&x.qp, wr).unwrap();
-    for wc in wait_cq(&x.cq, 2) {
+    x.post_send(wr);
+    for wc in wait_n(x, 2) {
         assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
     }
-    let wc = wait_cq(&y.cq, 1)[0];
+    let wc = wait_n(y, 1)[0];
     assert_eq!(
         (wc.status, wc.wr_id, wc.byte_len),
         (WcStatus::Success, seed, len as u32),
         "{wc:?}"
     );
-    let mut got = vec![0u8; len];
-    y.mr.read(0, &mut got).unwrap();
-    assert!(got == data, "SEND {seed} corrupted");
-    y.mr.read(LEN / 2, &mut got).unwrap();
-    assert!(got == data, "WRITE {seed} corrupted");
+    assert!(y.bytes(0, len) == data, "SEND {seed} corrupted");
+    assert!(y.bytes(LEN / 2, len) == data, "WRITE {seed} corrupted");
 }
 
 /// The flood against QPs connected through the CM (connection endpoints),
 /// with MADs aimed at that connection among the forgeries, while a second,
 /// unrelated connection on the same NIC moves verified data.
 ///
-/// B (127.77.91.2) listens; A (.1) connects to it, and so does C (.5), the
-/// bystander. The forgers also send, besides everything of
+/// B listens; A connects to it, and so does C, the bystander. The forgers also send, besides everything of
 /// [`flood_leaves_memory_and_connection_intact`], CM messages naming the
 /// A–B connection: DREQ, REJ (also reason 4 with A's GUID), DREP, RTU, MRA
 /// and REP with the exact comm IDs from an address that is not A's; REQs
@@ -1002,35 +883,31 @@ fn exchange((ad_x, x): (&Nic, &End), (ad_y, y): (&Nic, &End), seed: u64, len: us
 fn flood_spares_cm_connections() {
     let _one = FLOOD.lock().unwrap_or_else(|e| e.into_inner());
     let n = packets();
-    let open =
-        |host: u8| Nic::open(IpAddr::from([127, 77, CM_NET, host]), Progress::Thread).unwrap();
-    let (ad_a, ad_b, ad_c) = (open(1), open(2), open(5));
-    let pd_a = ad_a.alloc_pd().unwrap();
-    let pd_b = ad_b.alloc_pd().unwrap();
-    let pd_c = ad_c.alloc_pd().unwrap();
-    let (a, b, c, b2) = (
-        end(&ad_a, pd_a),
-        end(&ad_b, pd_b),
-        end(&ad_c, pd_c),
-        end(&ad_b, pd_b),
-    );
+    let shape = Shape::queues(256, 2, 64, 1024, LEN);
+    let open = |ip| cm_side(Nic::open(ip, Progress::Thread).unwrap(), shape);
+    let ips = ndverbs_testkit::addr::many_v4(3);
+    let (a, b, c) = (open(ips[0]), open(ips[1]), open(ips[2]));
+    // The bystander's end at B: same NIC and PD as the end under attack.
+    let b2 = Side::in_pd(b.nic.clone(), b.pd, shape);
+    b2.modify([init_step()]);
     let port = 7190;
-    let listener = ad_b.create_ep().unwrap();
-    ad_b.ep_listen(listener, port, 8).unwrap();
-    let (ea, eb) = cm_connect((&ad_a, &a), (&ad_b, &b), listener, port);
-    let (ec, eb2) = cm_connect((&ad_c, &c), (&ad_b, &b2), listener, port);
-    exchange((&ad_a, &a), (&ad_b, &b), 1, 4096);
-    exchange((&ad_b, &b), (&ad_a, &a), 2, 4096);
+    let listener = cm::listen(&b, port);
+    let (ea, eb) = cm_connect(&a, &b, listener, port);
+    let (ec, eb2) = cm_connect(&c, &b2, listener, port);
+    exchange(&a, &b, 1, 4096);
+    exchange(&b, &a, 2, 4096);
     // Every endpoint waits for a disconnect that must not come.
-    let notified: Vec<_> = [(&ad_a, ea), (&ad_b, eb), (&ad_c, ec), (&ad_b, eb2)]
-        .into_iter()
-        .map(|(ad, ep)| ad.ep_notify_disconnect(ep).unwrap())
+    let ends = [(&a, ea), (&b, eb), (&c, ec), (&b2, eb2)];
+    let notified: Vec<_> = ends
+        .iter()
+        .map(|(s, ep)| s.nic.ep_notify_disconnect(*ep).unwrap())
         .collect();
 
-    let (b_comm, a_comm) = ad_b.ep_info(eb).unwrap().comm_ids.unwrap();
-    assert_eq!(ad_a.ep_info(ea).unwrap().comm_ids, Some((a_comm, b_comm)));
-    let private = ad_b
-        .reg_mr(pd_b, RegionBuf::alloc(LEN).unwrap(), Access::LOCAL_WRITE)
+    let (b_comm, a_comm) = b.nic.ep_info(eb).unwrap().comm_ids.unwrap();
+    assert_eq!(a.nic.ep_info(ea).unwrap().comm_ids, Some((a_comm, b_comm)));
+    let private = b
+        .nic
+        .reg_mr(b.pd, RegionBuf::alloc(LEN).unwrap(), Access::LOCAL_WRITE)
         .unwrap();
     private.write(0, &pattern(3, LEN)).unwrap();
     b.mr.write(0, &pattern(4, LEN)).unwrap();
@@ -1042,21 +919,21 @@ fn flood_spares_cm_connections() {
         bases: vec![b.mr.addr(), private.addr(), b2.mr.addr(), 0],
     };
     let aim = Aim {
-        b_ip: ad_b.local(),
+        b_ip: b.nic.local(),
         b_qpn,
-        epsn: ad_b.query_qp(b_qpn).unwrap().rq_psn,
+        epsn: b.nic.query_qp(b_qpn).unwrap().rq_psn,
         targets: &targets,
         cm: Some(CmAim {
             a_comm,
             b_comm,
             a_qpn: a.qp.qpn(),
-            a_guid: node_guid(ad_a.local()),
+            a_guid: node_guid(a.nic.local()),
             service_id: ndverbs_wire::cma::service_id(ndverbs_wire::cma::RDMA_PS_TCP, port),
         }),
     };
-    let forgers = Forgers::new(CM_NET, ad_a.local());
-    let b_stats0 = ad_b.stats();
-    let counters = ad_b.counters();
+    let forgers = Forgers::new(a.nic.local());
+    let b_stats0 = b.nic.stats();
+    let counters = b.nic.counters();
     let rcvd0 = counters.rcvd_datagrams.load(Ordering::Relaxed);
 
     // The flood, with the bystander C–B exchanging data throughout.
@@ -1068,9 +945,9 @@ fn flood_spares_cm_connections() {
             while !stop.load(Ordering::Relaxed) {
                 rounds += 1;
                 let (x, y) = if rounds % 2 == 0 {
-                    ((&ad_c, &c), (&ad_b, &b2))
+                    (&c, &b2)
                 } else {
-                    ((&ad_b, &b2), (&ad_c, &c))
+                    (&b2, &c)
                 };
                 exchange(x, y, 1000 + rounds, 2048);
             }
@@ -1081,17 +958,8 @@ fn flood_spares_cm_connections() {
         (kinds, bystander.join().expect("bystander"))
     });
     let send_time = t0.elapsed();
-    let mut last = u64::MAX;
-    loop {
-        std::thread::sleep(Duration::from_millis(200));
-        let now = counters.rcvd_datagrams.load(Ordering::Relaxed);
-        if now == last {
-            break;
-        }
-        last = now;
-    }
-    let arrived = last - rcvd0;
-    let st = ad_b.stats();
+    let arrived = drained(counters, rcvd0);
+    let st = b.nic.stats();
     let delta = |name: &str| st.get(name) - b_stats0.get(name);
     println!(
         "CM flood: {n} packets in {:.1} s ({kinds:?} garbage/valid-ICRC-random/wrong-source/right-but-source/peer-address/MAD/CM-aimed), {arrived} datagrams arrived (bystander's included); bystander: {rounds} verified exchanges during the flood",
@@ -1129,8 +997,8 @@ fn flood_spares_cm_connections() {
             p.try_take()
         );
     }
-    for (ad, ep) in [(&ad_a, ea), (&ad_b, eb), (&ad_c, ec), (&ad_b, eb2)] {
-        let info = ad.ep_info(ep).unwrap();
+    for (s, ep) in ends {
+        let info = s.nic.ep_info(ep).unwrap();
         assert_eq!(info.cm_state, Some(CmState::Established), "{info:?}");
         assert!(!info.dreq_received);
     }
@@ -1138,12 +1006,7 @@ fn flood_spares_cm_connections() {
         assert_eq!(e.qp.state(), QpState::Rts);
     }
     assert!(a.cq.poll_one().is_none() && b.cq.poll_one().is_none());
-    // Nothing forged reached memory.
-    for ((name, r), old) in regions.iter().zip(&before) {
-        if let Some(i) = snapshot(r).iter().zip(old).position(|(x, y)| x != y) {
-            panic!("{name} region changed at byte {i}");
-        }
-    }
+    assert_unchanged(&regions, &before);
     // The forgeries naming the connection were seen and dropped.
     for counter in [
         "cm_rx_wrong_source",
@@ -1155,17 +1018,16 @@ fn flood_spares_cm_connections() {
     assert!(delta("drop_wrong_source") > 0);
 
     // Both connections carry data both ways.
-    exchange((&ad_a, &a), (&ad_b, &b), 5, 32768);
-    exchange((&ad_b, &b), (&ad_a, &a), 6, 32768);
-    exchange((&ad_c, &c), (&ad_b, &b2), 7, 32768);
+    exchange(&a, &b, 5, 32768);
+    exchange(&b, &a, 6, 32768);
+    exchange(&c, &b2, 7, 32768);
     // And A–B still ends cleanly: A's DREQ, B's DREP.
-    let da = ad_a.ep_disconnect(ea, a.qp.qpn()).unwrap();
-    notified[1].wait_timeout(CM_T).expect("B notified").unwrap();
-    ad_b.ep_disconnect(eb, b_qpn)
-        .unwrap()
-        .wait_timeout(CM_T)
-        .expect("B disconnect")
+    let da = a.nic.ep_disconnect(ea, a.qp.qpn()).unwrap();
+    notified[1]
+        .wait_timeout(CM_LIMIT)
+        .expect("B notified")
         .unwrap();
-    da.wait_timeout(CM_T).expect("A disconnect").unwrap();
+    done(b.nic.ep_disconnect(eb, b_qpn).unwrap(), "B disconnect");
+    done(da, "A disconnect");
     assert!(!notified[2].is_done() && !notified[3].is_done());
 }

@@ -1,105 +1,40 @@
 //! The engine's UDP layer against Linux Soft-RoCE in the interop guest
-//! (`../shared/interop`, started once per test run by `scripts/interop.sh up`).
+//! (started once per test run by `scripts/interop.sh up`; the test kit's
+//! [`Guest`] finds it, or skips the tests by its rule).
 //!
 //! * rxe accepts what we send (ICRC computed for IP ID 0): its CM answers our
 //!   REQ with REJ "invalid service ID" when nothing listens, and with REP when
 //!   rping does.
 //! * We accept what rxe sends (random IP IDs recovered from the ICRC).
 
+mod common;
+
+use common::send_signed;
 use ndverbs_engine::icrc::IcrcCache;
 use ndverbs_engine::link::udp::RoceSocket;
 use ndverbs_engine::link::MAX_DATAGRAM;
+use ndverbs_testkit::guest::{Guest, Listen, GUEST, HOST};
 use ndverbs_wire::bth::Bth;
 use ndverbs_wire::cm::{rej_reason, CmMessage, CmPath, Req};
 use ndverbs_wire::cma::{self, CmaHeader};
 use ndverbs_wire::ext::Deth;
-use ndverbs_wire::ip::ROCEV2_PORT;
 use ndverbs_wire::mad::{Mad, GSI_QKEY, GSI_QPN};
 use ndverbs_wire::opcode::Opcode;
 use ndverbs_wire::packet::Packet;
 use std::net::IpAddr;
-use std::path::PathBuf;
-use std::process::Command;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-const HOST: &str = "10.77.0.1";
-const GUEST: &str = "10.77.0.2";
-
-/// The tests share one guest and one host address (UDP 4791 can be bound once).
-static SERIAL: Mutex<()> = Mutex::new(());
-
-struct Harness {
-    run_guest: PathBuf,
+fn host() -> IpAddr {
+    HOST.parse().unwrap()
 }
 
-impl Harness {
-    fn get() -> Option<Harness> {
-        let dir = std::env::var_os("NDV_INTEROP_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(concat!(
-                    env!("CARGO_MANIFEST_DIR"),
-                    "/../../../shared/interop"
-                ))
-            });
-        let run_guest = dir.join("run-guest.sh");
-        let up = run_guest.exists()
-            && Command::new(&run_guest)
-                .args(["guest", "true"])
-                .output()
-                .is_ok_and(|o| o.status.success());
-        if up {
-            return Some(Harness { run_guest });
-        }
-        let why = "the interop guest is not running (scripts/interop.sh up)";
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{why}; required under CI=true"
-        );
-        eprintln!("SKIPPED: interop test — {why}");
-        None
-    }
+fn guest() -> IpAddr {
+    GUEST.parse().unwrap()
+}
 
-    fn guest(&self, cmd: &str) -> String {
-        let o = Command::new(&self.run_guest)
-            .args(["guest", cmd])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
-    fn guest_bg(&self, cmd: &str) -> String {
-        let o = Command::new(&self.run_guest)
-            .args(["guest-bg", cmd])
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "guest-bg: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8_lossy(&o.stdout).trim().to_string()
-    }
-
-    fn wait(&self, job: &str) -> String {
-        let o = Command::new(&self.run_guest)
-            .args(["wait", job])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
-    /// Moves this thread into the harness's network namespace, so sockets it
-    /// creates live there (setns affects only the calling thread).
-    fn enter_netns(&self) {
-        let ns = std::env::var("NDV_NETNS").unwrap_or_else(|_| "ndv-interop".into());
-        let f = std::fs::File::open(format!("/run/netns/{ns}")).expect("netns file");
-        use std::os::fd::AsRawFd;
-        // SAFETY: plain syscall on a valid fd; affects only this thread.
-        let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
-    }
+/// Our RoCE socket on [`HOST`], in the guest's namespace.
+fn host_socket(g: &Guest) -> RoceSocket {
+    g.netns().run(|| RoceSocket::bind(host()).unwrap())
 }
 
 fn req(local: IpAddr, peer: IpAddr, port: u16, comm_id: u32) -> Vec<u8> {
@@ -154,14 +89,6 @@ fn req(local: IpAddr, peer: IpAddr, port: u16, comm_id: u32) -> Vec<u8> {
     out
 }
 
-/// Fills in the ICRC of `pkt` (for IPv4 ID 0, which the socket sends) and
-/// sends it to `dst`'s RoCEv2 port.
-fn send_signed(sock: &RoceSocket, pkt: &mut [u8], dst: std::net::IpAddr) {
-    let dst = std::net::SocketAddr::new(dst, ROCEV2_PORT);
-    IcrcCache::new(sock.addr()).fill(pkt, dst, 0).unwrap();
-    sock.send_to(pkt, dst).unwrap();
-}
-
 /// The next CM message received (with a verified ICRC), within `limit`.
 fn next_cm(sock: &RoceSocket, limit: Duration) -> Option<(CmMessage, Option<u16>)> {
     let mut buf = vec![0u8; MAX_DATAGRAM];
@@ -188,17 +115,10 @@ fn next_cm(sock: &RoceSocket, limit: Duration) -> Option<(CmMessage, Option<u16>
 
 #[test]
 fn rxe_accepts_our_icrc_and_rejects_an_unknown_service() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(h) = Harness::get() else { return };
-    h.enter_netns();
-    let sock = RoceSocket::bind(HOST.parse().unwrap()).unwrap();
-    let mut pkt = req(
-        HOST.parse().unwrap(),
-        GUEST.parse().unwrap(),
-        7999,
-        0x1111_0001,
-    );
-    send_signed(&sock, &mut pkt, GUEST.parse().unwrap());
+    let Some(g) = Guest::get() else { return };
+    let sock = host_socket(&g);
+    let mut pkt = req(host(), guest(), 7999, 0x1111_0001);
+    send_signed(&sock, &mut pkt, guest());
     let (cm, id) = next_cm(&sock, Duration::from_secs(10)).expect("no answer from rxe");
     let CmMessage::Rej(rej) = cm else {
         panic!("expected REJ, got {}", cm.name())
@@ -210,60 +130,46 @@ fn rxe_accepts_our_icrc_and_rejects_an_unknown_service() {
 
 #[test]
 fn rxe_answers_rep_when_rping_listens() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(h) = Harness::get() else { return };
+    let Some(g) = Guest::get() else { return };
     // A port of its own per run: a server left over from an earlier run keeps its port.
     let port = 7300 + (std::process::id() % 600) as u16;
-    let job = h.guest_bg(&format!("timeout 30 rping -s -a {GUEST} -p {port} -C 1"));
-    h.enter_netns();
-    let sock = RoceSocket::bind(HOST.parse().unwrap()).unwrap();
-    // The guest (emulated) needs a few seconds to start rping; until then its CM
-    // rejects with "invalid service ID". Retry the REQ as a CM would.
+    let job = g.spawn(&format!("timeout 30 rping -s -a {GUEST} -p {port} -C 1"));
+    g.wait_listening(&job, Listen::RdmaCm(port));
+    let sock = host_socket(&g);
+    // rping listens: its rdma_cm answers the REQ with a REP. The REQ is
+    // sent again (as a CM would) while no answer came; a REJ fails.
     let mut got = None;
-    for attempt in 0..40u32 {
-        let mut pkt = req(
-            HOST.parse().unwrap(),
-            GUEST.parse().unwrap(),
-            port,
-            0x2222_0000 + attempt,
-        );
-        send_signed(&sock, &mut pkt, GUEST.parse().unwrap());
-        if let Some((cm, _)) = next_cm(&sock, Duration::from_millis(700)) {
-            match cm {
-                CmMessage::Rep(rep) => {
-                    got = Some(rep);
-                    break;
-                }
-                CmMessage::Rej(r) => {
-                    assert_eq!(r.reason, rej_reason::INVALID_SERVICE_ID);
-                    std::thread::sleep(Duration::from_millis(500));
-                }
-                other => panic!("unexpected {}", other.name()),
+    for attempt in 0..10u32 {
+        let mut pkt = req(host(), guest(), port, 0x2222_0000 + attempt);
+        send_signed(&sock, &mut pkt, guest());
+        match next_cm(&sock, Duration::from_secs(2)) {
+            Some((CmMessage::Rep(rep), _)) => {
+                got = Some(rep);
+                break;
             }
+            Some((other, _)) => panic!("expected REP, got {}", other.name()),
+            None => {}
         }
     }
     let rep = got.expect("no REP from rping's rdma_cm");
     assert_eq!(rep.remote_comm_id & 0xffff_0000, 0x2222_0000);
     assert_ne!(rep.local_qpn, 0);
     // We never send RTU: stop the server instead of waiting for it to give up.
-    h.guest(&format!("pkill -f 'rping -s -a {GUEST} -p {port}' || true"));
-    h.wait(&job);
+    g.run(&format!("pkill -f 'rping -s -a {GUEST} -p {port}' || true"));
+    g.wait(job);
 }
 
 #[test]
 fn we_verify_what_rxe_sends() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(h) = Harness::get() else { return };
-    h.enter_netns();
-    let sock = RoceSocket::bind(HOST.parse().unwrap()).unwrap();
-    let job = h.guest_bg(&format!("timeout 4 rping -c -a {HOST} -p 7302 -C 1"));
+    let Some(g) = Guest::get() else { return };
+    let sock = host_socket(&g);
+    let job = g.spawn(&format!("timeout 4 rping -c -a {HOST} -p 7302 -C 1"));
     let (cm, id) = next_cm(&sock, Duration::from_secs(10)).expect("no REQ from rxe");
     let CmMessage::Req(r) = cm else {
         panic!("expected REQ, got {}", cm.name())
     };
     assert_eq!(r.service_id, cma::service_id(cma::RDMA_PS_TCP, 7302));
-    assert_eq!(r.primary.remote_gid, cma::gid_of(HOST.parse().unwrap()));
+    assert_eq!(r.primary.remote_gid, cma::gid_of(host()));
     assert!(id.is_some());
-    h.wait(&job);
-    let _ = h.guest("true");
+    g.wait(job);
 }

@@ -1,136 +1,87 @@
-//! The engine end to end on loopback: two NICs (127.77.x.1 and .2, both
-//! on UDP 4791), real sockets, real ICRCs, both progress models.
+//! The engine end to end on loopback: two NICs (on a fresh address pair,
+//! both on UDP 4791), real sockets, real ICRCs, both progress models.
 
 mod common;
 
 use common::*;
 use ndverbs_engine::config::Progress;
 use ndverbs_engine::error::EngineError;
-use ndverbs_engine::nic::sge;
+use ndverbs_engine::icrc::IcrcCache;
+use ndverbs_engine::link::udp::RoceSocket;
+use ndverbs_engine::nic::Nic;
 use ndverbs_proto::rc::{
-    PathMtu, PostError, QpState, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcStatus,
+    PathMtu, PostError, QpState, RcConnection, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode,
+    WcStatus,
 };
+use ndverbs_wire::ext::{Aeth, Syndrome};
+use ndverbs_wire::{bth::Bth, opcode::Opcode, packet::Packet};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-const LIMIT: Duration = Duration::from_secs(30);
-
-fn fill(s: &Side, off: usize, len: usize, seed: u8) {
-    let data: Vec<u8> = (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect();
-    s.mr.write(off, &data).unwrap();
-}
-
-fn bytes(s: &Side, off: usize, len: usize) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    s.mr.read(off, &mut v).unwrap();
-    v
+fn fill(s: &Side, off: usize, len: usize, seed: u64) {
+    s.mr.write(off, &pattern(seed, len)).unwrap();
 }
 
 #[test]
 fn send_write_read_atomics_threaded() {
-    let (a, b) = pair(1, Progress::Thread, PathMtu::Mtu1024, 1 << 20);
+    let (a, b) = pair(Progress::Thread, PathMtu::Mtu1024, 1 << 20);
     // SEND of 10000 bytes (10 packets) into a posted receive.
     fill(&a, 0, 10_000, 1);
-    b.nic
-        .post_recv(&b.qp, RecvWr::new(7, vec![sge(&b.mr, 100_000, 16_384)]))
-        .unwrap();
-    a.nic
-        .post_send(
-            &a.qp,
-            SendWr::new(1, SendOp::SendImm(0xabcd), vec![sge(&a.mr, 0, 10_000)]),
-        )
-        .unwrap();
-    let wa = wait_n(&a, 1, LIMIT);
+    b.post_recv(7, 100_000, 16_384);
+    a.post_send(SendWr::new(
+        1,
+        SendOp::SendImm(0xabcd),
+        vec![a.sge(0, 10_000)],
+    ));
+    let wa = wait_n(&a, 1);
     assert_eq!((wa[0].wr_id, wa[0].status), (1, WcStatus::Success));
-    let wb = wait_n(&b, 1, LIMIT);
+    let wb = wait_n(&b, 1);
     assert_eq!(
         (wb[0].wr_id, wb[0].status, wb[0].byte_len, wb[0].imm),
         (7, WcStatus::Success, 10_000, Some(0xabcd))
     );
-    assert_eq!(bytes(&b, 100_000, 10_000), bytes(&a, 0, 10_000));
+    assert_eq!(b.bytes(100_000, 10_000), a.bytes(0, 10_000));
 
     // RDMA WRITE 300 KiB.
     fill(&a, 200_000, 300_000, 9);
-    let remote = RemoteAddr {
-        va: b.mr.addr() + 500_000,
-        rkey: b.mr.rkey(),
-    };
-    a.nic
-        .post_send(
-            &a.qp,
-            SendWr::new(2, SendOp::Write(remote), vec![sge(&a.mr, 200_000, 300_000)]),
-        )
-        .unwrap();
-    assert_eq!(wait_n(&a, 1, LIMIT)[0].status, WcStatus::Success);
-    assert_eq!(bytes(&b, 500_000, 300_000), bytes(&a, 200_000, 300_000));
+    let write = SendOp::Write(b.remote(500_000));
+    a.post_send(SendWr::new(2, write, vec![a.sge(200_000, 300_000)]));
+    assert_eq!(wait_n(&a, 1)[0].status, WcStatus::Success);
+    assert_eq!(b.bytes(500_000, 300_000), a.bytes(200_000, 300_000));
 
     // RDMA READ it back into another place.
-    let remote = RemoteAddr {
-        va: b.mr.addr() + 500_000,
-        rkey: b.mr.rkey(),
-    };
-    a.nic
-        .post_send(
-            &a.qp,
-            SendWr::new(3, SendOp::Read(remote), vec![sge(&a.mr, 600_000, 300_000)]),
-        )
-        .unwrap();
-    let w = wait_n(&a, 1, LIMIT);
+    let read = SendOp::Read(b.remote(500_000));
+    a.post_send(SendWr::new(3, read, vec![a.sge(600_000, 300_000)]));
+    let w = wait_n(&a, 1);
     assert_eq!(
         (w[0].status, w[0].opcode, w[0].byte_len),
         (WcStatus::Success, WcOpcode::RdmaRead, 300_000)
     );
-    assert_eq!(bytes(&a, 600_000, 300_000), bytes(&a, 200_000, 300_000));
+    assert_eq!(a.bytes(600_000, 300_000), a.bytes(200_000, 300_000));
 
     // Atomics on b's memory.
     b.mr.write(8, &40u64.to_ne_bytes()).unwrap();
-    let t = RemoteAddr {
-        va: b.mr.addr() + 8,
-        rkey: b.mr.rkey(),
+    let t = b.remote(8);
+    let add = SendOp::FetchAdd { remote: t, add: 2 };
+    a.post_send(SendWr::new(4, add, vec![a.sge(16, 8)]));
+    let swap = SendOp::CompareSwap {
+        remote: t,
+        compare: 42,
+        swap: 7,
     };
-    a.nic
-        .post_send(
-            &a.qp,
-            SendWr::new(
-                4,
-                SendOp::FetchAdd { remote: t, add: 2 },
-                vec![sge(&a.mr, 16, 8)],
-            ),
-        )
-        .unwrap();
-    a.nic
-        .post_send(
-            &a.qp,
-            SendWr::new(
-                5,
-                SendOp::CompareSwap {
-                    remote: t,
-                    compare: 42,
-                    swap: 7,
-                },
-                vec![sge(&a.mr, 24, 8)],
-            ),
-        )
-        .unwrap();
-    let w = wait_n(&a, 2, LIMIT);
+    a.post_send(SendWr::new(5, swap, vec![a.sge(24, 8)]));
+    let w = wait_n(&a, 2);
     assert!(w.iter().all(|w| w.status == WcStatus::Success), "{w:?}");
-    assert_eq!(u64::from_ne_bytes(bytes(&a, 16, 8).try_into().unwrap()), 40);
-    assert_eq!(u64::from_ne_bytes(bytes(&a, 24, 8).try_into().unwrap()), 42);
-    assert_eq!(u64::from_ne_bytes(bytes(&b, 8, 8).try_into().unwrap()), 7);
+    let word = |s: &Side, off| u64::from_ne_bytes(s.bytes(off, 8).try_into().unwrap());
+    assert_eq!((word(&a, 16), word(&a, 24), word(&b, 8)), (40, 42, 7));
 
     // A bad rkey: remote access error, and the QP goes to ERR.
     let bad = RemoteAddr {
-        va: b.mr.addr(),
         rkey: b.mr.rkey() ^ 0x5a5a,
+        ..b.remote(0)
     };
-    a.nic
-        .post_send(
-            &a.qp,
-            SendWr::new(6, SendOp::Write(bad), vec![sge(&a.mr, 0, 64)]),
-        )
-        .unwrap();
-    let w = wait_n(&a, 1, LIMIT);
+    a.post_send(SendWr::new(6, SendOp::Write(bad), vec![a.sge(0, 64)]));
+    let w = wait_n(&a, 1);
     assert_eq!(w[0].status, WcStatus::RemAccessErr);
     std::thread::sleep(Duration::from_millis(20));
     assert_eq!(a.qp.state(), QpState::Err);
@@ -140,72 +91,43 @@ fn send_write_read_atomics_threaded() {
 /// drives both NICs) — the `ndv pingpong -s 4096 -n 1000` pattern.
 #[test]
 fn pingpong_manual_progress() {
-    let (a, b) = pair(2, Progress::Manual, PathMtu::Mtu4096, 1 << 16);
+    let (a, b) = pair(Progress::Manual, PathMtu::Mtu4096, 1 << 16);
     let n = 1000;
     for s in [&a, &b] {
         for i in 0..16 {
-            s.nic
-                .post_recv(&s.qp, RecvWr::new(i, vec![sge(&s.mr, 8192, 4096)]))
-                .unwrap();
+            s.post_recv(i, 8192, 4096);
         }
     }
     fill(&a, 0, 4096, 3);
     fill(&b, 0, 4096, 4);
-    let (mut a_recv, mut b_recv) = (0, 0);
+    let mut received = [0u64; 2];
     for i in 0..n {
-        a.nic
-            .post_send(
-                &a.qp,
-                SendWr::new(i, SendOp::Send, vec![sge(&a.mr, 0, 4096)]),
-            )
-            .unwrap();
-        drive_until(&a, &b, LIMIT, || {
-            while let Some(w) = b.cq.poll_one() {
-                assert_eq!(w.status, WcStatus::Success);
-                if w.opcode == WcOpcode::Recv {
-                    b_recv += 1;
-                    b.nic
-                        .post_recv(&b.qp, RecvWr::new(w.wr_id, vec![sge(&b.mr, 8192, 4096)]))
-                        .unwrap();
+        // a's message to b, then b's answer: each side posts its receive
+        // again once it is taken.
+        for (from, to, count) in [(&a, &b, 1), (&b, &a, 0)] {
+            from.post_send(SendWr::new(i, SendOp::Send, vec![from.sge(0, 4096)]));
+            drive_until(&a, &b, || {
+                while let Some(w) = to.cq.poll_one() {
+                    assert_eq!(w.status, WcStatus::Success);
+                    if w.opcode == WcOpcode::Recv {
+                        received[count] += 1;
+                        to.post_recv(w.wr_id, 8192, 4096);
+                    }
                 }
-            }
-            b_recv > i
-        });
-        b.nic
-            .post_send(
-                &b.qp,
-                SendWr::new(i, SendOp::Send, vec![sge(&b.mr, 0, 4096)]),
-            )
-            .unwrap();
-        drive_until(&a, &b, LIMIT, || {
-            while let Some(w) = a.cq.poll_one() {
-                assert_eq!(w.status, WcStatus::Success);
-                if w.opcode == WcOpcode::Recv {
-                    a_recv += 1;
-                    a.nic
-                        .post_recv(&a.qp, RecvWr::new(w.wr_id, vec![sge(&a.mr, 8192, 4096)]))
-                        .unwrap();
-                }
-            }
-            a_recv > i
-        });
+                received[count] > i
+            });
+        }
     }
-    assert_eq!(bytes(&b, 8192, 4096), bytes(&a, 0, 4096));
-    assert_eq!(bytes(&a, 8192, 4096), bytes(&b, 0, 4096));
-    assert_eq!(
-        a.nic
-            .counters()
-            .drop_bad_icrc
-            .load(std::sync::atomic::Ordering::Relaxed),
-        0
-    );
+    assert_eq!(b.bytes(8192, 4096), a.bytes(0, 4096));
+    assert_eq!(a.bytes(8192, 4096), b.bytes(0, 4096));
+    assert_eq!(a.nic.counters().drop_bad_icrc.load(Relaxed), 0);
 }
 
 #[test]
 fn post_errors_destroy_and_removal() {
-    let (a, b) = pair(3, Progress::Thread, PathMtu::Mtu1024, 1 << 16);
+    let (a, b) = pair(Progress::Thread, PathMtu::Mtu1024, 1 << 16);
     // Too many SGEs, inline too large: typed, synchronous.
-    let many = vec![sge(&a.mr, 0, 1); 5];
+    let many = vec![a.sge(0, 1); 5];
     assert!(matches!(
         a.nic.post_send(&a.qp, SendWr::new(1, SendOp::Send, many)),
         Err(EngineError::Post(PostError::TooManySges { .. }))
@@ -218,13 +140,11 @@ fn post_errors_destroy_and_removal() {
     ));
     // Receives outstanding, then removal: each completes exactly once, flushed.
     for i in 0..10 {
-        b.nic
-            .post_recv(&b.qp, RecvWr::new(i, vec![sge(&b.mr, 0, 64)]))
-            .unwrap();
+        b.post_recv(i, 0, 64);
     }
     std::thread::sleep(Duration::from_millis(20));
     b.nic.remove();
-    let w = wait_n(&b, 10, LIMIT);
+    let w = wait_n(&b, 10);
     let mut ids: Vec<u64> = w.iter().map(|w| w.wr_id).collect();
     ids.sort_unstable();
     assert_eq!(ids, (0..10).collect::<Vec<_>>());
@@ -252,9 +172,9 @@ fn post_errors_destroy_and_removal() {
 /// UDP port: the same address can be opened again at once.
 #[test]
 fn dropping_a_nic_releases_its_port() {
-    let ip: std::net::IpAddr = "127.77.4.1".parse().unwrap();
+    let ip = ndverbs_testkit::addr::v4();
     for _ in 0..3 {
-        let a = ndverbs_engine::nic::Nic::open(ip, Progress::Thread).unwrap();
+        let a = Nic::open(ip, Progress::Thread).unwrap();
         let pd = a.alloc_pd().unwrap();
         let _ = a.create_cq(8).unwrap();
         let _ = pd;
@@ -262,7 +182,7 @@ fn dropping_a_nic_releases_its_port() {
         // The worker may hold the state for one more turn (≤ 100 ms).
         let t0 = std::time::Instant::now();
         loop {
-            match ndverbs_engine::link::udp::RoceSocket::bind(ip) {
+            match RoceSocket::bind(ip) {
                 Ok(s) => {
                     drop(s);
                     break;
@@ -287,65 +207,18 @@ fn dropping_a_nic_releases_its_port() {
 /// exact order.
 #[test]
 fn manual_progress_sends_the_reply_before_the_ack() {
-    use ndverbs_engine::icrc::IcrcCache;
-    use ndverbs_engine::link::udp::RoceSocket;
-    use ndverbs_proto::rc::{AttrMask, QpAttr};
-    use std::net::{IpAddr, SocketAddr};
-
-    /// Fills in the ICRC of `pkt` and sends it to `dst`'s RoCEv2 port.
-    fn send_signed(sock: &RoceSocket, pkt: &mut [u8], dst: IpAddr) {
-        let dst = SocketAddr::new(dst, 4791);
-        IcrcCache::new(sock.addr()).fill(pkt, dst, 0).unwrap();
-        sock.send_to(pkt, dst).unwrap();
-    }
-    use ndverbs_wire::ext::{Aeth, Syndrome};
-    use ndverbs_wire::{bth::Bth, cma::gid_of, opcode::Opcode, packet::Packet};
-
-    let peer_ip = std::net::IpAddr::from([127, 77, 210, 1]);
+    let (peer_ip, b_ip) = ndverbs_testkit::addr::pair_v4();
     let peer = RoceSocket::bind(peer_ip).unwrap();
-    let b = side(
-        std::net::IpAddr::from([127, 77, 210, 2]),
-        Progress::Manual,
-        4096,
-    );
+    let b = side(b_ip, Progress::Manual, 4096);
     let (peer_qpn, peer_psn, b_psn) = (0x51, 0x100, 0x900);
-    let mut attr = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: ALL,
-        ..QpAttr::default()
+    let to_peer = RcConnection {
+        rq_psn: peer_psn,
+        sq_psn: b_psn,
+        ..RcConnection::new(peer_qpn).to_peer(peer_ip)
     };
-    let init = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS;
-    b.nic.modify_qp(b.qp.qpn(), &attr, init).unwrap();
-    attr.qp_state = QpState::Rtr;
-    attr.path_mtu = PathMtu::Mtu1024;
-    attr.dest_qp_num = peer_qpn;
-    attr.rq_psn = peer_psn;
-    attr.av.dgid = gid_of(peer_ip).octets();
-    let rtr = AttrMask::STATE
-        | AttrMask::AV
-        | AttrMask::PATH_MTU
-        | AttrMask::DEST_QPN
-        | AttrMask::RQ_PSN
-        | AttrMask::MAX_DEST_RD_ATOMIC
-        | AttrMask::MIN_RNR_TIMER;
-    b.nic.modify_qp(b.qp.qpn(), &attr, rtr).unwrap();
-    attr.qp_state = QpState::Rts;
-    attr.sq_psn = b_psn;
-    attr.timeout = 14;
-    attr.retry_cnt = 7;
-    attr.rnr_retry = 7;
-    attr.max_rd_atomic = 1;
-    let rts = AttrMask::STATE
-        | AttrMask::SQ_PSN
-        | AttrMask::TIMEOUT
-        | AttrMask::RETRY_CNT
-        | AttrMask::RNR_RETRY
-        | AttrMask::MAX_QP_RD_ATOMIC;
-    b.nic.modify_qp(b.qp.qpn(), &attr, rts).unwrap();
+    b.modify(to_peer.steps());
     for i in 0..2 {
-        b.nic
-            .post_recv(&b.qp, RecvWr::new(i, [sge(&b.mr, 64 * i as usize, 64)]))
-            .unwrap();
+        b.post_recv(i, 64 * i as usize, 64);
     }
     // The peer's SEND ONLY, asking for an ACK.
     let send_from_peer = |psn: u32| {
@@ -375,11 +248,9 @@ fn manual_progress_sends_the_reply_before_the_ack() {
 
     // With a reply: the reply first, then the ACK of the request.
     send_from_peer(peer_psn);
-    let wc = wait_n(&b, 1, LIMIT);
+    let wc = wait_n(&b, 1);
     assert_eq!((wc[0].opcode, wc[0].byte_len), (WcOpcode::Recv, 8));
-    b.nic
-        .post_send(&b.qp, SendWr::new(7, SendOp::Send, [sge(&b.mr, 0, 8)]))
-        .unwrap();
+    b.post_send(SendWr::new(7, SendOp::Send, [b.sge(0, 8)]));
     assert_eq!(next_from_b(), Some((Opcode::RC_SEND_ONLY, b_psn)));
     assert_eq!(next_from_b(), Some((Opcode::RC_ACK, peer_psn)));
     // The peer acknowledges the reply (or b would send it again).
@@ -388,12 +259,12 @@ fn manual_progress_sends_the_reply_before_the_ack() {
     let mut abuf = [0u8; 32];
     let n = ack.write(&mut abuf).unwrap();
     send_signed(&peer, &mut abuf[..n], b.nic.local());
-    let wc = wait_n(&b, 1, LIMIT);
+    let wc = wait_n(&b, 1);
     assert_eq!((wc[0].wr_id, wc[0].status), (7, WcStatus::Success));
 
     // Without one: the ACK leaves with the next progress call.
     send_from_peer(peer_psn + 1);
-    let wc = wait_n(&b, 1, LIMIT);
+    let wc = wait_n(&b, 1);
     assert_eq!(wc[0].opcode, WcOpcode::Recv);
     b.nic.progress();
     assert_eq!(next_from_b(), Some((Opcode::RC_ACK, peer_psn + 1)));
@@ -401,11 +272,9 @@ fn manual_progress_sends_the_reply_before_the_ack() {
 
     // Nor is it lost when the QP goes away first (an application that took
     // its last message and tears down: the peer's send must complete).
-    b.nic
-        .post_recv(&b.qp, RecvWr::new(2, [sge(&b.mr, 128, 64)]))
-        .unwrap();
+    b.post_recv(2, 128, 64);
     send_from_peer(peer_psn + 2);
-    let wc = wait_n(&b, 1, LIMIT);
+    let wc = wait_n(&b, 1);
     assert_eq!(wc[0].opcode, WcOpcode::Recv);
     b.nic.destroy_qp(b.qp.qpn()).unwrap();
     assert_eq!(next_from_b(), Some((Opcode::RC_ACK, peer_psn + 2)));

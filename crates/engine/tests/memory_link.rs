@@ -6,15 +6,14 @@
 
 mod common;
 
+use common::cm::{self, accept_args, connect_args, done, outcome};
 use common::*;
 use ndverbs_engine::config::{CmTimers, NicConfig, Progress};
 use ndverbs_engine::ep::{AcceptArgs, ConnectArgs, EpError};
 use ndverbs_engine::link::faults::FaultConfig;
 use ndverbs_engine::link::memory::MemoryLink;
-use ndverbs_engine::nic::{sge, Nic};
-use ndverbs_proto::rc::{
-    PathMtu, QpCaps, QpState, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcStatus,
-};
+use ndverbs_engine::nic::Nic;
+use ndverbs_proto::rc::{PathMtu, QpState, SendOp, SendWr, WcOpcode, WcStatus};
 use std::net::IpAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
@@ -23,7 +22,8 @@ use std::time::{Duration, Instant};
 const T: Duration = Duration::from_secs(20);
 const KIB: usize = 1024;
 
-/// Two NICs on a memory pair at 10.77.`net`.1 and .2.
+/// Two NICs on a memory pair at 10.77.`net`.1 and .2. Fixed addresses: a
+/// memory link binds nothing, so no other test can hold them.
 fn nics(net: u8, config: NicConfig) -> (Nic, Nic) {
     let (ia, ib) = (
         IpAddr::from([10, 77, net, 1]),
@@ -43,13 +43,10 @@ fn threaded() -> NicConfig {
     }
 }
 
+/// WRITE of `len` bytes at `off` of a's region to the same place in b's.
 fn write(a: &Side, b: &Side, id: u64, off: usize, len: usize) {
-    let remote = RemoteAddr {
-        va: b.mr.addr() + off as u64,
-        rkey: b.mr.rkey(),
-    };
-    let wr = SendWr::new(id, SendOp::Write(remote), vec![sge(&a.mr, off, len as u32)]);
-    a.nic.post_send(&a.qp, wr).unwrap();
+    let wr = SendWr::new(id, SendOp::Write(b.remote(off)), vec![a.sge(off, len)]);
+    a.post_send(wr);
 }
 
 #[test]
@@ -59,37 +56,25 @@ fn rc_write_read_send_without_sockets() {
     // WRITE 1 MiB: 256 packets, leaving in GSO runs.
     a.mr.write(0, &pattern(1, 1024 * KIB)).unwrap();
     write(&a, &b, 1, 0, 1024 * KIB);
-    let w = wait_n(&a, 1, T);
+    let w = wait_n(&a, 1);
     assert_eq!((w[0].wr_id, w[0].status), (1, WcStatus::Success));
-    assert_eq!(bytes(&b, 0, 1024 * KIB), pattern(1, 1024 * KIB));
+    assert_eq!(b.bytes(0, 1024 * KIB), pattern(1, 1024 * KIB));
     // READ 256 KiB back into A's second MiB.
     b.mr.write(1024 * KIB, &pattern(2, 256 * KIB)).unwrap();
-    let remote = RemoteAddr {
-        va: b.mr.addr() + (1024 * KIB) as u64,
-        rkey: b.mr.rkey(),
-    };
-    let local = sge(&a.mr, 1024 * KIB, (256 * KIB) as u32);
-    a.nic
-        .post_send(&a.qp, SendWr::new(2, SendOp::Read(remote), vec![local]))
-        .unwrap();
-    let w = wait_n(&a, 1, T);
+    let read = SendOp::Read(b.remote(1024 * KIB));
+    a.post_send(SendWr::new(2, read, vec![a.sge(1024 * KIB, 256 * KIB)]));
+    let w = wait_n(&a, 1);
     assert_eq!((w[0].wr_id, w[0].status), (2, WcStatus::Success));
-    assert_eq!(bytes(&a, 1024 * KIB, 256 * KIB), pattern(2, 256 * KIB));
+    assert_eq!(a.bytes(1024 * KIB, 256 * KIB), pattern(2, 256 * KIB));
     // SEND 64 KiB into a posted receive.
-    b.nic
-        .post_recv(
-            &b.qp,
-            RecvWr::new(9, vec![sge(&b.mr, 2048 * KIB, (64 * KIB) as u32)]),
-        )
-        .unwrap();
+    b.post_recv(9, 2048 * KIB, 64 * KIB);
     a.mr.write(2048 * KIB, &pattern(3, 64 * KIB)).unwrap();
-    let wr = SendWr::new(
+    a.post_send(SendWr::new(
         3,
         SendOp::Send,
-        vec![sge(&a.mr, 2048 * KIB, (64 * KIB) as u32)],
-    );
-    a.nic.post_send(&a.qp, wr).unwrap();
-    let (wa, wb) = (wait_n(&a, 1, T), wait_n(&b, 1, T));
+        vec![a.sge(2048 * KIB, 64 * KIB)],
+    ));
+    let (wa, wb) = (wait_n(&a, 1), wait_n(&b, 1));
     assert_eq!(
         (wa[0].status, wb[0].status),
         (WcStatus::Success, WcStatus::Success)
@@ -98,16 +83,10 @@ fn rc_write_read_send_without_sockets() {
         (wb[0].opcode, wb[0].byte_len),
         (WcOpcode::Recv, (64 * KIB) as u32)
     );
-    assert_eq!(bytes(&b, 2048 * KIB, 64 * KIB), pattern(3, 64 * KIB));
+    assert_eq!(b.bytes(2048 * KIB, 64 * KIB), pattern(3, 64 * KIB));
     let c = a.nic.counters();
     assert!(c.gso_runs.load(Relaxed) > 0 && c.zero_copy_packets.load(Relaxed) > 0);
     assert_eq!(b.nic.counters().drop_bad_icrc.load(Relaxed), 0);
-}
-
-fn bytes(s: &Side, off: usize, len: usize) -> Vec<u8> {
-    let mut v = vec![0; len];
-    s.mr.read(off, &mut v).unwrap();
-    v
 }
 
 /// Manual progress, each side sleeping in `progress_wait` on the link's
@@ -126,9 +105,7 @@ fn manual_progress_pingpong_without_sockets() {
     std::thread::scope(|s| {
         // B echoes every message it receives.
         s.spawn(|| {
-            b.nic
-                .post_recv(&b.qp, RecvWr::new(0, vec![sge(&b.mr, 0, 64)]))
-                .unwrap();
+            b.post_recv(0, 0, 64);
             let mut echoed = 0;
             while echoed < rounds {
                 assert!(t0.elapsed() < T, "B stalled at {echoed}");
@@ -136,11 +113,8 @@ fn manual_progress_pingpong_without_sockets() {
                 while let Some(w) = b.cq.poll_one() {
                     assert_eq!(w.status, WcStatus::Success, "{w:?}");
                     if w.opcode == WcOpcode::Recv {
-                        b.nic
-                            .post_recv(&b.qp, RecvWr::new(0, vec![sge(&b.mr, 0, 64)]))
-                            .unwrap();
-                        let wr = SendWr::new(1, SendOp::Send, vec![sge(&b.mr, 0, 8)]);
-                        b.nic.post_send(&b.qp, wr).unwrap();
+                        b.post_recv(0, 0, 64);
+                        b.post_send(SendWr::new(1, SendOp::Send, vec![b.sge(0, 8)]));
                         echoed += 1;
                     }
                 }
@@ -151,12 +125,9 @@ fn manual_progress_pingpong_without_sockets() {
             }
         });
         for i in 0..rounds {
-            a.nic
-                .post_recv(&a.qp, RecvWr::new(i, vec![sge(&a.mr, 64, 64)]))
-                .unwrap();
+            a.post_recv(i, 64, 64);
             a.mr.write(0, &i.to_le_bytes()).unwrap();
-            let wr = SendWr::new(i, SendOp::Send, vec![sge(&a.mr, 0, 8)]);
-            a.nic.post_send(&a.qp, wr).unwrap();
+            a.post_send(SendWr::new(i, SendOp::Send, vec![a.sge(0, 8)]));
             let (mut sent, mut echo) = (false, false);
             while !(sent && echo) {
                 assert!(t0.elapsed() < T, "A stalled at {i}");
@@ -169,7 +140,7 @@ fn manual_progress_pingpong_without_sockets() {
                     }
                 }
             }
-            assert_eq!(bytes(&a, 64, 8), i.to_le_bytes());
+            assert_eq!(a.bytes(64, 8), i.to_le_bytes());
         }
         a_done.store(true, Relaxed);
     });
@@ -182,7 +153,7 @@ const FAST: CmTimers = CmTimers {
     max_cm_retries: 3,
 };
 
-fn cm_sides(net: u8) -> (CmSide, CmSide) {
+fn cm_sides(net: u8) -> (Side, Side) {
     let (a, b) = nics(
         net,
         NicConfig {
@@ -190,82 +161,34 @@ fn cm_sides(net: u8) -> (CmSide, CmSide) {
             ..threaded()
         },
     );
-    let caps = QpCaps {
-        max_send_wr: 64,
-        max_send_sge: 2,
-        max_inline_data: 64,
-        sq_sig_all: false,
-    };
-    (
-        cm_side(a, caps, 256, 64, 1 << 16),
-        cm_side(b, caps, 256, 64, 1 << 16),
-    )
+    let shape = Shape::queues(64, 2, 64, 256, 1 << 16);
+    (cm_side(a, shape), cm_side(b, shape))
 }
 
 /// Connects `a` to `b` through the CM and sends one message; returns the
 /// endpoints.
-fn cm_connect(a: &CmSide, b: &CmSide, port: u16) -> (u32, u32) {
-    let l = b.ad.create_ep().unwrap();
-    b.ad.ep_listen(l, port, 4).unwrap();
-    let eb = b.ad.create_ep().unwrap();
-    let req = b.ad.ep_get_request(l, eb).unwrap();
-    let ea = a.ad.create_ep().unwrap();
+fn cm_connect(a: &Side, b: &Side, port: u16) -> (u32, u32) {
     let args = ConnectArgs {
-        remote: b.ad.local(),
-        remote_port: port,
-        local_port: 40000,
-        responder_resources: 4,
-        initiator_depth: 4,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        path_mtu: PathMtu::Mtu1024,
         private_data: b"from a".to_vec(),
+        ..connect_args(b.nic.local(), port)
     };
-    let conn = a.ad.ep_connect(ea, a.qp.qpn(), args).unwrap();
-    let info = req.wait_timeout(T).expect("request").unwrap();
-    assert_eq!(&info.private_data[..6], b"from a");
     let accept = AcceptArgs {
-        responder_resources: 4,
-        initiator_depth: 4,
-        rnr_retry_count: 7,
         private_data: b"from b".to_vec(),
+        ..accept_args()
     };
-    let acc = b.ad.ep_accept(eb, b.qp.qpn(), accept).unwrap();
-    let ci = conn.wait_timeout(T).expect("connect").unwrap();
-    assert_eq!(&ci.private_data[..6], b"from b");
-    a.ad.ep_complete_connect(ea, a.qp.qpn())
-        .unwrap()
-        .wait_timeout(T)
-        .expect("complete")
-        .unwrap();
-    acc.wait_timeout(T).expect("accept").unwrap();
+    let c = cm::establish(a, b, cm::listen(b, port), args, accept);
+    assert_eq!(&c.request.private_data[..6], b"from a");
+    assert_eq!(&c.reply.private_data[..6], b"from b");
     assert_eq!((a.qp.state(), b.qp.state()), (QpState::Rts, QpState::Rts));
-    b.ad.post_recv(&b.qp, RecvWr::new(7, vec![sge(&b.mr, 0, 64)]))
-        .unwrap();
+    b.post_recv(7, 0, 64);
     a.mr.write(0, b"ping").unwrap();
-    a.ad.post_send(&a.qp, SendWr::new(1, SendOp::Send, vec![sge(&a.mr, 0, 4)]))
-        .unwrap();
-    let (wa, wb) = (wait_cq(a, 1), wait_cq(b, 1));
+    a.post_send(SendWr::new(1, SendOp::Send, vec![a.sge(0, 4)]));
+    let (wa, wb) = (wait_n(a, 1), wait_n(b, 1));
     assert_eq!(
         (wa[0].status, wb[0].status),
         (WcStatus::Success, WcStatus::Success)
     );
-    (ea, eb)
-}
-
-fn wait_cq(s: &CmSide, n: usize) -> Vec<ndverbs_proto::rc::WorkCompletion> {
-    let t0 = Instant::now();
-    let mut v = Vec::new();
-    while v.len() < n {
-        match s.cq.poll_one() {
-            Some(w) => v.push(w),
-            None => {
-                assert!(t0.elapsed() < T, "timed out with {v:?}");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-    }
-    v
+    (c.ea, c.eb)
 }
 
 #[test]
@@ -274,23 +197,21 @@ fn cm_connect_and_disconnect_without_sockets() {
     let (ea, eb) = cm_connect(&a, &b, 7001);
     // B waits for the disconnect with a receive outstanding; A's DREQ
     // notifies it, B's Disconnect answers with the DREP that completes A's.
-    let notify = b.ad.ep_notify_disconnect(eb).unwrap();
-    b.ad.post_recv(&b.qp, RecvWr::new(8, vec![sge(&b.mr, 0, 64)]))
-        .unwrap();
-    let da = a.ad.ep_disconnect(ea, a.qp.qpn()).unwrap();
-    notify.wait_timeout(T).expect("B notified").unwrap();
-    b.ad.ep_disconnect(eb, b.qp.qpn())
-        .unwrap()
-        .wait_timeout(T)
-        .expect("B's disconnect")
-        .unwrap();
-    da.wait_timeout(T).expect("A's disconnect").unwrap();
-    let w = wait_cq(&b, 1);
+    let notify = b.nic.ep_notify_disconnect(eb).unwrap();
+    b.post_recv(8, 0, 64);
+    let da = a.nic.ep_disconnect(ea, a.qp.qpn()).unwrap();
+    done(notify, "B notified");
+    done(
+        b.nic.ep_disconnect(eb, b.qp.qpn()).unwrap(),
+        "B's disconnect",
+    );
+    done(da, "A's disconnect");
+    let w = wait_n(&b, 1);
     assert_eq!((w[0].wr_id, w[0].status), (8, WcStatus::WrFlushErr));
     assert_eq!((a.qp.state(), b.qp.state()), (QpState::Err, QpState::Err));
     // A second disconnect is refused: the connection is over.
-    assert!(a.ad.ep_disconnect(ea, a.qp.qpn()).is_err());
-    assert_eq!(a.ad.counters().drop_bad_icrc.load(Relaxed), 0);
+    assert!(a.nic.ep_disconnect(ea, a.qp.qpn()).is_err());
+    assert_eq!(a.nic.counters().drop_bad_icrc.load(Relaxed), 0);
 }
 
 /// The fault layer wraps any link: a lossy memory pair still carries a CM
@@ -300,33 +221,28 @@ fn cm_connect_and_disconnect_without_sockets() {
 fn faults_wrap_a_memory_link_too() {
     let (a, b) = cm_sides(4);
     let lossy = FaultConfig::parse("loss=0.05,dup=0.02,reorder=0.02,corrupt=0.01,seed=9").unwrap();
-    a.ad.set_faults(Some(lossy)).unwrap();
-    b.ad.set_faults(Some(FaultConfig { seed: 10, ..lossy }))
+    a.nic.set_faults(Some(lossy)).unwrap();
+    b.nic
+        .set_faults(Some(FaultConfig { seed: 10, ..lossy }))
         .unwrap();
     let (ea, _eb) = cm_connect(&a, &b, 7002);
-    let remote = RemoteAddr {
-        va: b.mr.addr(),
-        rkey: b.mr.rkey(),
-    };
     a.mr.write(0, &pattern(4, 1 << 16)).unwrap();
-    let wr = SendWr::new(2, SendOp::Write(remote), vec![sge(&a.mr, 0, 1 << 16)]);
-    a.ad.post_send(&a.qp, wr).unwrap();
-    let w = wait_cq(&a, 1);
+    write(&a, &b, 2, 0, 1 << 16);
+    let w = wait_n(&a, 1);
     assert_eq!((w[0].wr_id, w[0].status), (2, WcStatus::Success));
-    let mut got = vec![0; 1 << 16];
-    b.mr.read(0, &mut got).unwrap();
-    assert!(got == pattern(4, 1 << 16));
+    assert!(b.bytes(0, 1 << 16) == pattern(4, 1 << 16));
     let (fa, fb) = (
-        a.ad.fault_counters().unwrap(),
-        b.ad.fault_counters().unwrap(),
+        a.nic.fault_counters().unwrap(),
+        b.nic.fault_counters().unwrap(),
     );
     assert!(fa.packets > 0 && fb.packets > 0, "a {fa:?} b {fb:?}");
     // Everything B sends is now lost on the way to A: A's DREQ times out.
-    a.ad.set_faults(Some(FaultConfig {
-        loss: 1.0,
-        ..FaultConfig::default()
-    }))
-    .unwrap();
-    let r = a.ad.ep_disconnect(ea, a.qp.qpn()).unwrap().wait_timeout(T);
-    assert_eq!(r.expect("bounded"), Err(EpError::Timeout));
+    a.nic
+        .set_faults(Some(FaultConfig {
+            loss: 1.0,
+            ..FaultConfig::default()
+        }))
+        .unwrap();
+    let r = outcome(a.nic.ep_disconnect(ea, a.qp.qpn()).unwrap(), "A");
+    assert_eq!(r, Err(EpError::Timeout));
 }

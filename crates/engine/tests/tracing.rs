@@ -8,13 +8,14 @@
 
 mod common;
 
-use common::CmSide as Side;
+use common::cm::{self, accept_args, connect_args, done, CM_LIMIT as T};
+use common::{cm_side, wait_n, Shape, Side};
 use ndverbs_engine::config::{CmTimers, NicConfig, Progress};
-use ndverbs_engine::cq::CompletionQueue;
 use ndverbs_engine::ep::{AcceptArgs, ConnectArgs};
-use ndverbs_engine::nic::{sge, Nic};
-use ndverbs_proto::rc::{PathMtu, QpCaps, RecvWr, SendOp, SendWr, WcStatus};
+use ndverbs_engine::nic::Nic;
+use ndverbs_proto::rc::{SendOp, SendWr, WcStatus};
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tracing::field::{Field, Visit};
@@ -24,7 +25,6 @@ use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
 
-const T: Duration = Duration::from_secs(20);
 const FAST: CmTimers = CmTimers {
     packet_life_time: 12,
     cm_response_timeout: 12,
@@ -153,80 +153,65 @@ fn records() -> Vec<Rec> {
 /// A NIC with one QP in INIT; `fast`: short CM timers, hence short
 /// transport timeouts (else Linux's, so that a loaded machine does not make
 /// the transport retransmit).
-fn side(ip: &str, fast: bool) -> Side {
-    let ip = ip.parse().unwrap();
-    let ad = if fast {
-        Nic::open_with(
-            ip,
-            NicConfig {
-                progress: Progress::Thread,
-                cm_timers: FAST,
-                ..NicConfig::from_env()
-            },
-        )
-        .unwrap()
+fn side(ip: IpAddr, fast: bool) -> Side {
+    let nic = if fast {
+        let config = NicConfig {
+            progress: Progress::Thread,
+            cm_timers: FAST,
+            ..NicConfig::from_env()
+        };
+        Nic::open_with(ip, config).unwrap()
     } else {
         Nic::open(ip, Progress::Thread).unwrap()
     };
-    let caps = QpCaps {
-        max_send_wr: 64,
-        max_send_sge: 1,
-        max_inline_data: 0,
-        sq_sig_all: false,
-    };
-    common::cm_side(ad, caps, 256, 256, 1 << 12)
+    cm_side(nic, Shape::queues(256, 1, 0, 256, 1 << 12))
 }
 
-/// Connects `a` to `b` listening on `port`; returns (ep_a, ep_b).
+/// Two sides on a fresh address pair, connected through the CM, with the
+/// recorder listening.
+struct Traced {
+    a: Side,
+    b: Side,
+    /// The addresses as the `nic` spans write them.
+    ia: String,
+    ib: String,
+    ea: u32,
+    eb: u32,
+}
+
+/// [`Traced`] sides (see [`side`] for `fast`), B listening on `port`, A
+/// connecting with `retry_count` transport retries.
+fn traced(fast: bool, port: u16, retry_count: u8) -> Traced {
+    recorder();
+    let (ia, ib) = ndverbs_testkit::addr::pair_v4();
+    let (a, b) = (side(ia, fast), side(ib, fast));
+    let (ea, eb) = connect(&a, &b, port, retry_count);
+    Traced {
+        a,
+        b,
+        ia: ia.to_string(),
+        ib: ib.to_string(),
+        ea,
+        eb,
+    }
+}
+
+/// Connects `a` to `b` listening on `port` (one READ/atomic each way);
+/// returns (ep_a, ep_b).
 fn connect(a: &Side, b: &Side, port: u16, retry_count: u8) -> (u32, u32) {
-    let l = b.ad.create_ep().unwrap();
-    b.ad.ep_listen(l, port, 4).unwrap();
-    let eb = b.ad.create_ep().unwrap();
-    let req = b.ad.ep_get_request(l, eb).unwrap();
-    let ea = a.ad.create_ep().unwrap();
     let args = ConnectArgs {
-        remote: b.ad.local(),
-        remote_port: port,
-        local_port: 40000,
         responder_resources: 1,
         initiator_depth: 1,
         retry_count,
-        rnr_retry_count: 7,
-        path_mtu: PathMtu::Mtu1024,
-        private_data: Vec::new(),
+        ..connect_args(b.nic.local(), port)
     };
-    let conn = a.ad.ep_connect(ea, a.qp.qpn(), args).unwrap();
-    req.wait_timeout(T).expect("request").unwrap();
     let accept = AcceptArgs {
         responder_resources: 1,
         initiator_depth: 1,
-        rnr_retry_count: 7,
-        private_data: Vec::new(),
+        ..accept_args()
     };
-    let acc = b.ad.ep_accept(eb, b.qp.qpn(), accept).unwrap();
-    conn.wait_timeout(T).expect("connect").unwrap();
-    a.ad.ep_complete_connect(ea, a.qp.qpn())
-        .unwrap()
-        .wait_timeout(T)
-        .expect("complete")
-        .unwrap();
-    acc.wait_timeout(T).expect("accept").unwrap();
-    (ea, eb)
-}
-
-fn wait(cq: &CompletionQueue, n: usize) -> Vec<ndverbs_proto::rc::WorkCompletion> {
-    let t0 = std::time::Instant::now();
-    let mut v = Vec::new();
-    while v.len() < n {
-        match cq.poll_one() {
-            Some(w) => v.push(w),
-            None => {
-                assert!(t0.elapsed() < T, "timed out with {v:?}");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-    }
-    v
+    let c = cm::establish(a, b, cm::listen(b, port), args, accept);
+    (c.ea, c.eb)
 }
 
 /// The spans called `name` opened on NIC `local` with these fields.
@@ -274,30 +259,33 @@ fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
 
 #[test]
 fn connect_send_disconnect_as_spans_and_events() {
-    recorder();
-    let (ia, ib) = ("127.79.1.1", "127.79.1.2");
-    let (a, b) = (side(ia, false), side(ib, false));
-    let (qa, qb) = (a.qp.qpn(), b.qp.qpn());
-    let (ea, eb) = connect(&a, &b, 7201, 7);
+    let Traced {
+        a,
+        b,
+        ia,
+        ib,
+        ea,
+        eb,
+    } = traced(false, 7201, 7);
+    let (ia, ib, qa, qb) = (ia.as_str(), ib.as_str(), a.qp.qpn(), b.qp.qpn());
 
     // Data: 200 SENDs (and as many ACKs) must not add a single event at
     // debug or above: nothing is logged per packet.
     let before = records().len();
     for i in 0..200u64 {
-        b.ad.post_recv(&b.qp, RecvWr::new(i, vec![sge(&b.mr, 0, 64)]))
-            .unwrap();
+        b.post_recv(i, 0, 64);
     }
     a.mr.write(0, b"ping").unwrap();
     for i in 0..200u64 {
-        let mut wr = SendWr::new(i, SendOp::Send, vec![sge(&a.mr, 0, 4)]);
+        let mut wr = SendWr::new(i, SendOp::Send, vec![a.sge(0, 4)]);
         wr.signaled = true;
-        a.ad.post_send(&a.qp, wr).unwrap();
+        a.post_send(wr);
         if i % 32 == 31 {
-            wait(&a.cq, 32);
+            wait_n(&a, 32);
         }
     }
-    wait(&a.cq, 200 - 192);
-    let got = wait(&b.cq, 200);
+    wait_n(&a, 200 - 192);
+    let got = wait_n(&b, 200);
     assert!(got.iter().all(|w| w.status == WcStatus::Success));
     let chatter: Vec<Rec> = records()[before..]
         .iter()
@@ -308,18 +296,13 @@ fn connect_send_disconnect_as_spans_and_events() {
     assert!(chatter.is_empty(), "per-packet logging: {chatter:#?}");
 
     // One receive outstanding on B: B's Disconnect flushes it.
-    b.ad.post_recv(&b.qp, RecvWr::new(999, vec![sge(&b.mr, 0, 64)]))
-        .unwrap();
-    let notify = b.ad.ep_notify_disconnect(eb).unwrap();
-    let da = a.ad.ep_disconnect(ea, qa).unwrap();
-    notify.wait_timeout(T).expect("notify").unwrap();
-    b.ad.ep_disconnect(eb, qb)
-        .unwrap()
-        .wait_timeout(T)
-        .expect("B disconnect")
-        .unwrap();
-    da.wait_timeout(T).expect("A disconnect").unwrap();
-    let flushed = wait(&b.cq, 1);
+    b.post_recv(999, 0, 64);
+    let notify = b.nic.ep_notify_disconnect(eb).unwrap();
+    let da = a.nic.ep_disconnect(ea, qa).unwrap();
+    done(notify, "notify");
+    done(b.nic.ep_disconnect(eb, qb).unwrap(), "B disconnect");
+    done(da, "A disconnect");
+    let flushed = wait_n(&b, 1);
     assert_eq!(flushed[0].status, WcStatus::WrFlushErr);
 
     let recs = records();
@@ -343,23 +326,24 @@ fn connect_send_disconnect_as_spans_and_events() {
         1
     );
     // Phases in the documented order.
-    assert_eq!(phases(&recs, ia, "ep_connect", ea, qa), ["cm_phase"]);
-    assert_eq!(
-        phases(&recs, ia, "ep_complete_connect", ea, qa),
-        ["qp_phase", "cm_phase"]
+    let (cm_only, qp_cm, cm_qp) = (
+        &["cm_phase"][..],
+        &["qp_phase", "cm_phase"][..],
+        &["cm_phase", "qp_phase"][..],
     );
-    assert_eq!(
-        phases(&recs, ib, "ep_accept", eb, qb),
-        ["qp_phase", "cm_phase"]
-    );
-    assert_eq!(
-        phases(&recs, ia, "ep_disconnect", ea, qa),
-        ["cm_phase", "qp_phase"]
-    );
-    assert_eq!(
-        phases(&recs, ib, "ep_disconnect", eb, qb),
-        ["cm_phase", "qp_phase"]
-    );
+    for (local, request, ep, qp, order) in [
+        (ia, "ep_connect", ea, qa, cm_only),
+        (ia, "ep_complete_connect", ea, qa, qp_cm),
+        (ib, "ep_accept", eb, qb, qp_cm),
+        (ia, "ep_disconnect", ea, qa, cm_qp),
+        (ib, "ep_disconnect", eb, qb, cm_qp),
+    ] {
+        assert_eq!(
+            phases(&recs, local, request, ep, qp),
+            order,
+            "{request} on {local}"
+        );
+    }
     // Every QP state change, once; the ones a request made sit in its QP phase.
     let up = [
         ("Reset", "Init"),
@@ -465,21 +449,18 @@ fn connect_send_disconnect_as_spans_and_events() {
 
 #[test]
 fn exhausted_retries_warn_and_removal_is_a_span() {
-    recorder();
-    let (ia, ib) = ("127.79.2.1", "127.79.2.2");
-    let (a, b) = (side(ia, true), side(ib, true));
-    let (qa, qb) = (a.qp.qpn(), b.qp.qpn());
-    connect(&a, &b, 7202, 1);
-    b.ad.post_recv(&b.qp, RecvWr::new(5, vec![sge(&b.mr, 0, 64)]))
-        .unwrap();
+    // One transport retry, so that the unanswered SEND gives up soon.
+    let Traced { a, b, ia, ib, .. } = traced(true, 7202, 1);
+    let (ia, ib, qa, qb) = (ia.as_str(), ib.as_str(), a.qp.qpn(), b.qp.qpn());
+    b.post_recv(5, 0, 64);
     // B goes away: its receive flushes inside the removal span, and A's
     // SEND is never answered.
-    b.ad.remove();
-    assert_eq!(wait(&b.cq, 1)[0].status, WcStatus::WrFlushErr);
-    let mut wr = SendWr::new(77, SendOp::Send, vec![sge(&a.mr, 0, 4)]);
+    b.nic.remove();
+    assert_eq!(wait_n(&b, 1)[0].status, WcStatus::WrFlushErr);
+    let mut wr = SendWr::new(77, SendOp::Send, vec![a.sge(0, 4)]);
     wr.signaled = true;
-    a.ad.post_send(&a.qp, wr).unwrap();
-    let w = wait(&a.cq, 1);
+    a.post_send(wr);
+    let w = wait_n(&a, 1);
     assert_eq!(w[0].status, WcStatus::RetryExcErr);
 
     let recs = records();

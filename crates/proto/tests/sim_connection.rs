@@ -36,6 +36,8 @@
 //!
 //! A failing seed prints its replay command.
 
+#[path = "common/qp.rs"]
+mod qp;
 #[path = "common/rng.rs"]
 mod rng;
 
@@ -46,8 +48,8 @@ use ndverbs_proto::cm::{
 use ndverbs_proto::mem::testing::{MrKeys, VecMemory};
 use ndverbs_proto::mem::Access;
 use ndverbs_proto::rc::{
-    AttrMask, QpAttr, QpCaps, QpState, RcConnection, RcQp, RecvQueue, RecvWr, RemoteAddr, SendOp,
-    SendWr, WcOpcode, WcStatus, WorkCompletion,
+    QpCaps, QpState, RcConnection, RcQp, RecvQueue, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 use ndverbs_proto::time::{Duration, Instant};
 use ndverbs_wire::cma;
@@ -465,18 +467,11 @@ impl Node {
     }
 
     fn move_to_error(&mut self) {
-        if !matches!(self.qp.state(), QpState::Err | QpState::Reset) {
-            self.qp
-                .modify(
-                    &QpAttr {
-                        qp_state: QpState::Err,
-                        ..QpAttr::default()
-                    },
-                    AttrMask::STATE,
-                )
-                .unwrap();
+        if self.qp.state() == QpState::Reset {
+            self.qp.flush_recv(&mut self.rq);
+        } else {
+            qp::move_to_error(&mut self.qp, &mut self.rq);
         }
-        self.qp.flush_recv(&mut self.rq);
     }
 
     fn wr(&self, op: &Op, i: usize, sc: &Scenario, peer: &Regions, peer_atom_init: u64) -> SendWr {

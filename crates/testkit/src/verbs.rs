@@ -7,7 +7,9 @@
 //! * [`RcParams`] and [`connect_qps`]: the RESET → INIT → RTR → RTS ladder
 //!   for QPs a test made itself (on an SRQ, in a second PD, …) —
 //!   [`RcParams::init`], [`RcParams::rtr`] and [`RcParams::rts`] give each
-//!   step's attributes for tests that walk it themselves.
+//!   step's attributes for tests that walk it themselves. The values are
+//!   handed to [`RcConnection`] ([`RcParams::connection`]), the one place the
+//!   ladder is written.
 //! * [`Pump`]: `total` operations with at most `window` in flight, each
 //!   completion checked to arrive exactly once and successfully;
 //!   [`Pair::send`], [`Pair::write`] and [`Pair::read`] run one with every
@@ -21,6 +23,7 @@
 //! pair.write(64, 16 << 10, 8); // 64 WRITEs of 16 KiB, 8 in flight, verified at b
 //! ```
 
+use ndverbs_verbs::RcConnection;
 use ndverbs_verbs::{
     Access, AttrMask, ConnectArgs, Cq, Device, DeviceConfig, Mr, PathMtu, Pd, Progress, Qp, QpAttr,
     QpInitAttr, QpState, RecvWr, RemoteAddr, SendOp, SendWr, WcStatus, WorkCompletion,
@@ -91,73 +94,49 @@ impl RcParams {
         }
     }
 
+    /// This side's connection to QP `dest_qpn` at `peer` as an
+    /// [`RcConnection`], which writes the ladder once for every user; the
+    /// READ/atomic depth applies both ways.
+    pub fn connection(&self, dest_qpn: u32, peer: IpAddr) -> RcConnection {
+        RcConnection {
+            path_mtu: self.mtu,
+            sq_psn: self.sq_psn,
+            rq_psn: self.rq_psn,
+            access: self.access,
+            max_rd_atomic: self.rd_atomic,
+            max_dest_rd_atomic: self.rd_atomic,
+            min_rnr_timer: self.min_rnr_timer,
+            timeout: self.timeout,
+            retry_cnt: self.retry_cnt,
+            rnr_retry: self.rnr_retry,
+            ..RcConnection::new(dest_qpn).to_peer(peer)
+        }
+    }
+
+    /// The steps that name no peer (INIT, RTS) take their values from here.
+    fn unaddressed(&self) -> RcConnection {
+        self.connection(0, IpAddr::from([0u8; 4]))
+    }
+
     /// RESET → INIT.
     pub fn init(&self) -> (QpAttr, AttrMask) {
-        let a = QpAttr {
-            qp_state: QpState::Init,
-            qp_access_flags: self.access,
-            port_num: 1,
-            ..QpAttr::default()
-        };
-        (
-            a,
-            AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-        )
+        self.unaddressed().init()
     }
 
     /// INIT → RTR towards QP `dest_qpn` at `peer`.
     pub fn rtr(&self, dest_qpn: u32, peer: IpAddr) -> (QpAttr, AttrMask) {
-        let mut a = QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: self.mtu,
-            dest_qp_num: dest_qpn,
-            rq_psn: self.rq_psn,
-            max_dest_rd_atomic: self.rd_atomic,
-            min_rnr_timer: self.min_rnr_timer,
-            ..QpAttr::default()
-        };
-        a.av.dgid = gid_of(peer);
-        a.av.hop_limit = 64;
-        (
-            a,
-            AttrMask::STATE
-                | AttrMask::AV
-                | AttrMask::PATH_MTU
-                | AttrMask::DEST_QPN
-                | AttrMask::RQ_PSN
-                | AttrMask::MAX_DEST_RD_ATOMIC
-                | AttrMask::MIN_RNR_TIMER,
-        )
+        self.connection(dest_qpn, peer).rtr()
     }
 
     /// RTR → RTS.
     pub fn rts(&self) -> (QpAttr, AttrMask) {
-        let a = QpAttr {
-            qp_state: QpState::Rts,
-            sq_psn: self.sq_psn,
-            timeout: self.timeout,
-            retry_cnt: self.retry_cnt,
-            rnr_retry: self.rnr_retry,
-            max_rd_atomic: self.rd_atomic,
-            ..QpAttr::default()
-        };
-        (
-            a,
-            AttrMask::STATE
-                | AttrMask::SQ_PSN
-                | AttrMask::TIMEOUT
-                | AttrMask::RETRY_CNT
-                | AttrMask::RNR_RETRY
-                | AttrMask::MAX_QP_RD_ATOMIC,
-        )
+        self.unaddressed().rts()
     }
 
-    /// Moves `qp` from RESET to RTS towards QP `dest_qpn` at `peer`.
+    /// Moves `qp` from RESET (or INIT) to RTS towards QP `dest_qpn` at
+    /// `peer` ([`Qp::connect`]).
     pub fn connect(&self, qp: &Qp, dest_qpn: u32, peer: IpAddr) -> ndverbs_verbs::Result<()> {
-        for (a, m) in [self.init(), self.rtr(dest_qpn, peer), self.rts()] {
-            qp.modify(&a, m)?;
-        }
-        Ok(())
+        qp.connect(&self.connection(dest_qpn, peer))
     }
 }
 
@@ -170,6 +149,7 @@ pub fn connect_qps(a: &Qp, a_addr: IpAddr, b: &Qp, b_addr: IpAddr, p: &RcParams)
     p.reversed()
         .connect(b, a.qpn(), a_addr)
         .unwrap_or_else(|e| panic!("connecting QP {:#x} to {a_addr}: {e}", b.qpn()));
+    assert_eq!((a.state(), b.state()), (QpState::Rts, QpState::Rts));
 }
 
 /// Arguments of an rdma_cm-style connect to `remote:port` (from local

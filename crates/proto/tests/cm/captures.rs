@@ -10,7 +10,7 @@
 //! * every MAD we send must equal Linux's byte for byte once our random comm
 //!   ID (and the TID formed from it) is replaced by Linux's.
 
-use super::harness::Rng;
+use super::harness::{done, Rng};
 use ndverbs_proto::cm::*;
 use ndverbs_proto::time::{Duration, Instant};
 use ndverbs_wire::cm::{attr, CmMessage};
@@ -261,13 +261,7 @@ fn replay(name: &str, active: bool) -> usize {
                 }
                 (CmMessage::Drep(_), false) => {
                     r.feed(c);
-                    assert_eq!(
-                        r.event(),
-                        CmEvent::DisconnectDone {
-                            endpoint: r.ep.unwrap(),
-                            how: DisconnectHow::DrepReceived
-                        }
-                    );
+                    assert_eq!(r.event(), done(r.ep.unwrap(), DisconnectHow::DrepReceived));
                 }
                 (m, _) => panic!("unexpected {} in {name}", m.name()),
             }

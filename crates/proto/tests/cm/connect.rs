@@ -171,9 +171,7 @@ fn lost_rep_is_retransmitted_without_a_second_connect_request() {
 
 #[test]
 fn lost_rtu_is_recovered_by_the_rep_retransmission() {
-    let mut net = Net::new(5, Faults::default());
-    net.drop_next(Side::A, RTU, 1);
-    let (_, eb) = completed(&mut net);
+    let (mut net, _ea, eb) = rtu_lost(5);
     net.settle();
     assert_eq!(net.b.state(eb), Some(CmState::RepSent));
     net.run_for(ms(5000));
@@ -188,9 +186,7 @@ fn lost_rtu_is_recovered_by_the_rep_retransmission() {
 
 #[test]
 fn comm_est_establishes_without_the_rtu() {
-    let mut net = Net::new(6, Faults::default());
-    net.drop_next(Side::A, RTU, 1);
-    let (_, eb) = completed(&mut net);
+    let (mut net, _ea, eb) = rtu_lost(6);
     net.settle();
     // The QP saw the peer's first packet: the engine reports COMM_EST.
     net.b.notify_established(eb).unwrap();
@@ -457,8 +453,7 @@ fn duplicate_req_after_accept_gets_the_rep_again() {
 
 #[test]
 fn stale_connection_rej_10_and_dreq_to_the_old_one() {
-    let mut net = Net::new(16, Faults::default());
-    let (old_a, old_b) = established(&mut net);
+    let (mut net, old_a, old_b) = connected(16);
     // A "reboots" its QP: a new REQ from the same (GUID, QPN 0x11).
     let p = ConnectParams::new(sid(7174), ip(B_IP), 0x11, 0x999);
     let new_a = net.a.connect(net.now, p).unwrap();
@@ -477,8 +472,7 @@ fn stale_connection_rej_10_and_dreq_to_the_old_one() {
     );
     assert_eq!(net.b.state(old_b), Some(CmState::DreqSent));
     // The old connection's owners disconnect normally.
-    net.a.disconnect(net.now, old_a).unwrap();
-    net.settle();
+    net.disconnect(Side::A, old_a);
     assert_eq!(net.b.state(old_b), Some(CmState::Timewait));
     assert_eq!(
         net.b.disconnect(net.now, old_b),
@@ -487,10 +481,7 @@ fn stale_connection_rej_10_and_dreq_to_the_old_one() {
     net.flush();
     assert_eq!(
         net.take(Side::B),
-        vec![CmEvent::DisconnectDone {
-            endpoint: old_b,
-            how: DisconnectHow::DrepReceived
-        }]
+        vec![done(old_b, DisconnectHow::DrepReceived)]
     );
     assert!(net.b.disconnect(net.now, old_b).is_err());
 }

@@ -5,14 +5,9 @@ use super::harness::*;
 use ndverbs_proto::cm::*;
 use ndverbs_wire::cm::{CmMessage, Dreq};
 
-fn done(ep: EndpointId, how: DisconnectHow) -> CmEvent {
-    CmEvent::DisconnectDone { endpoint: ep, how }
-}
-
 #[test]
 fn dreq_then_drep_after_notify() {
-    let mut net = Net::new(20, Faults::default());
-    let (ea, eb) = established(&mut net);
+    let (mut net, ea, eb) = connected(20);
     assert_eq!(
         net.a.disconnect(net.now, ea),
         Ok(DisconnectStarted::DreqSent)
@@ -68,8 +63,7 @@ fn dreq_then_drep_after_notify() {
 
 #[test]
 fn crossing_dreqs_both_complete_once_with_drep_both_ways() {
-    let mut net = Net::new(21, Faults::default());
-    let (ea, eb) = established(&mut net);
+    let (mut net, ea, eb) = connected(21);
     let now = net.now;
     assert_eq!(net.a.disconnect(now, ea), Ok(DisconnectStarted::DreqSent));
     assert_eq!(net.b.disconnect(now, eb), Ok(DisconnectStarted::DreqSent));
@@ -95,21 +89,14 @@ fn crossing_dreqs_both_complete_once_with_drep_both_ways() {
     );
     assert_eq!(net.sent(Side::B, DREQ).len(), 1);
     // And time-wait ends for both.
-    assert!(a.contains(&CmEvent::TimewaitExit {
-        endpoint: ea,
-        local_qpn: 0x11
-    }));
-    assert!(b.contains(&CmEvent::TimewaitExit {
-        endpoint: eb,
-        local_qpn: 0x22
-    }));
+    assert!(a.contains(&timewait_exit(ea, 0x11)));
+    assert!(b.contains(&timewait_exit(eb, 0x22)));
 }
 
 #[test]
 fn crossing_dreqs_with_one_dreq_lost() {
     for lost in [Side::A, Side::B] {
-        let mut net = Net::new(22, Faults::default());
-        let (ea, eb) = established(&mut net);
+        let (mut net, ea, eb) = connected(22);
         net.drop_next(lost, DREQ, 1);
         net.a.disconnect(net.now, ea).unwrap();
         net.b.disconnect(net.now, eb).unwrap();
@@ -135,8 +122,7 @@ fn crossing_dreqs_with_one_dreq_lost() {
 
 #[test]
 fn lost_dreq_is_retransmitted() {
-    let mut net = Net::new(23, Faults::default());
-    let (ea, eb) = established(&mut net);
+    let (mut net, ea, eb) = connected(23);
     net.drop_next(Side::A, DREQ, 1);
     let t0 = net.now;
     net.a.disconnect(t0, ea).unwrap();
@@ -146,8 +132,7 @@ fn lost_dreq_is_retransmitted() {
         net.take(Side::B),
         vec![CmEvent::DreqReceived { endpoint: eb }]
     );
-    net.b.disconnect(net.now, eb).unwrap();
-    net.settle();
+    net.disconnect(Side::B, eb);
     assert_eq!(
         net.take(Side::A),
         vec![done(ea, DisconnectHow::DrepReceived)]
@@ -156,8 +141,7 @@ fn lost_dreq_is_retransmitted() {
 
 #[test]
 fn passive_side_dreq_uses_the_rep_interval() {
-    let mut net = Net::new(24, Faults::default());
-    let (_ea, eb) = established(&mut net);
+    let (mut net, _ea, eb) = connected(24);
     net.drop_next(Side::B, DREQ, 1);
     let t0 = net.now;
     net.b.disconnect(t0, eb).unwrap();
@@ -169,13 +153,10 @@ fn passive_side_dreq_uses_the_rep_interval() {
 
 #[test]
 fn lost_drep_is_answered_again_from_timewait() {
-    let mut net = Net::new(25, Faults::default());
-    let (ea, eb) = established(&mut net);
+    let (mut net, ea, eb) = connected(25);
     net.drop_next(Side::B, DREP, 1);
-    net.a.disconnect(net.now, ea).unwrap();
-    net.settle();
-    net.b.disconnect(net.now, eb).unwrap();
-    net.settle();
+    net.disconnect(Side::A, ea);
+    net.disconnect(Side::B, eb);
     assert_eq!(
         net.take(Side::B),
         vec![
@@ -200,12 +181,7 @@ fn lost_drep_is_answered_again_from_timewait() {
 
 #[test]
 fn dreq_in_timewait_gets_the_drep_again() {
-    let mut net = Net::new(26, Faults::default());
-    let (ea, eb) = established(&mut net);
-    net.a.disconnect(net.now, ea).unwrap();
-    net.settle();
-    net.b.disconnect(net.now, eb).unwrap();
-    net.settle();
+    let (mut net, _ea, eb) = closed(26);
     let dreq = net.sent(Side::A, DREQ)[0].mad;
     net.b.handle_mad(net.now, ip(A_IP), &dreq);
     net.flush();
@@ -216,8 +192,7 @@ fn dreq_in_timewait_gets_the_drep_again() {
 
 #[test]
 fn dreq_timeout_against_a_silent_peer() {
-    let mut net = Net::new(27, Faults::default());
-    let (ea, _eb) = established(&mut net);
+    let (mut net, ea, _eb) = connected(27);
     net.drop_next(Side::A, DREQ, usize::MAX);
     net.a.disconnect(net.now, ea).unwrap();
     net.run_for(ms(16 * 6144 - 10));
@@ -230,13 +205,7 @@ fn dreq_timeout_against_a_silent_peer() {
     assert_eq!(net.sent(Side::A, DREQ).len(), 16);
     assert_eq!(net.a.state(ea), Some(CmState::Timewait));
     net.run_for(ms(2048));
-    assert_eq!(
-        net.take(Side::A),
-        vec![CmEvent::TimewaitExit {
-            endpoint: ea,
-            local_qpn: 0x11
-        }]
-    );
+    assert_eq!(net.take(Side::A), vec![timewait_exit(ea, 0x11)]);
 }
 
 #[test]
@@ -267,8 +236,7 @@ fn dreq_for_an_unknown_connection_gets_a_drep() {
 
 #[test]
 fn dreq_naming_another_qpn_is_dropped() {
-    let mut net = Net::new(29, Faults::default());
-    let (ea, eb) = established(&mut net);
+    let (mut net, ea, eb) = connected(29);
     let mut d = Dreq {
         local_comm_id: net.a.local_comm_id(ea).unwrap(),
         remote_comm_id: net.b.local_comm_id(eb).unwrap(),
@@ -294,11 +262,8 @@ fn dreq_naming_another_qpn_is_dropped() {
 
 #[test]
 fn dreq_before_the_rtu_establishes_then_notifies() {
-    let mut net = Net::new(30, Faults::default());
-    net.drop_next(Side::A, RTU, 1);
-    let (ea, eb) = completed(&mut net);
-    net.a.disconnect(net.now, ea).unwrap();
-    net.settle();
+    let (mut net, ea, eb) = rtu_lost(30);
+    net.disconnect(Side::A, ea);
     assert_eq!(
         net.take(Side::B),
         vec![

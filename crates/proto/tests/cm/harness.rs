@@ -229,6 +229,14 @@ impl Net {
         self.flush();
     }
 
+    /// `side`'s application disconnects `ep`; then the network settles.
+    #[track_caller]
+    pub fn disconnect(&mut self, side: Side, ep: EndpointId) {
+        let now = self.now;
+        self.agent(side).disconnect(now, ep).unwrap();
+        self.settle();
+    }
+
     pub fn remove_device(&mut self, s: Side) {
         self.flush();
         self.agent(s).remove_device();
@@ -322,6 +330,23 @@ pub fn completed(net: &mut Net) -> (EndpointId, EndpointId) {
     (ea, eb)
 }
 
+/// A network without faults where A's RTU is lost: B accepted, A completed
+/// (its RTU never arrives): (the network, A endpoint, B endpoint).
+pub fn rtu_lost(seed: u64) -> (Net, EndpointId, EndpointId) {
+    let mut net = Net::new(seed, Faults::default());
+    net.drop_next(Side::A, RTU, 1);
+    let (ea, eb) = completed(&mut net);
+    (net, ea, eb)
+}
+
+/// The comm IDs of A's and B's endpoints of one connection.
+pub fn comm_ids(net: &Net, ea: EndpointId, eb: EndpointId) -> (u32, u32) {
+    (
+        net.a.local_comm_id(ea).unwrap(),
+        net.b.local_comm_id(eb).unwrap(),
+    )
+}
+
 /// A connected pair: returns (A endpoint, B endpoint), both established,
 /// events consumed.
 pub fn established(net: &mut Net) -> (EndpointId, EndpointId) {
@@ -346,6 +371,35 @@ pub fn established(net: &mut Net) -> (EndpointId, EndpointId) {
     assert_eq!(net.a.state(ea), Some(CmState::Established));
     assert_eq!(net.b.state(eb), Some(CmState::Established));
     (ea, eb)
+}
+
+/// A network without faults and a connection established on it: (the
+/// network, A endpoint, B endpoint).
+pub fn connected(seed: u64) -> (Net, EndpointId, EndpointId) {
+    let mut net = Net::new(seed, Faults::default());
+    let (ea, eb) = established(&mut net);
+    (net, ea, eb)
+}
+
+/// Then A disconnects and B after it (each settled): both in TIMEWAIT.
+pub fn closed(seed: u64) -> (Net, EndpointId, EndpointId) {
+    let (mut net, ea, eb) = connected(seed);
+    net.disconnect(Side::A, ea);
+    net.disconnect(Side::B, eb);
+    (net, ea, eb)
+}
+
+/// The event ending a disconnect of `ep`, as `how` says.
+pub fn done(ep: EndpointId, how: DisconnectHow) -> CmEvent {
+    CmEvent::DisconnectDone { endpoint: ep, how }
+}
+
+/// The event ending the time-wait of `ep`, whose QP was `local_qpn`.
+pub fn timewait_exit(ep: EndpointId, local_qpn: u32) -> CmEvent {
+    CmEvent::TimewaitExit {
+        endpoint: ep,
+        local_qpn,
+    }
 }
 
 pub fn ms(n: u64) -> Duration {

@@ -46,8 +46,7 @@ fn replies(local: u32, remote: u32, mraed: u8) -> [CmMessage; 4] {
 
 #[test]
 fn random_bytes_are_counted_not_acted_on() {
-    let mut net = Net::new(60, Faults::default());
-    let (ea, _eb) = established(&mut net);
+    let (mut net, ea, _eb) = connected(60);
     let mut rng = Rng::new(61);
     let before = *net.a.counters();
     for len in [0usize, 1, 24, 255, 256, 257, 1000] {
@@ -72,12 +71,8 @@ fn random_bytes_are_counted_not_acted_on() {
 
 #[test]
 fn guessed_ids_do_not_touch_a_connection() {
-    let mut net = Net::new(62, Faults::default());
-    let (ea, eb) = established(&mut net);
-    let (ca, cb) = (
-        net.a.local_comm_id(ea).unwrap(),
-        net.b.local_comm_id(eb).unwrap(),
-    );
+    let (mut net, ea, eb) = connected(62);
+    let (ca, cb) = comm_ids(&net, ea, eb);
     let now = net.now;
     // Right local ID, wrong remote: REJ, DREP, RTU, MRA, REP.
     let wrong = cb ^ 1;
@@ -111,17 +106,13 @@ fn guessed_ids_do_not_touch_a_connection() {
     );
     assert_eq!(
         net.a.poll_event(),
-        Some(CmEvent::DisconnectDone {
-            endpoint: ea,
-            how: DisconnectHow::RejReceived
-        })
+        Some(done(ea, DisconnectHow::RejReceived))
     );
 }
 
 #[test]
 fn messages_in_the_wrong_state_are_dropped() {
-    let mut net = Net::new(63, Faults::default());
-    let (ea, eb) = established(&mut net);
+    let (mut net, ea, eb) = connected(63);
     // Replay the whole setup exchange at both ends.
     let old: Vec<_> = net.wire.iter().map(|s| (s.from, s.mad)).collect();
     for (from, mad) in &old {
@@ -142,12 +133,8 @@ fn messages_in_the_wrong_state_are_dropped() {
 
 #[test]
 fn exact_ids_from_another_address_are_dropped() {
-    let mut net = Net::new(64, Faults::default());
-    let (ea, eb) = established(&mut net);
-    let (ca, cb) = (
-        net.a.local_comm_id(ea).unwrap(),
-        net.b.local_comm_id(eb).unwrap(),
-    );
+    let (mut net, ea, eb) = connected(64);
+    let (ca, cb) = comm_ids(&net, ea, eb);
     let now = net.now;
     let forger = ip("10.0.0.66");
     // Everything that names B's connection exactly (comm IDs, QPN), sent to

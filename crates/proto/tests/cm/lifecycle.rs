@@ -59,20 +59,13 @@ fn destroy_in_rep_sent_rejects_and_waits() {
     // B lingers invisibly through time-wait, then reports it.
     assert_eq!(net.b.endpoint_count(), 2); // listener + the zombie
     net.run_for(ms(3000));
-    assert_eq!(
-        net.take(Side::B),
-        vec![CmEvent::TimewaitExit {
-            endpoint: r.endpoint,
-            local_qpn: 0x22
-        }]
-    );
+    assert_eq!(net.take(Side::B), vec![timewait_exit(r.endpoint, 0x22)]);
     assert_eq!(net.b.endpoint_count(), 1);
 }
 
 #[test]
 fn destroy_established_sends_one_dreq_and_waits() {
-    let mut net = Net::new(42, Faults::default());
-    let (ea, eb) = established(&mut net);
+    let (mut net, ea, eb) = connected(42);
     net.a.destroy(net.now, ea).unwrap();
     net.run_for(ms(20_000));
     assert_eq!(
@@ -86,30 +79,23 @@ fn destroy_established_sends_one_dreq_and_waits() {
     );
     // B's disconnect: the DREQ's comm IDs still find A's zombie, or after its
     // time-wait A answers as for an unknown connection. Either way a DREP.
-    net.b.disconnect(net.now, eb).unwrap();
-    net.settle();
-    assert!(net.take(Side::B).contains(&CmEvent::DisconnectDone {
-        endpoint: eb,
-        how: DisconnectHow::DrepSent
-    }));
+    net.disconnect(Side::B, eb);
+    assert!(net
+        .take(Side::B)
+        .contains(&done(eb, DisconnectHow::DrepSent)));
 }
 
 #[test]
 fn destroy_in_dreq_rcvd_sends_the_drep() {
-    let mut net = Net::new(43, Faults::default());
-    let (ea, eb) = established(&mut net);
-    net.a.disconnect(net.now, ea).unwrap();
-    net.settle();
+    let (mut net, ea, eb) = connected(43);
+    net.disconnect(Side::A, ea);
     net.take(Side::B);
     net.b.destroy(net.now, eb).unwrap();
     net.settle();
     assert_eq!(net.sent(Side::B, DREP).len(), 1);
     assert_eq!(
         net.take(Side::A),
-        vec![CmEvent::DisconnectDone {
-            endpoint: ea,
-            how: DisconnectHow::DrepReceived
-        }]
+        vec![done(ea, DisconnectHow::DrepReceived)]
     );
     assert!(
         net.take(Side::B).is_empty(),
@@ -144,12 +130,7 @@ fn destroy_in_req_rcvd_is_rej_28_and_listener_destroy_stops_listening() {
 
 #[test]
 fn timewait_holds_the_qpn_and_comm_ids_are_never_reused() {
-    let mut net = Net::new(45, Faults::default());
-    let (ea, eb) = established(&mut net);
-    net.a.disconnect(net.now, ea).unwrap();
-    net.settle();
-    net.b.disconnect(net.now, eb).unwrap();
-    net.settle();
+    let (mut net, ea, _eb) = closed(45);
     net.take(Side::A);
     let t_wait = net.sent(Side::B, DREP)[0].at + LATENCY;
     // Active: av timeout = cm_ack_timeout(REP TargetAckDelay 15, plt 18) = 19 → 2048 ms.
@@ -160,13 +141,7 @@ fn timewait_holds_the_qpn_and_comm_ids_are_never_reused() {
     net.run_for(ms(1900));
     assert!(net.take(Side::A).is_empty());
     net.run_for(ms(200));
-    assert_eq!(
-        net.take(Side::A),
-        vec![CmEvent::TimewaitExit {
-            endpoint: ea,
-            local_qpn: 0x11
-        }]
-    );
+    assert_eq!(net.take(Side::A), vec![timewait_exit(ea, 0x11)]);
     assert_eq!(net.a.endpoint_count(), 0);
     // Many connections: every comm ID distinct, endpoint IDs too.
     let mut comm = HashSet::new();
@@ -248,14 +223,11 @@ fn every_state(net: &mut Net) -> Vec<(CmState, EndpointId)> {
     net.a.disconnect(net.now, ds).unwrap();
     out.push((CmState::DreqSent, ds));
     let (dr, dr_b) = conn(net, 0x104);
-    net.b.disconnect(net.now, dr_b).unwrap();
-    net.settle();
+    net.disconnect(Side::B, dr_b);
     out.push((CmState::DreqRcvd, dr));
     let (tw, tw_b) = conn(net, 0x105);
-    net.b.disconnect(net.now, tw_b).unwrap();
-    net.settle();
-    net.a.disconnect(net.now, tw).unwrap();
-    net.settle();
+    net.disconnect(Side::B, tw_b);
+    net.disconnect(Side::A, tw);
     out.push((CmState::Timewait, tw));
     let idle = connect(net, 0x106);
     let r = net.connect_request();

@@ -151,29 +151,24 @@ fn atomics() {
         va: target.addr,
         rkey: target.rkey,
     };
-    p.a.post_send(SendWr::new(
-        1,
+    // 5 + 10; then 15 → 99 (it was 15); then no swap to 7 (it is 99).
+    let cas = |compare, swap| SendOp::CompareSwap {
+        remote,
+        compare,
+        swap,
+    };
+    let ops = [
         SendOp::FetchAdd { remote, add: 10 },
-        vec![res.sge(0, 8)],
-    ));
-    p.a.post_send(SendWr::new(
-        2,
-        SendOp::CompareSwap {
-            remote,
-            compare: 15,
-            swap: 99,
-        },
-        vec![res.sge(8, 8)],
-    ));
-    p.a.post_send(SendWr::new(
-        3,
-        SendOp::CompareSwap {
-            remote,
-            compare: 15,
-            swap: 7,
-        },
-        vec![res.sge(16, 8)],
-    ));
+        cas(15, 99),
+        cas(15, 7),
+    ];
+    for (i, op) in ops.into_iter().enumerate() {
+        p.a.post_send(SendWr::new(
+            i as u64 + 1,
+            op,
+            vec![res.sge(8 * i as u32, 8)],
+        ));
+    }
     p.run_idle(Duration::from_secs(1));
     p.a.check_completions(true, true);
     let s = p.a.send_wcs();

@@ -59,16 +59,12 @@ fn rnr_retry_exceeded() {
 
 #[test]
 fn retry_exceeded_against_dead_peer() {
-    let mut p = Pair::new(Config {
+    let cfg = Config {
         retry_cnt: 3,
         timeout: 10,
         ..Config::default()
-    });
-    p.b.dead = true;
-    let src = p.region(Side::A, 0x1000, pattern(9, 5000), Access::NONE);
-    for i in 0..4 {
-        p.a.post_send(SendWr::new(i, SendOp::Send, vec![src.sge(0, 5000)]));
-    }
+    };
+    let mut p = sending_to_the_dead(cfg, 4, 5000);
     let t0 = p.now;
     p.run_idle(Duration::from_secs(5));
     p.a.check_completions(true, true);
@@ -90,14 +86,12 @@ fn retry_exceeded_against_dead_peer() {
 
 #[test]
 fn retry_cnt_7_is_infinite() {
-    let mut p = Pair::new(Config {
+    let cfg = Config {
         retry_cnt: 7,
         timeout: 1,
         ..Config::default()
-    });
-    p.b.dead = true;
-    let src = p.region(Side::A, 0x1000, pattern(9, 64), Access::NONE);
-    p.a.post_send(SendWr::new(1, SendOp::Send, vec![src.sge(0, 64)]));
+    };
+    let mut p = sending_to_the_dead(cfg, 1, 64);
     let _ = p.run_until(Duration::from_millis(20), |_| false);
     assert!(p.a.qp.counters().completer_retry_err > 100);
     assert!(p.a.send_wcs().is_empty());
@@ -141,58 +135,73 @@ fn remote_error(
 #[test]
 fn remote_access_errors() {
     let all = Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC;
-    // Bad R_Key.
-    let p = remote_error(
-        all,
-        all,
-        |r| {
-            SendOp::Write(RemoteAddr {
-                rkey: r.rkey ^ 0x100,
-                ..r
-            })
-        },
-        100,
+    type Op = fn(RemoteAddr) -> SendOp;
+    let (access_err, inv_req) = (
+        (WcStatus::RemAccessErr, NakCode::RemoteAccess),
+        (WcStatus::RemInvReqErr, NakCode::InvalidRequest),
     );
-    assert_eq!(p.a.send_wcs()[0].status, WcStatus::RemAccessErr);
-    assert_eq!(
-        p.b.qp.error_cause(),
-        Some(QpErrorCause::Responder(NakCode::RemoteAccess))
-    );
-    // Out of bounds READ (multi-packet, tail beyond the region).
-    let p = remote_error(
-        all,
-        all,
-        |r| SendOp::Read(RemoteAddr { va: r.va + 1, ..r }),
-        4096,
-    );
-    assert_eq!(p.a.send_wcs()[0].status, WcStatus::RemAccessErr);
-    // Region without atomic rights.
-    let p = remote_error(
-        Access::REMOTE_READ,
-        all,
-        |remote| SendOp::FetchAdd { remote, add: 1 },
-        8,
-    );
-    assert_eq!(p.a.send_wcs()[0].status, WcStatus::RemAccessErr);
-    // QP without remote read rights: invalid request.
-    let p = remote_error(all, Access::REMOTE_WRITE, SendOp::Read, 64);
-    assert_eq!(p.a.send_wcs()[0].status, WcStatus::RemInvReqErr);
-    assert_eq!(
-        p.b.qp.error_cause(),
-        Some(QpErrorCause::Responder(NakCode::InvalidRequest))
-    );
-    // Misaligned atomic: invalid request.
-    let p = remote_error(
-        all,
-        all,
-        |r| SendOp::CompareSwap {
-            remote: RemoteAddr { va: r.va + 4, ..r },
-            compare: 0,
-            swap: 1,
-        },
-        8,
-    );
-    assert_eq!(p.a.send_wcs()[0].status, WcStatus::RemInvReqErr);
+    // (what, the region's rights, the QP's rights, the operation, bytes
+    // at A, A's completion and B's NAK)
+    let cases: [(&str, Access, Access, Op, u32, _); 5] = [
+        (
+            "bad R_Key",
+            all,
+            all,
+            |r| {
+                SendOp::Write(RemoteAddr {
+                    rkey: r.rkey ^ 0x100,
+                    ..r
+                })
+            },
+            100,
+            access_err,
+        ),
+        (
+            "READ beyond the region (multi-packet, the tail outside)",
+            all,
+            all,
+            |r| SendOp::Read(RemoteAddr { va: r.va + 1, ..r }),
+            4096,
+            access_err,
+        ),
+        (
+            "region without atomic rights",
+            Access::REMOTE_READ,
+            all,
+            |remote| SendOp::FetchAdd { remote, add: 1 },
+            8,
+            access_err,
+        ),
+        (
+            "QP without remote read rights",
+            all,
+            Access::REMOTE_WRITE,
+            SendOp::Read,
+            64,
+            inv_req,
+        ),
+        (
+            "misaligned atomic",
+            all,
+            all,
+            |r| SendOp::CompareSwap {
+                remote: RemoteAddr { va: r.va + 4, ..r },
+                compare: 0,
+                swap: 1,
+            },
+            8,
+            inv_req,
+        ),
+    ];
+    for (what, region, qp, op, len, (status, nak)) in cases {
+        let p = remote_error(region, qp, op, len);
+        assert_eq!(p.a.send_wcs()[0].status, status, "{what}");
+        assert_eq!(
+            p.b.qp.error_cause(),
+            Some(QpErrorCause::Responder(nak)),
+            "{what}"
+        );
+    }
 }
 
 #[test]
@@ -210,10 +219,8 @@ fn send_larger_than_receive() {
     assert_eq!(r[0].status, WcStatus::LocLenErr);
     assert_eq!(p.b.qp.state(), QpState::Err);
     // The engine flushes the rest of B's receive queue.
-    assert_eq!(p.b.qp.flush_recv(&mut p.b.rq), 1);
-    while let Some(wc) = p.b.qp.poll_completion() {
-        p.b.wcs.push(wc);
-    }
+    assert_eq!(p.b.move_to_error(), 1);
+    p.b.take_completions();
     p.b.check_completions(true, true);
     assert_eq!(p.b.recv_wcs()[1].status, WcStatus::WrFlushErr);
 }
@@ -233,15 +240,9 @@ fn flush_on_err_exactly_once() {
     let _ = p.run_until(Duration::from_micros(50), |_| false);
     let sent = p.a.qp.counters().sent_pkts;
     assert!(sent > 0);
-    let to_err = QpAttr {
-        qp_state: QpState::Err,
-        ..QpAttr::default()
-    };
-    p.a.qp.modify(&to_err, AttrMask::STATE).unwrap();
-    assert_eq!(p.a.qp.flush_recv(&mut p.a.rq), 5);
+    assert_eq!(p.a.move_to_error(), 5);
     // Again: nothing more.
-    p.a.qp.modify(&to_err, AttrMask::STATE).unwrap();
-    assert_eq!(p.a.qp.flush_recv(&mut p.a.rq), 0);
+    assert_eq!(p.a.move_to_error(), 0);
     // Posting in ERR completes at once with a flush.
     p.a.post_send(SendWr::new(50, SendOp::Send, vec![]));
     p.a.post_recv(RecvWr::new(150, vec![]));
@@ -274,19 +275,8 @@ fn flush_includes_receive_in_progress() {
     p.set_filter(|side, pkt| side == Side::A && pkt.bth.opcode == Opcode::RC_SEND_LAST);
     p.a.post_send(SendWr::new(1, SendOp::Send, vec![src.sge(0, 4000)]));
     let _ = p.run_until(Duration::from_micros(100), |_| false);
-    p.b.qp
-        .modify(
-            &QpAttr {
-                qp_state: QpState::Err,
-                ..QpAttr::default()
-            },
-            AttrMask::STATE,
-        )
-        .unwrap();
-    p.b.qp.flush_recv(&mut p.b.rq);
-    while let Some(wc) = p.b.qp.poll_completion() {
-        p.b.wcs.push(wc);
-    }
+    p.b.move_to_error();
+    p.b.take_completions();
     p.b.check_completions(true, true);
     assert_eq!(p.b.recv_wcs().len(), 2);
     assert!(p

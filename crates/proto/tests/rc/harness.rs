@@ -114,6 +114,19 @@ impl Node {
         self.qp.post_recv(&mut self.rq, wr).expect("post_recv");
     }
 
+    /// Moves the QP to ERR and flushes the receive queue; returns how many
+    /// receives were flushed.
+    pub fn move_to_error(&mut self) -> usize {
+        crate::qp::move_to_error(&mut self.qp, &mut self.rq)
+    }
+
+    /// Takes the QP's completions into `wcs`.
+    pub fn take_completions(&mut self) {
+        while let Some(wc) = self.qp.poll_completion() {
+            self.wcs.push(wc);
+        }
+    }
+
     pub fn send_wcs(&self) -> Vec<WorkCompletion> {
         self.wcs
             .iter()
@@ -367,10 +380,7 @@ impl Pair {
                     });
                 }
             }
-            let node = self.node(side);
-            while let Some(wc) = node.qp.poll_completion() {
-                node.wcs.push(wc);
-            }
+            self.node(side).take_completions();
         }
     }
 
@@ -467,6 +477,19 @@ impl Pair {
             .mem
             .register_bytes(PD, va, data, access | Access::LOCAL_WRITE)
     }
+}
+
+/// A pair whose B is dead (hears and says nothing) after A posted `sends`
+/// SENDs of the same `len` bytes.
+pub fn sending_to_the_dead(cfg: Config, sends: u64, len: usize) -> Pair {
+    let mut p = Pair::new(cfg);
+    p.b.dead = true;
+    let src = p.region(Side::A, 0x1000, pattern(9, len), Access::NONE);
+    for i in 0..sends {
+        let sge = src.sge(0, len as u32);
+        p.a.post_send(SendWr::new(i, ndverbs_proto::rc::SendOp::Send, vec![sge]));
+    }
+    p
 }
 
 /// Reads `len` bytes of a region by key (test convenience).

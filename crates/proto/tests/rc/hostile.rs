@@ -133,9 +133,7 @@ fn random_garbage_is_counted_and_dropped() {
         }
     }
     assert!(parsed > 1000);
-    while let Some(wc) = p.a.qp.poll_completion() {
-        p.a.wcs.push(wc);
-    }
+    p.a.take_completions();
     p.a.check_completions(false, false);
 }
 
@@ -153,10 +151,7 @@ fn inject(p: &mut Pair, bth: Bth, f: impl FnOnce(&mut Packet<'_>)) {
 #[test]
 fn protocol_violations() {
     // A READ response answering a SEND: BadRespErr.
-    let mut p = Pair::new(Config::default());
-    p.b.dead = true;
-    let src = p.region(Side::A, 0x1000, pattern(1, 64), Access::NONE);
-    p.a.post_send(SendWr::new(1, SendOp::Send, vec![src.sge(0, 64)]));
+    let mut p = sending_to_the_dead(Config::default(), 1, 64);
     let _ = p.run_until(Duration::from_micros(1), |_| false);
     let psn = p.cfg.psn_a;
     inject(

@@ -9,6 +9,8 @@ mod faults;
 mod harness;
 mod hostile;
 mod modify;
+#[path = "../common/qp.rs"]
+mod qp;
 mod read_retry;
 #[path = "../common/rng.rs"]
 mod rng;

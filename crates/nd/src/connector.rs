@@ -17,7 +17,9 @@ use crate::adapter::{nd_err, nd_status, Adapter, MAX_CALLEE_DATA, MAX_CALLER_DAT
 use crate::pending::NdPending;
 use crate::qp::QueuePair;
 use crate::status::{NdError, NdResult, NdStatus};
-use ndverbs_verbs::{AcceptArgs, ConnectArgs, Endpoint, Error, ErrorKind, PathMtu, QpId, LIMITS};
+use ndverbs_verbs::{
+    AcceptArgs, ConnectArgs, Endpoint, Error, ErrorKind, PathMtu, Pending, QpId, LIMITS,
+};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
@@ -59,6 +61,12 @@ fn read_limits(inbound: u32, outbound: u32) -> (u8, u8) {
     let max = LIMITS.max_qp_rd_atom;
     let clamp = |limit: u32| u8::try_from(limit).unwrap_or(u8::MAX).min(max);
     (clamp(inbound), clamp(outbound))
+}
+
+/// An endpoint request as ND sees it: its outcome mapped to ND's statuses,
+/// `timeout` being what its timing out means.
+fn nd_request<U: Send + 'static>(p: Pending<U>, timeout: NdStatus) -> NdPending<()> {
+    NdPending::map(p, move |r| r.map(|_| ()).map_err(|e| ep_error(e, timeout)))
 }
 
 fn path_mtu_for(addr: IpAddr) -> PathMtu {
@@ -216,6 +224,13 @@ impl Connector {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The QP given to Connect or Accept, or `ND_CONNECTION_INVALID` (with
+    /// `missing` as the message) before either.
+    fn connection_qp(&self, missing: &str) -> NdResult<QpId> {
+        let qp = self.st().qp;
+        qp.ok_or_else(|| NdError::new(NdStatus::CONNECTION_INVALID, missing))
+    }
+
     /// Starts a Connect or Accept with `qp`: one at a time per connector.
     fn start(&self, qp: &QueuePair) -> NdResult<()> {
         let mut st = self.st();
@@ -288,14 +303,9 @@ impl Connector {
 
     /// `CompleteConnect`: QP to RTS, then RTU.
     pub fn complete_connect(&self) -> NdResult<NdPending<()>> {
-        let qp = self
-            .st()
-            .qp
-            .ok_or_else(|| NdError::new(NdStatus::CONNECTION_INVALID, "no Connect"))?;
+        let qp = self.connection_qp("no Connect")?;
         let p = self.cm.ep.complete_connect(qp).map_err(nd_err)?;
-        Ok(NdPending::map(p, |r| {
-            r.map_err(|e| ep_error(e, NdStatus::IO_TIMEOUT))
-        }))
+        Ok(nd_request(p, NdStatus::IO_TIMEOUT))
     }
 
     /// `Accept` a connection request with `qp`; completes on RTU. Read limits
@@ -318,9 +328,7 @@ impl Connector {
             private_data: private_data.to_vec(),
         };
         let p = self.cm.ep.accept(qp.id(), args).map_err(nd_err)?;
-        Ok(NdPending::map(p, |r| {
-            r.map_err(|e| ep_error(e, NdStatus::IO_TIMEOUT))
-        }))
+        Ok(nd_request(p, NdStatus::IO_TIMEOUT))
     }
 
     /// `Reject` the connection request (passive) or the REP (active).
@@ -364,22 +372,15 @@ impl Connector {
     /// flushes anything (rule D6).
     pub fn notify_disconnect(&self) -> NdResult<NdPending<()>> {
         let p = self.cm.ep.notify_disconnect().map_err(nd_err)?;
-        Ok(NdPending::map(p, |r| {
-            r.map_err(|e| ep_error(e, NdStatus::TIMEOUT))
-        }))
+        Ok(nd_request(p, NdStatus::TIMEOUT))
     }
 
     /// `Disconnect`: DREQ (or DREP if the peer's DREQ arrived), then the QP
     /// to ERROR, which flushes every outstanding request (`ND_CANCELED`).
     pub fn disconnect(&self) -> NdResult<NdPending<()>> {
-        let qp = self
-            .st()
-            .qp
-            .ok_or_else(|| NdError::new(NdStatus::CONNECTION_INVALID, "never connected"))?;
+        let qp = self.connection_qp("never connected")?;
         let p = self.cm.ep.disconnect(qp).map_err(nd_err)?;
-        Ok(NdPending::map(p, |r| {
-            r.map_err(|e| ep_error(e, NdStatus::TIMEOUT))
-        }))
+        Ok(nd_request(p, NdStatus::TIMEOUT))
     }
 
     /// `CancelOverlappedRequests`: pending requests complete `ND_CANCELED`.
@@ -458,9 +459,7 @@ impl Listener {
     /// (several may be outstanding).
     pub fn get_connection_request(&self, connector: &Connector) -> NdResult<NdPending<()>> {
         let p = self.cm.ep.get_request(&connector.cm.ep).map_err(nd_err)?;
-        Ok(NdPending::map(p, |r| {
-            r.map(|_| ()).map_err(|e| ep_error(e, NdStatus::TIMEOUT))
-        }))
+        Ok(nd_request(p, NdStatus::TIMEOUT))
     }
 
     /// `GetLocalAddress`.

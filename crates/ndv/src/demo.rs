@@ -311,17 +311,12 @@ fn write_read(c: &Side, s: &Side, k: &Conn, bytes: usize, r: &mut Report) -> Res
     let (cm, sm) = (&c.mr, &s.mr);
     let chunks = bytes / CHUNK;
     let remote = |i: usize| sm.address() + (i * CHUNK) as u64;
+    let (token, flags) = (sm.remote_token(), OpFlags::empty());
     let t0 = Instant::now();
     cm.write(0, &pattern(7, bytes))?;
     pipeline(&c.cq, chunks, 16, |i| {
         let local = sge(cm, i * CHUNK, CHUNK);
-        k.cqp.write(
-            i as u64,
-            &[local],
-            remote(i),
-            sm.remote_token(),
-            OpFlags::empty(),
-        )
+        k.cqp.write(i as u64, &[local], remote(i), token, flags)
     })?;
     let took = t0.elapsed();
     verify(sm, 0, &pattern(7, bytes), "RDMA WRITE")?;
@@ -336,13 +331,7 @@ fn write_read(c: &Side, s: &Side, k: &Conn, bytes: usize, r: &mut Report) -> Res
     sm.write(0, &pattern(8, bytes))?;
     pipeline(&c.cq, chunks, 8, |i| {
         let local = sge(cm, bytes + i * CHUNK, CHUNK);
-        k.cqp.read(
-            i as u64,
-            &[local],
-            remote(i),
-            sm.remote_token(),
-            OpFlags::empty(),
-        )
+        k.cqp.read(i as u64, &[local], remote(i), token, flags)
     })?;
     let took = t0.elapsed();
     verify(cm, bytes, &pattern(8, bytes), "RDMA READ")?;

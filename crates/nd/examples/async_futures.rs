@@ -8,7 +8,6 @@ mod common;
 
 use ndverbs_nd::*;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -47,17 +46,14 @@ fn main() -> NdResult<()> {
         server.create_completion_queue(8)?,
         client.create_completion_queue(8)?,
     );
-    let sqp = server.create_queue_pair(&scq, &scq, 0, 2, 2, 1, 1, 0)?;
-    let cqp = client.create_queue_pair(&ccq, &ccq, 0, 2, 2, 1, 1, 0)?;
-    let listener = server.create_listener()?;
-    listener.bind(SocketAddr::new(server_ip, 0))?;
-    listener.listen(1)?;
-    let port = listener.get_local_address()?.port();
+    let sqp = server.create_queue_pair(&scq, &scq, 0, QueuePairSizes::new(2, 1))?;
+    let cqp = client.create_queue_pair(&ccq, &ccq, 0, QueuePairSizes::new(2, 1))?;
+    let (listener, at) = common::listen(&server, 1)?;
     let (sconn, cconn) = (server.create_connector()?, client.create_connector()?);
 
     block_on(async {
         let request = listener.get_connection_request(&sconn)?;
-        let connect = cconn.connect(&cqp, SocketAddr::new(server_ip, port), 0, 0, b"async")?;
+        let connect = cconn.connect(&cqp, at, 0, 0, b"async")?;
         request.await?;
         let accept = sconn.accept(&sqp, 0, 0, b"")?;
         connect.await?;

@@ -7,34 +7,47 @@
 mod common;
 
 use ndverbs_nd::*;
-use std::net::SocketAddr;
+
+/// What each side sets up for `n` connections: one CQ for all of them
+/// (each QP's context says which connection a completion belongs to) and a
+/// region of one 8-byte slot per connection.
+fn resources(adapter: &Adapter, n: u64) -> NdResult<(CompletionQueue, MemoryRegion)> {
+    let cq = adapter.create_completion_queue(4 * n as u32)?;
+    let mr = adapter.create_memory_region()?;
+    mr.register(8 * n as usize, MrFlags::ALLOW_LOCAL_WRITE)
+        .wait()?;
+    Ok((cq, mr))
+}
+
+/// Connection `i`'s connector and queue pair, with a receive into slot `i`
+/// posted before it connects, so the peer's first SEND finds it.
+fn connection(
+    adapter: &Adapter,
+    (cq, mr): &(CompletionQueue, MemoryRegion),
+    i: u64,
+) -> NdResult<(Connector, QueuePair)> {
+    let qp = adapter.create_queue_pair(cq, cq, i, QueuePairSizes::new(2, 1).with_inline(16))?;
+    qp.receive(i, &[NdSge::new(mr.address() + 8 * i, 8, mr.local_token())])?;
+    Ok((adapter.create_connector()?, qp))
+}
 
 fn main() -> NdResult<()> {
     let (server_ip, client_ip) = common::addresses();
-    let n: u64 = std::env::args()
-        .nth(3)
-        .map_or(8, |s| s.parse().expect("count"));
+    let n = u64::from(common::count(8));
 
     let server = Provider.open_adapter(server_ip)?;
-    let listener = server.create_listener()?;
-    listener.bind(SocketAddr::new(server_ip, 0))?;
-    listener.listen(n as u32)?;
-    let port = listener.get_local_address()?.port();
+    let (listener, at) = common::listen(&server, n as u32)?;
     let srv = std::thread::spawn(move || -> NdResult<u64> {
-        // One CQ for every connection; each QP's context says which one.
-        let cq = server.create_completion_queue(4 * n as u32)?;
-        let mr = server.create_memory_region()?;
-        mr.register(8 * n as usize, mr_flags::ALLOW_LOCAL_WRITE)
-            .wait()?;
-        let mut conns = Vec::new();
-        for i in 0..n {
-            let qp = server.create_queue_pair(&cq, &cq, i, 2, 2, 1, 1, 16)?;
-            let c = server.create_connector()?;
+        let res = resources(&server, n)?;
+        let accept = |i| {
+            let (c, qp) = connection(&server, &res, i)?;
             listener.get_connection_request(&c)?.wait()?;
-            qp.receive(i, &[NdSge::new(mr.address() + 8 * i, 8, mr.local_token())])?;
             c.accept(&qp, 0, 0, b"")?.wait()?;
-            conns.push((c, qp));
-        }
+            Ok((c, qp))
+        };
+        let conns = (0..n).map(accept).collect::<NdResult<Vec<_>>>()?;
+        // Answer each number, doubled, on the connection it came from.
+        let (cq, mr) = &res;
         let mut served = 0;
         while served < n {
             let r = cq.wait_result()?;
@@ -46,7 +59,7 @@ fn main() -> NdResult<()> {
                 qp.send_inline(
                     100,
                     &(2 * u64::from_le_bytes(v)).to_le_bytes(),
-                    op_flags::SILENT_SUCCESS,
+                    OpFlags::SILENT_SUCCESS,
                 )?;
                 served += 1;
             }
@@ -59,21 +72,16 @@ fn main() -> NdResult<()> {
     });
 
     let client = Provider.open_adapter(client_ip)?;
-    let cq = client.create_completion_queue(4 * n as u32)?;
-    let mr = client.create_memory_region()?;
-    mr.register(8 * n as usize, mr_flags::ALLOW_LOCAL_WRITE)
-        .wait()?;
-    let mut conns = Vec::new();
-    for i in 0..n {
-        let qp = client.create_queue_pair(&cq, &cq, i, 2, 2, 1, 1, 16)?;
-        qp.receive(i, &[NdSge::new(mr.address() + 8 * i, 8, mr.local_token())])?;
-        let c = client.create_connector()?;
-        c.connect(&qp, SocketAddr::new(server_ip, port), 0, 0, b"")?
-            .wait()?;
+    let res = resources(&client, n)?;
+    let connect = |i: u64| {
+        let (c, qp) = connection(&client, &res, i)?;
+        c.connect(&qp, at, 0, 0, b"")?.wait()?;
         c.complete_connect()?.wait()?;
-        qp.send_inline(200, &i.to_le_bytes(), op_flags::SILENT_SUCCESS)?;
-        conns.push((c, qp));
-    }
+        qp.send_inline(200, &i.to_le_bytes(), OpFlags::SILENT_SUCCESS)?;
+        Ok((c, qp))
+    };
+    let conns = (0..n).map(connect).collect::<NdResult<Vec<_>>>()?;
+    let (cq, mr) = &res;
     for _ in 0..n {
         let r = cq.wait_result()?;
         assert_eq!(

@@ -6,7 +6,6 @@
 mod common;
 
 use ndverbs_nd::*;
-use std::net::SocketAddr;
 
 /// Waits for one completion and checks it succeeded.
 fn done(cq: &CompletionQueue) -> NdResult<()> {
@@ -21,27 +20,24 @@ fn main() -> NdResult<()> {
     // The server exposes 1 MiB for remote READ and WRITE.
     let server = Provider.open_adapter(server_ip)?;
     let scq = server.create_completion_queue(16)?;
-    let sqp = server.create_queue_pair(&scq, &scq, 0, 4, 4, 1, 1, 0)?;
+    let sqp = server.create_queue_pair(&scq, &scq, 0, QueuePairSizes::new(4, 1))?;
     let smr = server.create_memory_region()?;
     smr.register(
         1 << 20,
-        mr_flags::ALLOW_REMOTE_READ | mr_flags::ALLOW_REMOTE_WRITE,
+        MrFlags::ALLOW_REMOTE_READ | MrFlags::ALLOW_REMOTE_WRITE,
     )
     .wait()?;
-    let listener = server.create_listener()?;
-    listener.bind(SocketAddr::new(server_ip, 0))?;
-    listener.listen(1)?;
-    let port = listener.get_local_address()?.port();
+    let (listener, at) = common::listen(&server, 1)?;
     let sconn = server.create_connector()?;
     let req = listener.get_connection_request(&sconn)?;
 
     let client = Provider.open_adapter(client_ip)?;
     let ccq = client.create_completion_queue(16)?;
-    let cqp = client.create_queue_pair(&ccq, &ccq, 0, 4, 4, 1, 1, 0)?;
+    let cqp = client.create_queue_pair(&ccq, &ccq, 0, QueuePairSizes::new(4, 1))?;
     let cmr = client.create_memory_region()?;
-    cmr.register(2 << 20, mr_flags::ALLOW_LOCAL_WRITE).wait()?;
+    cmr.register(2 << 20, MrFlags::ALLOW_LOCAL_WRITE).wait()?;
     let cconn = client.create_connector()?;
-    let connecting = cconn.connect(&cqp, SocketAddr::new(server_ip, port), 1, 1, b"")?;
+    let connecting = cconn.connect(&cqp, at, 1, 1, b"")?;
 
     req.wait()?;
     // Accept with {address, token} of the exposed region as private data.
@@ -62,7 +58,7 @@ fn main() -> NdResult<()> {
         &[NdSge::new(cmr.address(), 1 << 20, cmr.local_token())],
         remote,
         token,
-        0,
+        OpFlags::empty(),
     )?;
     done(&ccq)?;
     cqp.read(
@@ -74,7 +70,7 @@ fn main() -> NdResult<()> {
         )],
         remote,
         token,
-        0,
+        OpFlags::empty(),
     )?;
     done(&ccq)?;
     let mut back = vec![0u8; 1 << 20];

@@ -26,9 +26,10 @@ fn main() -> NdResult<()> {
 
     let srv = std::thread::spawn(move || -> NdResult<String> {
         let cq = server.create_completion_queue(16)?;
-        let qp = server.create_queue_pair(&cq, &cq, 0, 4, 4, 1, 1, 64)?;
+        let qp =
+            server.create_queue_pair(&cq, &cq, 0, QueuePairSizes::new(4, 1).with_inline(64))?;
         let mr = server.create_memory_region()?;
-        mr.register(4096, mr_flags::ALLOW_LOCAL_WRITE).wait()?;
+        mr.register(4096, MrFlags::ALLOW_LOCAL_WRITE).wait()?;
         let conn = server.create_connector()?;
         listener.get_connection_request(&conn)?.wait()?;
         // Post the receive before accepting, so the first SEND finds it.
@@ -38,7 +39,7 @@ fn main() -> NdResult<()> {
         let r = one(&cq)?;
         let mut text = vec![0u8; r.bytes_transferred as usize];
         mr.read(0, &mut text)?;
-        qp.send_inline(2, b"hello, client", 0)?;
+        qp.send_inline(2, b"hello, client", OpFlags::empty())?;
         one(&cq)?;
         bye.wait()?; // the client said goodbye (its DREQ arrived) …
         conn.disconnect()?.wait()?; // … and our Disconnect answers with the DREP.
@@ -47,15 +48,15 @@ fn main() -> NdResult<()> {
 
     let client = Provider.open_adapter(client_ip)?;
     let cq = client.create_completion_queue(16)?;
-    let qp = client.create_queue_pair(&cq, &cq, 0, 4, 4, 1, 1, 64)?;
+    let qp = client.create_queue_pair(&cq, &cq, 0, QueuePairSizes::new(4, 1).with_inline(64))?;
     let mr = client.create_memory_region()?;
-    mr.register(4096, mr_flags::ALLOW_LOCAL_WRITE).wait()?;
+    mr.register(4096, MrFlags::ALLOW_LOCAL_WRITE).wait()?;
     qp.receive(1, &[NdSge::new(mr.address(), 4096, mr.local_token())])?;
     let conn = client.create_connector()?;
     conn.connect(&qp, SocketAddr::new(server_ip, port), 0, 0, b"")?
         .wait()?;
     conn.complete_connect()?.wait()?;
-    qp.send_inline(2, b"hello, server", 0)?;
+    qp.send_inline(2, b"hello, server", OpFlags::empty())?;
     let mut got = [one(&cq)?, one(&cq)?];
     got.sort_by_key(|r| r.request_type as u8);
     let mut text = vec![0u8; got[0].bytes_transferred as usize];

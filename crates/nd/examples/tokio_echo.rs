@@ -80,9 +80,9 @@ struct Conn {
 impl Conn {
     async fn new(adapter: &Adapter) -> NdResult<Conn> {
         let cq = adapter.create_completion_queue(8)?;
-        let qp = adapter.create_queue_pair(&cq, &cq, 0, 2, 2, 1, 1, 0)?;
+        let qp = adapter.create_queue_pair(&cq, &cq, 0, QueuePairSizes::new(2, 1))?;
         let mr = adapter.create_memory_region()?;
-        mr.register(2 * LINE, mr_flags::ALLOW_LOCAL_WRITE).await?;
+        mr.register(2 * LINE, MrFlags::ALLOW_LOCAL_WRITE).await?;
         let cq =
             AsyncCq::new(cq).map_err(|e| NdError::new(NdStatus::INTERNAL_ERROR, e.to_string()))?;
         Ok(Conn { cq, qp, mr })
@@ -101,7 +101,7 @@ impl Conn {
             data.len() as u32,
             self.mr.local_token(),
         );
-        self.qp.send(2, &[sge], 0)?;
+        self.qp.send(2, &[sge], OpFlags::empty())?;
         let r = self.cq.next_ok().await?;
         assert_eq!(r.request_type, RequestType::Send);
         Ok(())
@@ -129,7 +129,7 @@ async fn serve(conn: Connector, c: Conn) -> NdResult<usize> {
 
 /// Accepts `n` connections, each served by a task of its own while the next
 /// is accepted; returns the bytes echoed.
-async fn server(adapter: Adapter, listener: Listener, n: usize) -> NdResult<usize> {
+async fn server(adapter: Adapter, listener: Listener, n: u32) -> NdResult<usize> {
     let mut served = Vec::new();
     for _ in 0..n {
         let conn = adapter.create_connector()?;
@@ -147,7 +147,7 @@ async fn server(adapter: Adapter, listener: Listener, n: usize) -> NdResult<usiz
     Ok(bytes)
 }
 
-async fn client(adapter: Adapter, server: SocketAddr, i: usize) -> NdResult<()> {
+async fn client(adapter: Adapter, server: SocketAddr, i: u32) -> NdResult<()> {
     let c = Conn::new(&adapter).await?;
     c.post_receive()?;
     let conn = adapter.create_connector()?;
@@ -168,15 +168,10 @@ async fn client(adapter: Adapter, server: SocketAddr, i: usize) -> NdResult<()> 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> NdResult<()> {
     let (server_ip, client_ip) = common::addresses();
-    let n: usize = std::env::args()
-        .nth(3)
-        .map_or(4, |s| s.parse().expect("count"));
+    let n = common::count(4);
 
     let server_adapter = Provider.open_adapter(server_ip)?;
-    let listener = server_adapter.create_listener()?;
-    listener.bind(SocketAddr::new(server_ip, 0))?;
-    listener.listen(n as u32)?;
-    let addr = SocketAddr::new(server_ip, listener.get_local_address()?.port());
+    let (listener, addr) = common::listen(&server_adapter, n)?;
     let srv = tokio::spawn(server(server_adapter, listener, n));
 
     let client_adapter = Provider.open_adapter(client_ip)?;

@@ -10,7 +10,7 @@
 use crate::connector::{Connector, Listener};
 use crate::cq::CompletionQueue;
 use crate::mr::{MemoryRegion, MemoryWindow};
-use crate::qp::{QueuePair, SharedReceiveQueue};
+use crate::qp::{QueuePair, QueuePairSizes, SharedReceiveQueue};
 use crate::status::{NdError, NdResult, NdStatus};
 use ndverbs_verbs::{Device, DeviceConfig, Error, ErrorKind, Pd, PostError, LIMITS};
 use std::collections::HashSet;
@@ -24,14 +24,18 @@ pub const MAX_CALLER_DATA: usize = 56;
 /// Private data an Accept or Reject may carry (REJ's 148 bytes, the smaller of REP and REJ).
 pub const MAX_CALLEE_DATA: usize = 148;
 
-/// Adapter flags (`ND2_ADAPTER_INFO.AdapterFlags`).
-pub mod adapter_flags {
-    /// DMA completes in order.
-    pub const IN_ORDER_DMA_SUPPORTED: u32 = 0x1;
-    /// CQs can be resized.
-    pub const CQ_RESIZE_SUPPORTED: u32 = 0x100;
-    /// Connections to the same adapter work.
-    pub const LOOPBACK_CONNECTIONS_SUPPORTED: u32 = 0x10000;
+bitflags::bitflags! {
+    /// `ND2_ADAPTER_INFO.AdapterFlags`, with ND's values: what the adapter
+    /// supports.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct AdapterFlags: u32 {
+        /// DMA completes in order.
+        const IN_ORDER_DMA_SUPPORTED = 0x1;
+        /// CQs can be resized.
+        const CQ_RESIZE_SUPPORTED = 0x100;
+        /// Connections to the same adapter work.
+        const LOOPBACK_CONNECTIONS_SUPPORTED = 0x10000;
+    }
 }
 
 /// `ND2_ADAPTER_INFO`, field for field.
@@ -46,8 +50,8 @@ pub mod adapter_flags {
 /// let depth = 256.min(info.max_completion_queue_depth);
 /// let cq = adapter.create_completion_queue(depth)?;
 /// assert_eq!(info.max_caller_data as usize, MAX_CALLER_DATA);
-/// assert_ne!(info.adapter_flags & adapter_flags::LOOPBACK_CONNECTIONS_SUPPORTED, 0);
-/// assert_ne!(info.adapter_flags & adapter_flags::CQ_RESIZE_SUPPORTED, 0);
+/// assert!(info.adapter_flags.contains(AdapterFlags::LOOPBACK_CONNECTIONS_SUPPORTED));
+/// assert!(info.adapter_flags.contains(AdapterFlags::CQ_RESIZE_SUPPORTED));
 /// cq.resize(depth / 2)?;
 /// # Ok::<(), NdError>(())
 /// ```
@@ -96,7 +100,7 @@ pub struct AdapterInfo {
     /// Accept/Reject private data limit.
     pub max_callee_data: u32,
     /// Adapter flags.
-    pub adapter_flags: u32,
+    pub adapter_flags: AdapterFlags,
 }
 
 /// The adapter ID for an address (stable, distinct per address).
@@ -182,9 +186,9 @@ pub(crate) struct AdapterInner {
 /// assert_eq!(adapter.query(ND_VERSION_2)?.adapter_id, adapter_id(adapter.address()));
 /// // Every other object is made by the adapter (and shares its protection domain).
 /// let cq = adapter.create_completion_queue(16)?;
-/// let qp = adapter.create_queue_pair(&cq, &cq, 0, 4, 4, 1, 1, 0)?;
+/// let qp = adapter.create_queue_pair(&cq, &cq, 0, QueuePairSizes::new(4, 1))?;
 /// let mr = adapter.create_memory_region()?;
-/// mr.register(4096, mr_flags::ALLOW_LOCAL_WRITE).wait()?;
+/// mr.register(4096, MrFlags::ALLOW_LOCAL_WRITE).wait()?;
 /// qp.receive(1, &[NdSge::new(mr.address(), 4096, mr.local_token())])?;
 /// // Removal: pending requests complete ND_DEVICE_REMOVED, later calls fail with it.
 /// adapter.remove();
@@ -325,9 +329,7 @@ impl Adapter {
             large_request_threshold: 64 * 1024,
             max_caller_data: MAX_CALLER_DATA as u32,
             max_callee_data: MAX_CALLEE_DATA as u32,
-            adapter_flags: adapter_flags::IN_ORDER_DMA_SUPPORTED
-                | adapter_flags::CQ_RESIZE_SUPPORTED
-                | adapter_flags::LOOPBACK_CONNECTIONS_SUPPORTED,
+            adapter_flags: AdapterFlags::all(),
         })
     }
 
@@ -351,61 +353,35 @@ impl Adapter {
         MemoryWindow::create(self)
     }
 
-    /// A queue pair in INIT (receives may be posted before it connects).
-    #[allow(clippy::too_many_arguments)]
+    /// A queue pair in INIT (receives may be posted before it connects),
+    /// completing receives on `receive_cq` and everything else on
+    /// `initiator_cq`; `context` comes with each of its completions.
     pub fn create_queue_pair(
         &self,
         receive_cq: &CompletionQueue,
         initiator_cq: &CompletionQueue,
         context: u64,
-        receive_queue_depth: u32,
-        initiator_queue_depth: u32,
-        max_receive_sge: u32,
-        max_initiator_sge: u32,
-        inline_data_size: u32,
+        sizes: QueuePairSizes,
     ) -> NdResult<QueuePair> {
-        QueuePair::create(
-            self,
-            receive_cq,
-            initiator_cq,
-            None,
-            context,
-            (
-                receive_queue_depth,
-                initiator_queue_depth,
-                max_receive_sge,
-                max_initiator_sge,
-                inline_data_size,
-            ),
-        )
+        QueuePair::create(self, (receive_cq, initiator_cq), None, context, sizes)
     }
 
-    /// A queue pair that receives through `srq`.
-    #[allow(clippy::too_many_arguments)]
+    /// A queue pair that receives through `srq` (the receive sizes of
+    /// `sizes` are the SRQ's, and not used).
     pub fn create_queue_pair_with_srq(
         &self,
         receive_cq: &CompletionQueue,
         initiator_cq: &CompletionQueue,
         srq: &SharedReceiveQueue,
         context: u64,
-        initiator_queue_depth: u32,
-        max_initiator_sge: u32,
-        inline_data_size: u32,
+        sizes: QueuePairSizes,
     ) -> NdResult<QueuePair> {
-        QueuePair::create(
-            self,
-            receive_cq,
-            initiator_cq,
-            Some(srq),
-            context,
-            (
-                1,
-                initiator_queue_depth,
-                1,
-                max_initiator_sge,
-                inline_data_size,
-            ),
-        )
+        let sizes = QueuePairSizes {
+            receive_queue_depth: 0,
+            max_receive_sge: 0,
+            ..sizes
+        };
+        QueuePair::create(self, (receive_cq, initiator_cq), Some(srq), context, sizes)
     }
 
     /// A shared receive queue.

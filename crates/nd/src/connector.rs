@@ -17,7 +17,9 @@ use crate::adapter::{nd_err, nd_status, Adapter, MAX_CALLEE_DATA, MAX_CALLER_DAT
 use crate::pending::NdPending;
 use crate::qp::QueuePair;
 use crate::status::{NdError, NdResult, NdStatus};
-use ndverbs_verbs::{AcceptArgs, ConnectArgs, Endpoint, Error, ErrorKind, PathMtu, QpId, LIMITS};
+use ndverbs_verbs::{
+    AcceptArgs, ConnectArgs, Endpoint, Error, ErrorKind, PathMtu, Pending, QpId, LIMITS,
+};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
@@ -40,6 +42,33 @@ fn ep_error(e: Error, timeout: NdStatus) -> NdError {
     NdError::new(status, e.to_string())
 }
 
+/// `ND_INVALID_BUFFER_SIZE` for private data longer than `max` bytes (ND's
+/// `limit`: MaxCallerData for Connect, MaxCalleeData for Accept and Reject).
+fn check_private_data(data: &[u8], max: usize, limit: &str) -> NdResult<()> {
+    if data.len() > max {
+        return Err(NdError::new(
+            NdStatus::INVALID_BUFFER_SIZE,
+            format!("private data longer than {limit}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The inbound and outbound read limits of a Connect or Accept, clamped
+/// silently to the adapter's: what the CM calls responder resources and
+/// initiator depth.
+fn read_limits(inbound: u32, outbound: u32) -> (u8, u8) {
+    let max = LIMITS.max_qp_rd_atom;
+    let clamp = |limit: u32| u8::try_from(limit).unwrap_or(u8::MAX).min(max);
+    (clamp(inbound), clamp(outbound))
+}
+
+/// An endpoint request as ND sees it: its outcome mapped to ND's statuses,
+/// `timeout` being what its timing out means.
+fn nd_request<U: Send + 'static>(p: Pending<U>, timeout: NdStatus) -> NdPending<()> {
+    NdPending::map(p, move |r| r.map(|_| ()).map_err(|e| ep_error(e, timeout)))
+}
+
 fn path_mtu_for(addr: IpAddr) -> PathMtu {
     // Loopback has a 64 KiB MTU; real links here are 1500 bytes (rxe: 1024).
     if addr.is_loopback() {
@@ -49,9 +78,89 @@ fn path_mtu_for(addr: IpAddr) -> PathMtu {
     }
 }
 
-#[derive(Default)]
+/// What a connector and a listener both are: an rdma_cm-style endpoint of
+/// one adapter, with at most one local port from the adapter's port space,
+/// given back when the endpoint is dropped.
+struct CmId {
+    adapter: Adapter,
+    ep: Endpoint,
+    port: Mutex<Option<u16>>,
+}
+
+impl CmId {
+    fn new(adapter: &Adapter) -> NdResult<Self> {
+        Ok(CmId {
+            adapter: adapter.clone(),
+            ep: Endpoint::new(adapter.device()).map_err(nd_err)?,
+            port: Mutex::new(None),
+        })
+    }
+
+    fn port_slot(&self) -> std::sync::MutexGuard<'_, Option<u16>> {
+        self.port.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `Bind` to a local address of the adapter and a port (0: an ephemeral
+    /// one). Binding twice fails with 0xC0000238
+    /// (`STATUS_ADDRESS_ALREADY_ASSOCIATED`), as does a port in use.
+    fn bind(&self, local: SocketAddr, what: &str) -> NdResult<()> {
+        self.adapter.check_local(local.ip())?;
+        let mut port = self.port_slot();
+        if port.is_some() {
+            return Err(NdError::new(
+                NdStatus::ADDRESS_ALREADY_ASSOCIATED,
+                format!("{what} already bound"),
+            ));
+        }
+        *port = Some(self.adapter.reserve_port(local.port())?);
+        Ok(())
+    }
+
+    /// The local port, binding an ephemeral one first if there is none
+    /// (Connect binds implicitly, as in ND).
+    fn bound_port(&self) -> NdResult<u16> {
+        let mut port = self.port_slot();
+        match *port {
+            Some(p) => Ok(p),
+            None => Ok(*port.insert(self.adapter.reserve_port(0)?)),
+        }
+    }
+
+    /// `GetLocalAddress`; `unbound` is the status when there is no port yet.
+    fn local_address(&self, unbound: NdStatus) -> NdResult<SocketAddr> {
+        let port = self
+            .port_slot()
+            .ok_or_else(|| NdError::new(unbound, "not bound"))?;
+        Ok(SocketAddr::new(self.adapter.address(), port))
+    }
+
+    /// `CancelOverlappedRequests`: pending requests complete `ND_CANCELED`.
+    fn cancel(&self) -> NdResult<()> {
+        self.ep.cancel().map_err(nd_err)
+    }
+}
+
+impl std::fmt::Debug for CmId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CmId")
+            .field("ep", &self.ep.id())
+            .field("port", &*self.port_slot())
+            .finish()
+    }
+}
+
+impl Drop for CmId {
+    fn drop(&mut self) {
+        if let Some(p) = *self.port_slot() {
+            self.adapter.release_port(p);
+        }
+    }
+}
+
+/// A connector's connection: the QP it was given and whether a Connect or
+/// Accept is under way. Pending requests share it to undo `connecting`.
+#[derive(Debug, Default)]
 struct ConnState {
-    local_port: Option<u16>,
     qp: Option<QpId>,
     connecting: bool,
 }
@@ -66,8 +175,8 @@ struct ConnState {
 /// let server = Provider.open_adapter("127.91.12.1".parse().unwrap())?;
 /// let client = Provider.open_adapter("127.91.12.2".parse().unwrap())?;
 /// let (scq, ccq) = (server.create_completion_queue(8)?, client.create_completion_queue(8)?);
-/// let sqp = server.create_queue_pair(&scq, &scq, 0, 4, 4, 1, 1, 0)?;
-/// let cqp = client.create_queue_pair(&ccq, &ccq, 0, 4, 4, 1, 1, 0)?;
+/// let sqp = server.create_queue_pair(&scq, &scq, 0, QueuePairSizes::new(4, 1))?;
+/// let cqp = client.create_queue_pair(&ccq, &ccq, 0, QueuePairSizes::new(4, 1))?;
 /// sqp.receive(1, &[])?;
 /// let listener = server.create_listener()?;
 /// listener.bind(SocketAddr::new(server.address(), 0))?;
@@ -97,26 +206,17 @@ struct ConnState {
 /// assert_eq!(scq.wait_result()?.status, NdStatus::CANCELED);
 /// # Ok::<(), NdError>(())
 /// ```
+#[derive(Debug)]
 pub struct Connector {
-    adapter: Adapter,
-    pub(crate) ep: Endpoint,
+    cm: CmId,
     state: Arc<Mutex<ConnState>>,
-}
-
-impl std::fmt::Debug for Connector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Connector")
-            .field("ep", &self.ep.id())
-            .finish()
-    }
 }
 
 impl Connector {
     pub(crate) fn create(adapter: &Adapter) -> NdResult<Self> {
         Ok(Connector {
-            adapter: adapter.clone(),
-            ep: Endpoint::new(adapter.device()).map_err(nd_err)?,
-            state: Arc::new(Mutex::new(ConnState::default())),
+            cm: CmId::new(adapter)?,
+            state: Arc::default(),
         })
     }
 
@@ -124,19 +224,31 @@ impl Connector {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The QP given to Connect or Accept, or `ND_CONNECTION_INVALID` (with
+    /// `missing` as the message) before either.
+    fn connection_qp(&self, missing: &str) -> NdResult<QpId> {
+        let qp = self.st().qp;
+        qp.ok_or_else(|| NdError::new(NdStatus::CONNECTION_INVALID, missing))
+    }
+
+    /// Starts a Connect or Accept with `qp`: one at a time per connector.
+    fn start(&self, qp: &QueuePair) -> NdResult<()> {
+        let mut st = self.st();
+        if st.connecting {
+            return Err(NdError::new(
+                NdStatus::CONNECTION_ACTIVE,
+                "a connection is already active",
+            ));
+        }
+        st.connecting = true;
+        st.qp = Some(qp.id());
+        Ok(())
+    }
+
     /// `Bind` to a local address and port (0: an ephemeral port). A second
     /// bind fails with 0xC0000238 (`STATUS_ADDRESS_ALREADY_ASSOCIATED`).
     pub fn bind(&self, local: SocketAddr) -> NdResult<()> {
-        self.adapter.check_local(local.ip())?;
-        let mut st = self.st();
-        if st.local_port.is_some() {
-            return Err(NdError::new(
-                NdStatus::ADDRESS_ALREADY_ASSOCIATED,
-                "connector already bound",
-            ));
-        }
-        st.local_port = Some(self.adapter.reserve_port(local.port())?);
-        Ok(())
+        self.cm.bind(local, "connector")
     }
 
     /// `Connect` `qp` to `remote`. Read limits above the adapter's are
@@ -149,43 +261,26 @@ impl Connector {
         outbound_read_limit: u32,
         private_data: &[u8],
     ) -> NdResult<NdPending<()>> {
-        if private_data.len() > MAX_CALLER_DATA {
-            return Err(NdError::new(
-                NdStatus::INVALID_BUFFER_SIZE,
-                "private data longer than MaxCallerData",
-            ));
-        }
-        if self.adapter.is_removed() {
+        check_private_data(private_data, MAX_CALLER_DATA, "MaxCallerData")?;
+        if self.cm.adapter.is_removed() {
             return Err(NdError::new(NdStatus::DEVICE_REMOVED, "adapter removed"));
         }
-        let local_port = {
-            let mut st = self.st();
-            if st.connecting {
-                return Err(NdError::new(
-                    NdStatus::CONNECTION_ACTIVE,
-                    "a connection is already active",
-                ));
-            }
-            if st.local_port.is_none() {
-                st.local_port = Some(self.adapter.reserve_port(0)?);
-            }
-            st.connecting = true;
-            st.qp = Some(qp.id());
-            st.local_port.unwrap_or(0)
-        };
-        let max = u32::from(LIMITS.max_qp_rd_atom);
+        let local_port = self.cm.bound_port()?;
+        self.start(qp)?;
+        let (responder_resources, initiator_depth) =
+            read_limits(inbound_read_limit, outbound_read_limit);
         let args = ConnectArgs {
             remote: remote.ip(),
             remote_port: remote.port(),
             local_port,
-            responder_resources: inbound_read_limit.min(max) as u8,
-            initiator_depth: outbound_read_limit.min(max) as u8,
+            responder_resources,
+            initiator_depth,
             retry_count: 7,
             rnr_retry_count: ND_RNR_RETRY,
             path_mtu: path_mtu_for(remote.ip()),
             private_data: private_data.to_vec(),
         };
-        let p = match self.ep.connect(qp.id(), args) {
+        let p = match self.cm.ep.connect(qp.id(), args) {
             Ok(p) => p,
             Err(e) => {
                 self.st().connecting = false;
@@ -208,14 +303,9 @@ impl Connector {
 
     /// `CompleteConnect`: QP to RTS, then RTU.
     pub fn complete_connect(&self) -> NdResult<NdPending<()>> {
-        let qp = self
-            .st()
-            .qp
-            .ok_or_else(|| NdError::new(NdStatus::CONNECTION_INVALID, "no Connect"))?;
-        let p = self.ep.complete_connect(qp).map_err(nd_err)?;
-        Ok(NdPending::map(p, |r| {
-            r.map_err(|e| ep_error(e, NdStatus::IO_TIMEOUT))
-        }))
+        let qp = self.connection_qp("no Connect")?;
+        let p = self.cm.ep.complete_connect(qp).map_err(nd_err)?;
+        Ok(nd_request(p, NdStatus::IO_TIMEOUT))
     }
 
     /// `Accept` a connection request with `qp`; completes on RTU. Read limits
@@ -227,45 +317,24 @@ impl Connector {
         outbound_read_limit: u32,
         private_data: &[u8],
     ) -> NdResult<NdPending<()>> {
-        if private_data.len() > MAX_CALLEE_DATA {
-            return Err(NdError::new(
-                NdStatus::INVALID_BUFFER_SIZE,
-                "private data longer than MaxCalleeData",
-            ));
-        }
-        {
-            let mut st = self.st();
-            if st.connecting {
-                return Err(NdError::new(
-                    NdStatus::CONNECTION_ACTIVE,
-                    "a connection is already active",
-                ));
-            }
-            st.connecting = true;
-            st.qp = Some(qp.id());
-        }
-        let max = u32::from(LIMITS.max_qp_rd_atom);
+        check_private_data(private_data, MAX_CALLEE_DATA, "MaxCalleeData")?;
+        self.start(qp)?;
+        let (responder_resources, initiator_depth) =
+            read_limits(inbound_read_limit, outbound_read_limit);
         let args = AcceptArgs {
-            responder_resources: inbound_read_limit.min(max) as u8,
-            initiator_depth: outbound_read_limit.min(max) as u8,
+            responder_resources,
+            initiator_depth,
             rnr_retry_count: ND_RNR_RETRY,
             private_data: private_data.to_vec(),
         };
-        let p = self.ep.accept(qp.id(), args).map_err(nd_err)?;
-        Ok(NdPending::map(p, |r| {
-            r.map_err(|e| ep_error(e, NdStatus::IO_TIMEOUT))
-        }))
+        let p = self.cm.ep.accept(qp.id(), args).map_err(nd_err)?;
+        Ok(nd_request(p, NdStatus::IO_TIMEOUT))
     }
 
     /// `Reject` the connection request (passive) or the REP (active).
     pub fn reject(&self, private_data: &[u8]) -> NdResult<()> {
-        if private_data.len() > MAX_CALLEE_DATA {
-            return Err(NdError::new(
-                NdStatus::INVALID_BUFFER_SIZE,
-                "private data longer than MaxCalleeData",
-            ));
-        }
-        self.ep.reject(private_data).map_err(|e| {
+        check_private_data(private_data, MAX_CALLEE_DATA, "MaxCalleeData")?;
+        self.cm.ep.reject(private_data).map_err(|e| {
             let mut err = nd_err(e);
             if err.status == NdStatus::INVALID_PARAMETER {
                 err.status = NdStatus::CONNECTION_INVALID;
@@ -276,27 +345,23 @@ impl Connector {
 
     /// `GetReadLimits`: (inbound, outbound), already clamped.
     pub fn get_read_limits(&self) -> NdResult<(u32, u32)> {
-        let i = self.ep.info().map_err(nd_err)?;
+        let i = self.cm.ep.info().map_err(nd_err)?;
         Ok((u32::from(i.read_limits.0), u32::from(i.read_limits.1)))
     }
 
     /// `GetPrivateData`: the peer's private data (REQ, REP or REJ).
     pub fn get_private_data(&self) -> NdResult<Vec<u8>> {
-        Ok(self.ep.info().map_err(nd_err)?.private_data)
+        Ok(self.cm.ep.info().map_err(nd_err)?.private_data)
     }
 
     /// `GetLocalAddress`.
     pub fn get_local_address(&self) -> NdResult<SocketAddr> {
-        let port = self
-            .st()
-            .local_port
-            .ok_or_else(|| NdError::new(NdStatus::CONNECTION_INVALID, "not bound"))?;
-        Ok(SocketAddr::new(self.adapter.address(), port))
+        self.cm.local_address(NdStatus::CONNECTION_INVALID)
     }
 
     /// `GetPeerAddress` (valid on a passive connector before Accept).
     pub fn get_peer_address(&self) -> NdResult<SocketAddr> {
-        let i = self.ep.info().map_err(nd_err)?;
+        let i = self.cm.ep.info().map_err(nd_err)?;
         let ip = i
             .peer
             .ok_or_else(|| NdError::new(NdStatus::CONNECTION_INVALID, "no peer"))?;
@@ -306,36 +371,21 @@ impl Connector {
     /// `NotifyDisconnect`: completes when the peer's DREQ arrives. It never
     /// flushes anything (rule D6).
     pub fn notify_disconnect(&self) -> NdResult<NdPending<()>> {
-        let p = self.ep.notify_disconnect().map_err(nd_err)?;
-        Ok(NdPending::map(p, |r| {
-            r.map_err(|e| ep_error(e, NdStatus::TIMEOUT))
-        }))
+        let p = self.cm.ep.notify_disconnect().map_err(nd_err)?;
+        Ok(nd_request(p, NdStatus::TIMEOUT))
     }
 
     /// `Disconnect`: DREQ (or DREP if the peer's DREQ arrived), then the QP
     /// to ERROR, which flushes every outstanding request (`ND_CANCELED`).
     pub fn disconnect(&self) -> NdResult<NdPending<()>> {
-        let qp = self
-            .st()
-            .qp
-            .ok_or_else(|| NdError::new(NdStatus::CONNECTION_INVALID, "never connected"))?;
-        let p = self.ep.disconnect(qp).map_err(nd_err)?;
-        Ok(NdPending::map(p, |r| {
-            r.map_err(|e| ep_error(e, NdStatus::TIMEOUT))
-        }))
+        let qp = self.connection_qp("never connected")?;
+        let p = self.cm.ep.disconnect(qp).map_err(nd_err)?;
+        Ok(nd_request(p, NdStatus::TIMEOUT))
     }
 
     /// `CancelOverlappedRequests`: pending requests complete `ND_CANCELED`.
     pub fn cancel_overlapped_requests(&self) -> NdResult<()> {
-        self.ep.cancel().map_err(nd_err)
-    }
-}
-
-impl Drop for Connector {
-    fn drop(&mut self) {
-        if let Some(p) = self.st().local_port {
-            self.adapter.release_port(p);
-        }
+        self.cm.cancel()
     }
 }
 
@@ -359,7 +409,7 @@ impl Drop for Connector {
 /// // Each GetConnectionRequest hands the next request to a connector.
 /// let passive = server.create_connector()?;
 /// let request = listener.get_connection_request(&passive)?;
-/// let qp = client.create_queue_pair(&ccq, &ccq, 0, 1, 1, 1, 1, 0)?;
+/// let qp = client.create_queue_pair(&ccq, &ccq, 0, QueuePairSizes::new(1, 1))?;
 /// let active = client.create_connector()?;
 /// let rep = active.connect(&qp, addr, 0, 0, b"")?;
 /// request.wait()?;
@@ -370,85 +420,55 @@ impl Drop for Connector {
 /// # let _ = scq;
 /// # Ok::<(), NdError>(())
 /// ```
+#[derive(Debug)]
 pub struct Listener {
-    adapter: Adapter,
-    ep: Endpoint,
-    port: Mutex<Option<u16>>,
-}
-
-impl std::fmt::Debug for Listener {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Listener")
-            .field("ep", &self.ep.id())
-            .finish()
-    }
+    cm: CmId,
 }
 
 impl Listener {
     pub(crate) fn create(adapter: &Adapter) -> NdResult<Self> {
         Ok(Listener {
-            adapter: adapter.clone(),
-            ep: Endpoint::new(adapter.device()).map_err(nd_err)?,
-            port: Mutex::new(None),
+            cm: CmId::new(adapter)?,
         })
     }
 
     /// `Bind`: a second listener on the same port fails with 0xC0000238.
     pub fn bind(&self, local: SocketAddr) -> NdResult<()> {
-        self.adapter.check_local(local.ip())?;
-        let mut p = self.port.lock().unwrap_or_else(|e| e.into_inner());
-        if p.is_some() {
-            return Err(NdError::new(
-                NdStatus::ADDRESS_ALREADY_ASSOCIATED,
-                "listener already bound",
-            ));
-        }
-        *p = Some(self.adapter.reserve_port(local.port())?);
-        Ok(())
+        self.cm.bind(local, "listener")
     }
 
     /// `Listen` with room for `backlog` unanswered requests (needs a bound port).
     pub fn listen(&self, backlog: u32) -> NdResult<()> {
         let port = self
-            .port
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .ok_or_else(|| NdError::new(NdStatus::INVALID_DEVICE_STATE, "listener not bound"))?;
-        self.ep.listen(port, backlog.max(1) as usize).map_err(|e| {
-            let mut err = nd_err(e);
-            if err.status == NdStatus::DEVICE_BUSY {
-                err.status = NdStatus::ADDRESS_ALREADY_ASSOCIATED;
-            }
-            err
-        })
+            .cm
+            .local_address(NdStatus::INVALID_DEVICE_STATE)?
+            .port();
+        self.cm
+            .ep
+            .listen(port, backlog.max(1) as usize)
+            .map_err(|e| {
+                let mut err = nd_err(e);
+                if err.status == NdStatus::DEVICE_BUSY {
+                    err.status = NdStatus::ADDRESS_ALREADY_ASSOCIATED;
+                }
+                err
+            })
     }
 
     /// `GetConnectionRequest`: the next request is handed to `connector`
     /// (several may be outstanding).
     pub fn get_connection_request(&self, connector: &Connector) -> NdResult<NdPending<()>> {
-        let p = self.ep.get_request(&connector.ep).map_err(nd_err)?;
-        Ok(NdPending::map(p, |r| {
-            r.map(|_| ()).map_err(|e| ep_error(e, NdStatus::TIMEOUT))
-        }))
+        let p = self.cm.ep.get_request(&connector.cm.ep).map_err(nd_err)?;
+        Ok(nd_request(p, NdStatus::TIMEOUT))
     }
 
     /// `GetLocalAddress`.
     pub fn get_local_address(&self) -> NdResult<SocketAddr> {
-        let p = self.port.lock().unwrap_or_else(|e| e.into_inner());
-        let port = p.ok_or_else(|| NdError::new(NdStatus::INVALID_DEVICE_STATE, "not bound"))?;
-        Ok(SocketAddr::new(self.adapter.address(), port))
+        self.cm.local_address(NdStatus::INVALID_DEVICE_STATE)
     }
 
     /// `CancelOverlappedRequests`.
     pub fn cancel_overlapped_requests(&self) -> NdResult<()> {
-        self.ep.cancel().map_err(nd_err)
-    }
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        if let Some(p) = *self.port.lock().unwrap_or_else(|e| e.into_inner()) {
-            self.adapter.release_port(p);
-        }
+        self.cm.cancel()
     }
 }

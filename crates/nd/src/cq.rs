@@ -26,7 +26,8 @@ use ndverbs_verbs::{Cq, NotifyOn, WcOpcode, WcStatus};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// `ND2_REQUEST_TYPE`.
+/// `ND2_REQUEST_TYPE`, with ND's values: ND numbers the types in this
+/// order, from 0.
 ///
 /// # Example
 ///
@@ -52,19 +53,19 @@ use std::sync::{Arc, Mutex};
 /// let server = Provider.open_adapter("127.91.6.1".parse().unwrap())?;
 /// let client = Provider.open_adapter("127.91.6.2".parse().unwrap())?;
 /// let (scq, ccq) = (server.create_completion_queue(8)?, client.create_completion_queue(8)?);
-/// let sqp = server.create_queue_pair(&scq, &scq, 0, 4, 4, 1, 1, 0)?;
-/// let cqp = client.create_queue_pair(&ccq, &ccq, 0, 4, 4, 1, 1, 0)?;
+/// let sqp = server.create_queue_pair(&scq, &scq, 0, QueuePairSizes::new(4, 1))?;
+/// let cqp = client.create_queue_pair(&ccq, &ccq, 0, QueuePairSizes::new(4, 1))?;
 /// let target = server.create_memory_region()?;
-/// target.register(64, mr_flags::ALLOW_REMOTE_WRITE | mr_flags::ALLOW_REMOTE_READ).wait()?;
+/// target.register(64, MrFlags::ALLOW_REMOTE_WRITE | MrFlags::ALLOW_REMOTE_READ).wait()?;
 /// let local = client.create_memory_region()?;
-/// local.register(64, mr_flags::ALLOW_LOCAL_WRITE).wait()?;
+/// local.register(64, MrFlags::ALLOW_LOCAL_WRITE).wait()?;
 /// local.write(0, b"ping")?;
 /// # let _connectors = connect((&server, &sqp), (&client, &cqp))?;
 /// // An RDMA WRITE of 4 bytes into the server's region, then a READ of them back.
 /// let out = [NdSge::new(local.address(), 4, local.local_token())];
-/// cqp.write(1, &out, target.address(), target.remote_token(), 0)?;
+/// cqp.write(1, &out, target.address(), target.remote_token(), OpFlags::empty())?;
 /// let back = [NdSge::new(local.address() + 8, 4, local.local_token())];
-/// cqp.read(2, &back, target.address(), target.remote_token(), 0)?;
+/// cqp.read(2, &back, target.address(), target.remote_token(), OpFlags::empty())?;
 /// // Each completion says which kind of request it ends.
 /// let (w, r) = (ccq.wait_result()?, ccq.wait_result()?);
 /// assert_eq!((w.request_type, w.request_context), (RequestType::Write, 1));
@@ -77,30 +78,32 @@ use std::sync::{Arc, Mutex};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RequestType {
     /// A receive.
-    Receive = 0,
+    Receive,
     /// A send.
-    Send = 1,
+    Send,
     /// A memory window bind.
-    Bind = 2,
+    Bind,
     /// A memory window invalidation.
-    Invalidate = 3,
+    Invalidate,
     /// An RDMA READ.
-    Read = 4,
+    Read,
     /// An RDMA WRITE.
-    Write = 5,
+    Write,
 }
 
 impl RequestType {
+    /// Every type, in ND's order: a type's value is its index.
+    const ALL: [RequestType; 6] = [
+        RequestType::Receive,
+        RequestType::Send,
+        RequestType::Bind,
+        RequestType::Invalidate,
+        RequestType::Read,
+        RequestType::Write,
+    ];
+
     fn from_code(c: u64) -> Option<Self> {
-        Some(match c {
-            0 => RequestType::Receive,
-            1 => RequestType::Send,
-            2 => RequestType::Bind,
-            3 => RequestType::Invalidate,
-            4 => RequestType::Read,
-            5 => RequestType::Write,
-            _ => return None,
-        })
+        Self::ALL.get(usize::try_from(c).ok()?).copied()
     }
 }
 
@@ -146,13 +149,13 @@ pub(crate) fn wr_id(t: RequestType, context: u64) -> NdResult<u64> {
 /// let client = Provider.open_adapter("127.91.5.2".parse().unwrap())?;
 /// let (scq, ccq) = (server.create_completion_queue(8)?, client.create_completion_queue(8)?);
 /// // Contexts: 100 for the server's QP, 7 for its receive.
-/// let sqp = server.create_queue_pair(&scq, &scq, 100, 4, 4, 1, 1, 0)?;
-/// let cqp = client.create_queue_pair(&ccq, &ccq, 200, 4, 4, 1, 1, 64)?;
+/// let sqp = server.create_queue_pair(&scq, &scq, 100, QueuePairSizes::new(4, 1))?;
+/// let cqp = client.create_queue_pair(&ccq, &ccq, 200, QueuePairSizes::new(4, 1).with_inline(64))?;
 /// let mr = server.create_memory_region()?;
-/// mr.register(64, mr_flags::ALLOW_LOCAL_WRITE).wait()?;
+/// mr.register(64, MrFlags::ALLOW_LOCAL_WRITE).wait()?;
 /// sqp.receive(7, &[NdSge::new(mr.address(), 64, mr.local_token())])?;
 /// # let _connectors = connect((&server, &sqp), (&client, &cqp))?;
-/// cqp.send_inline(8, b"hello", 0)?;
+/// cqp.send_inline(8, b"hello", OpFlags::empty())?;
 /// // GetResults, sleeping on Notify while the queue is empty.
 /// let mut r = [NdResultEntry::default()];
 /// while scq.get_results(&mut r) == 0 {
@@ -206,7 +209,7 @@ impl Default for NdResultEntry {
 /// use ndverbs_nd::*;
 /// let adapter = Provider.open_adapter("127.91.7.1".parse().unwrap())?;
 /// let cq = adapter.create_completion_queue(8)?;
-/// let qp = adapter.create_queue_pair(&cq, &cq, 0, 4, 4, 1, 1, 0)?;
+/// let qp = adapter.create_queue_pair(&cq, &cq, 0, QueuePairSizes::new(4, 1))?;
 /// // Errors: only a completion with an error status wakes this Notify
 /// // (Solicited: a receive whose send set SEND_AND_SOLICIT_EVENT, or an error;
 /// // Any: every completion).
@@ -235,7 +238,7 @@ pub enum NotifyType {
 /// let adapter = Provider.open_adapter("127.91.4.1".parse().unwrap())?;
 /// let cq = adapter.create_completion_queue(8)?;
 /// // The QP's context (42) comes back with each of its completions.
-/// let qp = adapter.create_queue_pair(&cq, &cq, 42, 4, 4, 1, 1, 0)?;
+/// let qp = adapter.create_queue_pair(&cq, &cq, 42, QueuePairSizes::new(4, 1))?;
 /// qp.receive(1, &[])?;
 /// qp.receive(2, &[])?;
 /// // Notify completes on the next completion (at once if some are waiting).
@@ -400,5 +403,29 @@ impl CompletionQueue {
     /// Capacity.
     pub fn depth(&self) -> usize {
         self.cq.depth()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_types_have_nds_values_and_travel_in_the_wr_id() {
+        use RequestType as T;
+        let nd = [
+            (T::Receive, 0),
+            (T::Send, 1),
+            (T::Bind, 2),
+            (T::Invalidate, 3),
+            (T::Read, 4),
+            (T::Write, 5),
+        ];
+        for (t, value) in nd {
+            assert_eq!(t as u64, value);
+            let id = wr_id(t, MAX_CONTEXT).unwrap();
+            assert_eq!(RequestType::from_code(id >> TYPE_SHIFT), Some(t));
+        }
+        assert_eq!(RequestType::from_code(6), None);
     }
 }

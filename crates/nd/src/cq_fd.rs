@@ -70,9 +70,11 @@ mod tests {
             .open_adapter("127.89.40.1".parse().unwrap())
             .unwrap();
         let cq = ad.create_completion_queue(8).unwrap();
-        let qp = ad.create_queue_pair(&cq, &cq, 0, 4, 4, 1, 1, 0).unwrap();
+        let qp = ad
+            .create_queue_pair(&cq, &cq, 0, QueuePairSizes::new(4, 1))
+            .unwrap();
         let mr = ad.create_memory_region().unwrap();
-        mr.register(64, mr_flags::ALLOW_LOCAL_WRITE).wait().unwrap();
+        mr.register(64, MrFlags::ALLOW_LOCAL_WRITE).wait().unwrap();
         let fd = cq.as_raw_fd();
         assert!(!readable(fd, 0));
         cq.arm(NotifyType::Any);

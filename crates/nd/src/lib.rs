@@ -36,6 +36,11 @@
 //! Work requests (Send, Receive, Read, Write, Bind, Invalidate) return at once
 //! and end as a completion on the queue pair's CQ.
 //!
+//! **Flags and sizes.** ND's flag words are typed sets that keep ND's
+//! values ([`OpFlags`], [`MrFlags`], [`AdapterFlags`]), so a memory flag
+//! cannot reach a work request; `CreateQueuePair`'s depths, SGE counts and
+//! inline size travel together as one [`QueuePairSizes`].
+//!
 //! **The disconnect rules.** `Disconnect` sends DREQ, or DREP if the peer's DREQ
 //! already arrived, completes when a DREP arrives, the DREQ times out
 //! (`ND_TIMEOUT`) or the DREP is sent, and then the QP moves to error and
@@ -91,9 +96,9 @@
 //!
 //! let srv = std::thread::spawn(move || -> NdResult<Vec<u8>> {
 //!     let cq = server.create_completion_queue(16)?;
-//!     let qp = server.create_queue_pair(&cq, &cq, 0, 4, 4, 1, 1, 0)?;
+//!     let qp = server.create_queue_pair(&cq, &cq, 0, QueuePairSizes::new(4, 1))?;
 //!     let mr = server.create_memory_region()?;
-//!     mr.register(4096, mr_flags::ALLOW_LOCAL_WRITE).wait()?;
+//!     mr.register(4096, MrFlags::ALLOW_LOCAL_WRITE).wait()?;
 //!     qp.receive(1, &[NdSge::new(mr.address(), 4096, mr.local_token())])?;
 //!     let conn = server.create_connector()?;
 //!     listener.get_connection_request(&conn)?.wait()?;
@@ -109,11 +114,11 @@
 //!
 //! let client = Provider.open_adapter("127.91.0.2".parse().unwrap())?;
 //! let cq = client.create_completion_queue(16)?;
-//! let qp = client.create_queue_pair(&cq, &cq, 0, 4, 4, 1, 1, 64)?;
+//! let qp = client.create_queue_pair(&cq, &cq, 0, QueuePairSizes::new(4, 1).with_inline(64))?;
 //! let conn = client.create_connector()?;
 //! conn.connect(&qp, at, 0, 0, b"")?.wait()?;
 //! conn.complete_connect()?.wait()?;
-//! qp.send_inline(1, b"hello, server", 0)?;
+//! qp.send_inline(1, b"hello, server", OpFlags::empty())?;
 //! one(&cq)?;
 //! conn.disconnect()?.wait()?; // DREQ … DREP
 //! assert_eq!(srv.join().unwrap()?, b"hello, server");
@@ -133,14 +138,14 @@ mod qp;
 mod status;
 
 pub use adapter::{
-    adapter_flags, adapter_id, Adapter, AdapterInfo, Provider, MAX_CALLEE_DATA, MAX_CALLER_DATA,
+    adapter_id, Adapter, AdapterFlags, AdapterInfo, Provider, MAX_CALLEE_DATA, MAX_CALLER_DATA,
     ND_VERSION_2,
 };
 pub use connector::{Connector, Listener, ND_RNR_RETRY};
 pub use cq::{CompletionQueue, NdResultEntry, NotifyType, RequestType, MAX_CONTEXT};
-pub use mr::{mr_flags, MemoryRegion, MemoryWindow};
+pub use mr::{MemoryRegion, MemoryWindow, MrFlags};
 pub use pending::NdPending;
-pub use qp::{op_flags, NdSge, QueuePair, SharedReceiveQueue};
+pub use qp::{NdSge, OpFlags, QueuePair, QueuePairSizes, SharedReceiveQueue};
 pub use status::{NdError, NdResult, NdStatus};
 
 /// How an adapter is opened ([`Provider::open_adapter_with`]) and what it

@@ -13,43 +13,50 @@ use ndverbs_verbs::{Access, Mr, Mw};
 use std::ptr::NonNull;
 use std::sync::Mutex;
 
-/// `ND_MR_FLAG_*`.
-pub mod mr_flags {
-    /// Local write.
-    pub const ALLOW_LOCAL_WRITE: u32 = 0x1;
-    /// Remote read.
-    pub const ALLOW_REMOTE_READ: u32 = 0x2;
-    /// Remote write (implies local write).
-    pub const ALLOW_REMOTE_WRITE: u32 = 0x5;
-    /// Target of RDMA READs (local write).
-    pub const RDMA_READ_SINK: u32 = 0x8;
-    /// Ignored.
-    pub const DO_NOT_SECURE_VM: u32 = 0x8000_0000;
+bitflags::bitflags! {
+    /// `ND_MR_FLAG_*`, with ND's values: what a registration allows.
+    /// Unknown bits fail `Register` with `ND_INVALID_PARAMETER_3`;
+    /// [`MrFlags::from_bits_retain`] passes raw values through unchanged.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct MrFlags: u32 {
+        /// Local write.
+        const ALLOW_LOCAL_WRITE = 0x1;
+        /// Remote read.
+        const ALLOW_REMOTE_READ = 0x2;
+        /// Remote write, which ND defines to include local write.
+        const ALLOW_REMOTE_WRITE = REMOTE_WRITE_BIT | Self::ALLOW_LOCAL_WRITE.bits();
+        /// Target of RDMA READs (local write).
+        const RDMA_READ_SINK = 0x8;
+        /// Ignored.
+        const DO_NOT_SECURE_VM = 0x8000_0000;
+    }
 }
 
-fn access(flags: u32) -> NdResult<Access> {
-    let known = mr_flags::ALLOW_LOCAL_WRITE
-        | mr_flags::ALLOW_REMOTE_READ
-        | mr_flags::ALLOW_REMOTE_WRITE
-        | mr_flags::RDMA_READ_SINK
-        | mr_flags::DO_NOT_SECURE_VM;
-    if flags & !known != 0 {
-        return Err(NdError::new(
-            NdStatus::INVALID_PARAMETER_3,
-            format!("unknown MR flags {flags:#x}"),
-        ));
+/// The bit of `ALLOW_REMOTE_WRITE` that is not local write: on its own it
+/// grants remote write too.
+const REMOTE_WRITE_BIT: u32 = 0x4;
+
+impl MrFlags {
+    /// The verbs rights of a registration with these flags.
+    fn access(self) -> NdResult<Access> {
+        if !MrFlags::all().contains(self) {
+            return Err(NdError::new(
+                NdStatus::INVALID_PARAMETER_3,
+                format!("unknown MR flags {:#x}", self.bits()),
+            ));
+        }
+        let mut a = Access::NONE;
+        if self.intersects(MrFlags::ALLOW_LOCAL_WRITE | MrFlags::RDMA_READ_SINK) {
+            a |= Access::LOCAL_WRITE;
+        }
+        if self.contains(MrFlags::ALLOW_REMOTE_READ) {
+            a |= Access::REMOTE_READ;
+        }
+        if self.bits() & REMOTE_WRITE_BIT != 0 {
+            a |= Access::REMOTE_WRITE | Access::LOCAL_WRITE | Access::REMOTE_ATOMIC;
+        }
+        Ok(a)
     }
-    let mut a = Access::NONE;
-    if flags & (mr_flags::ALLOW_LOCAL_WRITE | mr_flags::RDMA_READ_SINK) != 0 {
-        a |= Access::LOCAL_WRITE;
-    }
-    if flags & mr_flags::ALLOW_REMOTE_READ != 0 {
-        a |= Access::REMOTE_READ;
-    }
-    if flags & 0x4 != 0 {
-        a |= Access::REMOTE_WRITE | Access::LOCAL_WRITE | Access::REMOTE_ATOMIC;
-    }
-    Ok(a)
 }
 
 /// A memory region (unregistered until [`MemoryRegion::register`]).
@@ -62,7 +69,7 @@ fn access(flags: u32) -> NdResult<Access> {
 /// let mr = adapter.create_memory_region()?;
 /// assert!(mr.is_empty() && mr.local_token() == 0);
 /// // Register zeroed memory the region owns; ALLOW_REMOTE_WRITE lets peers write it.
-/// mr.register(4096, mr_flags::ALLOW_REMOTE_WRITE).wait()?;
+/// mr.register(4096, MrFlags::ALLOW_REMOTE_WRITE).wait()?;
 /// assert_eq!(mr.len(), 4096);
 /// // The bytes are reached by copy (peers may write them at any time).
 /// mr.write(0, b"hello")?;
@@ -75,7 +82,7 @@ fn access(flags: u32) -> NdResult<Access> {
 /// let (_address, _token) = (mr.address(), mr.remote_token());
 /// mr.deregister().wait()?;
 /// assert!(mr.is_empty());
-/// assert_eq!(mr.register(0, 0).wait().unwrap_err().status, NdStatus::INVALID_BUFFER_SIZE);
+/// assert_eq!(mr.register(0, MrFlags::empty()).wait().unwrap_err().status, NdStatus::INVALID_BUFFER_SIZE);
 /// # Ok::<(), NdError>(())
 /// ```
 pub struct MemoryRegion {
@@ -117,14 +124,14 @@ impl MemoryRegion {
 
     /// `Register` of `len` zeroed bytes the region owns. `len == 0` →
     /// `ND_INVALID_BUFFER_SIZE`.
-    pub fn register(&self, len: usize, flags: u32) -> NdPending<()> {
+    pub fn register(&self, len: usize, flags: MrFlags) -> NdPending<()> {
         if len == 0 {
             return NdPending::ready(Err(NdError::new(
                 NdStatus::INVALID_BUFFER_SIZE,
                 "zero-length registration",
             )));
         }
-        match access(flags) {
+        match flags.access() {
             Ok(a) => self.set(self.adapter.inner.pd.reg_mr(len, a)),
             Err(e) => NdPending::ready(Err(e)),
         }
@@ -136,7 +143,7 @@ impl MemoryRegion {
     /// # Safety
     /// `ptr..ptr+len` must stay valid (and not be used through Rust references)
     /// until the region is deregistered and dropped.
-    pub unsafe fn register_raw(&self, ptr: *mut u8, len: usize, flags: u32) -> NdPending<()> {
+    pub unsafe fn register_raw(&self, ptr: *mut u8, len: usize, flags: MrFlags) -> NdPending<()> {
         let Some(p) = NonNull::new(ptr) else {
             return NdPending::ready(Err(NdError::new(
                 NdStatus::INVALID_PARAMETER,
@@ -149,7 +156,7 @@ impl MemoryRegion {
                 "zero-length registration",
             )));
         }
-        match access(flags) {
+        match flags.access() {
             // SAFETY: forwarded to the caller.
             Ok(a) => self.set(unsafe { self.adapter.inner.pd.reg_mr_raw(p, len, a) }),
             Err(e) => NdPending::ready(Err(e)),
@@ -247,31 +254,31 @@ impl MemoryRegion {
 /// let server = Provider.open_adapter("127.91.9.1".parse().unwrap())?;
 /// let client = Provider.open_adapter("127.91.9.2".parse().unwrap())?;
 /// let (scq, ccq) = (server.create_completion_queue(8)?, client.create_completion_queue(8)?);
-/// let sqp = server.create_queue_pair(&scq, &scq, 0, 4, 4, 1, 1, 0)?;
-/// let cqp = client.create_queue_pair(&ccq, &ccq, 0, 4, 4, 1, 1, 0)?;
+/// let sqp = server.create_queue_pair(&scq, &scq, 0, QueuePairSizes::new(4, 1))?;
+/// let cqp = client.create_queue_pair(&ccq, &ccq, 0, QueuePairSizes::new(4, 1))?;
 /// // The region must allow what a window on it may grant.
 /// let mr = server.create_memory_region()?;
-/// mr.register(4096, mr_flags::ALLOW_REMOTE_WRITE).wait()?;
+/// mr.register(4096, MrFlags::ALLOW_REMOTE_WRITE).wait()?;
 /// let mw = server.create_memory_window()?;
 /// let src = client.create_memory_region()?;
-/// src.register(64, mr_flags::ALLOW_LOCAL_WRITE).wait()?;
+/// src.register(64, MrFlags::ALLOW_LOCAL_WRITE).wait()?;
 /// src.write(0, b"through a window")?;
 /// let data = [NdSge::new(src.address(), 16, src.local_token())];
 /// # let _connectors = connect((&server, &sqp), (&client, &cqp))?;
 /// // Bind (on a connected QP): grant 16 bytes at offset 256, writable. The
 /// // window's token changes; the server would send it and the address to the peer.
 /// let window = mr.address() + 256;
-/// sqp.bind(1, &mr, &mw, window, 16, op_flags::ALLOW_WRITE)?;
+/// sqp.bind(1, &mr, &mw, window, 16, OpFlags::ALLOW_WRITE)?;
 /// assert_eq!(scq.wait_result()?.request_type, RequestType::Bind);
-/// cqp.write(2, &data, window, mw.remote_token(), 0)?;
+/// cqp.write(2, &data, window, mw.remote_token(), OpFlags::empty())?;
 /// assert_eq!(ccq.wait_result()?.status, NdStatus::SUCCESS);
 /// let mut got = [0u8; 16];
 /// mr.read(256, &mut got)?;
 /// assert_eq!(&got, b"through a window");
 /// // Invalidate revokes the grant: the same WRITE now fails at the peer.
-/// sqp.invalidate(3, &mw, 0)?;
+/// sqp.invalidate(3, &mw, OpFlags::empty())?;
 /// assert_eq!(scq.wait_result()?.request_type, RequestType::Invalidate);
-/// cqp.write(4, &data, window, mw.remote_token(), 0)?;
+/// cqp.write(4, &data, window, mw.remote_token(), OpFlags::empty())?;
 /// assert_eq!(ccq.wait_result()?.status, NdStatus::ACCESS_VIOLATION);
 /// # Ok::<(), NdError>(())
 /// ```

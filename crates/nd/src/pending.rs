@@ -110,7 +110,7 @@ impl<T> Ready<T> {
 /// # }
 /// let adapter = Provider.open_adapter("127.91.14.1".parse().unwrap())?;
 /// let cq = adapter.create_completion_queue(4)?;
-/// let qp = adapter.create_queue_pair(&cq, &cq, 0, 1, 1, 1, 1, 0)?;
+/// let qp = adapter.create_queue_pair(&cq, &cq, 0, QueuePairSizes::new(1, 1))?;
 /// // A Notify on an empty queue pends: look without blocking, or for a while …
 /// let mut notify = cq.notify(NotifyType::Any);
 /// assert!(notify.try_take().is_none());
@@ -122,7 +122,7 @@ impl<T> Ready<T> {
 /// // Every NdPending is also a future, for any async runtime (here a
 /// // ten-line block_on).
 /// let mr = adapter.create_memory_region()?;
-/// block_on(mr.register(4096, mr_flags::ALLOW_LOCAL_WRITE))?;
+/// block_on(mr.register(4096, MrFlags::ALLOW_LOCAL_WRITE))?;
 /// assert_eq!(mr.len(), 4096);
 /// # Ok::<(), NdError>(())
 /// ```

@@ -139,9 +139,9 @@ impl fmt::Display for NdStatus {
 /// use ndverbs_nd::*;
 /// let adapter = Provider.open_adapter("127.91.16.1".parse().unwrap())?;
 /// let cq = adapter.create_completion_queue(4)?;
-/// let qp = adapter.create_queue_pair(&cq, &cq, 0, 1, 1, 1, 1, 64)?;
+/// let qp = adapter.create_queue_pair(&cq, &cq, 0, QueuePairSizes::new(1, 1).with_inline(64))?;
 /// // A failed call returns an NdError: nothing was queued.
-/// let err: NdError = qp.send_inline(1, b"x", 0).unwrap_err();
+/// let err: NdError = qp.send_inline(1, b"x", OpFlags::empty()).unwrap_err();
 /// assert_eq!(err.status, NdStatus::CONNECTION_INVALID);
 /// assert!(err.to_string().starts_with("ND_CONNECTION_INVALID (0xc000023a): "));
 /// // Your own functions can speak ND too.

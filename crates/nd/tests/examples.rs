@@ -43,27 +43,38 @@ fn run(name: &str, extra: &[&str]) {
     );
 }
 
+/// Every example, with the arguments it runs with here (after the two
+/// addresses).
+const EXAMPLES: [(&str, &[&str]); 5] = [
+    ("send_receive", &[]),
+    ("rdma_write_read", &[]),
+    ("many_connections", &["16"]),
+    ("async_futures", &[]),
+    ("tokio_echo", &["8"]),
+];
+
 #[test]
-fn send_receive() {
-    run("send_receive", &[]);
+fn every_example_runs_and_prints_nothing_unasked() {
+    // Each in a thread of its own, as separate tests would run.
+    std::thread::scope(|s| {
+        for (name, extra) in EXAMPLES {
+            s.spawn(move || run(name, extra));
+        }
+    });
 }
 
 #[test]
-fn rdma_write_read() {
-    run("rdma_write_read", &[]);
-}
-
-#[test]
-fn many_connections() {
-    run("many_connections", &["16"]);
-}
-
-#[test]
-fn async_futures() {
-    run("async_futures", &[]);
-}
-
-#[test]
-fn tokio_echo() {
-    run("tokio_echo", &["8"]);
+fn every_example_is_in_the_list() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut found: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".rs").map(str::to_owned)
+        })
+        .collect();
+    found.sort();
+    let mut listed: Vec<&str> = EXAMPLES.iter().map(|(name, _)| *name).collect();
+    listed.sort();
+    assert_eq!(found, listed);
 }

@@ -4,40 +4,20 @@
 //! panics. One loopback adapter serves every case; its peer address (from the
 //! test kit, like its own) has nobody on it.
 
+mod common;
+
+use common::{side, Side};
 use ndverbs_nd::*;
 use proptest::prelude::*;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::OnceLock;
+use std::sync::LazyLock;
 
-struct World {
-    a: Adapter,
-    /// An address nobody opened.
-    nobody: IpAddr,
-    cq: CompletionQueue,
-    qp: QueuePair,
-    mr: MemoryRegion,
-}
-
-fn world() -> &'static World {
-    static W: OnceLock<World> = OnceLock::new();
-    W.get_or_init(|| {
-        let (own, nobody) = ndverbs_testkit::addr::pair_v4();
-        let a = Provider.open_adapter(own).unwrap();
-        let cq = a.create_completion_queue(16).unwrap();
-        let qp = a.create_queue_pair(&cq, &cq, 1, 4, 4, 2, 2, 64).unwrap();
-        let mr = a.create_memory_region().unwrap();
-        mr.register(4096, mr_flags::ALLOW_REMOTE_WRITE)
-            .wait()
-            .unwrap();
-        World {
-            a,
-            nobody,
-            cq,
-            qp,
-            mr,
-        }
-    })
-}
+/// The adapter every case uses (opened by the first), and an address nobody
+/// opened.
+static WORLD: LazyLock<(Side, IpAddr)> = LazyLock::new(|| {
+    let (own, nobody) = ndverbs_testkit::addr::pair_v4();
+    (side(own), nobody)
+});
 
 /// The call failed with an ND error status (not success, not a panic).
 fn failed<T: std::fmt::Debug>(r: NdResult<T>) -> bool {
@@ -59,21 +39,16 @@ fn fails_pending<T: std::fmt::Debug + Send + Clone + 'static>(r: NdResult<NdPend
     }
 }
 
-const KNOWN_MR: u32 = mr_flags::ALLOW_LOCAL_WRITE
-    | mr_flags::ALLOW_REMOTE_READ
-    | mr_flags::ALLOW_REMOTE_WRITE
-    | mr_flags::RDMA_READ_SINK
-    | mr_flags::DO_NOT_SECURE_VM;
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, .. ProptestConfig::default() })]
 
     /// Unknown registration flags and zero lengths are refused.
     #[test]
     fn register_rejects_bad_flags_and_lengths(flags in any::<u32>(), len in 0usize..3) {
-        let w = world();
-        let mr = w.a.create_memory_region().unwrap();
-        let bad_flags = flags & !KNOWN_MR != 0;
+        let w = &WORLD.0;
+        let mr = w.ad.create_memory_region().unwrap();
+        let flags = MrFlags::from_bits_retain(flags);
+        let bad_flags = !MrFlags::all().contains(flags);
         let r = mr.register(if bad_flags { 64 } else { 0 }, flags).wait();
         prop_assert!(failed(r));
         let _ = len;
@@ -84,31 +59,32 @@ proptest! {
     /// Posting with unknown operation flags fails with an ND status.
     #[test]
     fn posts_reject_unknown_flags(flags in any::<u32>(), ctx in any::<u64>()) {
-        let w = world();
-        let known = op_flags::SILENT_SUCCESS | op_flags::READ_FENCE | op_flags::SEND_AND_SOLICIT_EVENT;
-        prop_assume!(flags & !known != 0);
+        let w = &WORLD.0;
+        let known = OpFlags::SILENT_SUCCESS | OpFlags::READ_FENCE | OpFlags::SEND_AND_SOLICIT_EVENT;
+        let flags = OpFlags::from_bits_retain(flags);
+        prop_assume!(!known.contains(flags));
         let sge = NdSge::new(w.mr.address(), 8, w.mr.local_token());
         prop_assert!(failed(w.qp.send(ctx, &[sge], flags)));
         prop_assert!(failed(w.qp.write(ctx, &[sge], 0, 0, flags)));
-        prop_assert!(failed(w.qp.read(ctx, &[sge], 0, 0, flags | 0x8000_0000)));
+        prop_assert!(failed(w.qp.read(ctx, &[sge], 0, 0, flags | OpFlags::from_bits_retain(0x8000_0000))));
     }
 
     /// Too many SGEs, oversize inline data: refused at post time.
     #[test]
     fn posts_reject_bad_sizes(n_sge in 3usize..40, inline in 65usize..5000) {
-        let w = world();
+        let w = &WORLD.0;
         let sge = NdSge::new(w.mr.address(), 8, w.mr.local_token());
         let many = vec![sge; n_sge];
-        prop_assert!(failed(w.qp.send(1, &many, 0)));
+        prop_assert!(failed(w.qp.send(1, &many, OpFlags::empty())));
         prop_assert!(failed(w.qp.receive(1, &many)));
-        prop_assert!(failed(w.qp.send_inline(1, &vec![0u8; inline], 0)));
+        prop_assert!(failed(w.qp.send_inline(1, &vec![0u8; inline], OpFlags::empty())));
     }
 
     /// Connector calls out of order, bad addresses and oversize private data.
     #[test]
     fn connector_misuse(port in any::<u16>(), host in 3u8..250, data_len in 57usize..400) {
-        let w = world();
-        let c = w.a.create_connector().unwrap();
+        let (w, nobody) = &*WORLD;
+        let c = w.ad.create_connector().unwrap();
         prop_assert!(fails_pending(c.complete_connect()));
         prop_assert!(fails_pending(c.accept(&w.qp, 1, 1, b"")));
         prop_assert!(fails_pending(c.disconnect()));
@@ -117,9 +93,9 @@ proptest! {
         // An address that is not the adapter's.
         let foreign = SocketAddr::new(IpAddr::from([10, 99, host, 1]), port);
         prop_assert!(failed(c.bind(foreign)));
-        let remote = SocketAddr::new(w.nobody, port.max(1));
+        let remote = SocketAddr::new(*nobody, port.max(1));
         prop_assert!(fails_pending(c.connect(&w.qp, remote, 1, 1, &vec![0u8; data_len])));
-        let l = w.a.create_listener().unwrap();
+        let l = w.ad.create_listener().unwrap();
         prop_assert!(failed(l.bind(foreign)));
         prop_assert!(fails_pending(l.get_connection_request(&c)));
     }
@@ -127,9 +103,9 @@ proptest! {
     /// Queue sizes and CQ resizes out of range.
     #[test]
     fn bad_depths(depth in prop_oneof![Just(0u32), (1u32 << 20)..u32::MAX], sge in prop_oneof![Just(0u32), 1024u32..u32::MAX]) {
-        let w = world();
-        prop_assert!(failed(w.a.create_completion_queue(depth)));
-        prop_assert!(failed(w.a.create_queue_pair(&w.cq, &w.cq, 0, depth, depth, sge, sge, u32::MAX)));
+        let w = &WORLD.0;
+        prop_assert!(failed(w.ad.create_completion_queue(depth)));
+        prop_assert!(failed(w.ad.create_queue_pair(&w.cq, &w.cq, 0, QueuePairSizes::new(depth, sge).with_inline(u32::MAX))));
         prop_assert!(failed(w.cq.resize(depth)));
     }
 }

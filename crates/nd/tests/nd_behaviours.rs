@@ -1,33 +1,15 @@
 //! The behaviours networkdirect.md §9 lists for Microsoft's ND tests (ndconn,
 //! ndmemorytest, ndmval, ndcq, ndmw), on loopback adapters.
 
+mod common;
+
+use common::{side, Side};
 use ndverbs_nd::*;
 use ndverbs_testkit::{addr, nd::results};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(20);
-
-struct Side {
-    ad: Adapter,
-    cq: CompletionQueue,
-    qp: QueuePair,
-    mr: MemoryRegion,
-}
-
-fn side(ip: IpAddr) -> Side {
-    let ad = Provider.open_adapter(ip).unwrap();
-    let cq = ad.create_completion_queue(64).unwrap();
-    let qp = ad.create_queue_pair(&cq, &cq, 7, 16, 16, 2, 2, 64).unwrap();
-    let mr = ad.create_memory_region().unwrap();
-    mr.register(
-        1 << 16,
-        mr_flags::ALLOW_REMOTE_READ | mr_flags::ALLOW_REMOTE_WRITE,
-    )
-    .wait()
-    .unwrap();
-    Side { ad, cq, qp, mr }
-}
 
 /// Two sides on a fresh address pair.
 fn sides() -> (Side, Side) {
@@ -82,20 +64,7 @@ fn connect(a: &Side, b: &Side, port: u16) -> (Connector, Connector, Listener) {
 fn ndconn_crossing_disconnects_and_notify_cancel() {
     let (a, b) = sides();
     for round in 0..3u16 {
-        let a2 = Side {
-            qp: a
-                .ad
-                .create_queue_pair(&a.cq, &a.cq, 7, 4, 4, 1, 1, 0)
-                .unwrap(),
-            ..side_from(&a)
-        };
-        let b2 = Side {
-            qp: b
-                .ad
-                .create_queue_pair(&b.cq, &b.cq, 9, 4, 4, 1, 1, 0)
-                .unwrap(),
-            ..side_from(&b)
-        };
+        let (a2, b2) = (side_from(&a, 7), side_from(&b, 9));
         b2.qp.receive(1, &[]).unwrap();
         let (ca, cb, _l) = connect(&a2, &b2, 5000 + round);
         let notify = cb.notify_disconnect().unwrap();
@@ -128,18 +97,18 @@ fn ndconn_crossing_disconnects_and_notify_cancel() {
     }
 }
 
-fn side_from(s: &Side) -> Side {
+/// A fresh queue pair (with `context`) and region on `s`'s adapter and CQ.
+fn side_from(s: &Side, context: u64) -> Side {
     let mr = s.ad.create_memory_region().unwrap();
-    mr.register(4096, mr_flags::ALLOW_LOCAL_WRITE)
+    mr.register(4096, MrFlags::ALLOW_LOCAL_WRITE)
         .wait()
         .unwrap();
+    let qp =
+        s.ad.create_queue_pair(&s.cq, &s.cq, context, QueuePairSizes::new(4, 1));
     Side {
         ad: s.ad.clone(),
         cq: s.cq.clone(),
-        qp: s
-            .ad
-            .create_queue_pair(&s.cq, &s.cq, 0, 1, 1, 1, 1, 0)
-            .unwrap(),
+        qp: qp.unwrap(),
         mr,
     }
 }
@@ -174,7 +143,7 @@ fn ndmemorytest_connection_cases() {
     // nddualconnection: bind again after Connect; a second Connect.
     let c2 = a.ad.create_connector().unwrap();
     let qp2 =
-        a.ad.create_queue_pair(&a.cq, &a.cq, 0, 1, 1, 1, 1, 0)
+        a.ad.create_queue_pair(&a.cq, &a.cq, 0, QueuePairSizes::new(1, 1))
             .unwrap();
     let _pending = c2.connect(&qp2, at(&b, 6001), 1, 1, b"").unwrap();
     assert_eq!(
@@ -207,39 +176,29 @@ fn ndmemorytest_queue_pair_and_memory_cases() {
     let a = side(addr::v4());
     let info = a.ad.query(ND_VERSION_2).unwrap();
     // ndlargeqpdepth / ndqpmaxall.
-    assert!(a
-        .ad
-        .create_queue_pair(
-            &a.cq,
-            &a.cq,
-            0,
-            info.max_receive_queue_depth + 1,
-            1,
-            1,
-            1,
-            0
-        )
-        .is_err());
+    let deep = QueuePairSizes {
+        receive_queue_depth: info.max_receive_queue_depth + 1,
+        ..QueuePairSizes::new(1, 1)
+    };
+    assert!(a.ad.create_queue_pair(&a.cq, &a.cq, 0, deep).is_err());
     let tiny = a.ad.create_completion_queue(1).unwrap();
-    a.ad.create_queue_pair(
-        &tiny,
-        &tiny,
-        0,
-        info.max_receive_queue_depth,
-        info.max_initiator_queue_depth,
-        info.max_receive_sge,
-        info.max_initiator_sge,
-        info.max_inline_data_size,
-    )
-    .expect("all-maximum QP");
+    let all_maximum = QueuePairSizes {
+        receive_queue_depth: info.max_receive_queue_depth,
+        initiator_queue_depth: info.max_initiator_queue_depth,
+        max_receive_sge: info.max_receive_sge,
+        max_initiator_sge: info.max_initiator_sge,
+        inline_data_size: info.max_inline_data_size,
+    };
+    a.ad.create_queue_pair(&tiny, &tiny, 0, all_maximum)
+        .expect("all-maximum QP");
     // ndmrinvalidbuffer.
     let mr = a.ad.create_memory_region().unwrap();
     assert_eq!(
-        status(unsafe { mr.register_raw(std::ptr::null_mut(), 0, 0) }.wait()),
+        status(unsafe { mr.register_raw(std::ptr::null_mut(), 0, MrFlags::empty()) }.wait()),
         NdStatus::INVALID_PARAMETER
     );
     assert_eq!(
-        status(mr.register(0, 0).wait()),
+        status(mr.register(0, MrFlags::empty()).wait()),
         NdStatus::INVALID_BUFFER_SIZE
     );
     // Query with a wrong version.
@@ -277,44 +236,28 @@ fn ndmemorytest_remote_access_cases() {
     let (_ca, _cb, _l) = connect(&a, &b, 6100);
     let lsge =
         |s: &Side, off: u64, len: u32| NdSge::new(s.mr.address() + off, len, s.mr.local_token());
-    // A good WRITE and READ through the MR.
+    // A good WRITE and READ through the MR, 100 bytes in: where the window
+    // will be.
+    let window = b.mr.address() + 100;
     a.mr.write(0, b"0123456789").unwrap();
-    a.qp.write(
-        1,
-        &[lsge(&a, 0, 10)],
-        b.mr.address() + 100,
-        b.mr.remote_token(),
-        0,
-    )
-    .unwrap();
+    let flags = OpFlags::empty();
+    a.qp.write(1, &[lsge(&a, 0, 10)], window, b.mr.remote_token(), flags)
+        .unwrap();
     assert_eq!(results(&a.cq, 1)[0].status, NdStatus::SUCCESS);
     let mut got = [0u8; 10];
     b.mr.read(100, &mut got).unwrap();
     assert_eq!(&got, b"0123456789");
     // ndmw: bind a read-only window, read through it.
     let mw = b.ad.create_memory_window().unwrap();
-    b.qp.bind(
-        5,
-        &b.mr,
-        &mw,
-        b.mr.address() + 100,
-        10,
-        op_flags::ALLOW_READ,
-    )
-    .unwrap();
+    b.qp.bind(5, &b.mr, &mw, window, 10, OpFlags::ALLOW_READ)
+        .unwrap();
     let r = results(&b.cq, 1);
     assert_eq!(
         (r[0].status, r[0].request_type, r[0].request_context),
         (NdStatus::SUCCESS, RequestType::Bind, 5)
     );
-    a.qp.read(
-        2,
-        &[lsge(&a, 1000, 10)],
-        b.mr.address() + 100,
-        mw.remote_token(),
-        0,
-    )
-    .unwrap();
+    a.qp.read(2, &[lsge(&a, 1000, 10)], window, mw.remote_token(), flags)
+        .unwrap();
     assert_eq!(results(&a.cq, 1)[0].status, NdStatus::SUCCESS);
     // ndmrderegister: a bound window keeps the region busy.
     assert_eq!(status(b.mr.deregister().wait()), NdStatus::DEVICE_BUSY);
@@ -322,19 +265,13 @@ fn ndmemorytest_remote_access_cases() {
     // the writer; the owner's posted zero-SGE receive is flushed (its QP went
     // to ERROR on the access error).
     b.qp.receive(9, &[]).unwrap();
-    a.qp.write(
-        3,
-        &[lsge(&a, 0, 4)],
-        b.mr.address() + 100,
-        mw.remote_token(),
-        0,
-    )
-    .unwrap();
+    a.qp.write(3, &[lsge(&a, 0, 4)], window, mw.remote_token(), flags)
+        .unwrap();
     assert_eq!(results(&a.cq, 1)[0].status, NdStatus::ACCESS_VIOLATION);
     let r = results(&b.cq, 1);
     assert_eq!((r[0].status, r[0].request_context), (NdStatus::CANCELED, 9));
     // Later requests on the dead QP complete CANCELED.
-    a.qp.send(4, &[], 0).unwrap();
+    a.qp.send(4, &[], flags).unwrap();
     assert_eq!(results(&a.cq, 1)[0].status, NdStatus::CANCELED);
 }
 
@@ -351,18 +288,30 @@ fn ndmemorytest_overreadwrite_and_invalidated_window() {
         &mw,
         b.mr.address(),
         4096,
-        op_flags::ALLOW_READ | op_flags::ALLOW_WRITE,
+        OpFlags::ALLOW_READ | OpFlags::ALLOW_WRITE,
     )
     .unwrap();
     results(&b.cq, 1);
-    b.qp.invalidate(2, &mw, 0).unwrap();
+    b.qp.invalidate(2, &mw, OpFlags::empty()).unwrap();
     let r = results(&b.cq, 1);
     assert_eq!(r[0].request_type, RequestType::Invalidate);
-    a.qp.read(3, &[sge], b.mr.address(), mw.remote_token(), 0)
-        .unwrap();
+    a.qp.read(
+        3,
+        &[sge],
+        b.mr.address(),
+        mw.remote_token(),
+        OpFlags::empty(),
+    )
+    .unwrap();
     assert_eq!(results(&a.cq, 1)[0].status, NdStatus::ACCESS_VIOLATION);
-    a.qp.read(4, &[sge], b.mr.address(), b.mr.remote_token(), 0)
-        .unwrap();
+    a.qp.read(
+        4,
+        &[sge],
+        b.mr.address(),
+        b.mr.remote_token(),
+        OpFlags::empty(),
+    )
+    .unwrap();
     assert_eq!(results(&a.cq, 1)[0].status, NdStatus::CANCELED);
     // ndoverreadwrite on a fresh connection: past the end of the region.
     let (c, d) = sides();
@@ -373,7 +322,7 @@ fn ndmemorytest_overreadwrite_and_invalidated_window() {
         &[sge],
         d.mr.address() + (1 << 16) - 32,
         d.mr.remote_token(),
-        0,
+        OpFlags::empty(),
     )
     .unwrap();
     assert_eq!(results(&c.cq, 1)[0].status, NdStatus::ACCESS_VIOLATION);
@@ -388,7 +337,7 @@ fn ndmval_oversized_send() {
     a.qp.send(
         2,
         &[NdSge::new(a.mr.address(), 1024, a.mr.local_token())],
-        0,
+        OpFlags::empty(),
     )
     .unwrap();
     let r = results(&b.cq, 1);
@@ -457,7 +406,12 @@ fn ndmpic_simultaneous_connects() {
     let act1 = r1.ad.create_connector().unwrap();
     let qp0_active = r0
         .ad
-        .create_queue_pair(&r0.cq, &r0.cq, 100, 4, 4, 1, 1, 64)
+        .create_queue_pair(
+            &r0.cq,
+            &r0.cq,
+            100,
+            QueuePairSizes::new(4, 1).with_inline(64),
+        )
         .unwrap();
     let c0 = act0
         .connect(
@@ -504,9 +458,11 @@ fn ndmpic_simultaneous_connects() {
     r1.qp
         .receive(2, &[NdSge::new(r1.mr.address(), 16, r1.mr.local_token())])
         .unwrap();
-    r1.qp.send_inline(3, b"close", 0).unwrap();
+    r1.qp.send_inline(3, b"close", OpFlags::empty()).unwrap();
     results(&r0.cq, 1);
-    r0.qp.send_inline(4, b"close_ack", 0).unwrap();
+    r0.qp
+        .send_inline(4, b"close_ack", OpFlags::empty())
+        .unwrap();
     results(&r1.cq, 2);
     results(&r0.cq, 1);
     let d0 = pass0.disconnect().unwrap();

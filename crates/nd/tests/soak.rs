@@ -34,7 +34,7 @@ fn region(ad: &Adapter) -> MemoryRegion {
     let mr = ad.create_memory_region().unwrap();
     mr.register(
         LEN,
-        mr_flags::ALLOW_REMOTE_READ | mr_flags::ALLOW_REMOTE_WRITE,
+        MrFlags::ALLOW_REMOTE_READ | MrFlags::ALLOW_REMOTE_WRITE,
     )
     .wait()
     .unwrap();
@@ -53,8 +53,12 @@ fn cycle(
     bcq: &CompletionQueue,
     l: &Listener,
 ) {
-    let aqp = a.create_queue_pair(acq, acq, i, 4, 4, 1, 1, 64).unwrap();
-    let bqp = b.create_queue_pair(bcq, bcq, i, 4, 4, 1, 1, 64).unwrap();
+    let aqp = a
+        .create_queue_pair(acq, acq, i, QueuePairSizes::new(4, 1).with_inline(64))
+        .unwrap();
+    let bqp = b
+        .create_queue_pair(bcq, bcq, i, QueuePairSizes::new(4, 1).with_inline(64))
+        .unwrap();
     let (amr, bmr) = (region(a), region(b));
     let data: Vec<u8> = (0..LEN as u64)
         .map(|k| (k.wrapping_mul(31) ^ i) as u8)
@@ -74,16 +78,12 @@ fn cycle(
     ca.complete_connect().unwrap().wait().unwrap();
     acc.wait().unwrap();
 
-    // SEND 4 KiB, WRITE 4 KiB, READ it back.
-    aqp.send(2, &[sge(&amr, 0, 4096)], 0).unwrap();
-    aqp.write(
-        3,
-        &[sge(&amr, 4096, 4096)],
-        bmr.address() + 4096,
-        bmr.remote_token(),
-        0,
-    )
-    .unwrap();
+    // SEND 4 KiB, WRITE 4 KiB into the second half, READ it back.
+    let flags = OpFlags::empty();
+    let (half, token) = (bmr.address() + 4096, bmr.remote_token());
+    aqp.send(2, &[sge(&amr, 0, 4096)], flags).unwrap();
+    aqp.write(3, &[sge(&amr, 4096, 4096)], half, token, flags)
+        .unwrap();
     let r = results(acq, 2);
     assert!(r.iter().all(|e| e.status == NdStatus::SUCCESS), "{r:?}");
     let r = results(bcq, 1);
@@ -91,14 +91,8 @@ fn cycle(
         (r[0].status, r[0].bytes_transferred),
         (NdStatus::SUCCESS, 4096)
     );
-    aqp.read(
-        4,
-        &[sge(&amr, 0, 4096)],
-        bmr.address() + 4096,
-        bmr.remote_token(),
-        0,
-    )
-    .unwrap();
+    aqp.read(4, &[sge(&amr, 0, 4096)], half, token, flags)
+        .unwrap();
     let r = results(acq, 1);
     assert_eq!(r[0].status, NdStatus::SUCCESS, "{r:?}");
     let mut got = vec![0u8; LEN];

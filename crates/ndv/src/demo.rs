@@ -50,7 +50,7 @@ fn side(addr: IpAddr, bytes: usize) -> Result<Side> {
         .context("creating a memory region")?;
     mr.register(
         bytes.max(CHUNK) * 2,
-        mr_flags::ALLOW_REMOTE_READ | mr_flags::ALLOW_REMOTE_WRITE,
+        MrFlags::ALLOW_REMOTE_READ | MrFlags::ALLOW_REMOTE_WRITE,
     )
     .wait()
     .context("registering memory")?;
@@ -173,9 +173,9 @@ struct Conn {
 /// Connects client to the server's listener; the client's private data says `hello`.
 fn connect(c: &Side, s: &Side, l: &Listener, port: u16, r: &mut Report) -> Result<Conn> {
     let cqp =
-        c.ad.create_queue_pair(&c.cq, &c.cq, 1, 256, 256, 2, 2, 64)?;
+        c.ad.create_queue_pair(&c.cq, &c.cq, 1, QueuePairSizes::new(256, 2).with_inline(64))?;
     let sqp =
-        s.ad.create_queue_pair(&s.cq, &s.cq, 2, 256, 256, 2, 2, 64)?;
+        s.ad.create_queue_pair(&s.cq, &s.cq, 2, QueuePairSizes::new(256, 2).with_inline(64))?;
     let sc = s.ad.create_connector()?;
     let cc = c.ad.create_connector()?;
     let t0 = Instant::now();
@@ -246,7 +246,8 @@ pub fn run(a: &Args) -> Result<()> {
 
 /// A connect the server turns down with private data.
 fn rejected_connect(c: &Side, s: &Side, l: &Listener, port: u16, r: &mut Report) -> Result<()> {
-    let qp = c.ad.create_queue_pair(&c.cq, &c.cq, 0, 4, 4, 1, 1, 0)?;
+    let qp =
+        c.ad.create_queue_pair(&c.cq, &c.cq, 0, QueuePairSizes::new(4, 1))?;
     let sc = s.ad.create_connector()?;
     let cc = c.ad.create_connector()?;
     let req = l.get_connection_request(&sc)?;
@@ -285,7 +286,7 @@ fn send_receive(c: &Side, s: &Side, k: &Conn, r: &mut Report) -> Result<()> {
     }
     for i in 0..n {
         cm.write(0, &pattern(i as u64, MSG))?;
-        k.cqp.send(i as u64, &[sge(cm, 0, MSG)], 0)?;
+        k.cqp.send(i as u64, &[sge(cm, 0, MSG)], OpFlags::empty())?;
         results(&c.cq, 1)?;
         let rcv = results(&s.cq, 1)?;
         ensure!(
@@ -310,12 +311,12 @@ fn write_read(c: &Side, s: &Side, k: &Conn, bytes: usize, r: &mut Report) -> Res
     let (cm, sm) = (&c.mr, &s.mr);
     let chunks = bytes / CHUNK;
     let remote = |i: usize| sm.address() + (i * CHUNK) as u64;
+    let (token, flags) = (sm.remote_token(), OpFlags::empty());
     let t0 = Instant::now();
     cm.write(0, &pattern(7, bytes))?;
     pipeline(&c.cq, chunks, 16, |i| {
         let local = sge(cm, i * CHUNK, CHUNK);
-        k.cqp
-            .write(i as u64, &[local], remote(i), sm.remote_token(), 0)
+        k.cqp.write(i as u64, &[local], remote(i), token, flags)
     })?;
     let took = t0.elapsed();
     verify(sm, 0, &pattern(7, bytes), "RDMA WRITE")?;
@@ -330,8 +331,7 @@ fn write_read(c: &Side, s: &Side, k: &Conn, bytes: usize, r: &mut Report) -> Res
     sm.write(0, &pattern(8, bytes))?;
     pipeline(&c.cq, chunks, 8, |i| {
         let local = sge(cm, bytes + i * CHUNK, CHUNK);
-        k.cqp
-            .read(i as u64, &[local], remote(i), sm.remote_token(), 0)
+        k.cqp.read(i as u64, &[local], remote(i), token, flags)
     })?;
     let took = t0.elapsed();
     verify(cm, bytes, &pattern(8, bytes), "RDMA READ")?;
@@ -351,13 +351,26 @@ fn atomics(c: &Side, s: &Side, k: &Conn, r: &mut Report) -> Result<()> {
     sm.write(0, &0u64.to_ne_bytes())?;
     let adds = 1000u64;
     for i in 0..adds {
-        k.cqp
-            .fetch_add(i, sge(cm, 8, 8), sm.address(), sm.remote_token(), 3, 0)?;
+        k.cqp.fetch_add(
+            i,
+            sge(cm, 8, 8),
+            sm.address(),
+            sm.remote_token(),
+            3,
+            OpFlags::empty(),
+        )?;
         results(&c.cq, 1)?;
     }
     let (addr, token) = (sm.address(), sm.remote_token());
-    k.cqp
-        .compare_swap(adds, sge(cm, 16, 8), addr, token, 3 * adds, 42, 0)?;
+    k.cqp.compare_swap(
+        adds,
+        sge(cm, 16, 8),
+        addr,
+        token,
+        3 * adds,
+        42,
+        OpFlags::empty(),
+    )?;
     results(&c.cq, 1)?;
     let mut v = [0u8; 8];
     cm.read(16, &mut v)?;
@@ -386,9 +399,9 @@ fn close_both(c: &Side, s: &Side, k: &Conn, r: &mut Report) -> Result<()> {
     let nc = k.cc.notify_disconnect()?;
     k.sqp.receive(900, &[sge(sm, 0, 16)])?;
     k.cqp.receive(901, &[sge(cm, 0, 16)])?;
-    k.cqp.send_inline(902, b"close", 0)?;
+    k.cqp.send_inline(902, b"close", OpFlags::empty())?;
     results(&s.cq, 1)?;
-    k.sqp.send_inline(903, b"close_ack", 0)?;
+    k.sqp.send_inline(903, b"close_ack", OpFlags::empty())?;
     results(&c.cq, 2)?;
     results(&s.cq, 1)?;
     // Both sides receive before disconnecting: a receive still posted gets

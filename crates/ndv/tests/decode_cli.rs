@@ -1,16 +1,15 @@
 //! `ndv decode` end to end: JSON keys, ICRC verdicts, and agreement with tshark.
 
+mod pcapcheck;
+
 use ndverbs_wire::capture;
+use pcapcheck::{decode_vs_tshark, repo};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn ndv() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ndv"))
-}
-
-fn repo() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
 }
 
 fn captures() -> Vec<PathBuf> {
@@ -171,18 +170,7 @@ fn agrees_with_tshark() {
     if !ndverbs_testkit::skip::require_tools(&["tshark"]) {
         return;
     }
-    let out = Command::new("python3")
-        .arg(repo().join("scripts/decode-vs-tshark.py"))
-        .arg(env!("CARGO_BIN_EXE_ndv"))
-        .args(captures())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = decode_vs_tshark(&captures());
     assert!(
         text.contains(&format!("{} passed, 0 failed", captures().len())),
         "{text}"
@@ -303,17 +291,6 @@ fn synthetic_and_pcapng_captures_agree_with_tshark() {
     for p in &paths[..2] {
         assert!(decode_json(p).len() >= 38, "{}", p.display());
     }
-    let out = Command::new("python3")
-        .arg(repo().join("scripts/decode-vs-tshark.py"))
-        .arg(env!("CARGO_BIN_EXE_ndv"))
-        .args(&paths)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    decode_vs_tshark(&paths);
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -8,6 +8,7 @@ use ndverbs_testkit::netns::Netns;
 use ndverbs_testkit::process::{self, Running, LIMIT};
 use std::io::{Read, Write};
 use std::net::TcpListener;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -145,28 +146,40 @@ fn check_lat(out: &str, size: f64, iters: f64) {
     );
 }
 
+/// `ndv perf TEST -n 300 ARGS` on loopback: the client's output is
+/// perftest's, titled `title`, with one row for messages of `size` bytes;
+/// both outputs, client first.
+fn loopback_lat(test: &str, port: u16, args: &[&str], title: &str, size: f64) -> (String, String) {
+    let args: Vec<&str> = ["-n", "300"].iter().chain(args).copied().collect();
+    let (c, s) = loopback(test, port, &args);
+    let rdma = test.starts_with("read") || test.starts_with("write");
+    check_shape(&c, title, rdma);
+    check_lat(&c, size, 300.0);
+    (c, s)
+}
+
 #[test]
 fn loopback_send_lat() {
-    let (c, s) = loopback("send_lat", 18805, &["-n", "300"]);
-    check_shape(&c, "Send Latency Test", false);
-    check_lat(&c, 2.0, 300.0);
+    let (_, s) = loopback_lat("send_lat", 18805, &[], "Send Latency Test", 2.0);
     check_lat(&s, 2.0, 300.0);
 }
 
 #[test]
 fn loopback_write_lat() {
-    let (c, s) = loopback("write_lat", 18806, &["-n", "300", "-s", "64"]);
-    check_shape(&c, "RDMA_Write Latency Test", true);
+    let (c, s) = loopback_lat(
+        "write_lat",
+        18806,
+        &["-s", "64"],
+        "RDMA_Write Latency Test",
+        64.0,
+    );
     assert!(c.contains(" PCIe relax order: OFF\n"), "{c}");
-    check_lat(&c, 64.0, 300.0);
     check_lat(&s, 64.0, 300.0);
 }
 
 #[test]
 fn loopback_read_lat() {
-    let (c, s) = loopback("read_lat", 18807, &["-n", "300"]);
-    check_shape(&c, "RDMA_Read Latency Test", true);
-    check_lat(&c, 2.0, 300.0);
+    let (_, s) = loopback_lat("read_lat", 18807, &[], "RDMA_Read Latency Test", 2.0);
     // Only the client measures.
     assert!(rows(&s).is_empty(), "{s}");
     assert!(s.contains(" remote address: LID 0000"), "{s}");
@@ -174,9 +187,13 @@ fn loopback_read_lat() {
 
 #[test]
 fn loopback_atomic_lat() {
-    let (c, s) = loopback("atomic_lat", 18808, &["-n", "300"]);
-    check_shape(&c, "Atomic FETCH_AND_ADD Latency Test", false);
-    check_lat(&c, 8.0, 300.0);
+    let (_, s) = loopback_lat(
+        "atomic_lat",
+        18808,
+        &[],
+        "Atomic FETCH_AND_ADD Latency Test",
+        8.0,
+    );
     assert!(rows(&s).is_empty(), "{s}");
 }
 
@@ -286,18 +303,28 @@ fn check_xml(doc: &str) {
     assert_eq!(roots, 1);
 }
 
+/// [`loopback`] with `--plot` on both sides, into `dir/TEST-client.svg` and
+/// `dir/TEST-server.svg`: each side's stdout with its plot's path, client
+/// first.
+fn loopback_plotted(dir: &Path, test: &str, port: u16, args: &[&str]) -> [(String, PathBuf); 2] {
+    let cp = dir.join(format!("{test}-client.svg"));
+    let sp = dir.join(format!("{test}-server.svg"));
+    let (c, s) = loopback_sides(
+        test,
+        port,
+        args,
+        &["--plot", sp.to_str().unwrap()],
+        &["--plot", cp.to_str().unwrap()],
+    );
+    [(c, cp), (s, sp)]
+}
+
 #[test]
 fn plot_of_a_sweep() {
     let dir = std::env::temp_dir().join(format!("ndv-perf-plot-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (cp, sp) = (dir.join("client.svg"), dir.join("server.svg"));
-    let (c, s) = loopback_sides(
-        "write_bw",
-        18816,
-        &["-a", "-n", "5", "--report_gbits"],
-        &["--plot", sp.to_str().unwrap()],
-        &["--plot", cp.to_str().unwrap()],
-    );
+    let sweep = ["-a", "-n", "5", "--report_gbits"];
+    let [(c, cp), (s, sp)] = loopback_plotted(&dir, "write_bw", 18816, &sweep);
     // stdout is perftest's report, unchanged by --plot.
     assert_eq!(rows(&c).len(), 23, "{c}");
     // The server of write_bw prints the client's last row only.
@@ -314,14 +341,7 @@ fn plot_of_a_sweep() {
     }
     // Latency, one size: one point; the passive server of read_lat has no
     // rows, writes nothing and says why.
-    let (lp, lsp) = (dir.join("lat.svg"), dir.join("lat-server.svg"));
-    let (c, s) = loopback_sides(
-        "read_lat",
-        18817,
-        &["-n", "50", "-s", "64"],
-        &["--plot", lsp.to_str().unwrap()],
-        &["--plot", lp.to_str().unwrap()],
-    );
+    let [(c, lp), (s, lsp)] = loopback_plotted(&dir, "read_lat", 18817, &["-n", "50", "-s", "64"]);
     assert_eq!(rows(&c).len(), 1, "{c}");
     let svg = std::fs::read_to_string(&lp).unwrap();
     check_xml(&svg);
@@ -587,15 +607,23 @@ fn guest_write_bw_both_roles() {
     assert_eq!(&rows(&n)[0][..2], &[16384.0, 300.0]);
 }
 
+/// `send_bw` with `args` against perftest in the guest, ndv as the client
+/// (on `ports[0]`) and as the server: every side's row is for `size`-byte
+/// messages sent `iters` times, and ndv as the receiver has no peak.
+fn guest_send_bw(guest: &Guest, ports: [u16; 2], args: &str, size: f64, iters: f64) {
+    let (n, g) = guest_server(guest, "send_bw", ports[0], args);
+    assert_eq!(&rows(&n)[0][..2], &[size, iters], "{n}");
+    assert_eq!(&rows(&g)[0][..2], &[size, iters], "{g}");
+    let (n, g) = guest_client(guest, "send_bw", ports[1], args);
+    assert_eq!(&rows(&n)[0][..2], &[size, iters], "{n}");
+    assert_eq!(rows(&n)[0][2], 0.0, "{n}");
+    assert_eq!(&rows(&g)[0][..2], &[size, iters], "{g}");
+}
+
 #[test]
 fn guest_send_bw_both_roles() {
     let Some(guest) = Guest::get() else { return };
-    let (n, g) = guest_server(&guest, "send_bw", 18823, "-n 300 -s 8192");
-    assert_eq!(&rows(&n)[0][..2], &[8192.0, 300.0], "{n}");
-    assert_eq!(&rows(&g)[0][..2], &[8192.0, 300.0], "{g}");
-    let (n, g) = guest_client(&guest, "send_bw", 18824, "-n 300 -s 8192");
-    assert_eq!(rows(&n)[0][2], 0.0, "{n}");
-    assert_eq!(&rows(&g)[0][..2], &[8192.0, 300.0], "{g}");
+    guest_send_bw(&guest, [18823, 18824], "-n 300 -s 8192", 8192.0, 300.0);
 }
 
 #[test]
@@ -675,12 +703,7 @@ fn guest_rdma_cm_write_bw_both_roles() {
 #[test]
 fn guest_rdma_cm_send_bw_both_roles() {
     let Some(guest) = Guest::get() else { return };
-    let (n, g) = guest_server(&guest, "send_bw", 18829, "-R -n 200 -s 4096");
-    assert_eq!(&rows(&n)[0][..2], &[4096.0, 200.0], "{n}");
-    assert_eq!(&rows(&g)[0][..2], &[4096.0, 200.0], "{g}");
-    let (n, g) = guest_client(&guest, "send_bw", 18830, "-R -n 200 -s 4096");
-    assert_eq!(&rows(&n)[0][..2], &[4096.0, 200.0], "{n}");
-    assert_eq!(&rows(&g)[0][..2], &[4096.0, 200.0], "{g}");
+    guest_send_bw(&guest, [18829, 18830], "-R -n 200 -s 4096", 4096.0, 200.0);
 }
 
 #[test]

@@ -1,6 +1,8 @@
-//! What every example takes from its command line.
+//! What every example takes from its command line, and the listener they
+//! all start with (`send_receive` spells its steps out).
 
-use std::net::IpAddr;
+use ndverbs_nd::{Adapter, Listener, NdResult};
+use std::net::{IpAddr, SocketAddr};
 
 /// The server's and the client's addresses: arguments 1 and 2, or two
 /// loopback addresses (each adapter owns UDP 4791 on its address, so the two
@@ -23,4 +25,15 @@ fn arg(i: usize, default: &str) -> IpAddr {
         .unwrap_or(default)
         .parse()
         .expect("an IP address")
+}
+
+/// A listener on an ephemeral port of `server`'s address, with room for
+/// `backlog` unanswered requests, and the address clients connect to.
+#[allow(dead_code)] // send_receive shows these steps one by one
+pub fn listen(server: &Adapter, backlog: u32) -> NdResult<(Listener, SocketAddr)> {
+    let listener = server.create_listener()?;
+    listener.bind(SocketAddr::new(server.address(), 0))?;
+    listener.listen(backlog)?;
+    let at = listener.get_local_address()?;
+    Ok((listener, at))
 }

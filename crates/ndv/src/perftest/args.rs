@@ -239,11 +239,7 @@ impl Plan {
         Ok(Plan {
             test,
             role,
-            flow: Flow {
-                duplex: settings.duplex,
-                duration: settings.duration.is_some(),
-                all_sizes: settings.all_sizes,
-            },
+            flow: settings.flow(),
             settings,
             units: if a.report_gbits {
                 BwUnits::Gbps

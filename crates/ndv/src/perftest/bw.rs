@@ -115,7 +115,7 @@ fn run_sender(r: &RunParams, recv: bool) -> Result<BwReport> {
         }
         let mut any = false;
         if totccnt < tot || (dur.is_some() && totccnt < totscnt) {
-            poll(&r.res.send_cq, r.events, &mut wcs)?;
+            poll(&r.res.send_cq, r.plan.settings.events, &mut wcs)?;
             for wc in &wcs {
                 check_wc(wc, true, || format!("scnt={totscnt}, ccnt={totccnt}"))?;
                 let q = (wc.wr_id as usize).min(nq - 1);
@@ -190,7 +190,7 @@ fn run_receiver(r: &RunParams) -> Result<BwReport> {
             (None, _) if rcnt >= tot => break,
             _ => {}
         }
-        poll(&r.res.recv_cq, r.events, &mut wcs)?;
+        poll(&r.res.recv_cq, r.plan.settings.events, &mut wcs)?;
         if wcs.is_empty() {
             if last_progress.elapsed() > STALL {
                 bail!(

@@ -27,7 +27,7 @@
 
 use super::args::{Args, Plan};
 use super::exchange as oob;
-use super::keys::{PerftestDest, CM_KEY_SIZE};
+use super::keys::PerftestDest;
 use super::program::Role;
 use super::pump::Pump;
 use crate::oob::OobError;
@@ -81,10 +81,13 @@ impl CmChannel {
             Access::LOCAL_WRITE | Access::REMOTE_WRITE,
         )?;
         let mr = pd
-            .reg_mr(2 * CM_KEY_SIZE, Access::LOCAL_WRITE)
+            .reg_mr(2 * PerftestDest::CM_LEN, Access::LOCAL_WRITE)
             .context("registering memory")?;
-        qp.post_recv(RecvWr::new(CTRL_RECV, [mr.sge(0, CM_KEY_SIZE as u32)]))
-            .context("Function ibv_post_recv failed for RDMA_CM QP")?;
+        qp.post_recv(RecvWr::new(
+            CTRL_RECV,
+            [mr.sge(0, PerftestDest::CM_LEN as u32)],
+        ))
+        .context("Function ibv_post_recv failed for RDMA_CM QP")?;
         let ep = Endpoint::new(dev).context("rdma_create_id")?;
         connect(&ep, &qp)?;
         Ok(CmChannel {
@@ -133,11 +136,14 @@ impl CmChannel {
             )));
         }
         if wc.queue == WcQueue::Recv {
-            let n = (wc.byte_len as usize).min(CM_KEY_SIZE);
+            let n = (wc.byte_len as usize).min(PerftestDest::CM_LEN);
             let data = self.mr.to_vec(0, n).map_err(io::Error::other)?;
             self.got.push_back(data);
             self.qp
-                .post_recv(RecvWr::new(CTRL_RECV, [self.mr.sge(0, CM_KEY_SIZE as u32)]))
+                .post_recv(RecvWr::new(
+                    CTRL_RECV,
+                    [self.mr.sge(0, PerftestDest::CM_LEN as u32)],
+                ))
                 .map_err(io::Error::other)?;
         } else {
             self.got_send = true;
@@ -173,16 +179,16 @@ impl Read for CmChannel {
 impl Write for CmChannel {
     /// One SEND per call, waited for (`rdma_write_data`).
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = buf.len().min(CM_KEY_SIZE);
+        let n = buf.len().min(PerftestDest::CM_LEN);
         self.mr
-            .write(CM_KEY_SIZE, &buf[..n])
+            .write(PerftestDest::CM_LEN, &buf[..n])
             .map_err(io::Error::other)?;
         self.got_send = false;
         self.qp
             .post_send(SendWr::new(
                 CTRL_SEND,
                 SendOp::Send,
-                [self.mr.sge(CM_KEY_SIZE, n as u32)],
+                [self.mr.sge(PerftestDest::CM_LEN, n as u32)],
             ))
             .map_err(io::Error::other)?;
         while !self.got_send {
@@ -215,7 +221,7 @@ impl Ctrl {
             Ctrl::Tcp(s) => oob::hand_shake(s, role, mine),
             Ctrl::Cm(c) => {
                 let m = mine.to_cm_wire(0);
-                let mut theirs = [0u8; CM_KEY_SIZE];
+                let mut theirs = [0u8; PerftestDest::CM_LEN];
                 oob::xchg_data(c.as_mut(), role, &m, &mut theirs, "rdma_cm key message")?;
                 PerftestDest::from_cm_wire(&theirs)
             }

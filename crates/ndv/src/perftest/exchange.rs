@@ -64,7 +64,7 @@
 //! release 26.x (version 6.28+) adds a binary parameter negotiation only
 //! when the *peer's* version is at least 6.28.
 
-use super::keys::{PerftestDest, KEY_MSG_SIZE_GID};
+use super::keys::PerftestDest;
 use super::program::Role;
 use crate::oob::{c_text, read_full, OobError};
 use std::io::{Read, Write};
@@ -116,7 +116,7 @@ pub fn hand_shake<S: Read + Write>(
     mine: &PerftestDest,
 ) -> Result<PerftestDest, OobError> {
     let msg = mine.to_wire();
-    let mut buf = [0u8; KEY_MSG_SIZE_GID];
+    let mut buf = [0u8; PerftestDest::TEXT_LEN];
     xchg_data(stream, role, &msg, &mut buf, "perftest key message")?;
     PerftestDest::from_wire(&buf)
 }
@@ -208,23 +208,13 @@ pub fn exchange_preamble<S: Read + Write>(
         return Err(OobError::IncompatibleVersion { remote });
     }
 
-    let mut four = [0u8; 4];
-    xchg_data(
+    let page_size = xchg_u32(stream, role, mine.page_size, "perftest page size")?;
+    let cache_line_size = xchg_u32(
         stream,
         role,
-        &mine.page_size.to_be_bytes(),
-        &mut four,
-        "perftest page size",
-    )?;
-    let page_size = u32::from_be_bytes(four);
-    xchg_data(
-        stream,
-        role,
-        &mine.cache_line_size.to_be_bytes(),
-        &mut four,
+        mine.cache_line_size,
         "perftest cache line size",
     )?;
-    let cache_line_size = u32::from_be_bytes(four);
 
     // sprintf(cur, "%d", mtu) into a char[4], of which 2 bytes are sent.
     let mut cur = [0u8; 4];
@@ -249,6 +239,19 @@ pub fn exchange_preamble<S: Read + Write>(
         agreed_cache_line_size: cache_line_size.max(mine.cache_line_size),
         agreed_mtu,
     })
+}
+
+/// Exchanges one big-endian 32-bit value with the peer (`what` names it
+/// in errors).
+fn xchg_u32<S: Read + Write>(
+    stream: &mut S,
+    role: Role,
+    mine: u32,
+    what: &'static str,
+) -> Result<u32, OobError> {
+    let mut theirs = [0u8; 4];
+    xchg_data(stream, role, &mine.to_be_bytes(), &mut theirs, what)?;
+    Ok(u32::from_be_bytes(theirs))
 }
 
 /// A BW result as `xchg_bw_reports` sends it (`struct bw_report_data`, the
@@ -495,27 +498,30 @@ mod tests {
         Ok((remote.unwrap(), got, peer.unwrap()))
     }
 
+    /// Our `role` of ib_write_bw, with keys `mine` and BW report `report`,
+    /// against the bytes the real other side sent (which it must read to the
+    /// end); the stream, holding what we wrote, and what [`drive`] returned.
+    fn replay_write_bw(
+        role: Role,
+        mine: &PerftestDest,
+        report: &BwReport,
+    ) -> (Scripted, (PerftestDest, Option<BwReport>, PeerPreamble)) {
+        let peer = if role == Role::Server { 'C' } else { 'S' };
+        let mut s = Scripted::new(trace_payload(peer).concat());
+        let test = PerfTest::new(Verb::Write, Kind::Bw);
+        let steps = schedule(test, role, Flow::default());
+        let got = drive(&mut s, role, &steps, mine, report).unwrap();
+        assert!(s.input_done());
+        (s, got)
+    }
+
     #[test]
     fn server_replays_captured_client() {
         // Feed the real ib_write_bw client's bytes to our server; it must read
         // exactly them and write exactly what the real server wrote (its BW
         // report is stack garbage in perftest, ours is zeros).
-        let input = trace_payload('C').concat();
-        let mut s = Scripted::new(input);
-        let steps = schedule(
-            PerfTest::new(Verb::Write, Kind::Bw),
-            Role::Server,
-            Flow::default(),
-        );
-        let (remote, report, peer) = drive(
-            &mut s,
-            Role::Server,
-            &steps,
-            &write_bw_server(),
-            &BwReport::default(),
-        )
-        .unwrap();
-        assert!(s.input_done());
+        let (s, (remote, report, peer)) =
+            replay_write_bw(Role::Server, &write_bw_server(), &BwReport::default());
         assert_eq!(remote, write_bw_client());
         assert_eq!(peer.version, "6.06");
         assert_eq!(
@@ -542,13 +548,6 @@ mod tests {
 
     #[test]
     fn client_replays_captured_server() {
-        let input = trace_payload('S').concat();
-        let mut s = Scripted::new(input);
-        let steps = schedule(
-            PerfTest::new(Verb::Write, Kind::Bw),
-            Role::Client,
-            Flow::default(),
-        );
         let mine = BwReport {
             size: 4096,
             iters: 5,
@@ -556,9 +555,7 @@ mod tests {
             bw_avg: f64::from_be_bytes(unhex("402ee92b66a6c50e").try_into().unwrap()),
             msg_rate: f64::from_be_bytes(unhex("3f7034c7a2e32017").try_into().unwrap()),
         };
-        let (remote, _, _) =
-            drive(&mut s, Role::Client, &steps, &write_bw_client(), &mine).unwrap();
-        assert!(s.input_done());
+        let (s, (remote, _, _)) = replay_write_bw(Role::Client, &write_bw_client(), &mine);
         assert_eq!(remote, write_bw_server());
         // Byte for byte what the real client sent, one write per message.
         assert_eq!(s.writes, trace_payload('C'));

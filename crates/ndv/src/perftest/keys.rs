@@ -9,7 +9,7 @@
 //! "%04x:%04x:%06x:%06x:%08x:%016llx:" LID, outstanding reads, QPN, PSN, RKey, VAddr
 //! + 16 x "%02x:"                       GID bytes in order
 //! + "%08x:"                            SRQ number
-//! = 107 characters + NUL = 108 bytes (KEY_MSG_SIZE_GID)
+//! = 107 characters + NUL = 108 bytes (KEY_MSG_SIZE_GID, PerftestDest::TEXT_LEN)
 //!
 //! 0000:0001:00002f:e9d901:000037d4:0000561374b66000:00:00:00:00:00:00:00:00:00:00:ff:ff:0a:4d:00:02:00000000:\0
 //! ```
@@ -27,15 +27,9 @@
 //! # The binary message
 //!
 //! Over rdma_cm (`-R`) the struct itself goes out, every field in network
-//! byte order: 56 bytes ([`CM_KEY_SIZE`], [`PerftestDest::to_cm_wire`]).
+//! byte order: 56 bytes ([`PerftestDest::CM_LEN`], [`PerftestDest::to_cm_wire`]).
 
 use crate::oob::{c_text, malformed, parse_hex, OobError};
-
-/// Key message size with a GID (`KEY_MSG_SIZE_GID`), NUL included.
-pub const KEY_MSG_SIZE_GID: usize = 108;
-/// Size of `struct pingpong_dest` (perftest 4.5, x86-64): the key message
-/// over rdma_cm and the size of the control QP's receive buffer.
-pub const CM_KEY_SIZE: usize = 56;
 
 /// A QP's keys as perftest exchanges them (`struct pingpong_dest`, the
 /// fields that go on the wire).
@@ -61,6 +55,13 @@ pub struct PerftestDest {
 }
 
 impl PerftestDest {
+    /// Size of the text message with a GID, NUL included (perftest's
+    /// `KEY_MSG_SIZE_GID`).
+    pub const TEXT_LEN: usize = 108;
+    /// Size of `struct pingpong_dest` (perftest 4.5, x86-64): the key message
+    /// over rdma_cm and the size of the control QP's receive buffer.
+    pub const CM_LEN: usize = 56;
+
     /// The key message with the GID; QPN and PSN are masked to 24 bits.
     pub fn to_wire(self) -> Vec<u8> {
         let mut text = format!(
@@ -78,7 +79,7 @@ impl PerftestDest {
         text.push_str(&format!("{:08x}:", self.srqn));
         let mut out = text.into_bytes();
         out.push(0);
-        debug_assert_eq!(out.len(), KEY_MSG_SIZE_GID);
+        debug_assert_eq!(out.len(), Self::TEXT_LEN);
         out
     }
 
@@ -118,9 +119,9 @@ impl PerftestDest {
     /// `struct pingpong_dest` as `rdma_write_keys` sends it: `lid, out_reads,
     /// qpn, psn, rkey` as big-endian 32-bit words, 4 bytes of padding, `vaddr`
     /// big-endian 64-bit, the 16 GID bytes, `srqn` and `gid_index` big-endian.
-    pub fn to_cm_wire(self, gid_index: i32) -> [u8; CM_KEY_SIZE] {
+    pub fn to_cm_wire(self, gid_index: i32) -> [u8; Self::CM_LEN] {
         let d = self;
-        let mut b = [0u8; CM_KEY_SIZE];
+        let mut b = [0u8; Self::CM_LEN];
         b[0..4].copy_from_slice(&u32::from(d.lid).to_be_bytes());
         b[4..8].copy_from_slice(&u32::from(d.out_reads).to_be_bytes());
         b[8..12].copy_from_slice(&d.qpn.to_be_bytes());
@@ -144,7 +145,7 @@ impl PerftestDest {
             reason: reason.to_string(),
             text: b.iter().map(|x| format!("{x:02x}")).collect(),
         };
-        if b.len() < CM_KEY_SIZE {
+        if b.len() < Self::CM_LEN {
             return Err(bad("too short"));
         }
         let w = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
@@ -261,7 +262,7 @@ mod tests {
         assert_eq!(d.to_cm_wire(1).as_slice(), wire.as_slice());
         // The all-zero keys of the two hand shakes around the CM connection.
         assert_eq!(
-            PerftestDest::from_cm_wire(&[0; CM_KEY_SIZE]).unwrap(),
+            PerftestDest::from_cm_wire(&[0; PerftestDest::CM_LEN]).unwrap(),
             PerftestDest::default()
         );
     }
@@ -269,7 +270,7 @@ mod tests {
     #[test]
     fn cm_keys_malformed() {
         assert!(PerftestDest::from_cm_wire(&[0; 20]).is_err());
-        let mut w = [0u8; CM_KEY_SIZE];
+        let mut w = [0u8; PerftestDest::CM_LEN];
         w[8] = 1; // QPN beyond 24 bits
         assert!(PerftestDest::from_cm_wire(&w).is_err());
     }

@@ -127,7 +127,7 @@ fn wait_wc(r: &RunParams, cq: &Cq, clock: &Clock) -> Result<Option<WorkCompletio
             return Ok(None);
         }
         // One at a time: a latency loop never has more than one outstanding.
-        if r.events {
+        if r.plan.settings.events {
             poll(cq, true, &mut wcs)?;
             if let Some(w) = wcs.first() {
                 return Ok(Some(*w));

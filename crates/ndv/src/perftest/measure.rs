@@ -74,7 +74,6 @@ pub struct RunParams<'a> {
     pub size: u64,
     pub remotes: Vec<RemoteAddr>,
     pub inline: u32,
-    pub events: bool,
     /// Print [`super::ticker::Ticker`] lines (a `-D` run with `--progress` or a terminal).
     pub progress: bool,
 }

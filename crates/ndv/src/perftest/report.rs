@@ -328,25 +328,19 @@ pub fn write_bw_header(out: &mut impl Write, units: BwUnits) -> io::Result<()> {
 /// One BW row (`print_full_bw_report`): `REPORT_FMT`, or `REPORT_FMT_EXT`
 /// with 6 decimals when the average is below 0.1 Gb/s.
 pub fn write_bw_row(out: &mut impl Write, r: &BwReport, units: BwUnits) -> io::Result<()> {
-    if units == BwUnits::Gbps && r.bw_avg < 0.1 {
+    let ext = units == BwUnits::Gbps && r.bw_avg < 0.1;
+    let bw = |v| c_left(v, 7, if ext { 6 } else { 2 });
+    let (size, iters) = (r.size, r.iters);
+    let (peak, avg, rate) = (bw(r.bw_peak), bw(r.bw_avg), c_left(r.msg_rate, 7, 6));
+    if ext {
         writeln!(
             out,
-            " {:<7}    {}           {}            {}            {}",
-            r.size,
-            r.iters,
-            c_left(r.bw_peak, 7, 6),
-            c_left(r.bw_avg, 7, 6),
-            c_left(r.msg_rate, 7, 6)
+            " {size:<7}    {iters}           {peak}            {avg}            {rate}"
         )
     } else {
         writeln!(
             out,
-            " {:<7}    {:<10}       {}            {}\t\t   {}",
-            r.size,
-            r.iters,
-            c_left(r.bw_peak, 7, 2),
-            c_left(r.bw_avg, 7, 2),
-            c_left(r.msg_rate, 7, 6)
+            " {size:<7}    {iters:<10}       {peak}            {avg}\t\t   {rate}"
         )
     }
 }

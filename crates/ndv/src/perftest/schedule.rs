@@ -74,6 +74,28 @@ pub const ALL_SIZES: [u64; 23] = {
     s
 };
 
+/// What every program prints around its key exchange: its own address, then
+/// (after a hand shake) the peer's. The programs differ in the barriers
+/// around it.
+const ADDRESSES: [Step; 3] = [
+    Step::PrintLocalAddress,
+    Step::HandShake,
+    Step::PrintRemoteAddress,
+];
+
+/// Adds the steps `one_size` gives for each message size: with `-a`
+/// (`all_sizes`) a [`Step::NextSize`] and the steps for each of
+/// [`ALL_SIZES`], else the steps once.
+fn each_size(s: &mut Vec<Step>, all_sizes: bool, one_size: impl Fn(&mut Vec<Step>)) {
+    let sizes = if all_sizes { ALL_SIZES.len() } else { 1 };
+    for _ in 0..sizes {
+        if all_sizes {
+            s.push(Step::NextSize);
+        }
+        one_size(s);
+    }
+}
+
 /// The steps of `test`'s `main` for `role`, as perftest 4.5-0.17 runs them
 /// with one QP, RC, no `-R`/`--run_infinitely`/multicast.
 pub fn schedule(test: PerfTest, role: Role, flow: Flow) -> Vec<Step> {
@@ -84,23 +106,13 @@ pub fn schedule(test: PerfTest, role: Role, flow: Flow) -> Vec<Step> {
     let mut s = vec![Preamble, PrintTestInfo];
     match (test.kind, test.verb) {
         (Kind::Bw, Verb::Send) => {
-            s.extend([
-                HandShake,
-                ConnectQp,
-                HandShake,
-                PrintLocalAddress,
-                HandShake,
-                PrintRemoteAddress,
-                PrintResultHeader,
-            ]);
+            s.extend([HandShake, ConnectQp, HandShake]);
+            s.extend(ADDRESSES);
+            s.push(PrintResultHeader);
             // print_report_bw prints unless bidirectional (except SEND -D).
             let own_row = !duplex || flow.duration;
             let sum = duplex && !flow.duration;
-            let sizes = if flow.all_sizes { ALL_SIZES.len() } else { 1 };
-            for _ in 0..sizes {
-                if flow.all_sizes {
-                    s.push(NextSize);
-                }
+            each_size(&mut s, flow.all_sizes, |s| {
                 s.extend([Prepare, HandShake, Run]);
                 if own_row {
                     s.push(PrintReport);
@@ -111,19 +123,13 @@ pub fn schedule(test: PerfTest, role: Role, flow: Flow) -> Vec<Step> {
                 if flow.all_sizes {
                     s.push(HandShake);
                 }
-            }
+            });
             s.extend([PrintResultLine, Close]);
         }
         (Kind::Bw, verb) => {
-            s.extend([
-                HandShake,
-                ConnectQp,
-                PrintLocalAddress,
-                HandShake,
-                PrintRemoteAddress,
-                HandShake,
-                PrintResultHeader,
-            ]);
+            s.extend([HandShake, ConnectQp]);
+            s.extend(ADDRESSES);
+            s.extend([HandShake, PrintResultHeader]);
             if server && !duplex {
                 // The server waits for the client's end and prints its result.
                 s.extend([HandShake, ExchangeBwReports, PrintRemoteReport]);
@@ -136,11 +142,7 @@ pub fn schedule(test: PerfTest, role: Role, flow: Flow) -> Vec<Step> {
             }
             // atomic_bw runs -a as a single size.
             let per_size = flow.all_sizes && verb != Verb::Atomic;
-            let sizes = if per_size { ALL_SIZES.len() } else { 1 };
-            for _ in 0..sizes {
-                if per_size {
-                    s.push(NextSize);
-                }
+            each_size(&mut s, per_size, |s| {
                 s.push(Prepare);
                 if duplex {
                     s.push(HandShake);
@@ -154,7 +156,7 @@ pub fn schedule(test: PerfTest, role: Role, flow: Flow) -> Vec<Step> {
                 } else {
                     s.push(PrintReport);
                 }
-            }
+            });
             s.push(PrintResultLine);
             if client && !duplex {
                 s.extend([HandShake, ExchangeBwReports]);
@@ -162,44 +164,20 @@ pub fn schedule(test: PerfTest, role: Role, flow: Flow) -> Vec<Step> {
             s.push(Close);
         }
         (Kind::Lat, Verb::Send) => {
-            s.extend([
-                HandShake,
-                ConnectQp,
-                HandShake,
-                PrintLocalAddress,
-                HandShake,
-                PrintRemoteAddress,
-                PrintResultHeader,
-            ]);
-            let sizes = if flow.all_sizes { ALL_SIZES.len() } else { 1 };
-            for _ in 0..sizes {
-                if flow.all_sizes {
-                    s.push(NextSize);
-                }
+            s.extend([HandShake, ConnectQp, HandShake]);
+            s.extend(ADDRESSES);
+            s.push(PrintResultHeader);
+            each_size(&mut s, flow.all_sizes, |s| {
                 s.extend([Prepare, HandShake, Run, PrintReport]);
-            }
+            });
             s.extend([PrintResultLine, Close]);
         }
         (Kind::Lat, verb) => {
-            s.extend([
-                HandShake,
-                HandShake,
-                ConnectQp,
-                PrintLocalAddress,
-                HandShake,
-                PrintRemoteAddress,
-                HandShake,
-            ]);
+            s.extend([HandShake, HandShake, ConnectQp]);
+            s.extend(ADDRESSES);
+            s.push(HandShake);
             let per_size = flow.all_sizes && verb != Verb::Atomic;
-            let sizes = if per_size { ALL_SIZES.len() } else { 1 };
-            let run = |s: &mut Vec<Step>| {
-                for _ in 0..sizes {
-                    if per_size {
-                        s.push(NextSize);
-                    }
-                    s.extend([Run, PrintReport]);
-                }
-            };
+            let run = |s: &mut Vec<Step>| each_size(s, per_size, |s| s.extend([Run, PrintReport]));
             if verb == Verb::Write {
                 // Both sides measure; no close: the program just exits.
                 s.extend([Prepare, PrintResultHeader]);

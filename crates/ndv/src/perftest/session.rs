@@ -379,7 +379,6 @@ impl<'a> Session<'a> {
             size,
             remotes,
             inline: self.args.inline_size,
-            events: self.args.events,
             progress: p.settings.duration.is_some()
                 && (self.args.live_progress || io::stderr().is_terminal()),
         };

@@ -3,6 +3,7 @@
 //! (`init_perftest_params`, `force_dependecies`).
 
 use super::program::{Kind, PerfTest, Role, Verb};
+use super::schedule::Flow;
 
 /// Atomic operation of the atomic tests (`-A`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -85,6 +86,16 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// The options among these that change a program's sequence of steps
+    /// ([`super::schedule::schedule`]).
+    pub fn flow(&self) -> Flow {
+        Flow {
+            duplex: self.duplex,
+            duration: self.duration.is_some(),
+            all_sizes: self.all_sizes,
+        }
+    }
+
     /// perftest's defaults for `test` (`init_perftest_params`): size 65536
     /// (BW), 2 (LAT), 8 (atomic); 5000 iterations for `ib_write_bw`, else
     /// 1000; TX depth 128 (BW) or 1 (LAT); RX depth 512 (SEND); CQ

@@ -216,22 +216,37 @@ mod tests {
     use super::*;
     use crate::printf::c_fixed;
 
+    /// `size` bytes `iters` times on one QP, one request per post, one
+    /// completion every `cq_mod`, peak included, in MiB/s.
+    fn params(size: u64, iters: u64, cq_mod: u64) -> BwParams {
+        BwParams {
+            size,
+            iters,
+            num_qps: 1,
+            post_list: 1,
+            cq_mod,
+            no_peak: false,
+            duration: false,
+            units: BwUnits::MiBps,
+        }
+    }
+
+    /// The row perftest prints, in MiB/s, for messages posted and
+    /// completed at these times.
+    fn mib_row(p: &BwParams, posted: &[u64], completed: &[u64]) -> String {
+        let r = bw_report(p, posted, completed);
+        render(|o| write_bw_row(o, &r, BwUnits::MiBps))
+    }
+
     #[test]
     fn bw_numbers_of_reference_log() {
         // ib_send_bw.log, server: no peak; 5 x 4096 B received in 75383 ns.
         let p = BwParams {
-            size: 4096,
-            iters: 5,
-            num_qps: 1,
-            post_list: 1,
-            cq_mod: 5,
             no_peak: true,
-            duration: false,
-            units: BwUnits::MiBps,
+            ..params(4096, 5, 5)
         };
-        let r = bw_report(&p, &[1_000], &[76_383]);
         assert_eq!(
-            render(|o| write_bw_row(o, &r, BwUnits::MiBps)),
+            mib_row(&p, &[1_000], &[76_383]),
             " 4096       5                0.00               259.09 \t\t   0.066328\n"
         );
         // Client: 5 sends, one signalled completion (cq_mod 5) at 5.662 ms;
@@ -242,28 +257,18 @@ mod tests {
         };
         let posted = [0, 1_000, 2_000, 3_000, 5_117_950];
         let completed = [0, 0, 0, 0, 5_662_000];
-        let r = bw_report(&p, &posted, &completed);
         assert_eq!(
-            render(|o| write_bw_row(o, &r, BwUnits::MiBps)),
+            mib_row(&p, &posted, &completed),
             " 4096       5                7.18               3.45   \t\t   0.000883\n"
         );
-        assert_eq!(r.iters, 5);
+        assert_eq!(bw_report(&p, &posted, &completed).iters, 5);
     }
 
     #[test]
     fn bw_peak_windows() {
         // 10 messages of 1 MiB, one completion every 2 (cq_mod 2) plus the
         // odd last one: the best window is messages 2..=3, 2 in 1 ms.
-        let p = BwParams {
-            size: 1 << 20,
-            iters: 9,
-            num_qps: 1,
-            post_list: 1,
-            cq_mod: 2,
-            no_peak: false,
-            duration: false,
-            units: BwUnits::MiBps,
-        };
+        let p = params(1 << 20, 9, 2);
         let posted: Vec<u64> = (0..9).map(|i| i * 10_000_000).collect();
         let mut completed = vec![0u64; 9];
         completed[1] = 25_000_000;
@@ -291,18 +296,12 @@ mod tests {
     fn bw_duration_row() {
         // ib_write_bw -D 2: 16500 messages in 2.001455 s.
         let p = BwParams {
-            size: 4096,
-            iters: 16500,
-            num_qps: 1,
-            post_list: 1,
-            cq_mod: 100,
             no_peak: true,
             duration: true,
-            units: BwUnits::MiBps,
+            ..params(4096, 16500, 100)
         };
-        let r = bw_report(&p, &[0], &[2_001_455_000]);
         assert_eq!(
-            render(|o| write_bw_row(o, &r, BwUnits::MiBps)),
+            mib_row(&p, &[0], &[2_001_455_000]),
             " 4096       16500            0.00               32.20  \t\t   0.008244\n"
         );
     }

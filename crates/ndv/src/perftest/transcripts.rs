@@ -5,10 +5,10 @@
 
 use super::exchange::BwReport;
 use super::keys::PerftestDest;
-use super::program::{Kind, Role, Verb};
+use super::program::{Kind, PerfTest, Role, Verb};
 use super::report::*;
-use super::schedule::{schedule, Flow, Step};
-use super::settings::{BwUnits, CmMode};
+use super::schedule::{schedule, Step};
+use super::settings::{BwUnits, CmMode, Settings};
 use super::stats::LatStats;
 use super::testing::*;
 use std::io::Write;
@@ -158,9 +158,12 @@ fn parse_log(log: &str) -> (PerftestDest, PerftestDest, Vec<Row>) {
     (dests[0], dests[1], rows)
 }
 
-/// Prints what perftest would for `info` by walking the schedule,
-/// with the keys and rows taken from `log`; compares with `log`.
-fn check_transcript(log: &str, info: &TestInfo, flow: Flow, units: BwUnits) {
+/// Prints what perftest would for `test` as `role` with `settings` by
+/// walking the schedule, with the keys and rows taken from `log`; compares
+/// with `log`.
+fn check_transcript(log: &str, test: PerfTest, role: Role, settings: &Settings, units: BwUnits) {
+    let info = &info(test, role, settings);
+    let flow = settings.flow();
     let (local, remote, rows) = parse_log(log);
     let mut rows = rows.into_iter();
     let out = render(|o| {
@@ -204,83 +207,43 @@ fn check_transcript(log: &str, info: &TestInfo, flow: Flow, units: BwUnits) {
 
 #[test]
 fn bw_transcripts() {
+    use BwUnits::{Gbps, MiBps};
+    use Role::{Client, Server};
     let n5 = |t| {
         with(t, |s| {
             s.iters = 5;
             s.size = 4096;
         })
     };
-    let plain = Flow::default();
-    check_transcript(
-        REF_SEND_BW_CLIENT,
-        &info(SEND_BW, Role::Client, &n5(SEND_BW)),
-        plain,
-        BwUnits::MiBps,
-    );
-    check_transcript(
-        REF_SEND_BW_SERVER,
-        &info(SEND_BW, Role::Server, &n5(SEND_BW)),
-        plain,
-        BwUnits::MiBps,
-    );
-    check_transcript(
-        WRITE_BW_SERVER,
-        &info(WRITE_BW, Role::Server, &n5(WRITE_BW)),
-        plain,
-        BwUnits::MiBps,
-    );
     let atomic = with(ATOMIC_BW, |s| s.iters = 5);
-    check_transcript(
-        ATOMIC_BW_CLIENT,
-        &info(ATOMIC_BW, Role::Client, &atomic),
-        plain,
-        BwUnits::MiBps,
-    );
     let bi = with(SEND_BW, |s| {
         s.iters = 5;
         s.size = 4096;
         s.duplex = true;
     });
-    let duplex = Flow {
-        duplex: true,
-        ..plain
-    };
-    check_transcript(
-        SEND_BW_BI_CLIENT,
-        &info(SEND_BW, Role::Client, &bi),
-        duplex,
-        BwUnits::MiBps,
-    );
     let n200 = with(SEND_BW, |s| {
         s.iters = 200;
         s.size = 2;
     });
-    check_transcript(
-        SEND_BW_N200_SERVER,
-        &info(SEND_BW, Role::Server, &n200),
-        plain,
-        BwUnits::MiBps,
-    );
-    check_transcript(
-        WRITE_BW_GBITS_CLIENT,
-        &info(WRITE_BW, Role::Client, &n5(WRITE_BW)),
-        plain,
-        BwUnits::Gbps,
-    );
     let dur = with(WRITE_BW, |s| {
         s.size = 4096;
         s.duration = Some(2);
     });
-    let flow_d = Flow {
-        duration: true,
-        ..plain
-    };
-    check_transcript(
-        WRITE_BW_D_SERVER,
-        &info(WRITE_BW, Role::Server, &dur),
-        flow_d,
-        BwUnits::MiBps,
-    );
+    // Each recorded run: its transcript, the program and side, its settings
+    // and the units.
+    let runs = [
+        (REF_SEND_BW_CLIENT, SEND_BW, Client, n5(SEND_BW), MiBps),
+        (REF_SEND_BW_SERVER, SEND_BW, Server, n5(SEND_BW), MiBps),
+        (WRITE_BW_SERVER, WRITE_BW, Server, n5(WRITE_BW), MiBps),
+        (ATOMIC_BW_CLIENT, ATOMIC_BW, Client, atomic, MiBps),
+        (SEND_BW_BI_CLIENT, SEND_BW, Client, bi, MiBps),
+        (SEND_BW_N200_SERVER, SEND_BW, Server, n200, MiBps),
+        (WRITE_BW_GBITS_CLIENT, WRITE_BW, Client, n5(WRITE_BW), Gbps),
+        (WRITE_BW_D_SERVER, WRITE_BW, Server, dur, MiBps),
+    ];
+    for (log, test, role, settings, units) in runs {
+        check_transcript(log, test, role, &settings, units);
+    }
 }
 
 #[test]
@@ -303,42 +266,19 @@ fn rdma_cm_header() {
 #[test]
 fn lat_transcripts() {
     let n20 = |t| with(t, |s| s.iters = 20);
-    let plain = Flow::default();
-    check_transcript(
-        SEND_LAT_SERVER,
-        &info(SEND_LAT, Role::Server, &n20(SEND_LAT)),
-        plain,
-        BwUnits::MiBps,
-    );
-    check_transcript(
-        WRITE_LAT_CLIENT,
-        &info(WRITE_LAT, Role::Client, &n20(WRITE_LAT)),
-        plain,
-        BwUnits::MiBps,
-    );
-    check_transcript(
-        READ_LAT_CLIENT,
-        &info(READ_LAT, Role::Client, &n20(READ_LAT)),
-        plain,
-        BwUnits::MiBps,
-    );
-    check_transcript(
-        READ_LAT_SERVER,
-        &info(READ_LAT, Role::Server, &n20(READ_LAT)),
-        plain,
-        BwUnits::MiBps,
-    );
     let d = with(SEND_LAT, |s| s.duration = Some(2));
-    let flow_d = Flow {
-        duration: true,
-        ..plain
-    };
-    check_transcript(
-        SEND_LAT_D_CLIENT,
-        &info(SEND_LAT, Role::Client, &d),
-        flow_d,
-        BwUnits::MiBps,
-    );
+    // As in bw_transcripts; the units do not show in latency tests.
+    use Role::{Client, Server};
+    let runs = [
+        (SEND_LAT_SERVER, SEND_LAT, Server, n20(SEND_LAT)),
+        (WRITE_LAT_CLIENT, WRITE_LAT, Client, n20(WRITE_LAT)),
+        (READ_LAT_CLIENT, READ_LAT, Client, n20(READ_LAT)),
+        (READ_LAT_SERVER, READ_LAT, Server, n20(READ_LAT)),
+        (SEND_LAT_D_CLIENT, SEND_LAT, Client, d.clone()),
+    ];
+    for (log, test, role, settings) in runs {
+        check_transcript(log, test, role, &settings, BwUnits::MiBps);
+    }
     // Its server showed "RX depth : 512".
     assert_eq!(d.resolve(SEND_LAT, Role::Server).rx_depth, 512);
 }

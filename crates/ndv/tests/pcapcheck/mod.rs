@@ -49,8 +49,28 @@ impl Summary {
     }
 }
 
-fn repo() -> PathBuf {
+/// The repository's root.
+pub fn repo() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+/// Runs `scripts/decode-vs-tshark.py` (ndv and tshark on each capture, field
+/// by field, and each ICRC recomputed with zlib), which must pass; returns
+/// its report.
+pub fn decode_vs_tshark(captures: &[PathBuf]) -> String {
+    let out = Command::new("python3")
+        .arg(repo().join("scripts/decode-vs-tshark.py"))
+        .arg(env!("CARGO_BIN_EXE_ndv"))
+        .args(captures)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
 }
 
 /// Decodes `path` with `ndv decode --json` (every ICRC must verify) and, when
@@ -83,18 +103,8 @@ pub fn check(path: &Path) -> Summary {
     }
     assert!(s.frames > 0, "{} holds no RoCEv2 frame", path.display());
     if ndverbs_testkit::skip::require_tools_for("the tshark cross-check", &["tshark"]) {
-        let out = Command::new("python3")
-            .arg(repo().join("scripts/decode-vs-tshark.py"))
-            .arg(env!("CARGO_BIN_EXE_ndv"))
-            .arg(path)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success() && text.contains("1 passed, 0 failed"),
-            "{text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let text = decode_vs_tshark(&[path.to_path_buf()]);
+        assert!(text.contains("1 passed, 0 failed"), "{text}");
         // tshark sees every frame as RoCE (RRoCE), with good UDP checksums,
         // and names the CM messages.
         let out = Command::new("tshark")

@@ -72,7 +72,7 @@ use crate::mem::{scatter, Memory};
 use crate::time::{Duration, Instant};
 use ndverbs_wire::bth::psn;
 use ndverbs_wire::ext::{rnr_timer_micros, NakCode, Syndrome};
-use ndverbs_wire::opcode::{Operation, Position};
+use ndverbs_wire::opcode::{OpcodeInfo, Operation, Position};
 use ndverbs_wire::packet::Packet;
 use std::collections::VecDeque;
 
@@ -344,14 +344,16 @@ impl Completer {
         Ok(())
     }
 
-    /// Handles one response packet (ACK, ATOMIC ACK, READ response).
+    /// Handles one response packet (ACK, ATOMIC ACK, READ response) of
+    /// opcode `info`.
     pub fn handle(
         &mut self,
         cx: &mut SendCx<'_>,
         mem: &mut dyn Memory,
+        info: &OpcodeInfo,
         pkt: &Packet<'_>,
     ) -> Result<(), Fatal> {
-        let r = self.handle_inner(cx, mem, pkt);
+        let r = self.handle_inner(cx, mem, info, pkt);
         if r.is_ok() {
             self.check_timer(cx);
         }
@@ -370,12 +372,9 @@ impl Completer {
         &mut self,
         cx: &mut SendCx<'_>,
         mem: &mut dyn Memory,
+        info: &OpcodeInfo,
         pkt: &Packet<'_>,
     ) -> Result<(), Fatal> {
-        let Ok(info) = pkt.info() else {
-            cx.counters.drops.not_rc += 1;
-            return Ok(());
-        };
         let p = pkt.bth.psn;
         if psn::diff(p, cx.req.hw_psn) >= 0 {
             cx.counters.drops.ghost_response += 1;

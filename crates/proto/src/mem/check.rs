@@ -112,6 +112,21 @@ fn check_bounds(key: u32, g: &Grant, addr: u64, len: u64) -> Result<u64, AccessE
     }
 }
 
+/// What every check runs once the key named `g`: the PD, the rights `need`,
+/// then the bounds of `len` bytes at `addr`. Returns their offset in `g`.
+fn check_grant(
+    key: u32,
+    g: &Grant,
+    pd: u32,
+    need: Access,
+    addr: u64,
+    len: u64,
+) -> Result<u64, AccessError> {
+    check_pd(key, g, pd)?;
+    check_rights(key, g, need)?;
+    check_bounds(key, g, addr, len)
+}
+
 /// Checks `len` bytes at byte `offset` of a local SGE, found under `sge.lkey`,
 /// for a QP in protection domain `pd`; `write` asks for
 /// [`Access::LOCAL_WRITE`] (reading needs no right). Returns the offset of
@@ -153,18 +168,22 @@ pub fn check_local(
         ) => g,
         _ => return Err(AccessError::InvalidLkey(key)),
     };
-    check_pd(key, g, pd)?;
-    if write {
-        check_rights(key, g, Access::LOCAL_WRITE)?;
-    }
+    let need = if write {
+        Access::LOCAL_WRITE
+    } else {
+        Access::NONE
+    };
     let addr = sge.addr.wrapping_add(u64::from(offset));
+    let off = check_grant(key, g, pd, need, addr, len)?;
+    // Outside the SGE is out of bounds too: the same error, so it does not
+    // matter which bound is checked first.
     let inside_sge = u64::from(offset)
         .checked_add(len)
         .is_some_and(|end| end <= u64::from(sge.len));
     if !inside_sge || sge.addr.checked_add(u64::from(offset)).is_none() {
         return Err(AccessError::OutOfBounds { key, addr, len });
     }
-    check_bounds(key, g, addr, len)
+    Ok(off)
 }
 
 /// Checks a remote access — `len` bytes at `va` under `rkey`, needing the
@@ -196,9 +215,7 @@ pub fn check_remote(
     need: Access,
 ) -> Result<u64, AccessError> {
     let g = found.ok_or(AccessError::InvalidRkey(rkey))?;
-    check_pd(rkey, g, pd)?;
-    check_rights(rkey, g, need)?;
-    check_bounds(rkey, g, va, len)
+    check_grant(rkey, g, pd, need, va, len)
 }
 
 /// Checks a remote atomic on the 8 bytes at `va`: [`check_remote`] with
@@ -316,11 +333,9 @@ pub fn check_bind(region: &Grant, window_pd: u32, bind: WindowBind) -> Result<u6
     if region.kind == GrantKind::Window {
         return Err(AccessError::InvalidLkey(lkey));
     }
-    check_pd(lkey, region, window_pd)?;
     let remote = Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC;
     let granted = Access::from_bits(access.bits() & remote.bits()).unwrap_or(remote);
-    check_rights(lkey, region, granted)?;
-    check_bounds(lkey, region, va, len)
+    check_grant(lkey, region, window_pd, granted, va, len)
 }
 
 #[cfg(test)]

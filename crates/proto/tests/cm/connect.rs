@@ -119,10 +119,7 @@ fn lost_req_is_retransmitted_after_the_linux_interval() {
     let mut net = Net::new(3, Faults::default());
     net.drop_next(Side::A, REQ, 1);
     let (_, ea) = start(&mut net, 7174);
-    net.run_for(ms(6143));
-    assert!(net.take(Side::B).is_empty());
-    net.run_for(ms(2));
-    let Some(CmEvent::ConnectRequest(r)) = net.take(Side::B).pop() else {
+    let Some(CmEvent::ConnectRequest(r)) = net.quiet_then(Side::B, ms(6143), ms(2)).pop() else {
         panic!()
     };
     let reqs = net.sent(Side::A, REQ);
@@ -207,11 +204,8 @@ fn req_retries_exhausted_is_a_connect_timeout_without_rej() {
     let mut net = Net::new(7, Faults::default());
     net.drop_next(Side::A, REQ, usize::MAX);
     let (_, ea) = start(&mut net, 7174);
-    net.run_for(ms(16 * 6144 - 1));
-    assert!(net.take(Side::A).is_empty());
-    net.run_for(ms(1));
     assert_eq!(
-        net.take(Side::A),
+        net.quiet_then(Side::A, ms(16 * 6144 - 1), ms(1)),
         vec![CmEvent::ConnectTimeout { endpoint: ea }]
     );
     assert_eq!(net.sent(Side::A, REQ).len(), 16, "1 + MaxCMRetries(15)");
@@ -235,11 +229,8 @@ fn rep_retries_exhausted_is_an_accept_timeout() {
     net.drop_next(Side::B, REP, usize::MAX);
     let t0 = net.now;
     net.b.accept(t0, eb, accept_params()).unwrap();
-    net.run_for(ms(16 * 4096 - 10));
-    assert!(net.take(Side::B).is_empty());
-    net.run_for(ms(20));
     assert_eq!(
-        net.take(Side::B),
+        net.quiet_then(Side::B, ms(16 * 4096 - 10), ms(20)),
         vec![CmEvent::AcceptTimeout { endpoint: eb }]
     );
     // 15 timed retransmissions; the other REPs answered A's duplicate REQs.

@@ -195,11 +195,8 @@ fn dreq_timeout_against_a_silent_peer() {
     let (mut net, ea, _eb) = connected(27);
     net.drop_next(Side::A, DREQ, usize::MAX);
     net.a.disconnect(net.now, ea).unwrap();
-    net.run_for(ms(16 * 6144 - 10));
-    assert!(net.take(Side::A).is_empty());
-    net.run_for(ms(20));
     assert_eq!(
-        net.take(Side::A),
+        net.quiet_then(Side::A, ms(16 * 6144 - 10), ms(20)),
         vec![done(ea, DisconnectHow::DreqTimedOut)]
     );
     assert_eq!(net.sent(Side::A, DREQ).len(), 16);

@@ -138,10 +138,10 @@ fn timewait_holds_the_qpn_and_comm_ids_are_never_reused() {
     net.a.destroy(net.now, ea).unwrap();
     assert_eq!(net.a.state(ea), None, "destroyed…");
     assert_eq!(net.a.endpoint_count(), 1, "…but held through time-wait");
-    net.run_for(ms(1900));
-    assert!(net.take(Side::A).is_empty());
-    net.run_for(ms(200));
-    assert_eq!(net.take(Side::A), vec![timewait_exit(ea, 0x11)]);
+    assert_eq!(
+        net.quiet_then(Side::A, ms(1900), ms(200)),
+        vec![timewait_exit(ea, 0x11)]
+    );
     assert_eq!(net.a.endpoint_count(), 0);
     // Many connections: every comm ID distinct, endpoint IDs too.
     let mut comm = HashSet::new();

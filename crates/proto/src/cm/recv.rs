@@ -134,7 +134,7 @@ impl CmAgent {
     /// The endpoint a message names (`found`) when there is one and the
     /// message came from its peer; counts `rx_unmatched` or
     /// `rx_wrong_source` when not.
-    fn from_peer(&mut self, found: Option<EndpointId>, src: IpAddr) -> Option<EndpointId> {
+    fn peer_endpoint(&mut self, found: Option<EndpointId>, src: IpAddr) -> Option<EndpointId> {
         let Some(id) = found else {
             self.out.counters.rx_unmatched += 1;
             return None;
@@ -306,7 +306,7 @@ impl CmAgent {
 
     fn on_rep(&mut self, now: Instant, src: IpAddr, tid: u64, rep: &Rep) {
         let found = self.by_comm_id.get(&rep.remote_comm_id).copied();
-        let Some(id) = self.from_peer(found, src) else {
+        let Some(id) = self.peer_endpoint(found, src) else {
             return;
         };
         let Some(ep) = self.endpoints.get(&id) else {
@@ -409,7 +409,7 @@ impl CmAgent {
 
     fn on_rtu(&mut self, src: IpAddr, rtu: &Rtu) {
         let found = self.find(rtu.remote_comm_id, rtu.local_comm_id);
-        let Some(id) = self.from_peer(found, src) else {
+        let Some(id) = self.peer_endpoint(found, src) else {
             return;
         };
         match self.state_of(id) {
@@ -424,7 +424,7 @@ impl CmAgent {
             msg_ref::REP | msg_ref::OTHER => self.find(mra.remote_comm_id, mra.local_comm_id),
             _ => None,
         };
-        let Some(id) = self.from_peer(id, src) else {
+        let Some(id) = self.peer_endpoint(id, src) else {
             return;
         };
         let Some(ep) = self.endpoints.get_mut(&id) else {
@@ -471,7 +471,7 @@ impl CmAgent {
         } else {
             self.find(rej.remote_comm_id, rej.local_comm_id)
         };
-        let Some(id) = self.from_peer(id, src) else {
+        let Some(id) = self.peer_endpoint(id, src) else {
             return;
         };
         let stale = rej.reason == rej_reason::STALE_CONN;
@@ -567,7 +567,7 @@ impl CmAgent {
 
     fn on_drep(&mut self, now: Instant, src: IpAddr, drep: &Drep) {
         let found = self.find(drep.remote_comm_id, drep.local_comm_id);
-        let Some(id) = self.from_peer(found, src) else {
+        let Some(id) = self.peer_endpoint(found, src) else {
             return;
         };
         match self.state_of(id) {

@@ -268,6 +268,13 @@ impl Net {
         self.take(side)
     }
 
+    /// Checks that `side`'s application was told exactly `events` since
+    /// it last looked.
+    #[track_caller]
+    pub fn expect(&mut self, side: Side, events: &[CmEvent]) {
+        assert_eq!(self.take(side), events);
+    }
+
     /// Removes and returns the logged events of `side`.
     pub fn take(&mut self, side: Side) -> Vec<CmEvent> {
         self.flush();

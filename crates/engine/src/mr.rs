@@ -34,7 +34,7 @@
 use crate::keys::KeyGen;
 use foldhash::HashMap;
 use ndverbs_proto::mem::{
-    check_bind, Access, AccessError, AtomicOp, Grant, GrantBytes, GrantKind, GrantTable,
+    check_bind, Access, AccessError, AtomicOp, Grant, GrantBytes, GrantKind, GrantTable, WindowBind,
 };
 use std::alloc::Layout;
 use std::ptr::NonNull;
@@ -334,9 +334,7 @@ struct Window {
 #[derive(Debug, Clone)]
 struct Binding {
     region: Arc<Region>,
-    va: u64,
-    len: u64,
-    access: Access,
+    bind: WindowBind,
 }
 
 /// Every region and window of an adapter, by key.
@@ -346,12 +344,13 @@ struct Binding {
 /// ```
 /// use ndverbs_engine::keys::KeyGen;
 /// use ndverbs_engine::mr::{MemTable, RegionBuf};
-/// use ndverbs_proto::mem::{Access, Memory};
+/// use ndverbs_proto::mem::{Access, Memory, WindowBind};
 /// let mut mem = MemTable::new(KeyGen::seeded(7));
 /// let r = mem.register(1, RegionBuf::alloc(4096)?, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
 /// // Grant a peer 64 bytes of it, write-only, under a window's own key.
 /// let mw = mem.alloc_window(1);
-/// let rkey = mem.bind_window(mw, r.lkey(), r.addr() + 128, 64, Access::REMOTE_WRITE)?;
+/// let bind = WindowBind { lkey: r.lkey(), va: r.addr() + 128, len: 64, access: Access::REMOTE_WRITE };
+/// let rkey = mem.bind_window(mw, bind)?;
 /// // The protocol core's view (`Memory`): every access is checked.
 /// mem.write_remote(1, rkey, r.addr() + 128, b"via window").unwrap();
 /// assert!(mem.write_remote(1, rkey, r.addr(), b"outside").is_err());
@@ -441,35 +440,23 @@ impl MemTable {
         k
     }
 
-    /// Binds window `mw` to `len` bytes at `va` of region `lkey` with `access`
-    /// (remote rights only). Returns the window's new R_Key: a type-2 window
-    /// gets a fresh key at every bind, so old grants die.
-    pub fn bind_window(
-        &mut self,
-        mw: u32,
-        lkey: u32,
-        va: u64,
-        len: u64,
-        access: Access,
-    ) -> Result<u32, MemError> {
+    /// Binds window `mw` as `bind` asks (remote rights only). Returns the
+    /// window's new R_Key: a type-2 window gets a fresh key at every bind, so
+    /// old grants die.
+    pub fn bind_window(&mut self, mw: u32, bind: WindowBind) -> Result<u32, MemError> {
         let w = self.windows.get(&mw).ok_or(MemError::UnknownKey(mw))?;
         let region = self
             .regions
-            .get(&lkey)
-            .ok_or(MemError::UnknownKey(lkey))?
+            .get(&bind.lkey)
+            .ok_or(MemError::UnknownKey(bind.lkey))?
             .clone();
-        check_bind(&region.grant(), lkey, w.pd, va, len, access).map_err(MemError::BadBind)?;
+        check_bind(&region.grant(), w.pd, bind).map_err(MemError::BadBind)?;
         let mut w = self.windows.remove(&mw).expect("present");
         if let Some(old) = w.binding.take() {
             old.region.windows.fetch_sub(1, Ordering::Relaxed);
         }
         region.windows.fetch_add(1, Ordering::Relaxed);
-        w.binding = Some(Binding {
-            region,
-            va,
-            len,
-            access,
-        });
+        w.binding = Some(Binding { region, bind });
         let k = self.fresh_key();
         self.windows.insert(k, w);
         Ok(k)
@@ -535,17 +522,10 @@ impl GrantTable for MemTable {
         }
         let w = self.windows.get(&key)?;
         let b = w.binding.as_ref()?;
-        let grant = Grant {
-            kind: GrantKind::Window,
-            pd: w.pd,
-            access: b.access,
-            va: b.va,
-            len: b.len,
-        };
         // The bind checked that the window lies inside the region.
-        let base = (b.va - b.region.addr()) as usize;
+        let base = (b.bind.va - b.region.addr()) as usize;
         Some((
-            grant,
+            b.bind.grant(w.pd),
             RegionBytes {
                 region: &b.region,
                 base,
@@ -666,9 +646,13 @@ mod tests {
             t.write_remote(1, mw, r.addr(), b"a"),
             Err(AccessError::InvalidRkey(_))
         ));
-        let k = t
-            .bind_window(mw, r.lkey(), r.addr() + 4096, 100, Access::REMOTE_READ)
-            .unwrap();
+        let read = WindowBind {
+            lkey: r.lkey(),
+            va: r.addr() + 4096,
+            len: 100,
+            access: Access::REMOTE_READ,
+        };
+        let k = t.bind_window(mw, read).unwrap();
         let mut out = [0u8; 10];
         t.read_remote(1, k, r.addr() + 4096, &mut out).unwrap();
         assert!(matches!(
@@ -681,9 +665,12 @@ mod tests {
         ));
         assert_eq!(t.deregister(r.lkey()).unwrap_err(), MemError::Busy(1));
         // Rebinding gives a new key; the old one dies.
-        let k2 = t
-            .bind_window(k, r.lkey(), r.addr(), 10, Access::REMOTE_READ)
-            .unwrap();
+        let rebind = WindowBind {
+            va: r.addr(),
+            len: 10,
+            ..read
+        };
+        let k2 = t.bind_window(k, rebind).unwrap();
         assert_ne!(k, k2);
         assert!(t.read_remote(1, k, r.addr(), &mut out).is_err());
         assert_eq!(
@@ -701,11 +688,18 @@ mod tests {
             .register(1, RegionBuf::alloc(64).unwrap(), Access::REMOTE_READ)
             .unwrap();
         let mw2 = t.alloc_window(1);
-        assert!(t
-            .bind_window(mw2, ro.lkey(), ro.addr(), 8, Access::REMOTE_WRITE)
-            .is_err());
-        assert!(t
-            .bind_window(mw2, ro.lkey(), ro.addr() + 60, 8, Access::REMOTE_READ)
-            .is_err());
+        let write = WindowBind {
+            lkey: ro.lkey(),
+            va: ro.addr(),
+            len: 8,
+            access: Access::REMOTE_WRITE,
+        };
+        assert!(t.bind_window(mw2, write).is_err());
+        let past_end = WindowBind {
+            va: ro.addr() + 60,
+            access: Access::REMOTE_READ,
+            ..write
+        };
+        assert!(t.bind_window(mw2, past_end).is_err());
     }
 }

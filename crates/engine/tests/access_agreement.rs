@@ -14,7 +14,7 @@
 use ndverbs_engine::keys::KeyGen;
 use ndverbs_engine::mr::{MemError, MemTable, Region, RegionBuf};
 use ndverbs_proto::mem::testing::VecMemory;
-use ndverbs_proto::mem::{Access, AccessError, AtomicOp, Memory, Sge};
+use ndverbs_proto::mem::{Access, AccessError, AtomicOp, Memory, Sge, WindowBind};
 use proptest::prelude::*;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -399,8 +399,14 @@ impl Both {
                     false => access,
                 };
                 let (mw_t, mw_v) = self.windows[w].keys;
-                let t = self.table.bind_window(mw_t, lkey, va, len, access);
-                let v = self.vec.bind_window(mw_v, lkey, va, len, access);
+                let bind = WindowBind {
+                    lkey,
+                    va,
+                    len,
+                    access,
+                };
+                let t = self.table.bind_window(mw_t, bind);
+                let v = self.vec.bind_window(mw_v, bind);
                 if let (Ok(kt), Ok(kv)) = (&t, &v) {
                     self.issue((*kt, *kv));
                     let w = &mut self.windows[w];

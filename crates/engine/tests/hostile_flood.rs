@@ -58,7 +58,7 @@ use ndverbs_engine::link::udp::RoceSocket;
 use ndverbs_engine::mr::{Region, RegionBuf};
 use ndverbs_engine::nic::{node_guid, sge, Nic};
 use ndverbs_proto::cm::CmState;
-use ndverbs_proto::mem::Access;
+use ndverbs_proto::mem::{Access, WindowBind};
 use ndverbs_proto::rc::{PathMtu, QpState, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcStatus};
 use ndverbs_wire::bth::Bth;
 use ndverbs_wire::cm::{
@@ -584,20 +584,22 @@ fn flood_leaves_memory_and_connection_intact() {
     granted.write(0, &pattern(1, LEN)).unwrap();
     let private = reg(Access::LOCAL_WRITE, 2);
     let windowed = reg(Access::ALL, 3);
+    let whole = WindowBind {
+        lkey: windowed.lkey(),
+        va: windowed.addr(),
+        len: 8192,
+        access: Access::ALL,
+    };
     let mw = ad.alloc_mw(pd).unwrap();
-    let mw_key = ad
-        .bind_mw(
-            mw,
-            windowed.lkey(),
-            windowed.addr() + 4096,
-            4096,
-            Access::REMOTE_READ | Access::REMOTE_WRITE,
-        )
-        .unwrap();
+    let second_page = WindowBind {
+        va: windowed.addr() + 4096,
+        len: 4096,
+        access: Access::REMOTE_READ | Access::REMOTE_WRITE,
+        ..whole
+    };
+    let mw_key = ad.bind_mw(mw, second_page).unwrap();
     let mw2 = ad.alloc_mw(pd).unwrap();
-    let dead_mw = ad
-        .bind_mw(mw2, windowed.lkey(), windowed.addr(), 8192, Access::ALL)
-        .unwrap();
+    let dead_mw = ad.bind_mw(mw2, whole).unwrap();
     ad.invalidate_mw(dead_mw).unwrap();
     let stale = reg(Access::ALL, 4);
     let stale_key = stale.rkey();

@@ -22,7 +22,7 @@ use ndverbs_engine::error::EngineError;
 use ndverbs_engine::link::faults::FaultConfig as EngineFaults;
 use ndverbs_engine::mr::{MemError, Region, RegionBuf};
 use ndverbs_engine::nic::{Nic as EngineNic, QpInit, QpShared, SrqShared};
-use ndverbs_proto::mem::{Access, AccessError};
+use ndverbs_proto::mem::{Access, AccessError, WindowBind};
 use ndverbs_proto::rc::{
     AttrMask, Counters, QpAttr, QpCaps, QpState, RecvWr, SendWr, WorkCompletion,
 };
@@ -335,17 +335,8 @@ impl Nic {
         self.0.alloc_mw(pd).map_err(|e| err("Pd::alloc_mw", e))
     }
 
-    pub(crate) fn bind_mw(
-        &self,
-        rkey: u32,
-        lkey: u32,
-        addr: u64,
-        len: u64,
-        access: Access,
-    ) -> Result<u32> {
-        self.0
-            .bind_mw(rkey, lkey, addr, len, access)
-            .map_err(|e| err("Mw::bind", e))
+    pub(crate) fn bind_mw(&self, rkey: u32, bind: WindowBind) -> Result<u32> {
+        self.0.bind_mw(rkey, bind).map_err(|e| err("Mw::bind", e))
     }
 
     pub(crate) fn invalidate_mw(&self, rkey: u32) -> Result<()> {

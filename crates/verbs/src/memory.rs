@@ -3,7 +3,7 @@
 use crate::device::PdInner;
 use crate::engine::RegionRef;
 use crate::error::{Error, ErrorKind, Result};
-use ndverbs_proto::mem::{Access, AccessError, Sge};
+use ndverbs_proto::mem::{Access, AccessError, Sge, WindowBind};
 use std::sync::Arc;
 
 /// A registered memory region. Dropping it deregisters it.
@@ -245,7 +245,13 @@ impl Mw {
                 "the region belongs to another device",
             ));
         }
-        let k = nic.bind_mw(self.rkey(), mr.lkey(), addr, len, access)?;
+        let bind = WindowBind {
+            lkey: mr.lkey(),
+            va: addr,
+            len,
+            access,
+        };
+        let k = nic.bind_mw(self.rkey(), bind)?;
         self.key.store(k, std::sync::atomic::Ordering::Release);
         Ok(k)
     }

@@ -137,25 +137,26 @@ pub enum WireError {
 
 /// Fails with [`WireError::Truncated`] unless `buf` holds at least `need` bytes.
 pub(crate) fn need(what: &'static str, buf: &[u8], need: usize) -> Result<(), WireError> {
-    if buf.len() < need {
-        Err(WireError::Truncated {
-            what,
-            need,
-            have: buf.len(),
-        })
-    } else {
-        Ok(())
-    }
+    at_least(buf, need, |have| WireError::Truncated { what, need, have })
 }
 
 /// Fails with [`WireError::BufferTooSmall`] unless `buf` holds at least `need` bytes.
 pub(crate) fn room(what: &'static str, buf: &[u8], need: usize) -> Result<(), WireError> {
+    at_least(buf, need, |have| WireError::BufferTooSmall {
+        what,
+        need,
+        have,
+    })
+}
+
+/// Fails with `short(buf.len())` unless `buf` holds at least `need` bytes.
+fn at_least(
+    buf: &[u8],
+    need: usize,
+    short: impl FnOnce(usize) -> WireError,
+) -> Result<(), WireError> {
     if buf.len() < need {
-        Err(WireError::BufferTooSmall {
-            what,
-            need,
-            have: buf.len(),
-        })
+        Err(short(buf.len()))
     } else {
         Ok(())
     }

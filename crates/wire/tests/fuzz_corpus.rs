@@ -29,31 +29,24 @@ fn check_of(target: &str) -> Option<fn(&[u8])> {
 /// (`engine_ingress`: `crates/proto/tests/fuzz_ingress.rs`).
 const REPLAYED_ELSEWHERE: &[&str] = &["engine_ingress"];
 
-/// Sorted files of `dir` (not recursive); none if it does not exist.
-fn files_in(dir: &Path) -> Vec<PathBuf> {
+/// Sorted entries of `dir` that `keep` accepts (not recursive); none if it
+/// does not exist.
+fn sorted_entries(dir: &Path, keep: fn(&Path) -> bool) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
-    let mut files: Vec<PathBuf> = entries
+    let mut found: Vec<PathBuf> = entries
         .map(|e| e.expect("readable directory entry").path())
-        .filter(|p| p.is_file())
+        .filter(|p| keep(p))
         .collect();
-    files.sort();
-    files
+    found.sort();
+    found
 }
 
 /// Runs the checks of each `<kind>/<target>/` directory over its files;
 /// returns how many files each target saw. Panics listing every failing file.
 fn replay(kind: &str) -> Vec<(String, usize)> {
-    let root = fuzz_dir().join(kind);
-    let Ok(entries) = std::fs::read_dir(&root) else {
-        return Vec::new();
-    };
-    let mut targets: Vec<PathBuf> = entries
-        .map(|e| e.expect("readable directory entry").path())
-        .filter(|p| p.is_dir())
-        .collect();
-    targets.sort();
+    let targets = sorted_entries(&fuzz_dir().join(kind), Path::is_dir);
     let mut counts = Vec::new();
     let mut failures = Vec::new();
     for dir in targets {
@@ -67,7 +60,7 @@ fn replay(kind: &str) -> Vec<(String, usize)> {
         }
         let check = check_of(&target)
             .unwrap_or_else(|| panic!("{}: no fuzz target named {target:?}", dir.display()));
-        let files = files_in(&dir);
+        let files = sorted_entries(&dir, Path::is_file);
         for file in &files {
             let data = std::fs::read(file).expect("readable corpus file");
             if std::panic::catch_unwind(|| check(&data)).is_err() {

@@ -11,7 +11,7 @@
 
 use ndverbs_wire::bth::{psn, Bth, BTH_LEN, MASK24};
 use ndverbs_wire::cm::{
-    attr, CmMessage, CmPath, Drep, Dreq, Mra, Rej, Rep, Req, Rtu, SidrRep, SidrReq,
+    attr, CmMessage, CmPath, Dreq, IdsAndData, Mra, Rej, Rep, Req, SidrRep, SidrReq,
 };
 use ndverbs_wire::cma::{CmaHeader, CMA_HEADER_LEN};
 use ndverbs_wire::ext::{
@@ -462,12 +462,13 @@ prop_compose! {
 }
 
 prop_compose! {
-    fn arb_rtu()(
+    /// RTU and DREP: they share one layout.
+    fn arb_ids_and_data()(
         local_comm_id in any::<u32>(),
         remote_comm_id in any::<u32>(),
         private_data in arr()
-    ) -> Rtu {
-        Rtu { local_comm_id, remote_comm_id, private_data }
+    ) -> IdsAndData {
+        IdsAndData { local_comm_id, remote_comm_id, private_data }
     }
 }
 
@@ -479,16 +480,6 @@ prop_compose! {
         private_data in arr()
     ) -> Dreq {
         Dreq { local_comm_id, remote_comm_id, remote_qpn, private_data }
-    }
-}
-
-prop_compose! {
-    fn arb_drep()(
-        local_comm_id in any::<u32>(),
-        remote_comm_id in any::<u32>(),
-        private_data in arr()
-    ) -> Drep {
-        Drep { local_comm_id, remote_comm_id, private_data }
     }
 }
 
@@ -535,9 +526,9 @@ fn arb_cm() -> impl Strategy<Value = CmMessage> {
         arb_mra().prop_map(CmMessage::Mra),
         arb_rej().prop_map(CmMessage::Rej),
         arb_rep().prop_map(CmMessage::Rep),
-        arb_rtu().prop_map(CmMessage::Rtu),
+        arb_ids_and_data().prop_map(CmMessage::Rtu),
         arb_dreq().prop_map(CmMessage::Dreq),
-        arb_drep().prop_map(CmMessage::Drep),
+        arb_ids_and_data().prop_map(CmMessage::Drep),
         arb_sidr_req().prop_map(CmMessage::SidrReq),
         arb_sidr_rep().prop_map(CmMessage::SidrRep),
     ]

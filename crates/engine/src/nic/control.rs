@@ -16,7 +16,7 @@ use crate::error::EngineError;
 use crate::mr::{Region, RegionBuf};
 use crossbeam_queue::ArrayQueue;
 use ndverbs_proto::limits::LIMITS;
-use ndverbs_proto::mem::Access;
+use ndverbs_proto::mem::{Access, WindowBind};
 use ndverbs_proto::rc::{AttrMask, Counters, QpAttr, QpState, RcQp, RecvQueue};
 use ndverbs_wire::cma::addr_of_gid;
 use std::net::Ipv6Addr;
@@ -87,20 +87,10 @@ impl Nic {
         Ok(c.tables.mem.alloc_window(pd))
     }
 
-    /// Binds a window (see [`MemTable::bind_window`](crate::mr::MemTable::bind_window)); returns its new R_Key.
-    pub fn bind_mw(
-        &self,
-        mw: u32,
-        lkey: u32,
-        va: u64,
-        len: u64,
-        access: Access,
-    ) -> Result<u32, EngineError> {
-        Ok(self
-            .core()?
-            .tables
-            .mem
-            .bind_window(mw, lkey, va, len, access)?)
+    /// Binds window `mw` as `bind` asks (see
+    /// [`MemTable::bind_window`](crate::mr::MemTable::bind_window)); returns its new R_Key.
+    pub fn bind_mw(&self, mw: u32, bind: WindowBind) -> Result<u32, EngineError> {
+        Ok(self.core()?.tables.mem.bind_window(mw, bind)?)
     }
 
     /// Invalidates a window locally.

@@ -195,12 +195,7 @@ impl CmAgent {
         }
         let cma = rdma_cm::uses_cma_header(p.service_id);
         let max = rdma_cm::max_req_private_data(p.service_id);
-        if p.private_data.len() > max {
-            return Err(CmError::PrivateDataTooLong {
-                len: p.private_data.len(),
-                max,
-            });
-        }
+        check_private_data(&p.private_data, max)?;
         if p.local_qpn > 0xff_ffff || p.local_qpn < 2 {
             return Err(CmError::InvalidParameter("local_qpn"));
         }
@@ -298,12 +293,7 @@ impl CmAgent {
         if !matches!(ep.state, CmState::ReqRcvd | CmState::MraReqSent) {
             return Err(CmError::InvalidState(ep.state));
         }
-        if a.private_data.len() > pdata::REP {
-            return Err(CmError::PrivateDataTooLong {
-                len: a.private_data.len(),
-                max: pdata::REP,
-            });
-        }
+        check_private_data(&a.private_data, pdata::REP)?;
         if a.local_qpn > 0xff_ffff || a.local_qpn < 2 {
             return Err(CmError::InvalidParameter("local_qpn"));
         }
@@ -352,12 +342,7 @@ impl CmAgent {
         if !matches!(ep.state, CmState::RepRcvd | CmState::MraRepSent) {
             return Err(CmError::InvalidState(ep.state));
         }
-        if private_data.len() > pdata::RTU {
-            return Err(CmError::PrivateDataTooLong {
-                len: private_data.len(),
-                max: pdata::RTU,
-            });
-        }
+        check_private_data(private_data, pdata::RTU)?;
         let Some(ep) = self.endpoints.get_mut(&id) else {
             return Err(CmError::UnknownEndpoint);
         };
@@ -387,12 +372,7 @@ impl CmAgent {
             | CmState::MraRepRcvd => {}
             s => return Err(CmError::InvalidState(s)),
         }
-        if private_data.len() > pdata::REJ {
-            return Err(CmError::PrivateDataTooLong {
-                len: private_data.len(),
-                max: pdata::REJ,
-            });
-        }
+        check_private_data(private_data, pdata::REJ)?;
         self.send_rej(now, id, rej_reason::CONSUMER_DEFINED, &[], private_data);
         Ok(())
     }
@@ -743,4 +723,15 @@ impl CmAgent {
                 .event(CmEvent::DisconnectDone { endpoint: id, how });
         }
     }
+}
+
+/// Refuses private data longer than the `max` bytes its message carries.
+fn check_private_data(data: &[u8], max: usize) -> Result<(), CmError> {
+    if data.len() > max {
+        return Err(CmError::PrivateDataTooLong {
+            len: data.len(),
+            max,
+        });
+    }
+    Ok(())
 }

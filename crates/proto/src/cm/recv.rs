@@ -131,11 +131,30 @@ impl CmAgent {
         ok
     }
 
+    /// The endpoint a message names (`found`) when there is one and the
+    /// message came from its peer; counts `rx_unmatched` or
+    /// `rx_wrong_source` when not.
+    fn peer_endpoint(&mut self, found: Option<EndpointId>, src: IpAddr) -> Option<EndpointId> {
+        let Some(id) = found else {
+            self.out.counters.rx_unmatched += 1;
+            return None;
+        };
+        self.sent_by_peer(id, src).then_some(id)
+    }
+
     fn state_of(&self, id: EndpointId) -> CmState {
         self.endpoints.get(&id).map_or(CmState::Idle, |e| e.state)
     }
 
     // ---- REQ -----------------------------------------------------------
+
+    /// Refuses a REQ no endpoint takes (`cm_issue_rej`): the REJ swaps the
+    /// first two words of the REQ as if they were comm IDs (the second is
+    /// the vendor ID), and echoes its TID.
+    fn refuse_req(&mut self, src: IpAddr, tid: u64, req: &Req, reason: u16) {
+        let rej = format::issue_rej(req.vendor_id, req.local_comm_id, reason, msg_ref::REQ);
+        self.out.send(src, &rej, tid);
+    }
 
     fn on_req(&mut self, now: Instant, src: IpAddr, tid: u64, req: &Req) {
         if let Some(&id) = self.remote_ids.get(&(req.local_comm_id, req.local_ca_guid)) {
@@ -150,24 +169,12 @@ impl CmAgent {
             if !self.sent_by_peer(old, src) {
                 return;
             }
-            let rej = format::issue_rej(
-                req.vendor_id,
-                req.local_comm_id,
-                rej_reason::STALE_CONN,
-                msg_ref::REQ,
-            );
-            self.out.send(src, &rej, tid);
+            self.refuse_req(src, tid, req, rej_reason::STALE_CONN);
             self.stale(now, old);
             return;
         }
         let Some(&listener) = self.listeners.get(&req.service_id) else {
-            let rej = format::issue_rej(
-                req.vendor_id,
-                req.local_comm_id,
-                rej_reason::INVALID_SERVICE_ID,
-                msg_ref::REQ,
-            );
-            self.out.send(src, &rej, tid);
+            self.refuse_req(src, tid, req, rej_reason::INVALID_SERVICE_ID);
             return;
         };
         let comm = self.alloc_comm_id();
@@ -298,13 +305,10 @@ impl CmAgent {
     // ---- REP / RTU / MRA -------------------------------------------------
 
     fn on_rep(&mut self, now: Instant, src: IpAddr, tid: u64, rep: &Rep) {
-        let Some(&id) = self.by_comm_id.get(&rep.remote_comm_id) else {
-            self.out.counters.rx_unmatched += 1;
+        let found = self.by_comm_id.get(&rep.remote_comm_id).copied();
+        let Some(id) = self.peer_endpoint(found, src) else {
             return;
         };
-        if !self.sent_by_peer(id, src) {
-            return;
-        }
         let Some(ep) = self.endpoints.get(&id) else {
             return;
         };
@@ -404,13 +408,10 @@ impl CmAgent {
     }
 
     fn on_rtu(&mut self, src: IpAddr, rtu: &Rtu) {
-        let Some(id) = self.find(rtu.remote_comm_id, rtu.local_comm_id) else {
-            self.out.counters.rx_unmatched += 1;
+        let found = self.find(rtu.remote_comm_id, rtu.local_comm_id);
+        let Some(id) = self.peer_endpoint(found, src) else {
             return;
         };
-        if !self.sent_by_peer(id, src) {
-            return;
-        }
         match self.state_of(id) {
             CmState::RepSent | CmState::MraRepRcvd => self.establish(id),
             _ => self.out.counters.rx_duplicates += 1,
@@ -423,13 +424,9 @@ impl CmAgent {
             msg_ref::REP | msg_ref::OTHER => self.find(mra.remote_comm_id, mra.local_comm_id),
             _ => None,
         };
-        let Some(id) = id else {
-            self.out.counters.rx_unmatched += 1;
+        let Some(id) = self.peer_endpoint(id, src) else {
             return;
         };
-        if !self.sent_by_peer(id, src) {
-            return;
-        }
         let Some(ep) = self.endpoints.get_mut(&id) else {
             return;
         };
@@ -474,13 +471,9 @@ impl CmAgent {
         } else {
             self.find(rej.remote_comm_id, rej.local_comm_id)
         };
-        let Some(id) = id else {
-            self.out.counters.rx_unmatched += 1;
+        let Some(id) = self.peer_endpoint(id, src) else {
             return;
         };
-        if !self.sent_by_peer(id, src) {
-            return;
-        }
         let stale = rej.reason == rej_reason::STALE_CONN;
         let event = CmEvent::Rejected {
             endpoint: id,
@@ -573,13 +566,10 @@ impl CmAgent {
     }
 
     fn on_drep(&mut self, now: Instant, src: IpAddr, drep: &Drep) {
-        let Some(id) = self.find(drep.remote_comm_id, drep.local_comm_id) else {
-            self.out.counters.rx_unmatched += 1;
+        let found = self.find(drep.remote_comm_id, drep.local_comm_id);
+        let Some(id) = self.peer_endpoint(found, src) else {
             return;
         };
-        if !self.sent_by_peer(id, src) {
-            return;
-        }
         match self.state_of(id) {
             CmState::DreqSent => {
                 self.enter_timewait(now, id);

@@ -112,6 +112,21 @@ fn check_bounds(key: u32, g: &Grant, addr: u64, len: u64) -> Result<u64, AccessE
     }
 }
 
+/// What every check runs once the key named `g`: the PD, the rights `need`,
+/// then the bounds of `len` bytes at `addr`. Returns their offset in `g`.
+fn check_grant(
+    key: u32,
+    g: &Grant,
+    pd: u32,
+    need: Access,
+    addr: u64,
+    len: u64,
+) -> Result<u64, AccessError> {
+    check_pd(key, g, pd)?;
+    check_rights(key, g, need)?;
+    check_bounds(key, g, addr, len)
+}
+
 /// Checks `len` bytes at byte `offset` of a local SGE, found under `sge.lkey`,
 /// for a QP in protection domain `pd`; `write` asks for
 /// [`Access::LOCAL_WRITE`] (reading needs no right). Returns the offset of
@@ -153,18 +168,22 @@ pub fn check_local(
         ) => g,
         _ => return Err(AccessError::InvalidLkey(key)),
     };
-    check_pd(key, g, pd)?;
-    if write {
-        check_rights(key, g, Access::LOCAL_WRITE)?;
-    }
+    let need = if write {
+        Access::LOCAL_WRITE
+    } else {
+        Access::NONE
+    };
     let addr = sge.addr.wrapping_add(u64::from(offset));
+    let off = check_grant(key, g, pd, need, addr, len)?;
+    // Outside the SGE is out of bounds too: the same error, so it does not
+    // matter which bound is checked first.
     let inside_sge = u64::from(offset)
         .checked_add(len)
         .is_some_and(|end| end <= u64::from(sge.len));
     if !inside_sge || sge.addr.checked_add(u64::from(offset)).is_none() {
         return Err(AccessError::OutOfBounds { key, addr, len });
     }
-    check_bounds(key, g, addr, len)
+    Ok(off)
 }
 
 /// Checks a remote access — `len` bytes at `va` under `rkey`, needing the
@@ -196,9 +215,7 @@ pub fn check_remote(
     need: Access,
 ) -> Result<u64, AccessError> {
     let g = found.ok_or(AccessError::InvalidRkey(rkey))?;
-    check_pd(rkey, g, pd)?;
-    check_rights(rkey, g, need)?;
-    check_bounds(rkey, g, va, len)
+    check_grant(rkey, g, pd, need, va, len)
 }
 
 /// Checks a remote atomic on the 8 bytes at `va`: [`check_remote`] with
@@ -258,38 +275,67 @@ pub fn check_invalidate(found: Option<&Grant>, pd: u32, rkey: u32) -> Result<(),
     }
 }
 
-/// Checks binding a window of protection domain `window_pd` to `len` bytes at
-/// `va` of the region found under `lkey`, granting `access`: the PD, then
-/// that the region has every remote right the window grants, then the
-/// bounds. Returns the window's offset inside the region.
+/// A request to bind a memory window: grant the peer `len` bytes at `va` of
+/// the region under `lkey`, with the remote rights `access` — what
+/// `ibv_bind_mw`'s `bind_info` carries. Every memory table takes the request
+/// whole and [`check_bind`] checks it, so the four values travel together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WindowBind {
+    /// L_Key of the region the window exposes part of.
+    pub lkey: u32,
+    /// First byte the window covers.
+    pub va: u64,
+    /// Bytes it covers.
+    pub len: u64,
+    /// Rights it grants (remote rights only; others are ignored).
+    pub access: Access,
+}
+
+impl WindowBind {
+    /// What a window of protection domain `window_pd` grants once bound as
+    /// this request asks: the lookup result a table hands the checks.
+    pub fn grant(&self, window_pd: u32) -> Grant {
+        Grant {
+            kind: GrantKind::Window,
+            pd: window_pd,
+            access: self.access,
+            va: self.va,
+            len: self.len,
+        }
+    }
+}
+
+/// Checks binding a window of protection domain `window_pd` as `bind` asks,
+/// to the region found under `bind.lkey`: the PD, then that the region has
+/// every remote right the window grants, then the bounds. Returns the
+/// window's offset inside the region.
 ///
 /// # Example
 ///
 /// ```
-/// use ndverbs_proto::mem::{check_bind, Access, AccessError, Grant, GrantKind};
+/// use ndverbs_proto::mem::{check_bind, Access, AccessError, Grant, GrantKind, WindowBind};
 /// let mr = Grant { kind: GrantKind::Region { remote_invalidate: false }, pd: 1,
 ///     access: Access::LOCAL_WRITE | Access::REMOTE_READ, va: 0x1000, len: 4096 };
-/// assert_eq!(check_bind(&mr, 5, 1, 0x1100, 64, Access::REMOTE_READ), Ok(0x100));
+/// let mut bind = WindowBind { lkey: 5, va: 0x1100, len: 64, access: Access::REMOTE_READ };
+/// assert_eq!(check_bind(&mr, 1, bind), Ok(0x100));
 /// // A window cannot grant more than its region.
-/// assert_eq!(check_bind(&mr, 5, 1, 0x1100, 64, Access::REMOTE_WRITE),
+/// bind.access = Access::REMOTE_WRITE;
+/// assert_eq!(check_bind(&mr, 1, bind),
 ///     Err(AccessError::NoPermission { key: 5, needed: Access::REMOTE_WRITE }));
 /// ```
-pub fn check_bind(
-    region: &Grant,
-    lkey: u32,
-    window_pd: u32,
-    va: u64,
-    len: u64,
-    access: Access,
-) -> Result<u64, AccessError> {
+pub fn check_bind(region: &Grant, window_pd: u32, bind: WindowBind) -> Result<u64, AccessError> {
+    let WindowBind {
+        lkey,
+        va,
+        len,
+        access,
+    } = bind;
     if region.kind == GrantKind::Window {
         return Err(AccessError::InvalidLkey(lkey));
     }
-    check_pd(lkey, region, window_pd)?;
     let remote = Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC;
     let granted = Access::from_bits(access.bits() & remote.bits()).unwrap_or(remote);
-    check_rights(lkey, region, granted)?;
-    check_bounds(lkey, region, va, len)
+    check_grant(lkey, region, window_pd, granted, va, len)
 }
 
 #[cfg(test)]

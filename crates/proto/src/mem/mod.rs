@@ -35,6 +35,7 @@ pub mod testing;
 
 pub use check::{
     check_atomic, check_bind, check_invalidate, check_local, check_remote, Grant, GrantKind,
+    WindowBind,
 };
 pub use sg::{gather, lend, scatter, sgl_len, LentPayload, SgList, MAX_LENT_PIECES, SGL_INLINE};
 pub use table::{GrantBytes, GrantTable};

@@ -9,7 +9,7 @@
 //! same order and tests exercise the protocol's error paths with the errors
 //! production gives.
 
-use super::{check_bind, Access, AccessError, Grant, GrantKind, GrantTable, Sge};
+use super::{check_bind, Access, AccessError, Grant, GrantKind, GrantTable, Sge, WindowBind};
 
 /// Keys and placement of a registered region.
 ///
@@ -60,13 +60,11 @@ struct Window {
     binding: Option<Binding>,
 }
 
-/// A bound window: `len` bytes at `va` of region `region` (an index).
+/// A bound window: what `bind` asked for, in region `region` (an index).
 #[derive(Debug, Clone, Copy)]
 struct Binding {
     region: usize,
-    va: u64,
-    len: u64,
-    access: Access,
+    bind: WindowBind,
 }
 
 /// Where a key's bytes are: a region (by index) and the grant's first byte
@@ -82,14 +80,15 @@ struct Place {
 /// # Example
 ///
 /// ```
-/// use ndverbs_proto::mem::{scatter, testing::VecMemory, Access, Memory};
+/// use ndverbs_proto::mem::{scatter, testing::VecMemory, Access, Memory, WindowBind};
 /// let mut mem = VecMemory::new();
 /// let mr = mem.register(1, 0x1000, 8, Access::LOCAL_WRITE | Access::REMOTE_READ);
 /// scatter(&mut mem, 1, &[mr.sge(0, 8)], 2, b"hey")?;
 /// assert_eq!(mem.bytes(mr.lkey), b"\0\0hey\0\0\0");
 /// // Grant the peer 4 bytes of it through a window, then take them back.
 /// let mw = mem.alloc_window(1);
-/// let rkey = mem.bind_window(mw, mr.lkey, 0x1002, 4, Access::REMOTE_READ)?;
+/// let bind = WindowBind { lkey: mr.lkey, va: 0x1002, len: 4, access: Access::REMOTE_READ };
+/// let rkey = mem.bind_window(mw, bind)?;
 /// let mut out = [0; 3];
 /// mem.read_remote(1, rkey, 0x1002, &mut out)?;
 /// assert_eq!(&out, b"hey");
@@ -193,34 +192,26 @@ impl VecMemory {
         key
     }
 
-    /// Binds window `mw` to `len` bytes at `va` of region `lkey`, granting
-    /// `access` (checked by [`check_bind`]); returns the window's new key, as
-    /// each bind of a type-2 window gives one so old grants die. An unknown
-    /// window is [`AccessError::InvalidRkey`], an unknown region
-    /// [`AccessError::InvalidLkey`].
-    pub fn bind_window(
-        &mut self,
-        mw: u32,
-        lkey: u32,
-        va: u64,
-        len: u64,
-        access: Access,
-    ) -> Result<u32, AccessError> {
+    /// Binds window `mw` as `bind` asks (checked by [`check_bind`]); returns
+    /// the window's new key, as each bind of a type-2 window gives one so old
+    /// grants die. An unknown window is [`AccessError::InvalidRkey`], an
+    /// unknown region [`AccessError::InvalidLkey`].
+    pub fn bind_window(&mut self, mw: u32, bind: WindowBind) -> Result<u32, AccessError> {
         let w = self
             .windows
             .iter()
             .position(|w| w.key == mw)
             .ok_or(AccessError::InvalidRkey(mw))?;
-        let (grant, place) = self.lookup(lkey).ok_or(AccessError::InvalidLkey(lkey))?;
-        check_bind(&grant, lkey, self.windows[w].pd, va, len, access)?;
+        let (grant, place) = self
+            .lookup(bind.lkey)
+            .ok_or(AccessError::InvalidLkey(bind.lkey))?;
+        check_bind(&grant, self.windows[w].pd, bind)?;
         let key = self.fresh_key();
         let w = &mut self.windows[w];
         w.key = key;
         w.binding = Some(Binding {
             region: place.region,
-            va,
-            len,
-            access,
+            bind,
         });
         Ok(key)
     }
@@ -281,16 +272,9 @@ impl VecMemory {
         }
         let w = self.windows.iter().find(|w| w.key == key)?;
         let b = w.binding?;
-        let grant = Grant {
-            kind: GrantKind::Window,
-            pd: w.pd,
-            access: b.access,
-            va: b.va,
-            len: b.len,
-        };
-        let base = b.va - self.regions[b.region].va;
+        let base = b.bind.va - self.regions[b.region].va;
         Some((
-            grant,
+            b.bind.grant(w.pd),
             Place {
                 region: b.region,
                 base,

@@ -164,64 +164,58 @@ pub struct AddressVector {
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct AttrMask(u32);
 
-impl AttrMask {
-    /// `qp_state`: the target state.
-    pub const STATE: AttrMask = AttrMask(1 << 0);
-    /// `cur_qp_state`: the caller's idea of the current state (checked).
-    pub const CUR_STATE: AttrMask = AttrMask(1 << 1);
-    /// `qp_access_flags`.
-    pub const ACCESS_FLAGS: AttrMask = AttrMask(1 << 3);
-    /// `pkey_index`.
-    pub const PKEY_INDEX: AttrMask = AttrMask(1 << 4);
-    /// `port_num`.
-    pub const PORT: AttrMask = AttrMask(1 << 5);
-    /// `av`: the primary path.
-    pub const AV: AttrMask = AttrMask(1 << 7);
-    /// `path_mtu`.
-    pub const PATH_MTU: AttrMask = AttrMask(1 << 8);
-    /// `timeout`: local ACK timeout exponent.
-    pub const TIMEOUT: AttrMask = AttrMask(1 << 9);
-    /// `retry_cnt`.
-    pub const RETRY_CNT: AttrMask = AttrMask(1 << 10);
-    /// `rnr_retry`.
-    pub const RNR_RETRY: AttrMask = AttrMask(1 << 11);
-    /// `rq_psn`: first PSN the responder expects.
-    pub const RQ_PSN: AttrMask = AttrMask(1 << 12);
-    /// `max_rd_atomic`: outstanding READ/atomics as requester.
-    pub const MAX_QP_RD_ATOMIC: AttrMask = AttrMask(1 << 13);
-    /// `min_rnr_timer`: the timer code this QP's RNR NAKs carry.
-    pub const MIN_RNR_TIMER: AttrMask = AttrMask(1 << 15);
-    /// `sq_psn`: first PSN the requester sends.
-    pub const SQ_PSN: AttrMask = AttrMask(1 << 16);
-    /// `max_dest_rd_atomic`: READ/atomics kept as responder resources.
-    pub const MAX_DEST_RD_ATOMIC: AttrMask = AttrMask(1 << 17);
-    /// `dest_qp_num`.
-    pub const DEST_QPN: AttrMask = AttrMask(1 << 20);
-    /// ndverbs extension: `udp_sport` (otherwise derived as rxe does).
-    pub const UDP_SPORT: AttrMask = AttrMask(1 << 31);
+/// Defines each attribute once: its `IBV_QP_*` bit and the name ibverbs
+/// gives it (for [`AttrMask::name`] and the `Display` of a mask).
+macro_rules! attributes {
+    ($($(#[$doc:meta])* $konst:ident = $bit:literal, $name:literal;)*) => {
+        impl AttrMask {
+            $($(#[$doc])* pub const $konst: AttrMask = AttrMask(1 << $bit);)*
 
+            const NAMED: &'static [(AttrMask, &'static str)] = &[$((AttrMask::$konst, $name)),*];
+        }
+    };
+}
+
+attributes! {
+    /// `qp_state`: the target state.
+    STATE = 0, "qp_state";
+    /// `cur_qp_state`: the caller's idea of the current state (checked).
+    CUR_STATE = 1, "cur_qp_state";
+    /// `qp_access_flags`.
+    ACCESS_FLAGS = 3, "qp_access_flags";
+    /// `pkey_index`.
+    PKEY_INDEX = 4, "pkey_index";
+    /// `port_num`.
+    PORT = 5, "port_num";
+    /// `av`: the primary path.
+    AV = 7, "av";
+    /// `path_mtu`.
+    PATH_MTU = 8, "path_mtu";
+    /// `timeout`: local ACK timeout exponent.
+    TIMEOUT = 9, "timeout";
+    /// `retry_cnt`.
+    RETRY_CNT = 10, "retry_cnt";
+    /// `rnr_retry`.
+    RNR_RETRY = 11, "rnr_retry";
+    /// `rq_psn`: first PSN the responder expects.
+    RQ_PSN = 12, "rq_psn";
+    /// `max_rd_atomic`: outstanding READ/atomics as requester.
+    MAX_QP_RD_ATOMIC = 13, "max_rd_atomic";
+    /// `min_rnr_timer`: the timer code this QP's RNR NAKs carry.
+    MIN_RNR_TIMER = 15, "min_rnr_timer";
+    /// `sq_psn`: first PSN the requester sends.
+    SQ_PSN = 16, "sq_psn";
+    /// `max_dest_rd_atomic`: READ/atomics kept as responder resources.
+    MAX_DEST_RD_ATOMIC = 17, "max_dest_rd_atomic";
+    /// `dest_qp_num`.
+    DEST_QPN = 20, "dest_qp_num";
+    /// ndverbs extension: `udp_sport` (otherwise derived as rxe does).
+    UDP_SPORT = 31, "udp_sport";
+}
+
+impl AttrMask {
     /// No attributes.
     pub const NONE: AttrMask = AttrMask(0);
-
-    const NAMED: [(AttrMask, &'static str); 17] = [
-        (AttrMask::STATE, "qp_state"),
-        (AttrMask::CUR_STATE, "cur_qp_state"),
-        (AttrMask::ACCESS_FLAGS, "qp_access_flags"),
-        (AttrMask::PKEY_INDEX, "pkey_index"),
-        (AttrMask::PORT, "port_num"),
-        (AttrMask::AV, "av"),
-        (AttrMask::PATH_MTU, "path_mtu"),
-        (AttrMask::TIMEOUT, "timeout"),
-        (AttrMask::RETRY_CNT, "retry_cnt"),
-        (AttrMask::RNR_RETRY, "rnr_retry"),
-        (AttrMask::RQ_PSN, "rq_psn"),
-        (AttrMask::MAX_QP_RD_ATOMIC, "max_rd_atomic"),
-        (AttrMask::MIN_RNR_TIMER, "min_rnr_timer"),
-        (AttrMask::SQ_PSN, "sq_psn"),
-        (AttrMask::MAX_DEST_RD_ATOMIC, "max_dest_rd_atomic"),
-        (AttrMask::DEST_QPN, "dest_qp_num"),
-        (AttrMask::UDP_SPORT, "udp_sport"),
-    ];
 
     /// The raw bits.
     pub const fn bits(self) -> u32 {

@@ -72,7 +72,7 @@ use crate::mem::{scatter, Memory};
 use crate::time::{Duration, Instant};
 use ndverbs_wire::bth::psn;
 use ndverbs_wire::ext::{rnr_timer_micros, NakCode, Syndrome};
-use ndverbs_wire::opcode::{Operation, Position};
+use ndverbs_wire::opcode::{OpcodeInfo, Operation, Position};
 use ndverbs_wire::packet::Packet;
 use std::collections::VecDeque;
 
@@ -115,6 +115,31 @@ impl SendCx<'_> {
     }
 }
 
+/// Takes one retry from the budget `left` that a QP count `count` set;
+/// false when none is left. A count of 7 means retry forever.
+fn charge(left: &mut u8, count: u8) -> bool {
+    if *left == 0 {
+        return false;
+    }
+    if count != 7 {
+        *left -= 1;
+    }
+    true
+}
+
+/// What a response needs to know of the WQE it answers (the oldest one).
+#[derive(Debug, Clone, Copy)]
+struct Front {
+    kind: Kind,
+    /// Message length.
+    len: u32,
+    last_psn: u32,
+    /// READ: response bytes received in order.
+    read_done: u32,
+    /// READ: re-requested in chunks.
+    chunked: bool,
+}
+
 /// Completer state.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Completer {
@@ -144,15 +169,16 @@ pub(crate) struct Completer {
 impl Completer {
     /// A fresh completer (RTR → RTS).
     pub fn start(sq_psn: u32, p: &Params) -> Self {
-        Completer {
+        let mut c = Completer {
             psn: sq_psn,
-            retry_left: p.retry_cnt,
-            rnr_left: p.rnr_retry,
             ..Completer::default()
-        }
+        };
+        c.set_limits(p);
+        c
     }
 
-    /// New retry limits (SQD → SQD).
+    /// Full retry budgets from the QP's counts (also for new counts, SQD →
+    /// SQD).
     pub fn set_limits(&mut self, p: &Params) {
         self.retry_left = p.retry_cnt;
         self.rnr_left = p.rnr_retry;
@@ -227,8 +253,7 @@ impl Completer {
     /// budgets, take a round-trip sample, restart the probe wait.
     fn progress(&mut self, cx: &mut SendCx<'_>) {
         cx.req.on_progress();
-        self.retry_left = cx.p.retry_cnt;
-        self.rnr_left = cx.p.rnr_retry;
+        self.set_limits(cx.p);
         self.started_retry = false;
         if let Some((s, t)) = self.rtt_sample {
             if psn::diff(self.psn, s) > 0 {
@@ -269,12 +294,9 @@ impl Completer {
             cx.counters.drops.redundant_nak += 1;
             return Ok(());
         }
-        if self.retry_left == 0 {
+        if !charge(&mut self.retry_left, cx.p.retry_cnt) {
             cx.counters.retry_exceeded_err += 1;
             return Err(cx.fail_front(WcStatus::RetryExcErr));
-        }
-        if cx.p.retry_cnt != 7 {
-            self.retry_left -= 1;
         }
         cx.counters.completer_retry_err += 1;
         cx.req.on_loss();
@@ -307,12 +329,9 @@ impl Completer {
             cx.counters.drops.redundant_nak += 1;
             return Ok(());
         }
-        if self.rnr_left == 0 {
+        if !charge(&mut self.rnr_left, cx.p.rnr_retry) {
             cx.counters.retry_rnr_exceeded_err += 1;
             return Err(cx.fail_front(WcStatus::RnrRetryExcErr));
-        }
-        if cx.p.rnr_retry != 7 {
-            self.rnr_left -= 1;
         }
         cx.req.need_retry = true;
         cx.req.rnr_wait = true;
@@ -321,6 +340,21 @@ impl Completer {
         self.rnr_deadline =
             Some(cx.now + Duration::from_micros(u64::from(rnr_timer_micros(timer))));
         Ok(())
+    }
+
+    /// An RNR or PSN-sequence NAK with PSN `p` for a WQE of `kind` at the
+    /// front: it acknowledges every PSN before `p`. For a READ or atomic it
+    /// must name the oldest PSN; otherwise it is dropped (false).
+    fn take_nak(&mut self, cx: &mut SendCx<'_>, kind: Kind, p: u32) -> bool {
+        if !matches!(kind, Kind::Send | Kind::Write) && p != self.psn {
+            cx.counters.drops.unexpected_ack += 1;
+            return false;
+        }
+        if psn::diff(p, self.psn) > 0 {
+            self.psn = p;
+            self.progress(cx);
+        }
+        true
     }
 
     /// Timers that expired by `cx.now`.
@@ -344,18 +378,28 @@ impl Completer {
         Ok(())
     }
 
-    /// Handles one response packet (ACK, ATOMIC ACK, READ response).
+    /// Handles one response packet (ACK, ATOMIC ACK, READ response) of
+    /// opcode `info`: first what it acknowledges cumulatively, then what it
+    /// says about the WQE it answers.
     pub fn handle(
         &mut self,
         cx: &mut SendCx<'_>,
         mem: &mut dyn Memory,
+        info: &OpcodeInfo,
         pkt: &Packet<'_>,
     ) -> Result<(), Fatal> {
-        let r = self.handle_inner(cx, mem, pkt);
-        if r.is_ok() {
-            self.check_timer(cx);
+        if let Some(front) = self.acknowledge_before(cx, pkt.bth.psn)? {
+            match info.operation {
+                Operation::Acknowledge => self.on_ack(cx, &front, pkt)?,
+                Operation::AtomicAcknowledge => self.on_atomic_ack(cx, mem, &front, pkt)?,
+                Operation::ReadResponse => {
+                    self.on_read_response(cx, mem, &front, info.position, pkt)?
+                }
+                _ => cx.counters.drops.not_rc += 1,
+            }
         }
-        r
+        self.check_timer(cx);
+        Ok(())
     }
 
     /// Keeps the retransmission timer consistent with what is outstanding.
@@ -366,35 +410,28 @@ impl Completer {
         }
     }
 
-    fn handle_inner(
-        &mut self,
-        cx: &mut SendCx<'_>,
-        mem: &mut dyn Memory,
-        pkt: &Packet<'_>,
-    ) -> Result<(), Fatal> {
-        let Ok(info) = pkt.info() else {
-            cx.counters.drops.not_rc += 1;
-            return Ok(());
-        };
-        let p = pkt.bth.psn;
+    /// The cumulative part of a response with PSN `p`: completes every WQE
+    /// that ends before `p`. Returns the WQE `p` answers, or `None` when
+    /// nothing more is to be done (the packet was dropped, or a retry
+    /// started because a READ or atomic response was lost).
+    fn acknowledge_before(&mut self, cx: &mut SendCx<'_>, p: u32) -> Result<Option<Front>, Fatal> {
         if psn::diff(p, cx.req.hw_psn) >= 0 {
             cx.counters.drops.ghost_response += 1;
-            return Ok(());
+            return Ok(None);
         }
         if psn::diff(p, self.psn) < 0 {
             cx.counters.drops.stale_response += 1;
-            return Ok(());
+            return Ok(None);
         }
-        // Cumulative part: complete every WQE that ends before `p`.
         let mut progressed = false;
         loop {
             let Some(front) = cx.sq.wqes.front() else {
                 cx.counters.drops.ghost_response += 1;
-                return Ok(());
+                return Ok(None);
             };
             if !front.assigned {
                 cx.counters.drops.ghost_response += 1;
-                return Ok(());
+                return Ok(None);
             }
             if psn::diff(p, front.last_psn) <= 0 {
                 break;
@@ -405,7 +442,7 @@ impl Completer {
                     self.progress(cx);
                     self.rearm(cx);
                 }
-                return self.retry(cx, false);
+                return self.retry(cx, false).map(|()| None);
             }
             self.psn = psn::add(front.last_psn, 1);
             cx.retire_front(WcStatus::Success);
@@ -414,149 +451,160 @@ impl Completer {
         if progressed {
             self.progress(cx);
         }
-        let Some(front) = cx.sq.wqes.front() else {
+        Ok(cx.sq.wqes.front().map(|w| Front {
+            kind: w.kind,
+            len: w.len,
+            last_psn: w.last_psn,
+            read_done: w.read_done,
+            chunked: w.read_chunked,
+        }))
+    }
+
+    /// An ACK or NAK for `front`.
+    fn on_ack(
+        &mut self,
+        cx: &mut SendCx<'_>,
+        front: &Front,
+        pkt: &Packet<'_>,
+    ) -> Result<(), Fatal> {
+        let p = pkt.bth.psn;
+        let Some(aeth) = pkt.ext.aeth else {
+            cx.counters.drops.unexpected_ack += 1;
             return Ok(());
         };
-        let (kind, len, last_psn, read_done, chunked) = (
-            front.kind,
-            front.len,
-            front.last_psn,
-            front.read_done,
-            front.read_chunked,
-        );
-        let aeth = pkt.ext.aeth;
-        match info.operation {
-            Operation::Acknowledge => {
-                let Some(aeth) = aeth else {
+        match aeth.kind() {
+            Syndrome::Ack { .. } => {
+                if !matches!(front.kind, Kind::Send | Kind::Write) {
                     cx.counters.drops.unexpected_ack += 1;
-                    return Ok(());
-                };
-                match aeth.kind() {
-                    Syndrome::Ack { .. } => {
-                        if !matches!(kind, Kind::Send | Kind::Write) {
-                            cx.counters.drops.unexpected_ack += 1;
-                        } else {
-                            self.psn = psn::add(p, 1);
-                            self.progress(cx);
-                            if p == last_psn {
-                                cx.retire_front(WcStatus::Success);
-                            }
-                            self.rearm(cx);
-                        }
-                    }
-                    Syndrome::RnrNak { timer } => {
-                        if !matches!(kind, Kind::Send | Kind::Write) && p != self.psn {
-                            cx.counters.drops.unexpected_ack += 1;
-                            return Ok(());
-                        }
-                        if psn::diff(p, self.psn) > 0 {
-                            self.psn = p;
-                            self.progress(cx);
-                        }
-                        self.rnr(cx, timer)?;
-                    }
-                    Syndrome::Nak(NakCode::PsnSequence) => {
-                        cx.counters.rcvd_seq_err += 1;
-                        if !matches!(kind, Kind::Send | Kind::Write) && p != self.psn {
-                            cx.counters.drops.unexpected_ack += 1;
-                            return Ok(());
-                        }
-                        if psn::diff(p, self.psn) > 0 {
-                            self.psn = p;
-                            self.progress(cx);
-                        }
-                        self.retry(cx, false)?;
-                    }
-                    Syndrome::Nak(code) => {
-                        let status = match code {
-                            NakCode::InvalidRequest => WcStatus::RemInvReqErr,
-                            NakCode::RemoteAccess => WcStatus::RemAccessErr,
-                            _ => WcStatus::RemOpErr,
-                        };
-                        return Err(cx.fail_front(status));
-                    }
-                    Syndrome::Reserved(_) => cx.counters.drops.unexpected_ack += 1,
-                }
-            }
-            Operation::AtomicAcknowledge => {
-                if kind != Kind::Atomic {
-                    return Err(cx.fail_front(WcStatus::BadRespErr));
-                }
-                if p != self.psn {
-                    cx.counters.drops.out_of_order_response += 1;
-                    return Ok(());
-                }
-                if !matches!(aeth.map(|a| a.kind()), Some(Syndrome::Ack { .. })) {
-                    return Err(cx.fail_front(WcStatus::BadRespErr));
-                }
-                let orig = pkt.ext.atomic_ack_eth.unwrap_or(0);
-                let sgl = &cx.sq.wqes[0].wr.sgl;
-                if scatter(mem, cx.p.pd, sgl, 0, &orig.to_ne_bytes()).is_err() {
-                    return Err(cx.fail_front(WcStatus::LocProtErr));
-                }
-                self.psn = psn::add(p, 1);
-                self.progress(cx);
-                cx.retire_front(WcStatus::Success);
-                self.rearm(cx);
-            }
-            Operation::ReadResponse => {
-                if kind != Kind::Read {
-                    return Err(cx.fail_front(WcStatus::BadRespErr));
-                }
-                if p != self.psn {
-                    cx.counters.drops.out_of_order_response += 1;
-                    let run_end = matches!(info.position, Position::Last | Position::Only);
-                    if run_end || psn::diff(p, self.psn) >= READ_GAP {
-                        return self.retry(cx, false);
-                    }
-                    return Ok(());
-                }
-                if let Some(a) = aeth {
-                    if !matches!(a.kind(), Syndrome::Ack { .. }) {
-                        return Err(cx.fail_front(WcStatus::BadRespErr));
-                    }
-                }
-                let mtu = cx.p.mtu;
-                let remaining = len - read_done.min(len);
-                let n = pkt.payload.len();
-                // The final packet of the READ carries the rest; any other one MTU.
-                let fin = remaining <= mtu;
-                let n_ok = if fin {
-                    n == remaining as usize
                 } else {
-                    n == mtu as usize
-                };
-                // After a chunked re-request a run may end before the end of
-                // the message, and start inside it with FIRST/ONLY (the
-                // original request was lost, so each chunk is a new READ).
-                let end_ok = fin || chunked;
-                let start_ok = read_done == 0 || chunked;
-                let ok = n_ok
-                    && match info.position {
-                        Position::First => start_ok && !fin,
-                        Position::Middle => read_done > 0 && !fin,
-                        Position::Last => read_done > 0 && end_ok,
-                        Position::Only => start_ok && end_ok,
-                    };
-                if !ok {
-                    return Err(cx.fail_front(WcStatus::BadRespErr));
+                    self.psn = psn::add(p, 1);
+                    self.progress(cx);
+                    if p == front.last_psn {
+                        cx.retire_front(WcStatus::Success);
+                    }
+                    self.rearm(cx);
                 }
-                let sgl = &cx.sq.wqes[0].wr.sgl;
-                if scatter(mem, cx.p.pd, sgl, u64::from(read_done), pkt.payload).is_err() {
-                    return Err(cx.fail_front(WcStatus::LocProtErr));
-                }
-                if let Some(w) = cx.sq.wqes.front_mut() {
-                    w.read_done = read_done + n as u32;
-                }
-                self.psn = psn::add(p, 1);
-                self.progress(cx);
-                if fin {
-                    cx.retire_front(WcStatus::Success);
-                }
-                self.rearm(cx);
             }
-            _ => cx.counters.drops.not_rc += 1,
+            Syndrome::RnrNak { timer } => {
+                if self.take_nak(cx, front.kind, p) {
+                    self.rnr(cx, timer)?;
+                }
+            }
+            Syndrome::Nak(NakCode::PsnSequence) => {
+                cx.counters.rcvd_seq_err += 1;
+                if self.take_nak(cx, front.kind, p) {
+                    self.retry(cx, false)?;
+                }
+            }
+            Syndrome::Nak(code) => {
+                let status = match code {
+                    NakCode::InvalidRequest => WcStatus::RemInvReqErr,
+                    NakCode::RemoteAccess => WcStatus::RemAccessErr,
+                    _ => WcStatus::RemOpErr,
+                };
+                return Err(cx.fail_front(status));
+            }
+            Syndrome::Reserved(_) => cx.counters.drops.unexpected_ack += 1,
         }
+        Ok(())
+    }
+
+    /// An ATOMIC ACKNOWLEDGE for `front`: stores the original value.
+    fn on_atomic_ack(
+        &mut self,
+        cx: &mut SendCx<'_>,
+        mem: &mut dyn Memory,
+        front: &Front,
+        pkt: &Packet<'_>,
+    ) -> Result<(), Fatal> {
+        let p = pkt.bth.psn;
+        if front.kind != Kind::Atomic {
+            return Err(cx.fail_front(WcStatus::BadRespErr));
+        }
+        if p != self.psn {
+            cx.counters.drops.out_of_order_response += 1;
+            return Ok(());
+        }
+        if !matches!(pkt.ext.aeth.map(|a| a.kind()), Some(Syndrome::Ack { .. })) {
+            return Err(cx.fail_front(WcStatus::BadRespErr));
+        }
+        let orig = pkt.ext.atomic_ack_eth.unwrap_or(0);
+        let sgl = &cx.sq.wqes[0].wr.sgl;
+        if scatter(mem, cx.p.pd, sgl, 0, &orig.to_ne_bytes()).is_err() {
+            return Err(cx.fail_front(WcStatus::LocProtErr));
+        }
+        self.psn = psn::add(p, 1);
+        self.progress(cx);
+        cx.retire_front(WcStatus::Success);
+        self.rearm(cx);
+        Ok(())
+    }
+
+    /// A READ response packet at `position` of its run, for `front`.
+    fn on_read_response(
+        &mut self,
+        cx: &mut SendCx<'_>,
+        mem: &mut dyn Memory,
+        front: &Front,
+        position: Position,
+        pkt: &Packet<'_>,
+    ) -> Result<(), Fatal> {
+        let p = pkt.bth.psn;
+        let (len, read_done, chunked) = (front.len, front.read_done, front.chunked);
+        if front.kind != Kind::Read {
+            return Err(cx.fail_front(WcStatus::BadRespErr));
+        }
+        if p != self.psn {
+            cx.counters.drops.out_of_order_response += 1;
+            let run_end = matches!(position, Position::Last | Position::Only);
+            if run_end || psn::diff(p, self.psn) >= READ_GAP {
+                return self.retry(cx, false);
+            }
+            return Ok(());
+        }
+        if let Some(a) = pkt.ext.aeth {
+            if !matches!(a.kind(), Syndrome::Ack { .. }) {
+                return Err(cx.fail_front(WcStatus::BadRespErr));
+            }
+        }
+        let mtu = cx.p.mtu;
+        let remaining = len - read_done.min(len);
+        let n = pkt.payload.len();
+        // The final packet of the READ carries the rest; any other one MTU.
+        let fin = remaining <= mtu;
+        let n_ok = if fin {
+            n == remaining as usize
+        } else {
+            n == mtu as usize
+        };
+        // After a chunked re-request a run may end before the end of
+        // the message, and start inside it with FIRST/ONLY (the
+        // original request was lost, so each chunk is a new READ).
+        let end_ok = fin || chunked;
+        let start_ok = read_done == 0 || chunked;
+        let ok = n_ok
+            && match position {
+                Position::First => start_ok && !fin,
+                Position::Middle => read_done > 0 && !fin,
+                Position::Last => read_done > 0 && end_ok,
+                Position::Only => start_ok && end_ok,
+            };
+        if !ok {
+            return Err(cx.fail_front(WcStatus::BadRespErr));
+        }
+        let sgl = &cx.sq.wqes[0].wr.sgl;
+        if scatter(mem, cx.p.pd, sgl, u64::from(read_done), pkt.payload).is_err() {
+            return Err(cx.fail_front(WcStatus::LocProtErr));
+        }
+        if let Some(w) = cx.sq.wqes.front_mut() {
+            w.read_done = read_done + n as u32;
+        }
+        self.psn = psn::add(p, 1);
+        self.progress(cx);
+        if fin {
+            cx.retire_front(WcStatus::Success);
+        }
+        self.rearm(cx);
         Ok(())
     }
 }

@@ -11,7 +11,7 @@
 //! exchanged out of band (tests, perftest-style tools) or negotiated by the
 //! CM ([`QpSetup`]).
 
-use super::{AddressVector, AttrMask, PathMtu, QpAttr, QpState};
+use super::{transition_rules, AddressVector, AttrMask, PathMtu, QpAttr, QpState};
 use crate::cm::QpSetup;
 use crate::mem::Access;
 use ndverbs_wire::cma::gid_of;
@@ -155,8 +155,7 @@ impl RcConnection {
     /// # Ok::<(), ndverbs_proto::rc::ModifyError>(())
     /// ```
     pub fn init(&self) -> (QpAttr, AttrMask) {
-        let mask = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS;
-        (self.attr(QpState::Init), mask)
+        self.step(QpState::Reset, QpState::Init)
     }
 
     /// INIT → RTR: the path, MTU, peer QP, first expected PSN, READ/atomic
@@ -175,14 +174,7 @@ impl RcConnection {
     /// # Ok::<(), ndverbs_proto::rc::ModifyError>(())
     /// ```
     pub fn rtr(&self) -> (QpAttr, AttrMask) {
-        let mask = AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN
-            | AttrMask::MAX_DEST_RD_ATOMIC
-            | AttrMask::MIN_RNR_TIMER;
-        (self.attr(QpState::Rtr), mask)
+        self.step(QpState::Init, QpState::Rtr)
     }
 
     /// RTR → RTS: the first PSN to send, the ACK timeout, both retry counts
@@ -197,13 +189,14 @@ impl RcConnection {
     /// assert!(mask.contains(AttrMask::SQ_PSN | AttrMask::TIMEOUT | AttrMask::MAX_QP_RD_ATOMIC));
     /// ```
     pub fn rts(&self) -> (QpAttr, AttrMask) {
-        let mask = AttrMask::STATE
-            | AttrMask::SQ_PSN
-            | AttrMask::TIMEOUT
-            | AttrMask::RETRY_CNT
-            | AttrMask::RNR_RETRY
-            | AttrMask::MAX_QP_RD_ATOMIC;
-        (self.attr(QpState::Rts), mask)
+        self.step(QpState::Rtr, QpState::Rts)
+    }
+
+    /// One step of the ladder: the attributes for `to`, and a mask of
+    /// exactly what the transition table requires for `from` → `to`.
+    fn step(&self, from: QpState, to: QpState) -> (QpAttr, AttrMask) {
+        let (required, _) = transition_rules(from, to).expect("the ladder's steps are legal");
+        (self.attr(to), AttrMask::STATE | required)
     }
 
     /// The three steps, RESET → INIT → RTR → RTS, in order.

@@ -347,14 +347,14 @@ impl RcQp {
                 return;
             }
             let (resp, mut cx) = self.responder();
-            resp.handle(&mut cx, mem, rq, pkt)
+            resp.handle(&mut cx, mem, rq, info, pkt)
         } else {
             if !matches!(self.state, QpState::Rts | QpState::Sqd) {
                 drops.bad_state += 1;
                 return;
             }
             let (comp, mut cx) = self.completer(now);
-            comp.handle(&mut cx, mem, pkt)
+            comp.handle(&mut cx, mem, info, pkt)
         };
         if let Err(Fatal(cause)) = result {
             self.enter_error(cause);

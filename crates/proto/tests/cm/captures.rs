@@ -103,6 +103,14 @@ impl Replay {
         self.checked += 1;
     }
 
+    /// Feeds the peer's `c`, which must give exactly the event `want`
+    /// makes for our endpoint.
+    fn hears(&mut self, c: &CapMad, want: impl FnOnce(EndpointId) -> CmEvent) {
+        self.feed(c);
+        let want = want(self.ep.unwrap());
+        assert_eq!(self.event(), want);
+    }
+
     fn event(&mut self) -> CmEvent {
         self.agent.poll_event().expect("an event")
     }
@@ -218,13 +226,7 @@ fn replay(name: &str, active: bool) -> usize {
                     r.expect(c);
                 }
                 (CmMessage::Rtu(_), false) => {
-                    r.feed(c);
-                    assert_eq!(
-                        r.event(),
-                        CmEvent::Established {
-                            endpoint: r.ep.unwrap()
-                        }
-                    );
+                    r.hears(c, |endpoint| CmEvent::Established { endpoint })
                 }
                 (CmMessage::Dreq(_), true) => {
                     if r.agent.state(r.ep.unwrap()) == Some(CmState::DreqRcvd) {
@@ -237,13 +239,7 @@ fn replay(name: &str, active: bool) -> usize {
                     r.expect(c);
                 }
                 (CmMessage::Dreq(_), false) => {
-                    r.feed(c);
-                    assert_eq!(
-                        r.event(),
-                        CmEvent::DreqReceived {
-                            endpoint: r.ep.unwrap()
-                        }
-                    );
+                    r.hears(c, |endpoint| CmEvent::DreqReceived { endpoint })
                 }
                 (CmMessage::Drep(_), true) => {
                     assert_eq!(
@@ -260,8 +256,7 @@ fn replay(name: &str, active: bool) -> usize {
                     ));
                 }
                 (CmMessage::Drep(_), false) => {
-                    r.feed(c);
-                    assert_eq!(r.event(), done(r.ep.unwrap(), DisconnectHow::DrepReceived));
+                    r.hears(c, |ep| done(ep, DisconnectHow::DrepReceived))
                 }
                 (m, _) => panic!("unexpected {} in {name}", m.name()),
             }

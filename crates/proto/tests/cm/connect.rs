@@ -62,10 +62,7 @@ fn happy_path_req_rep_rtu() {
     let now = net.now;
     net.a.complete_connect(now, ea, b"rtu").unwrap();
     net.settle();
-    assert_eq!(
-        net.take(Side::B),
-        vec![CmEvent::Established { endpoint: eb }]
-    );
+    net.expect(Side::B, &[CmEvent::Established { endpoint: eb }]);
     assert_eq!(net.trace(), "A:REQ B:REP A:RTU");
 
     // TIDs: REQ forms its own; REP and RTU echo it.
@@ -119,10 +116,7 @@ fn lost_req_is_retransmitted_after_the_linux_interval() {
     let mut net = Net::new(3, Faults::default());
     net.drop_next(Side::A, REQ, 1);
     let (_, ea) = start(&mut net, 7174);
-    net.run_for(ms(6143));
-    assert!(net.take(Side::B).is_empty());
-    net.run_for(ms(2));
-    let Some(CmEvent::ConnectRequest(r)) = net.take(Side::B).pop() else {
+    let Some(CmEvent::ConnectRequest(r)) = net.quiet_then(Side::B, ms(6143), ms(2)).pop() else {
         panic!()
     };
     let reqs = net.sent(Side::A, REQ);
@@ -144,10 +138,9 @@ fn lost_req_is_retransmitted_after_the_linux_interval() {
 fn lost_rep_is_retransmitted_without_a_second_connect_request() {
     let mut net = Net::new(4, Faults::default());
     net.drop_next(Side::B, REP, 1);
-    let (_, ea) = start(&mut net, 7174);
-    let r = net.connect_request();
+    let (ea, eb) = requested(&mut net);
     let t0 = net.now;
-    net.b.accept(t0, r.endpoint, accept_params()).unwrap();
+    net.b.accept(t0, eb, accept_params()).unwrap();
     // B's REP interval is conv(REQ.LocalCMResponseTimeout = 20) = 4096 ms.
     net.run_for(ms(4200));
     let reps = net.sent(Side::B, REP);
@@ -158,12 +151,7 @@ fn lost_rep_is_retransmitted_without_a_second_connect_request() {
     );
     net.a.complete_connect(net.now, ea, &[]).unwrap();
     net.run_for(ms(10_000));
-    assert_eq!(
-        net.take(Side::B),
-        vec![CmEvent::Established {
-            endpoint: r.endpoint
-        }]
-    );
+    net.expect(Side::B, &[CmEvent::Established { endpoint: eb }]);
     // A's REQ retransmission (at 6144 ms) hit B in REP_SENT or later: at most
     // a REP re-send, never a new ConnectRequest.
     assert!(net.events.is_empty());
@@ -175,10 +163,7 @@ fn lost_rtu_is_recovered_by_the_rep_retransmission() {
     net.settle();
     assert_eq!(net.b.state(eb), Some(CmState::RepSent));
     net.run_for(ms(5000));
-    assert_eq!(
-        net.take(Side::B),
-        vec![CmEvent::Established { endpoint: eb }]
-    );
+    net.expect(Side::B, &[CmEvent::Established { endpoint: eb }]);
     // A answered the duplicate REP with the RTU again (Linux cm_dup_rep_handler).
     assert_eq!(net.sent(Side::A, RTU).len(), 2);
     assert!(net.a.counters().rx_duplicates >= 1);
@@ -191,10 +176,7 @@ fn comm_est_establishes_without_the_rtu() {
     // The QP saw the peer's first packet: the engine reports COMM_EST.
     net.b.notify_established(eb).unwrap();
     net.flush();
-    assert_eq!(
-        net.take(Side::B),
-        vec![CmEvent::Established { endpoint: eb }]
-    );
+    net.expect(Side::B, &[CmEvent::Established { endpoint: eb }]);
     assert_eq!(net.b.poll_timeout(), None, "REP retransmission cancelled");
     assert_eq!(
         net.b.notify_established(eb),
@@ -207,11 +189,8 @@ fn req_retries_exhausted_is_a_connect_timeout_without_rej() {
     let mut net = Net::new(7, Faults::default());
     net.drop_next(Side::A, REQ, usize::MAX);
     let (_, ea) = start(&mut net, 7174);
-    net.run_for(ms(16 * 6144 - 1));
-    assert!(net.take(Side::A).is_empty());
-    net.run_for(ms(1));
     assert_eq!(
-        net.take(Side::A),
+        net.quiet_then(Side::A, ms(16 * 6144 - 1), ms(1)),
         vec![CmEvent::ConnectTimeout { endpoint: ea }]
     );
     assert_eq!(net.sent(Side::A, REQ).len(), 16, "1 + MaxCMRetries(15)");
@@ -235,11 +214,8 @@ fn rep_retries_exhausted_is_an_accept_timeout() {
     net.drop_next(Side::B, REP, usize::MAX);
     let t0 = net.now;
     net.b.accept(t0, eb, accept_params()).unwrap();
-    net.run_for(ms(16 * 4096 - 10));
-    assert!(net.take(Side::B).is_empty());
-    net.run_for(ms(20));
     assert_eq!(
-        net.take(Side::B),
+        net.quiet_then(Side::B, ms(16 * 4096 - 10), ms(20)),
         vec![CmEvent::AcceptTimeout { endpoint: eb }]
     );
     // 15 timed retransmissions; the other REPs answered A's duplicate REQs.
@@ -252,9 +228,8 @@ fn rep_retries_exhausted_is_an_accept_timeout() {
 #[test]
 fn reject_delivers_reason_28_and_private_data() {
     let mut net = Net::new(9, Faults::default());
-    let (_, ea) = start(&mut net, 7174);
-    let r = net.connect_request();
-    net.b.reject(net.now, r.endpoint, b"go away").unwrap();
+    let (ea, eb) = requested(&mut net);
+    net.b.reject(net.now, eb, b"go away").unwrap();
     net.settle();
     let ev = net.take(Side::A);
     let [CmEvent::Rejected {
@@ -269,16 +244,16 @@ fn reject_delivers_reason_28_and_private_data() {
     assert_eq!((*endpoint, *reason), (ea, rej_reason::CONSUMER_DEFINED));
     assert_eq!(&private_data[..7], b"go away");
     assert_eq!(net.a.state(ea), Some(CmState::Idle));
-    assert_eq!(net.b.state(r.endpoint), Some(CmState::Idle));
+    assert_eq!(net.b.state(eb), Some(CmState::Idle));
     let CmMessage::Rej(j) = net.sent(Side::B, REJ)[0].msg else {
         panic!()
     };
     // Rejected from REQ_RCVD: no local comm ID, "REQ" rejected (cm_format_rej).
     assert_eq!((j.local_comm_id, j.message_rejected), (0, msg_ref::REQ));
     assert_eq!(net.sent(Side::B, REJ)[0].tid, net.sent(Side::A, REQ)[0].tid);
-    assert!(net.b.reject(net.now, r.endpoint, &[]).is_err());
+    assert!(net.b.reject(net.now, eb, &[]).is_err());
     assert_eq!(
-        net.b.reject(net.now, r.endpoint, &[0; 149]),
+        net.b.reject(net.now, eb, &[0; 149]),
         Err(CmError::InvalidState(CmState::Idle))
     );
 }
@@ -286,9 +261,8 @@ fn reject_delivers_reason_28_and_private_data() {
 #[test]
 fn active_side_rejects_after_the_rep() {
     let mut net = Net::new(10, Faults::default());
-    let (_, ea) = start(&mut net, 7174);
-    let r = net.connect_request();
-    net.b.accept(net.now, r.endpoint, accept_params()).unwrap();
+    let (ea, eb) = requested(&mut net);
+    net.b.accept(net.now, eb, accept_params()).unwrap();
     net.settle();
     net.take(Side::A);
     // ND: Reject instead of CompleteConnect (unacceptable read limits).
@@ -350,12 +324,12 @@ fn slow_accept_is_covered_by_mra() {
     };
     assert_eq!((m.message_mraed, m.service_timeout), (msg_ref::REQ, 24));
     assert_eq!(mras[0].tid, net.sent(Side::A, REQ)[0].tid);
-    assert_eq!(
-        net.take(Side::A),
-        vec![CmEvent::MraReceived {
+    net.expect(
+        Side::A,
+        &[CmEvent::MraReceived {
             endpoint: ea,
-            service_timeout: 24
-        }]
+            service_timeout: 24,
+        }],
     );
     assert_eq!(net.a.state(ea), Some(CmState::MraReqRcvd));
     // A now waits conv(24) + conv(19) = 67 584 ms before its next REQ.
@@ -406,10 +380,7 @@ fn slow_complete_connect_is_covered_by_mra() {
     );
     net.a.complete_connect(net.now, ea, &[]).unwrap();
     net.settle();
-    assert_eq!(
-        net.take(Side::B),
-        vec![CmEvent::Established { endpoint: eb }]
-    );
+    net.expect(Side::B, &[CmEvent::Established { endpoint: eb }]);
 }
 
 #[test]
@@ -428,9 +399,8 @@ fn without_mra_a_duplicate_req_is_dropped() {
 #[test]
 fn duplicate_req_after_accept_gets_the_rep_again() {
     let mut net = Net::new(15, Faults::default());
-    let (_, ea) = start(&mut net, 7174);
-    let r = net.connect_request();
-    net.b.accept(net.now, r.endpoint, accept_params()).unwrap();
+    let (ea, eb) = requested(&mut net);
+    net.b.accept(net.now, eb, accept_params()).unwrap();
     let req = net.sent(Side::A, REQ)[0].mad;
     net.b.handle_mad(net.now, ip(A_IP), &req);
     net.settle();
@@ -466,10 +436,7 @@ fn stale_connection_rej_10_and_dreq_to_the_old_one() {
         ari: vec![],
     }));
     assert!(ev.contains(&CmEvent::DreqReceived { endpoint: old_a }));
-    assert_eq!(
-        net.take(Side::B),
-        vec![CmEvent::StaleConnection { endpoint: old_b }]
-    );
+    net.expect(Side::B, &[CmEvent::StaleConnection { endpoint: old_b }]);
     assert_eq!(net.b.state(old_b), Some(CmState::DreqSent));
     // The old connection's owners disconnect normally.
     net.disconnect(Side::A, old_a);
@@ -479,10 +446,7 @@ fn stale_connection_rej_10_and_dreq_to_the_old_one() {
         Ok(DisconnectStarted::AlreadyDone)
     );
     net.flush();
-    assert_eq!(
-        net.take(Side::B),
-        vec![done(old_b, DisconnectHow::DrepReceived)]
-    );
+    net.expect(Side::B, &[done(old_b, DisconnectHow::DrepReceived)]);
     assert!(net.b.disconnect(net.now, old_b).is_err());
 }
 

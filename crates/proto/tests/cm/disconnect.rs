@@ -14,10 +14,7 @@ fn dreq_then_drep_after_notify() {
     );
     net.settle();
     // B is told, nothing more: no DREP until B's application disconnects.
-    assert_eq!(
-        net.take(Side::B),
-        vec![CmEvent::DreqReceived { endpoint: eb }]
-    );
+    net.expect(Side::B, &[CmEvent::DreqReceived { endpoint: eb }]);
     assert!(net.b.dreq_received(eb));
     assert_eq!(net.b.state(eb), Some(CmState::DreqRcvd));
     assert!(net.sent(Side::B, DREP).is_empty());
@@ -32,11 +29,8 @@ fn dreq_then_drep_after_notify() {
         Ok(DisconnectStarted::DrepSent)
     );
     net.settle();
-    assert_eq!(net.take(Side::B), vec![done(eb, DisconnectHow::DrepSent)]);
-    assert_eq!(
-        net.take(Side::A),
-        vec![done(ea, DisconnectHow::DrepReceived)]
-    );
+    net.expect(Side::B, &[done(eb, DisconnectHow::DrepSent)]);
+    net.expect(Side::A, &[done(ea, DisconnectHow::DrepReceived)]);
     assert_eq!(net.a.state(ea), Some(CmState::Timewait));
     assert_eq!(net.b.state(eb), Some(CmState::Timewait));
 
@@ -120,35 +114,32 @@ fn crossing_dreqs_with_one_dreq_lost() {
     }
 }
 
+/// A lost DREQ goes out again after its sender's CM retry interval — the
+/// REQ's (6144 ms) on the active side, the REP's (4096 ms) on the passive
+/// side — with the TID Linux gives a DREQ; the peer then hears it and the
+/// disconnect completes.
 #[test]
-fn lost_dreq_is_retransmitted() {
-    let (mut net, ea, eb) = connected(23);
-    net.drop_next(Side::A, DREQ, 1);
-    let t0 = net.now;
-    net.a.disconnect(t0, ea).unwrap();
-    net.run_for(ms(6144 + 10));
-    assert_eq!(net.sent(Side::A, DREQ)[1].at, t0 + ms(6144));
-    assert_eq!(
-        net.take(Side::B),
-        vec![CmEvent::DreqReceived { endpoint: eb }]
-    );
-    net.disconnect(Side::B, eb);
-    assert_eq!(
-        net.take(Side::A),
-        vec![done(ea, DisconnectHow::DrepReceived)]
-    );
-}
-
-#[test]
-fn passive_side_dreq_uses_the_rep_interval() {
-    let (mut net, _ea, eb) = connected(24);
-    net.drop_next(Side::B, DREQ, 1);
-    let t0 = net.now;
-    net.b.disconnect(t0, eb).unwrap();
-    net.run_for(ms(4096 + 10));
-    let dreqs = net.sent(Side::B, DREQ);
-    assert_eq!(dreqs[1].at, t0 + ms(4096));
-    assert_eq!(dreqs[0].tid, form_tid(1, net.b.local_comm_id(eb).unwrap()));
+fn lost_dreq_is_retransmitted_after_the_senders_interval() {
+    for (seed, side, interval) in [(23, Side::A, 6144), (24, Side::B, 4096)] {
+        let (mut net, ea, eb) = connected(seed);
+        let (ep, peer_ep) = match side {
+            Side::A => (ea, eb),
+            Side::B => (eb, ea),
+        };
+        net.drop_next(side, DREQ, 1);
+        let t0 = net.now;
+        net.agent(side).disconnect(t0, ep).unwrap();
+        net.run_for(ms(interval + 10));
+        let comm_id = net.agent(side).local_comm_id(ep).unwrap();
+        let dreqs = net.sent(side, DREQ);
+        assert_eq!(dreqs[1].at, t0 + ms(interval), "{side:?}");
+        assert_eq!(dreqs[0].tid, form_tid(1, comm_id), "{side:?}");
+        let dreq_received = CmEvent::DreqReceived { endpoint: peer_ep };
+        assert_eq!(net.take(side.other()), vec![dreq_received], "{side:?}");
+        net.disconnect(side.other(), peer_ep);
+        let drep_received = done(ep, DisconnectHow::DrepReceived);
+        assert_eq!(net.take(side), vec![drep_received], "{side:?}");
+    }
 }
 
 #[test]
@@ -157,21 +148,18 @@ fn lost_drep_is_answered_again_from_timewait() {
     net.drop_next(Side::B, DREP, 1);
     net.disconnect(Side::A, ea);
     net.disconnect(Side::B, eb);
-    assert_eq!(
-        net.take(Side::B),
-        vec![
+    net.expect(
+        Side::B,
+        &[
             CmEvent::DreqReceived { endpoint: eb },
-            done(eb, DisconnectHow::DrepSent)
-        ]
+            done(eb, DisconnectHow::DrepSent),
+        ],
     );
     assert!(net.take(Side::A).is_empty());
     // B's time-wait (2048 ms) ends before A's retransmission (6144 ms): the
     // retransmitted DREQ then names a connection in IDLE — still answered.
     net.run_for(ms(7000));
-    assert_eq!(
-        net.take(Side::A),
-        vec![done(ea, DisconnectHow::DrepReceived)]
-    );
+    net.expect(Side::A, &[done(ea, DisconnectHow::DrepReceived)]);
     assert_eq!(net.sent(Side::B, DREP).len(), 2);
     assert_eq!(
         net.sent(Side::B, DREP)[1].tid,
@@ -195,17 +183,14 @@ fn dreq_timeout_against_a_silent_peer() {
     let (mut net, ea, _eb) = connected(27);
     net.drop_next(Side::A, DREQ, usize::MAX);
     net.a.disconnect(net.now, ea).unwrap();
-    net.run_for(ms(16 * 6144 - 10));
-    assert!(net.take(Side::A).is_empty());
-    net.run_for(ms(20));
     assert_eq!(
-        net.take(Side::A),
+        net.quiet_then(Side::A, ms(16 * 6144 - 10), ms(20)),
         vec![done(ea, DisconnectHow::DreqTimedOut)]
     );
     assert_eq!(net.sent(Side::A, DREQ).len(), 16);
     assert_eq!(net.a.state(ea), Some(CmState::Timewait));
     net.run_for(ms(2048));
-    assert_eq!(net.take(Side::A), vec![timewait_exit(ea, 0x11)]);
+    net.expect(Side::A, &[timewait_exit(ea, 0x11)]);
 }
 
 #[test]
@@ -254,22 +239,19 @@ fn dreq_naming_another_qpn_is_dropped() {
     net.b
         .handle_mad(net.now, ip(A_IP), &CmMessage::Dreq(d).to_mad(7));
     net.flush();
-    assert_eq!(
-        net.take(Side::B),
-        vec![CmEvent::DreqReceived { endpoint: eb }]
-    );
+    net.expect(Side::B, &[CmEvent::DreqReceived { endpoint: eb }]);
 }
 
 #[test]
 fn dreq_before_the_rtu_establishes_then_notifies() {
     let (mut net, ea, eb) = rtu_lost(30);
     net.disconnect(Side::A, ea);
-    assert_eq!(
-        net.take(Side::B),
-        vec![
+    net.expect(
+        Side::B,
+        &[
             CmEvent::Established { endpoint: eb },
-            CmEvent::DreqReceived { endpoint: eb }
-        ]
+            CmEvent::DreqReceived { endpoint: eb },
+        ],
     );
     assert_eq!(net.b.poll_timeout(), None, "REP no longer retransmitted");
 }

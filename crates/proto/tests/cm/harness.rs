@@ -253,6 +253,28 @@ impl Net {
             .collect()
     }
 
+    /// Runs for `quiet`, checking that `side`'s application heard nothing,
+    /// then for `then`: returns what it heard in that second stretch. For
+    /// "this fires at that moment, not before".
+    #[track_caller]
+    pub fn quiet_then(&mut self, side: Side, quiet: Duration, then: Duration) -> Vec<CmEvent> {
+        self.run_for(quiet);
+        let early = self.take(side);
+        assert!(
+            early.is_empty(),
+            "{side:?} heard {early:?} within {quiet:?}"
+        );
+        self.run_for(then);
+        self.take(side)
+    }
+
+    /// Checks that `side`'s application was told exactly `events` since
+    /// it last looked.
+    #[track_caller]
+    pub fn expect(&mut self, side: Side, events: &[CmEvent]) {
+        assert_eq!(self.take(side), events);
+    }
+
     /// Removes and returns the logged events of `side`.
     pub fn take(&mut self, side: Side) -> Vec<CmEvent> {
         self.flush();

@@ -9,8 +9,7 @@ use std::collections::HashSet;
 #[test]
 fn destroy_in_req_sent_rejects_with_timeout_and_our_guid() {
     let mut net = Net::new(40, Faults::default());
-    let (_, ea) = start(&mut net, 7174);
-    let r = net.connect_request();
+    let (ea, eb) = requested(&mut net);
     net.a.destroy(net.now, ea).unwrap();
     assert_eq!(net.a.state(ea), None);
     assert_eq!(net.a.endpoint_count(), 0);
@@ -25,7 +24,7 @@ fn destroy_in_req_sent_rejects_with_timeout_and_our_guid() {
     // B matched it through (A's comm ID, GUID from the ARI).
     let ev = net.take(Side::B);
     assert!(
-        matches!(&ev[..], [CmEvent::Rejected { endpoint, reason: 4, .. }] if *endpoint == r.endpoint),
+        matches!(&ev[..], [CmEvent::Rejected { endpoint, reason: 4, .. }] if *endpoint == eb),
         "{ev:?}"
     );
     assert_eq!(net.a.poll_timeout(), None);
@@ -34,10 +33,9 @@ fn destroy_in_req_sent_rejects_with_timeout_and_our_guid() {
 #[test]
 fn destroy_in_rep_sent_rejects_and_waits() {
     let mut net = Net::new(41, Faults::default());
-    let (_, ea) = start(&mut net, 7174);
-    let r = net.connect_request();
-    net.b.accept(net.now, r.endpoint, accept_params()).unwrap();
-    net.b.destroy(net.now, r.endpoint).unwrap();
+    let (ea, eb) = requested(&mut net);
+    net.b.accept(net.now, eb, accept_params()).unwrap();
+    net.b.destroy(net.now, eb).unwrap();
     net.settle();
     let CmMessage::Rej(j) = net.sent(Side::B, REJ)[0].msg else {
         panic!()
@@ -59,7 +57,7 @@ fn destroy_in_rep_sent_rejects_and_waits() {
     // B lingers invisibly through time-wait, then reports it.
     assert_eq!(net.b.endpoint_count(), 2); // listener + the zombie
     net.run_for(ms(3000));
-    assert_eq!(net.take(Side::B), vec![timewait_exit(r.endpoint, 0x22)]);
+    net.expect(Side::B, &[timewait_exit(eb, 0x22)]);
     assert_eq!(net.b.endpoint_count(), 1);
 }
 
@@ -73,10 +71,7 @@ fn destroy_established_sends_one_dreq_and_waits() {
         1,
         "cm_issue_dreq: no retries"
     );
-    assert_eq!(
-        net.take(Side::B),
-        vec![CmEvent::DreqReceived { endpoint: eb }]
-    );
+    net.expect(Side::B, &[CmEvent::DreqReceived { endpoint: eb }]);
     // B's disconnect: the DREQ's comm IDs still find A's zombie, or after its
     // time-wait A answers as for an unknown connection. Either way a DREP.
     net.disconnect(Side::B, eb);
@@ -93,10 +88,7 @@ fn destroy_in_dreq_rcvd_sends_the_drep() {
     net.b.destroy(net.now, eb).unwrap();
     net.settle();
     assert_eq!(net.sent(Side::B, DREP).len(), 1);
-    assert_eq!(
-        net.take(Side::A),
-        vec![done(ea, DisconnectHow::DrepReceived)]
-    );
+    net.expect(Side::A, &[done(ea, DisconnectHow::DrepReceived)]);
     assert!(
         net.take(Side::B).is_empty(),
         "no DisconnectDone for a destroy"
@@ -138,10 +130,10 @@ fn timewait_holds_the_qpn_and_comm_ids_are_never_reused() {
     net.a.destroy(net.now, ea).unwrap();
     assert_eq!(net.a.state(ea), None, "destroyed…");
     assert_eq!(net.a.endpoint_count(), 1, "…but held through time-wait");
-    net.run_for(ms(1900));
-    assert!(net.take(Side::A).is_empty());
-    net.run_for(ms(200));
-    assert_eq!(net.take(Side::A), vec![timewait_exit(ea, 0x11)]);
+    assert_eq!(
+        net.quiet_then(Side::A, ms(1900), ms(200)),
+        vec![timewait_exit(ea, 0x11)]
+    );
     assert_eq!(net.a.endpoint_count(), 0);
     // Many connections: every comm ID distinct, endpoint IDs too.
     let mut comm = HashSet::new();

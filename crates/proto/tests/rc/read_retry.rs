@@ -79,6 +79,19 @@ fn check_done(p: &mut Pair, data: &[u8], dst: &MrKeys) {
     assert_eq!(p.a.qp.send_queue_len(), 0);
 }
 
+/// Runs a `len`-byte READ from B's memory into A's after `lose` chose what
+/// the network loses, and checks that it completed; returns the pair, the
+/// READ's source and every READ request A sent.
+fn read_through(len: usize, lose: impl FnOnce(&mut Pair)) -> (Pair, MrKeys, Vec<(u32, Reth)>) {
+    let (mut p, data, src, dst) = setup(len);
+    lose(&mut p);
+    post_read(&mut p, 1, &src, &dst, len as u32);
+    p.run_idle(Duration::from_secs(2));
+    check_done(&mut p, &data, &dst);
+    let reqs = read_requests(&p);
+    (p, src, reqs)
+}
+
 /// Drops the first copy B sends of the response with PSN `PSN + k`, for
 /// each k (a k listed twice loses its first two copies).
 fn drop_responses_once(p: &mut Pair, ks: &[u32]) {
@@ -125,13 +138,8 @@ fn check_chunks(reqs: &[(u32, Reth)], src: &MrKeys, start: u32, total: usize) ->
 fn lost_response_rerequests_one_window_at_a_time() {
     // 200 response packets (the last one short); the 11th is lost once.
     let len = 200 * MTU as usize - 300;
-    let (mut p, data, src, dst) = setup(len);
-    drop_responses_once(&mut p, &[10]);
-    post_read(&mut p, 1, &src, &dst, len as u32);
-    p.run_idle(Duration::from_secs(2));
-    check_done(&mut p, &data, &dst);
+    let (p, src, reqs) = read_through(len, |p| drop_responses_once(p, &[10]));
 
-    let reqs = read_requests(&p);
     assert_eq!((reqs[0].0, reqs[0].1.len as usize), (PSN, len));
     // The retry asks from the lost packet for one window: the full window
     // (MAX_UNACKED_PSNS) halved by the loss.
@@ -171,12 +179,7 @@ fn lost_first_response_chunk_starts_with_first() {
     // The very first response is lost: the chunk starts at the READ's first
     // PSN, so B answers FIRST … LAST (a LAST in the middle of the READ).
     let len = 150 * MTU as usize;
-    let (mut p, data, src, dst) = setup(len);
-    drop_responses_once(&mut p, &[0]);
-    post_read(&mut p, 1, &src, &dst, len as u32);
-    p.run_idle(Duration::from_secs(2));
-    check_done(&mut p, &data, &dst);
-    let reqs = read_requests(&p);
+    let (p, src, reqs) = read_through(len, |p| drop_responses_once(p, &[0]));
     let chunks = check_chunks(&reqs[1..], &src, 0, len);
     assert_eq!(chunks[0], 64);
     let resp = responses(&p);
@@ -195,19 +198,16 @@ fn lost_request_chunks_are_new_reads_first_and_only() {
     // chunk is a new READ to it, answered FIRST … LAST and, for a one-packet
     // final chunk, ONLY — both in the middle of the requester's READ.
     let len = 64 * MTU as usize + 1000;
-    let (mut p, data, src, dst) = setup(len);
     let dropped = Rc::new(Cell::new(false));
     let d = dropped.clone();
-    p.set_filter(move |side, pkt| {
-        let hit = side == Side::A && pkt.bth.opcode == Opcode::RC_READ_REQUEST && !d.get();
-        d.set(d.get() || hit);
-        hit
+    let (p, src, reqs) = read_through(len, |p| {
+        p.set_filter(move |side, pkt| {
+            let hit = side == Side::A && pkt.bth.opcode == Opcode::RC_READ_REQUEST && !d.get();
+            d.set(d.get() || hit);
+            hit
+        })
     });
-    post_read(&mut p, 1, &src, &dst, len as u32);
-    p.run_idle(Duration::from_secs(2));
     assert!(dropped.get());
-    check_done(&mut p, &data, &dst);
-    let reqs = read_requests(&p);
     assert_eq!(reqs.len(), 3, "{reqs:?}");
     // Timeout: window 128 → 64; the 64 packets then widen it well past the
     // one packet left.
@@ -230,14 +230,9 @@ fn loss_inside_a_chunk_never_asks_past_that_chunk() {
     // re-request still ends where the chunk ends: the responder may hold the
     // chunk as a READ of its own, and only subsets of it are valid.
     let len = 300 * MTU as usize;
-    let (mut p, data, src, dst) = setup(len);
     // PSN 10 once in the original run; PSN 30's first copy is in the original
     // run (already behind the gap, discarded), so lose its first two copies.
-    drop_responses_once(&mut p, &[10, 30, 30]);
-    post_read(&mut p, 1, &src, &dst, len as u32);
-    p.run_idle(Duration::from_secs(2));
-    check_done(&mut p, &data, &dst);
-    let reqs = read_requests(&p);
+    let (_, src, reqs) = read_through(len, |p| drop_responses_once(p, &[10, 30, 30]));
     assert_eq!((reqs[1].0, reqs[1].1.len), (PSN + 10, 64 * MTU));
     assert_eq!(reqs[2].0, PSN + 30, "{reqs:?}");
     assert_eq!(reqs[2].1.len, (74 - 30) * MTU, "capped at the chunk's end");

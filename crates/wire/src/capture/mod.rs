@@ -120,6 +120,21 @@ pub struct Frame<'a> {
     pub orig_len: u32,
 }
 
+#[cfg(test)]
+impl<'a> Frame<'a> {
+    /// The fields as a tuple — number, link, timestamp, bytes, original
+    /// length — so a test states every frame of a file in one assertion.
+    pub(crate) fn fields(&self) -> (usize, LinkType, u64, &'a [u8], u32) {
+        (
+            self.number,
+            self.link,
+            self.ts_nanos,
+            self.data,
+            self.orig_len,
+        )
+    }
+}
+
 /// Reads every packet of a pcap or pcapng file held in memory.
 ///
 /// The format is told from the magic number; see the [module

@@ -141,15 +141,20 @@ mod tests {
             60,
         );
         record(&mut f, Endian::Big, 1_700_000_001, 0, &[0x60], 1);
-        let frames = read_frames(&f).unwrap();
-        assert_eq!(frames.len(), 2);
-        assert_eq!(frames[0].number, 1);
-        assert_eq!(frames[0].link, LinkType::RawIp);
-        assert_eq!(frames[0].ts_nanos, 1_700_000_000_123_456_000);
-        assert_eq!(frames[0].data, &[0x45, 1, 2]);
-        assert_eq!(frames[0].orig_len, 60);
-        assert_eq!(frames[1].number, 2);
-        assert_eq!(frames[1].ts_nanos, 1_700_000_001_000_000_000);
+        let frames: Vec<_> = read_frames(&f).unwrap().iter().map(Frame::fields).collect();
+        assert_eq!(
+            frames,
+            [
+                (
+                    1,
+                    LinkType::RawIp,
+                    1_700_000_000_123_456_000,
+                    &[0x45, 1, 2][..],
+                    60
+                ),
+                (2, LinkType::RawIp, 1_700_000_001_000_000_000, &[0x60], 1),
+            ]
+        );
     }
 
     #[test]

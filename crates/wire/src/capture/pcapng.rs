@@ -505,29 +505,27 @@ mod tests {
                 .spb(3, &[0xAA, 0xBB, 0xCC])
                 .pb(1, 42, &[0x60])
                 .bytes();
-            let frames = read_frames(&file).unwrap();
-            assert_eq!(frames.len(), 4, "{e:?}");
-            assert_eq!(frames[0].number, 1);
-            assert_eq!(frames[0].link, LinkType::Ethernet);
-            assert_eq!(frames[0].ts_nanos, 1_700_000_000_000_001_000);
-            assert_eq!(frames[0].data, &[0xE0; 14]);
-            assert_eq!(frames[0].orig_len, 60);
-
-            assert_eq!(frames[1].number, 2);
-            assert_eq!(frames[1].link, LinkType::RawIp);
-            assert_eq!(frames[1].ts_nanos, 1_700_000_000_000_000_007);
-            assert_eq!(frames[1].data, &[0x45, 0]);
-
-            assert_eq!(frames[2].number, 3);
-            assert_eq!(frames[2].link, LinkType::Ethernet);
-            assert_eq!(frames[2].ts_nanos, 0);
-            assert_eq!(frames[2].data, &[0xAA, 0xBB, 0xCC]);
-            assert_eq!(frames[2].orig_len, 3);
-
-            assert_eq!(frames[3].number, 4);
-            assert_eq!(frames[3].link, LinkType::RawIp);
-            assert_eq!(frames[3].ts_nanos, 42);
-            assert_eq!(frames[3].data, &[0x60]);
+            let frames: Vec<_> = read_frames(&file)
+                .unwrap()
+                .iter()
+                .map(Frame::fields)
+                .collect();
+            assert_eq!(
+                frames,
+                [
+                    (
+                        1,
+                        LinkType::Ethernet,
+                        1_700_000_000_000_001_000,
+                        &[0xE0; 14][..],
+                        60
+                    ),
+                    (2, LinkType::RawIp, 1_700_000_000_000_000_007, &[0x45, 0], 2),
+                    (3, LinkType::Ethernet, 0, &[0xAA, 0xBB, 0xCC], 3),
+                    (4, LinkType::RawIp, 42, &[0x60], 1),
+                ],
+                "{e:?}"
+            );
         }
     }
 

@@ -25,7 +25,7 @@ mod teardown;
 pub use fields::private_data;
 pub use path::CmPath;
 pub use req::Req;
-pub use setup::{Mra, Rej, Rep, Rtu};
+pub use setup::{IdsAndData, Mra, Rej, Rep, Rtu};
 pub use sidr::{SidrRep, SidrReq};
 pub use teardown::{Drep, Dreq};
 

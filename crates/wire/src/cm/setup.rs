@@ -1,5 +1,6 @@
 //! The rest of connection set-up: MRA (wait longer), REJ (refused), REP
-//! (the passive side's answer to a REQ) and RTU (ready to use).
+//! (the passive side's answer to a REQ) and RTU (ready to use), whose
+//! layout DREP shares ([`IdsAndData`]).
 
 use super::fields::{array, bit, bits, comm_ids, field, put_comm_ids};
 use super::pdata;
@@ -242,8 +243,14 @@ impl Rep {
 /// assert_eq!(back.name(), "RTU");
 /// # Ok::<(), ndverbs_wire::WireError>(())
 /// ```
+pub type Rtu = IdsAndData;
+
+/// The layout RTU and DREP share: the sender's and the receiver's
+/// communication IDs, then private data to the end of the MAD. The attribute
+/// ID alone tells the two apart, so both are this one type: [`Rtu`] ends
+/// connection set-up, [`Drep`](super::Drep) ends teardown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Rtu {
+pub struct IdsAndData {
     /// Sender's communication ID.
     pub local_comm_id: u32,
     /// Receiver's communication ID.
@@ -252,10 +259,13 @@ pub struct Rtu {
     pub private_data: [u8; pdata::RTU],
 }
 
-impl Rtu {
+// One type serves both messages only while their private data areas agree.
+const _: () = assert!(pdata::RTU == pdata::DREP);
+
+impl IdsAndData {
     pub(super) fn parse(b: &[u8]) -> Self {
         let (local_comm_id, remote_comm_id) = comm_ids(b);
-        Rtu {
+        IdsAndData {
             local_comm_id,
             remote_comm_id,
             private_data: array(b, 8),

@@ -1,7 +1,8 @@
-//! Connection teardown: DREQ and DREP.
+//! Connection teardown: DREQ and DREP (laid out as an RTU, [`IdsAndData`]).
 
 use super::fields::{array, comm_ids, put_comm_ids};
 use super::pdata;
+use super::setup::IdsAndData;
 use crate::be::{put_u24, u24_at};
 
 /// Disconnect request.
@@ -65,28 +66,4 @@ impl Dreq {
 /// assert!(back.private_data().starts_with(b"bye"));
 /// # Ok::<(), ndverbs_wire::WireError>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Drep {
-    /// Sender's communication ID.
-    pub local_comm_id: u32,
-    /// Receiver's communication ID.
-    pub remote_comm_id: u32,
-    /// Private data.
-    pub private_data: [u8; pdata::DREP],
-}
-
-impl Drep {
-    pub(super) fn parse(b: &[u8]) -> Self {
-        let (local_comm_id, remote_comm_id) = comm_ids(b);
-        Drep {
-            local_comm_id,
-            remote_comm_id,
-            private_data: array(b, 8),
-        }
-    }
-
-    pub(super) fn write(&self, b: &mut [u8]) {
-        put_comm_ids(b, self.local_comm_id, self.remote_comm_id);
-        b[8..].copy_from_slice(&self.private_data);
-    }
-}
+pub type Drep = IdsAndData;

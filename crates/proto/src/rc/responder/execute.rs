@@ -3,6 +3,7 @@
 //! against memory and leave a *responder resource* for replays.
 
 use super::*;
+use ndverbs_wire::ext::{AtomicEth, Reth};
 
 impl Responder {
     /// Takes a receive or answers RNR NAK (returns `None`).
@@ -80,16 +81,7 @@ impl Responder {
             if let Current::Send { wr, offset } = std::mem::take(&mut self.cur) {
                 self.msn = psn::add(self.msn, 1);
                 cx.counters.rdma_recvs += 1;
-                push_recv(
-                    cx,
-                    wr.wr_id,
-                    WcStatus::Success,
-                    WcOpcode::Recv,
-                    offset,
-                    pkt.ext.immdt,
-                    inv,
-                    pkt.bth.se,
-                );
+                push_recv(cx, wr.wr_id, WcOpcode::Recv, offset, inv, pkt);
             }
         }
         if pkt.bth.ack_req {
@@ -119,16 +111,8 @@ impl Responder {
         };
         // CHK_RKEY
         if let Some(reth) = pkt.ext.reth {
-            if reth.len > 0 {
-                if let Err(e) = mem.check_remote(
-                    cx.p.pd,
-                    reth.rkey,
-                    reth.va,
-                    u64::from(reth.len),
-                    Access::REMOTE_WRITE,
-                ) {
-                    return Err(self.access_fatal(cx, p, e, recv));
-                }
+            if let Err(e) = check_rkey(mem, cx.p.pd, &reth, Access::REMOTE_WRITE) {
+                return Err(self.access_fatal(cx, p, e, recv));
             }
             self.cur = Current::Write {
                 va: reth.va,
@@ -163,16 +147,7 @@ impl Responder {
             self.msn = psn::add(self.msn, 1);
             if let Some(wr) = recv {
                 cx.counters.rdma_recvs += 1;
-                push_recv(
-                    cx,
-                    wr.wr_id,
-                    WcStatus::Success,
-                    WcOpcode::RecvRdmaWithImm,
-                    total,
-                    pkt.ext.immdt,
-                    None,
-                    pkt.bth.se,
-                );
+                push_recv(cx, wr.wr_id, WcOpcode::RecvRdmaWithImm, total, None, pkt);
             }
         } else if let Current::Write { resid, .. } = &mut self.cur {
             *resid -= n;
@@ -233,27 +208,16 @@ impl Responder {
         self.queue(cx, reply(msn));
     }
 
+    /// A READ request asking for what `reth` names, at PSN `p`.
     pub(super) fn read(
         &mut self,
         cx: &mut RespCx<'_>,
         mem: &mut dyn Memory,
-        pkt: &Packet<'_>,
+        p: u32,
+        reth: Reth,
     ) -> Result<(), Fatal> {
-        let p = pkt.bth.psn;
-        let Some(reth) = pkt.ext.reth else {
-            return Ok(());
-        };
-        self.needs_resources(cx, p)?;
-        if reth.len > 0 {
-            if let Err(e) = mem.check_remote(
-                cx.p.pd,
-                reth.rkey,
-                reth.va,
-                u64::from(reth.len),
-                Access::REMOTE_READ,
-            ) {
-                return Err(self.access_fatal(cx, p, e, None));
-            }
+        if let Err(e) = check_rkey(mem, cx.p.pd, &reth, Access::REMOTE_READ) {
+            return Err(self.access_fatal(cx, p, e, None));
         }
         let n = npkts(reth.len, cx.p.mtu);
         let resource = Resource::Read {
@@ -274,24 +238,21 @@ impl Responder {
         Ok(())
     }
 
+    /// A COMPARE & SWAP or FETCH & ADD (`operation`) at PSN `p`.
     pub(super) fn atomic(
         &mut self,
         cx: &mut RespCx<'_>,
         mem: &mut dyn Memory,
-        pkt: &Packet<'_>,
+        p: u32,
+        operation: Operation,
+        a: AtomicEth,
     ) -> Result<(), Fatal> {
-        let p = pkt.bth.psn;
-        let Some(a) = pkt.ext.atomic_eth else {
-            return Ok(());
-        };
-        self.needs_resources(cx, p)?;
-        let op = if pkt.bth.opcode == Opcode::RC_COMPARE_SWAP {
-            AtomicOp::CompareSwap {
+        let op = match operation {
+            Operation::CompareSwap => AtomicOp::CompareSwap {
                 compare: a.compare,
                 swap: a.swap_add,
-            }
-        } else {
-            AtomicOp::FetchAdd { add: a.swap_add }
+            },
+            _ => AtomicOp::FetchAdd { add: a.swap_add },
         };
         let orig = match mem.atomic_remote(cx.p.pd, a.rkey, a.va, op) {
             Ok(v) => v,
@@ -305,4 +266,13 @@ impl Responder {
         });
         Ok(())
     }
+}
+
+/// CHK_RKEY for the RETH of a READ or WRITE needing `need`. A zero-length
+/// one carries no usable key (IBTA C9-88): only a nonzero length is checked.
+fn check_rkey(mem: &mut dyn Memory, pd: u32, reth: &Reth, need: Access) -> Result<(), AccessError> {
+    if reth.len == 0 {
+        return Ok(());
+    }
+    mem.check_remote(pd, reth.rkey, reth.va, u64::from(reth.len), need)
 }

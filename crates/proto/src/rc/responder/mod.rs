@@ -260,8 +260,11 @@ impl Responder {
             Current::Send { wr, .. } => Some(wr),
             _ => None,
         };
+        let (qpn, src_qp) = (cx.p.qpn, cx.p.dest_qpn);
         for wr in in_progress.into_iter().chain(wr) {
-            push_recv(cx, wr.wr_id, status, WcOpcode::Recv, 0, None, None, false);
+            let (wr_id, queue) = (wr.wr_id, WcQueue::Recv);
+            let wc = WorkCompletion::unfinished(wr_id, status, WcOpcode::Recv, queue, qpn, src_qp);
+            cx.cq.push_back(wc);
         }
         let msn = self.msn;
         self.replies.push_back(Reply::Ack {
@@ -273,18 +276,15 @@ impl Responder {
         Fatal(QpErrorCause::Responder(code))
     }
 
-    /// Handles one request packet.
+    /// Handles one request packet of opcode `info`.
     pub fn handle(
         &mut self,
         cx: &mut RespCx<'_>,
         mem: &mut dyn Memory,
         rq: &mut RecvQueue,
+        info: &OpcodeInfo,
         pkt: &Packet<'_>,
     ) -> Result<(), Fatal> {
-        let Ok(info) = pkt.info() else {
-            cx.counters.drops.not_rc += 1;
-            return Ok(());
-        };
         // CHK_PSN
         let p = pkt.bth.psn;
         let d = psn::diff(p, self.epsn);
@@ -351,37 +351,45 @@ impl Responder {
             return Err(self.fatal(cx, p, NakCode::InvalidRequest, WcStatus::RemInvReqErr, None));
         }
         self.sent_psn_nak = false;
-        match info.operation {
-            Operation::Send => self.send(cx, mem, rq, info, pkt),
-            Operation::Write => self.write(cx, mem, rq, info, pkt),
-            Operation::ReadRequest => self.read(cx, mem, pkt),
-            _ => self.atomic(cx, mem, pkt),
+        let ext = &pkt.ext;
+        match (info.operation, ext.reth, ext.atomic_eth) {
+            (Operation::Send, ..) => self.send(cx, mem, rq, info, pkt),
+            (Operation::Write, ..) => self.write(cx, mem, rq, info, pkt),
+            (Operation::ReadRequest, Some(reth), _) => {
+                self.needs_resources(cx, p)?;
+                self.read(cx, mem, p, reth)
+            }
+            (op, _, Some(a)) => {
+                self.needs_resources(cx, p)?;
+                self.atomic(cx, mem, p, op, a)
+            }
+            // Parsing guarantees every header the opcode names.
+            _ => Ok(()),
         }
     }
 }
 
-/// Appends a receive completion.
-#[allow(clippy::too_many_arguments)]
+/// Appends the completion of a receive that `last`, the last packet of a
+/// message, finished: `byte_len` bytes, with the packet's immediate data and
+/// solicited-event bit.
 pub(super) fn push_recv(
     cx: &mut RespCx<'_>,
     wr_id: u64,
-    status: WcStatus,
     opcode: WcOpcode,
     byte_len: u32,
-    imm: Option<u32>,
     invalidated_rkey: Option<u32>,
-    solicited: bool,
+    last: &Packet<'_>,
 ) {
     cx.cq.push_back(WorkCompletion {
         wr_id,
-        status,
+        status: WcStatus::Success,
         opcode,
         queue: WcQueue::Recv,
         byte_len,
-        imm,
+        imm: last.ext.immdt,
         invalidated_rkey,
         qpn: cx.p.qpn,
         src_qp: cx.p.dest_qpn,
-        solicited,
+        solicited: last.bth.se,
     });
 }

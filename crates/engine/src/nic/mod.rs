@@ -87,7 +87,6 @@ use crate::stats::Stats;
 use crossbeam_queue::SegQueue;
 use ndverbs_proto::cm::{CmAgent, CmConfig};
 use ndverbs_proto::mem::Sge;
-use ndverbs_proto::rc::{AttrMask, QpAttr, QpState};
 use std::io;
 use std::net::IpAddr;
 use std::path::Path;
@@ -416,17 +415,7 @@ impl Nic {
         let mut c = self.core_lock();
         let qpns: Vec<u32> = c.tables.qps.keys().copied().collect();
         for qpn in qpns {
-            let e = c.tables.qps.get_mut(&qpn).expect("listed");
-            e.absorb_posts();
-            if !matches!(e.qp.state(), QpState::Err | QpState::Reset) {
-                let _ = e.modify(
-                    &QpAttr {
-                        qp_state: QpState::Err,
-                        ..QpAttr::default()
-                    },
-                    AttrMask::STATE,
-                );
-            }
+            c.tables.qps.get_mut(&qpn).expect("listed").flush_to_error();
             c.touched.push(qpn);
         }
         c.remove_eps(now);

@@ -76,10 +76,10 @@ fn connect_to_a_port_nobody_listens_on_is_rejected() {
     let to = p.b.ip();
     let (ea, qa, connect) = p.a.connect_new(cargs(to));
     p.pump();
-    match p.a.connect_result(connect).unwrap() {
-        Err(EpError::Rejected { reason, .. }) => assert_eq!(reason, rej_reason::INVALID_SERVICE_ID),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(
+        rejected(p.a.connect_result(connect)).0,
+        rej_reason::INVALID_SERVICE_ID
+    );
     assert_eq!(p.a.state_name(ea), "Closed");
     assert_eq!(
         p.a.qps[&qa],
@@ -96,20 +96,10 @@ fn passive_reject_fails_the_connect() {
     let (mut p, c, connect) = Pair::requested();
     p.b.reject(c.eb, b"not now").unwrap();
     p.pump();
-    match p.a.connect_result(connect).unwrap() {
-        Err(EpError::Rejected {
-            reason,
-            private_data,
-        }) => {
-            assert_eq!(reason, rej_reason::CONSUMER_DEFINED);
-            assert!(private_data.starts_with(b"not now"));
-        }
-        other => panic!("{other:?}"),
-    }
-    assert_eq!(
-        (p.a.state_name(c.ea), p.b.state_name(c.eb)),
-        ("Closed".into(), "Closed".into())
-    );
+    let (reason, private_data) = rejected(p.a.connect_result(connect));
+    assert_eq!(reason, rej_reason::CONSUMER_DEFINED);
+    assert!(private_data.starts_with(b"not now"));
+    assert_eq!(p.states(&c), ["Closed", "Closed"]);
     assert_eq!(p.a.qps[&c.qa], QpState::Init);
     assert_eq!(p.sent(Who::B), [REJ]);
     // The REJ's private data is what the endpoint reports.
@@ -129,14 +119,8 @@ fn active_reject_after_the_rep_fails_the_accept() {
     let (mut p, c, accept) = Pair::accepted();
     p.a.reject(c.ea, b"limits").unwrap();
     p.pump();
-    match p.b.result(accept).unwrap() {
-        Err(EpError::Rejected { reason, .. }) => assert_eq!(reason, rej_reason::CONSUMER_DEFINED),
-        other => panic!("{other:?}"),
-    }
-    assert_eq!(
-        (p.a.state_name(c.ea), p.b.state_name(c.eb)),
-        ("Closed".into(), "Closed".into())
-    );
+    assert_eq!(rejected(p.b.result(accept)).0, rej_reason::CONSUMER_DEFINED);
+    assert_eq!(p.states(&c), ["Closed", "Closed"]);
     // B's QP went to RTS before its REP and stays there; A's never moved.
     assert_eq!(
         (p.a.qps[&c.qa], p.b.qps[&c.qb]),
@@ -163,10 +147,7 @@ fn accept_and_connect_time_out_when_the_rep_is_lost() {
     assert_eq!(p.sent(Who::B).last(), Some(&MRA));
     p.advance(Duration::from_secs(120));
     assert_eq!(p.a.connect_result(connect), Some(Err(EpError::Timeout)));
-    assert_eq!(
-        (p.a.state_name(c.ea), p.b.state_name(c.eb)),
-        ("Closed".into(), "Closed".into())
-    );
+    assert_eq!(p.states(&c), ["Closed", "Closed"]);
 }
 
 #[test]
@@ -310,12 +291,8 @@ fn listener_backlog_rejects_the_excess_and_requests_go_out_in_order() {
         connects.push(p.a.connect_new(args).2);
         p.pump();
     }
-    match p.a.connect_result(connects[2]) {
-        Some(Err(EpError::Rejected { reason, .. })) => {
-            assert_eq!(reason, rej_reason::CONSUMER_DEFINED)
-        }
-        other => panic!("{other:?}"),
-    }
+    let reason = rejected(p.a.connect_result(connects[2])).0;
+    assert_eq!(reason, rej_reason::CONSUMER_DEFINED);
     assert!(p.a.pending(connects[0]) && p.a.pending(connects[1]));
     // GetConnectionRequests take them oldest first; a third one waits.
     let (e1, e2, e3) = (p.b.create(), p.b.create(), p.b.create());

@@ -35,10 +35,7 @@ fn dreq_then_drep_each_side_flushing_only_on_its_own_disconnect() {
     assert_eq!(p.a.qps[&c.qa], QpState::Err);
     assert!(p.a.reserved.contains(&c.qa));
     assert_eq!((p.sent(Who::A), p.sent(Who::B)), (vec![DREQ], vec![DREP]));
-    assert_eq!(
-        (p.a.state_name(c.ea), p.b.state_name(c.eb)),
-        ("Closed".into(), "Closed".into())
-    );
+    assert_eq!(p.states(&c), ["Closed", "Closed"]);
     // Over: a second Disconnect is refused; the QPNs come back after time-wait.
     assert_eq!(p.a.disconnect(c.ea, c.qa), Err(Refused::NotConnected));
     p.advance(LONG);

@@ -95,12 +95,10 @@ fn destroy_ends_requests_and_says_goodbye() {
     p.b.listen(l2, 4).unwrap_err();
     p.b.destroy(l).unwrap();
     p.pump();
-    match p.a.connect_result(connect) {
-        Some(Err(EpError::Rejected { reason, .. })) => {
-            assert_eq!(reason, rej_reason::CONSUMER_DEFINED)
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(
+        rejected(p.a.connect_result(connect)).0,
+        rej_reason::CONSUMER_DEFINED
+    );
     // The port is free again.
     p.b.listen(l2, 4).unwrap();
 }

@@ -425,6 +425,11 @@ impl Pair {
             .collect()
     }
 
+    /// The states of both ends of `c`, by name (see [`Side::state_name`]).
+    pub fn states(&self, c: &Conn) -> [String; 2] {
+        [self.a.state_name(c.ea), self.b.state_name(c.eb)]
+    }
+
     /// Forgets the MADs sent so far.
     pub fn clear_wire(&mut self) {
         self.wire.clear();
@@ -509,12 +514,22 @@ impl Pair {
         p.pump();
         assert_eq!(p.a.result(complete), Some(Ok(())));
         assert_eq!(p.b.result(accept), Some(Ok(())));
-        assert_eq!(
-            (p.a.state_name(c.ea), p.b.state_name(c.eb)),
-            ("Connected".into(), "Connected".into())
-        );
+        assert_eq!(p.states(&c), ["Connected", "Connected"]);
         p.clear_wire();
         (p, c)
+    }
+}
+
+/// The REJ reason and private data a request failed with; a panic if it
+/// did not fail with `Rejected`.
+#[track_caller]
+pub(super) fn rejected<T: std::fmt::Debug>(outcome: Option<Result<T, EpError>>) -> (u16, Vec<u8>) {
+    match outcome {
+        Some(Err(EpError::Rejected {
+            reason,
+            private_data,
+        })) => (reason, private_data),
+        other => panic!("not rejected: {other:?}"),
     }
 }
 

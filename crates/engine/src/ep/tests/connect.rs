@@ -248,9 +248,7 @@ fn qp_gone_between_phases_is_a_status() {
     let (mut p, c, connect) = Pair::requested();
     p.b.vanish = Some((c.qb, Op::ToRts));
     let accept = p.b.accept(c.eb, c.qb).unwrap();
-    assert_eq!(p.b.result(accept), Some(Err(EpError::NoQp(c.qb))));
-    p.pump();
-    assert!(!p.sent(Who::B).contains(&REP));
+    p.lost_its_qp(Who::B, accept, c.qb, REP);
     assert_eq!(p.b.state_name(c.eb), "RequestReceived");
 
     // CompleteConnect: the QP is gone at RTS: no RTU.
@@ -260,9 +258,7 @@ fn qp_gone_between_phases_is_a_status() {
     assert!(p.a.connect_result(connect).unwrap().is_ok());
     p.a.vanish = Some((c.qa, Op::ToRts));
     let complete = p.a.complete_connect(c.ea, c.qa).unwrap();
-    assert_eq!(p.a.result(complete), Some(Err(EpError::NoQp(c.qa))));
-    p.pump();
-    assert!(!p.sent(Who::A).contains(&RTU));
+    p.lost_its_qp(Who::A, complete, c.qa, RTU);
     assert_eq!(p.a.state_name(c.ea), "RepReceived");
 
     // Connect: the QP is gone at the INIT check: no REQ.

@@ -425,6 +425,17 @@ impl Pair {
             .collect()
     }
 
+    /// Request `id` of `who`'s, whose QP `qpn` was released just before the
+    /// machine's next operation on it, failed at once with `NoQp`, and
+    /// carrying the MADs puts no `attr` of `who`'s on the wire.
+    #[track_caller]
+    pub fn lost_its_qp(&mut self, who: Who, id: RequestId, qpn: u32, attr: u16) {
+        let failure = self.side(who).done.get(&id).and_then(Outcome::error);
+        assert_eq!(failure, Some(&EpError::NoQp(qpn)));
+        self.pump();
+        assert!(!self.sent(who).contains(&attr));
+    }
+
     /// The states of both ends of `c`, by name (see [`Side::state_name`]).
     pub fn states(&self, c: &Conn) -> [String; 2] {
         [self.a.state_name(c.ea), self.b.state_name(c.eb)]

@@ -27,7 +27,7 @@
 //! GRO-coalesced datagram is split only where one of its packets' fate
 //! requires it; the rest is handed on still coalesced. Held packets are
 //! released by the engine's clock: the link reports the next release through
-//! [`Link::poll_at`], so a sleeping engine wakes for it.
+//! [`Link::poll_at`](super::Link::poll_at), so a sleeping engine wakes for it.
 
 use super::layer::{Layer, Layered};
 use super::Datagram;

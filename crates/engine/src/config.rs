@@ -158,7 +158,7 @@ fn faults_from_env() -> Option<FaultConfig> {
         return None;
     }
     match FaultConfig::parse(&spec) {
-        // Turning faults on logs a warning (see `FaultLink::set_config`).
+        // Turning faults on logs a warning (see `FaultLayer::set_config`).
         Ok(c) if c.is_off() => None,
         Ok(c) => Some(c),
         Err(e) => {

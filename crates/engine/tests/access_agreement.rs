@@ -55,6 +55,30 @@ enum PdSel {
     Is(u32),
 }
 
+/// Where an access goes: the accessing QP's PD, the key it presents and
+/// the address.
+#[derive(Debug, Clone, Copy)]
+struct Aim {
+    pd: PdSel,
+    key: KeySel,
+    at: At,
+}
+
+/// What a read or write moves: `len` bytes, written as `fill`.
+#[derive(Debug, Clone, Copy)]
+struct Data {
+    write: bool,
+    len: usize,
+    fill: u8,
+}
+
+impl Data {
+    /// The buffer a write sends, or a read fills.
+    fn buf(&self) -> Vec<u8> {
+        vec![self.fill; self.len]
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     /// A window in the PD of region `region`, or in `pd`.
@@ -77,35 +101,25 @@ enum Op {
     Revoke {
         region: usize,
     },
+    /// Through an SGE of `sge_len` bytes at the aimed address, from
+    /// `offset` into it.
     Local {
-        write: bool,
-        pd: PdSel,
-        key: KeySel,
-        at: At,
+        aim: Aim,
         sge_len: u32,
         offset: u32,
-        len: usize,
-        fill: u8,
+        data: Data,
     },
     CheckRemote {
-        pd: PdSel,
-        key: KeySel,
-        at: At,
+        aim: Aim,
         len: u64,
         need: Access,
     },
     Remote {
-        write: bool,
-        pd: PdSel,
-        key: KeySel,
-        at: At,
-        len: usize,
-        fill: u8,
+        aim: Aim,
+        data: Data,
     },
     Atomic {
-        pd: PdSel,
-        key: KeySel,
-        at: At,
+        aim: Aim,
         cas: bool,
         a: u64,
         b: u64,
@@ -149,6 +163,14 @@ fn len() -> impl Strategy<Value = usize> {
     prop_oneof![1 => Just(0usize), 4 => 1usize..=16, 1 => 0usize..=300]
 }
 
+fn aim() -> impl Strategy<Value = Aim> {
+    (qp_pd(), key(), at()).prop_map(|(pd, key, at)| Aim { pd, key, at })
+}
+
+fn data() -> impl Strategy<Value = Data> {
+    (any::<bool>(), len(), any::<u8>()).prop_map(|(write, len, fill)| Data { write, len, fill })
+}
+
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         2 => (qp_pd(), any::<usize>()).prop_map(|(pd, region)| Op::AllocWindow { pd, region }),
@@ -159,18 +181,15 @@ fn op() -> impl Strategy<Value = Op> {
         ),
         1 => any::<usize>().prop_map(|window| Op::InvalidateWindow { window }),
         1 => any::<usize>().prop_map(|region| Op::Revoke { region }),
-        10 => (any::<bool>(), qp_pd(), key(), at(), 0u32..300, 0u32..64, len(), any::<u8>())
-            .prop_map(|(write, pd, key, at, sge_len, offset, len, fill)| Op::Local {
-                write, pd, key, at, sge_len, offset, len, fill
-            }),
-        4 => (qp_pd(), key(), at(), len(), access()).prop_map(|(pd, key, at, len, need)| {
-            Op::CheckRemote { pd, key, at, len: len as u64, need }
+        10 => (aim(), 0u32..300, 0u32..64, data()).prop_map(|(aim, sge_len, offset, data)| {
+            Op::Local { aim, sge_len, offset, data }
         }),
-        10 => (any::<bool>(), qp_pd(), key(), at(), len(), any::<u8>()).prop_map(
-            |(write, pd, key, at, len, fill)| Op::Remote { write, pd, key, at, len, fill }
-        ),
-        6 => (qp_pd(), key(), at(), any::<bool>(), 0u64..4, any::<u64>()).prop_map(
-            |(pd, key, at, cas, a, b)| Op::Atomic { pd, key, at, cas, a, b }
+        4 => (aim(), len(), access()).prop_map(|(aim, len, need)| {
+            Op::CheckRemote { aim, len: len as u64, need }
+        }),
+        10 => (aim(), data()).prop_map(|(aim, data)| Op::Remote { aim, data }),
+        6 => (aim(), any::<bool>(), 0u64..4, any::<u64>()).prop_map(
+            |(aim, cas, a, b)| Op::Atomic { aim, cas, a, b }
         ),
         2 => (qp_pd(), key()).prop_map(|(pd, key)| Op::InvalidateRemote { pd, key }),
     ]
@@ -309,6 +328,13 @@ impl Both {
         }
     }
 
+    /// Where `aim` goes: the keys it presents (engine, test memory), the
+    /// accessing PD and the address.
+    fn resolve(&self, aim: Aim) -> ((u32, u32), u32, u64) {
+        let tg = self.target(aim.key);
+        (tg.keys, tg.pd(aim.pd), tg.addr(aim.at))
+    }
+
     /// The test memory's error with its keys written as the engine's.
     fn canon(&self, e: AccessError) -> AccessError {
         let k = |key: u32| *self.to_table.get(&key).unwrap_or(&key);
@@ -442,65 +468,37 @@ impl Both {
                 (format!("{t}"), format!("{was}"))
             }
             Op::Local {
-                write,
-                pd,
-                key,
-                at,
+                aim,
                 sge_len,
                 offset,
-                len,
-                fill,
+                data,
             } => {
-                let tg = self.target(key);
-                let (pd, addr) = (tg.pd(pd), tg.addr(at));
-                self.both(tg.keys, |m, k| {
+                let (keys, pd, addr) = self.resolve(aim);
+                self.both(keys, |m, k| {
                     let sge = Sge::new(addr, sge_len, k);
-                    let mut buf = vec![fill; len];
-                    match write {
+                    let mut buf = data.buf();
+                    match data.write {
                         true => m.write_local(pd, &sge, offset, &buf).map(|_| buf),
                         false => m.read_local(pd, &sge, offset, &mut buf).map(|_| buf),
                     }
                 })
             }
-            Op::CheckRemote {
-                pd,
-                key,
-                at,
-                len,
-                need,
-            } => {
-                let tg = self.target(key);
-                let (pd, va) = (tg.pd(pd), tg.addr(at));
-                self.both(tg.keys, |m, k| m.check_remote(pd, k, va, len, need))
+            Op::CheckRemote { aim, len, need } => {
+                let (keys, pd, va) = self.resolve(aim);
+                self.both(keys, |m, k| m.check_remote(pd, k, va, len, need))
             }
-            Op::Remote {
-                write,
-                pd,
-                key,
-                at,
-                len,
-                fill,
-            } => {
-                let tg = self.target(key);
-                let (pd, va) = (tg.pd(pd), tg.addr(at));
-                self.both(tg.keys, |m, k| {
-                    let mut buf = vec![fill; len];
-                    match write {
+            Op::Remote { aim, data } => {
+                let (keys, pd, va) = self.resolve(aim);
+                self.both(keys, |m, k| {
+                    let mut buf = data.buf();
+                    match data.write {
                         true => m.write_remote(pd, k, va, &buf).map(|_| buf),
                         false => m.read_remote(pd, k, va, &mut buf).map(|_| buf),
                     }
                 })
             }
-            Op::Atomic {
-                pd,
-                key,
-                at,
-                cas,
-                a,
-                b,
-            } => {
-                let tg = self.target(key);
-                let (pd, va) = (tg.pd(pd), tg.addr(at));
+            Op::Atomic { aim, cas, a, b } => {
+                let (keys, pd, va) = self.resolve(aim);
                 let op = match cas {
                     true => AtomicOp::CompareSwap {
                         compare: a,
@@ -508,7 +506,7 @@ impl Both {
                     },
                     false => AtomicOp::FetchAdd { add: b },
                 };
-                self.both(tg.keys, |m, k| m.atomic_remote(pd, k, va, op))
+                self.both(keys, |m, k| m.atomic_remote(pd, k, va, op))
             }
             Op::InvalidateRemote { pd, key } => {
                 let tg = self.target(key);

@@ -58,7 +58,7 @@ fn connect(a: &Side, b: &Side, port: u16) -> (u32, u32, u32) {
     let args = cargs(b.nic.local(), port, b"hello from a");
     let c = cm::establish(a, b, l, args, aargs(b"hello from b"));
     assert_eq!(&c.request.private_data[..12], b"hello from a");
-    assert_eq!(c.request.peer_port, 40000);
+    assert_eq!(c.request.peer_port, 40001);
     assert_eq!(&c.reply.private_data[..12], b"hello from b");
     assert_eq!(c.reply.read_limits, (4, 4));
     (c.ea, c.eb, l)

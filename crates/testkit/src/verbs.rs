@@ -305,109 +305,83 @@ impl Pair {
         );
     }
 
-    /// Runs `count` operations of a's with `window` in flight, operation
-    /// `i` using slot `i % window` (`len` bytes at the same offset of both
-    /// regions): `post(i, offset)` posts it, `verify(completion, offset)`
-    /// checks it.
-    #[track_caller]
-    fn slotted(
-        &self,
-        count: u64,
-        len: u32,
-        window: usize,
-        post: impl Fn(u64, usize),
-        verify: impl Fn(&WorkCompletion, usize),
-    ) {
-        let need = window * len as usize;
-        assert!(
-            need <= self.a.mr.len() && need <= self.b.mr.len(),
-            "{window} slots of {len} bytes do not fit the {}-byte regions",
-            self.a.mr.len()
-        );
-        let off = |i: u64| (i % window as u64) as usize * len as usize;
-        Pump::new(window).run(
-            count,
-            || self.a.cq.poll_one(),
-            |i| post(i, off(i)),
-            |wc| verify(wc, off(wc.wr_id)),
-        );
-    }
-
     /// `count` SENDs of `len` bytes from a to b, `window` in flight, each
     /// into a receive posted just before it; every message arrives once,
     /// in order, with its bytes.
     #[track_caller]
     pub fn send(&self, count: u64, len: u32, window: usize) {
-        let (a, b, n) = (&self.a, &self.b, len as usize);
-        self.slotted(
-            count,
-            len,
-            window,
-            |i, off| {
-                a.mr.write(off, &pattern(i, n)).unwrap();
-                b.qp.post_recv(RecvWr::new(i, vec![b.mr.sge(off, len)]))
-                    .unwrap();
-                let wr = SendWr::new(i, SendOp::Send, vec![a.mr.sge(off, len)]);
-                a.qp.post_send(wr).unwrap();
-            },
-            |wc, off| {
-                let r = wc_ok(&b.cq);
-                assert_eq!((r.wr_id, r.byte_len), (wc.wr_id, len), "{r:?}");
-                let got = b.mr.to_vec(off, n).unwrap();
-                assert!(got == pattern(wc.wr_id, n), "SEND {} corrupted", wc.wr_id);
-            },
-        );
+        self.slotted(Transfer::Send, count, len, window);
     }
 
     /// `count` WRITEs of `len` bytes from a into b, `window` in flight;
     /// each verified at b when it completes.
     #[track_caller]
     pub fn write(&self, count: u64, len: u32, window: usize) {
-        let (a, b, n) = (&self.a, &self.b, len as usize);
-        self.slotted(
-            count,
-            len,
-            window,
-            |i, off| {
-                a.mr.write(off, &pattern(i, n)).unwrap();
-                let to = b.remote(off);
-                let wr = SendWr::new(i, SendOp::Write(to), vec![a.mr.sge(off, len)]);
-                a.qp.post_send(wr).unwrap();
-            },
-            |wc, off| {
-                let got = b.mr.to_vec(off, n).unwrap();
-                assert!(got == pattern(wc.wr_id, n), "WRITE {} corrupted", wc.wr_id);
-            },
-        );
+        self.slotted(Transfer::Write, count, len, window);
     }
 
     /// `count` READs of `len` bytes by a from b, `window` in flight; each
     /// verified at a when it completes.
     #[track_caller]
     pub fn read(&self, count: u64, len: u32, window: usize) {
-        let (a, b, n) = (&self.a, &self.b, len as usize);
-        // Other seeds than WRITE's: a READ must not pass on stale bytes.
-        let seed = |i: u64| !i;
-        self.slotted(
-            count,
-            len,
-            window,
-            |i, off| {
-                b.mr.write(off, &pattern(seed(i), n)).unwrap();
-                let from = b.remote(off);
-                let wr = SendWr::new(i, SendOp::Read(from), vec![a.mr.sge(off, len)]);
-                a.qp.post_send(wr).unwrap();
-            },
-            |wc, off| {
-                let got = a.mr.to_vec(off, n).unwrap();
-                assert!(
-                    got == pattern(seed(wc.wr_id), n),
-                    "READ {} corrupted",
-                    wc.wr_id
-                );
-            },
-        );
+        self.slotted(Transfer::Read, count, len, window);
     }
+
+    /// Runs `count` transfers of a's with `window` in flight, transfer `i`
+    /// using slot `i % window` (`len` bytes at the same offset of both
+    /// regions): its bytes, a [`pattern`], are written into the source's
+    /// slot before it is posted and must be in the destination's when it
+    /// completes.
+    #[track_caller]
+    fn slotted(&self, t: Transfer, count: u64, len: u32, window: usize) {
+        let (a, b, n) = (&self.a, &self.b, len as usize);
+        let need = window * n;
+        assert!(
+            need <= a.mr.len() && need <= b.mr.len(),
+            "{window} slots of {len} bytes do not fit the {}-byte regions",
+            a.mr.len()
+        );
+        // A READ moves b's bytes to a, seeded unlike a WRITE's: it must not
+        // pass on stale bytes.
+        let (from, to, seed): (&Side, &Side, fn(u64) -> u64) = match t {
+            Transfer::Read => (b, a, |i| !i),
+            Transfer::Send | Transfer::Write => (a, b, |i| i),
+        };
+        let off = |i: u64| (i % window as u64) as usize * n;
+        let post = |i: u64| {
+            let off = off(i);
+            from.mr.write(off, &pattern(seed(i), n)).unwrap();
+            let op = match t {
+                Transfer::Send => {
+                    b.qp.post_recv(RecvWr::new(i, vec![b.mr.sge(off, len)]))
+                        .unwrap();
+                    SendOp::Send
+                }
+                Transfer::Write => SendOp::Write(b.remote(off)),
+                Transfer::Read => SendOp::Read(b.remote(off)),
+            };
+            a.qp.post_send(SendWr::new(i, op, vec![a.mr.sge(off, len)]))
+                .unwrap();
+        };
+        let verify = |wc: &WorkCompletion| {
+            if t == Transfer::Send {
+                let r = wc_ok(&b.cq);
+                assert_eq!((r.wr_id, r.byte_len), (wc.wr_id, len), "{r:?}");
+            }
+            let got = to.mr.to_vec(off(wc.wr_id), n).unwrap();
+            let id = wc.wr_id;
+            assert!(got == pattern(seed(id), n), "{t:?} {id} corrupted");
+        };
+        Pump::new(window).run(count, || a.cq.poll_one(), post, verify);
+    }
+}
+
+/// What [`Pair::send`], [`Pair::write`] and [`Pair::read`] run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transfer {
+    Send,
+    Write,
+    Read,
 }
 
 /// `total` operations (work request ids `0..total`) with at most `window`

@@ -27,6 +27,15 @@ fn frames(path: &std::path::Path) -> Vec<(IpAddr, u8, u32, bool)> {
         .collect()
 }
 
+/// (opcode, psn) of the frames `from` sent.
+fn sent_by(frames: &[(IpAddr, u8, u32, bool)], from: IpAddr) -> Vec<(u8, u32)> {
+    frames
+        .iter()
+        .filter(|x| x.0 == from)
+        .map(|x| (x.1, x.2))
+        .collect()
+}
+
 #[test]
 fn two_devices_one_file_each_packet_once() {
     let pair = Pair::new();
@@ -45,11 +54,7 @@ fn two_devices_one_file_each_packet_once() {
     assert!(da.capture_path().is_none());
     let f = frames(&path);
     // 3000 bytes at MTU 1024: FIRST, MIDDLE, LAST from a; then b's ACK(s).
-    let data: Vec<_> = f
-        .iter()
-        .filter(|x| x.0 == a_ip)
-        .map(|x| (x.1, x.2))
-        .collect();
+    let data = sent_by(&f, a_ip);
     assert_eq!(data, [(0x00, 0), (0x01, 1), (0x02, 2)], "{f:?}");
     assert!(
         f.iter().any(|x| x.0 == b_ip && x.1 == 0x11),
@@ -66,11 +71,7 @@ fn two_devices_one_file_each_packet_once() {
     da.set_capture(None).unwrap();
     let g = frames(&path);
     assert_eq!(&g[..f.len()], &f[..]);
-    let more: Vec<_> = g[f.len()..]
-        .iter()
-        .filter(|x| x.0 == a_ip)
-        .map(|x| (x.1, x.2))
-        .collect();
+    let more = sent_by(&g[f.len()..], a_ip);
     assert_eq!(more, [(0x00, 6), (0x01, 7), (0x02, 8)], "{g:?}");
     // b is not capturing now: its ACKs arrive at a and are recorded as received.
     assert!(

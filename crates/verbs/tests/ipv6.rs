@@ -28,6 +28,15 @@ fn side(addr: IpAddr) -> Side {
     s
 }
 
+/// What `p` completes with, which must be a success within the time limit.
+#[track_caller]
+fn done<R>(p: Pending<R>, what: &str) -> R {
+    match p.wait_timeout(T) {
+        Some(r) => r.unwrap_or_else(|e| panic!("{what}: {e}")),
+        None => panic!("no {what} in time"),
+    }
+}
+
 /// Connect, SEND, WRITE, READ, disconnect — with `a` connecting to `b`.
 fn cycle(a_addr: IpAddr, b_addr: IpAddr, port: u16) {
     let (a, b) = (side(a_addr), side(b_addr));
@@ -47,7 +56,7 @@ fn cycle(a_addr: IpAddr, b_addr: IpAddr, port: u16) {
             },
         )
         .unwrap();
-    let info = req.wait_timeout(T).expect("a connection request").unwrap();
+    let info = done(req, "connection request");
     assert_eq!(info.peer, a_addr);
     assert_eq!(info.local, b_addr);
     assert_eq!(info.peer_port, 40001);
@@ -63,14 +72,10 @@ fn cycle(a_addr: IpAddr, b_addr: IpAddr, port: u16) {
             },
         )
         .unwrap();
-    let ci = conn.wait_timeout(T).expect("REP").unwrap();
+    let ci = done(conn, "REP");
     assert_eq!(&ci.private_data[..7], b"welcome");
-    ea.complete_connect(&a.qp)
-        .unwrap()
-        .wait_timeout(T)
-        .expect("RTU")
-        .unwrap();
-    acc.wait_timeout(T).expect("accept").unwrap();
+    done(ea.complete_connect(&a.qp).unwrap(), "RTU");
+    done(acc, "accept");
     assert_eq!(a.qp.query().unwrap().av.dgid, b.dev.gid().octets());
 
     // SEND of more than one 4096-byte MTU.
@@ -113,13 +118,9 @@ fn cycle(a_addr: IpAddr, b_addr: IpAddr, port: u16) {
     // Disconnect (the DREP), which completes a's.
     let notified = eb.notify_disconnect().unwrap();
     let da = ea.disconnect(&a.qp).unwrap();
-    notified.wait_timeout(T).expect("DREQ").unwrap();
-    eb.disconnect(&b.qp)
-        .unwrap()
-        .wait_timeout(T)
-        .expect("DREP sent")
-        .unwrap();
-    da.wait_timeout(T).expect("DREP received").unwrap();
+    done(notified, "DREQ");
+    done(eb.disconnect(&b.qp).unwrap(), "DREP sent");
+    done(da, "DREP received");
     assert_eq!(a.qp.state(), QpState::Err);
 }
 

@@ -1016,12 +1016,15 @@ fn a_region_dropped_with_a_window_bound() {
             .unwrap();
         one(cb).status
     };
+    // The same bytes, through the region's R_Key and through the window's.
+    let region = RemoteAddr { va: addr, rkey };
+    let window = RemoteAddr {
+        rkey: wkey,
+        ..region
+    };
     // The region's R_Key is dead; so is its L_Key.
     let ((_qa, _ca), (qb, cb)) = pair(&w.pa);
-    assert_eq!(
-        write(&qb, &cb, RemoteAddr { va: addr, rkey }, 1),
-        WcStatus::RemAccessErr
-    );
+    assert_eq!(write(&qb, &cb, region, 1), WcStatus::RemAccessErr);
     let ((qa, ca), _b) = pair(&w.pa);
     qa.post_send(SendWr::new(
         2,
@@ -1035,30 +1038,8 @@ fn a_region_dropped_with_a_window_bound() {
     assert_eq!(one(&ca).status, WcStatus::LocProtErr);
     // The window still works until invalidated.
     let ((_qa, _ca), (qb, cb)) = pair(&w.pa);
-    assert_eq!(
-        write(
-            &qb,
-            &cb,
-            RemoteAddr {
-                va: addr,
-                rkey: wkey
-            },
-            3
-        ),
-        WcStatus::Success
-    );
+    assert_eq!(write(&qb, &cb, window, 3), WcStatus::Success);
     mw.invalidate().unwrap();
-    assert_eq!(
-        write(
-            &qb,
-            &cb,
-            RemoteAddr {
-                va: addr,
-                rkey: wkey
-            },
-            4
-        ),
-        WcStatus::RemAccessErr
-    );
+    assert_eq!(write(&qb, &cb, window, 4), WcStatus::RemAccessErr);
     drop(mw);
 }

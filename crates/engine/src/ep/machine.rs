@@ -57,7 +57,8 @@ pub(crate) enum Outcome {
 }
 
 impl Outcome {
-    fn error(&self) -> Option<&EpError> {
+    /// How the request failed, if it did.
+    pub(super) fn error(&self) -> Option<&EpError> {
         match self {
             Outcome::Connect(r) => r.as_ref().err(),
             Outcome::Request(r) => r.as_ref().err(),

@@ -34,7 +34,8 @@
 //! naming the same file share it; the first one truncates it, and NICs opened
 //! later in the same process append.
 
-use super::{gather, Datagram, IoPiece, Link, Run};
+use super::layer::{Layer, Layered};
+use super::{Datagram, Runs};
 use ndverbs_proto::time::Instant;
 use ndverbs_wire::capture::{LinkType, PcapWriter};
 use ndverbs_wire::ip::{Envelope, IpHeader};
@@ -42,7 +43,6 @@ use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter};
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -322,7 +322,7 @@ fn udp_checksum(src: IpAddr, dst: IpAddr, udp: &[u8]) -> u16 {
 }
 
 /// The capture a NIC writes to, if any: shared between the NIC's handle,
-/// which switches it, and its [`CaptureLink`], which writes (cheap to check
+/// which switches it, and its [`CaptureLayer`], which writes (cheap to check
 /// per call).
 #[derive(Debug, Default)]
 pub struct CaptureSlot {
@@ -365,80 +365,64 @@ impl Drop for CaptureSlot {
     }
 }
 
-/// Records what passes through link `L` while its slot holds a capture (see
-/// the module docs).
+/// Link `L` with a [`CaptureLayer`] around it.
+pub type CaptureLink<L> = Layered<L, CaptureLayer>;
+
+/// Records what passes through the link below while its slot holds a
+/// capture (see the module docs).
 ///
 /// # Example
 ///
 /// ```
-/// use ndverbs_engine::link::capture::{Capture, CaptureLink, CaptureSlot};
+/// use ndverbs_engine::link::capture::{Capture, CaptureLayer, CaptureLink, CaptureSlot};
 /// use ndverbs_engine::link::memory::MemoryLink;
-/// use ndverbs_engine::link::{IoPiece, Link, Run};
+/// use ndverbs_engine::link::{IoPiece, Link, Run, Runs};
 /// use std::sync::Arc;
 /// let path = std::env::temp_dir().join(format!("ndverbs-doc-link-{}.pcap", std::process::id()));
 /// let (a, b) = MemoryLink::pair("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap())?;
 /// let slot = Arc::new(CaptureSlot::default());
-/// let mut a = CaptureLink::new(a, slot.clone());
+/// let at = a.local_addr();
+/// let mut a = CaptureLink::new(a, CaptureLayer::new(slot.clone(), at));
 /// let cap = Capture::open(&path, a.local_addr().ip())?;
 /// slot.set(Some(cap.clone()), a.local_addr().ip());
 /// // A GSO run of two packets, gathered from two pieces: two records.
 /// let (p0, p1) = ([0x04u8; 40], [0x04u8; 40]);
-/// let run = Run { iov: (0, 2), len: 80, seg: 40 };
+/// let (pieces, run) = ([IoPiece::of(&p0), IoPiece::of(&p1)], [Run { iov: (0, 2), len: 80, seg: 40 }]);
 /// // SAFETY: live local buffers.
-/// unsafe { a.send_runs(&[IoPiece::of(&p0), IoPiece::of(&p1)], &[run], b.local_addr())? };
+/// a.send_runs(unsafe { Runs::new(&pieces, &run) }?, b.local_addr())?;
 /// assert_eq!(cap.packets(), 2);
 /// # drop(a);
 /// # std::fs::remove_file(&path)?;
 /// # Ok::<(), std::io::Error>(())
 /// ```
 #[derive(Debug)]
-pub struct CaptureLink<L> {
-    inner: L,
+pub struct CaptureLayer {
     slot: Arc<CaptureSlot>,
+    /// The address of the link below (packets it sends leave from there).
+    local: SocketAddr,
     /// A run's bytes, gathered for recording.
     scratch: Vec<u8>,
 }
 
-impl<L: Link> CaptureLink<L> {
-    /// `inner`, recording while `slot` holds a capture.
-    pub fn new(inner: L, slot: Arc<CaptureSlot>) -> Self {
-        CaptureLink {
-            inner,
+impl CaptureLayer {
+    /// Records, while `slot` holds a capture, the traffic of the link at
+    /// `local`.
+    pub fn new(slot: Arc<CaptureSlot>, local: SocketAddr) -> Self {
+        CaptureLayer {
             slot,
+            local,
             scratch: Vec::new(),
         }
     }
 
-    /// The wrapped link.
-    pub fn inner(&self) -> &L {
-        &self.inner
-    }
-
-    /// The wrapped link.
-    pub fn inner_mut(&mut self) -> &mut L {
-        &mut self.inner
-    }
-
-    /// Records the first `sent` runs, gathered from their pieces.
-    ///
-    /// # Safety
-    /// As for [`Link::send_runs`]: the pieces are readable.
+    /// Records the packets of `runs`, each run gathered from its pieces.
     #[cold]
-    unsafe fn record_runs(
-        &mut self,
-        cap: &Capture,
-        pieces: &[IoPiece],
-        runs: &[Run],
-        dst: SocketAddr,
-    ) {
-        let src = self.inner.local_addr();
-        for r in runs {
+    fn record_runs(&mut self, cap: &Capture, runs: Runs<'_>, dst: SocketAddr) {
+        for (i, r) in runs.runs().iter().enumerate() {
             self.scratch.clear();
-            // SAFETY: the link took these runs, so they were valid, and the
-            // caller vouches for the memory.
-            unsafe { gather(pieces, r, &mut self.scratch) };
-            for (i, p) in self.scratch.chunks(r.seg.max(1)).enumerate() {
-                cap.record(Dir::Tx, src, dst, i as u16, p);
+            runs.gather(i, &mut self.scratch);
+            for (id, p) in self.scratch.chunks(r.seg.max(1)).enumerate() {
+                cap.record(Dir::Tx, self.local, dst, id as u16, p);
             }
         }
     }
@@ -446,8 +430,7 @@ impl<L: Link> CaptureLink<L> {
     /// Records the packets of a received datagram whose ICRC verifies.
     #[cold]
     fn record_received(&self, cap: &Capture, d: &Datagram, buf: &[u8]) {
-        let local = self.inner.local_addr();
-        let to = SocketAddr::new(d.dst.unwrap_or(local.ip()), local.port());
+        let to = SocketAddr::new(d.dst.unwrap_or(self.local.ip()), self.local.port());
         for p in d.packets() {
             if let Ok(r) = crate::icrc::verify(&buf[p.clone()], d.src, to) {
                 cap.record(
@@ -462,61 +445,27 @@ impl<L: Link> CaptureLink<L> {
     }
 }
 
-impl<L: Link> Link for CaptureLink<L> {
+impl Layer for CaptureLayer {
     #[inline]
-    fn local_addr(&self) -> SocketAddr {
-        self.inner.local_addr()
-    }
-
-    #[inline]
-    fn gso(&self) -> bool {
-        self.inner.gso()
-    }
-
-    #[inline]
-    fn fd(&self) -> RawFd {
-        self.inner.fd()
-    }
-
-    #[inline]
-    fn send(&mut self, pkt: &[u8], dst: SocketAddr) -> io::Result<()> {
-        self.inner.send(pkt, dst)?;
+    fn sent(&mut self, pkt: &[u8], dst: SocketAddr) {
         if let Some(c) = self.slot.get() {
-            c.record(Dir::Tx, self.inner.local_addr(), dst, 0, pkt);
+            c.record(Dir::Tx, self.local, dst, 0, pkt);
         }
-        Ok(())
     }
 
     #[inline]
-    unsafe fn send_runs(
-        &mut self,
-        pieces: &[IoPiece],
-        runs: &[Run],
-        dst: SocketAddr,
-    ) -> io::Result<usize> {
-        // SAFETY: passed on from the caller.
-        let k = unsafe { self.inner.send_runs(pieces, runs, dst) }?;
+    fn sent_runs(&mut self, runs: Runs<'_>, dst: SocketAddr) {
         if let Some(c) = self.slot.get() {
-            // SAFETY: as above.
-            unsafe { self.record_runs(&c, pieces, &runs[..k], dst) };
+            self.record_runs(&c, runs, dst);
         }
-        Ok(k)
     }
 
     #[inline]
-    fn recv(&mut self, buf: &mut [u8], now: Instant) -> io::Result<Option<Datagram>> {
-        let d = self.inner.recv(buf, now)?;
-        if let Some(d) = &d {
-            if let Some(c) = self.slot.get() {
-                self.record_received(&c, d, buf);
-            }
+    fn arrived(&mut self, d: Datagram, buf: &mut [u8], _now: Instant) -> Option<Datagram> {
+        if let Some(c) = self.slot.get() {
+            self.record_received(&c, &d, buf);
         }
-        Ok(d)
-    }
-
-    #[inline]
-    fn poll_at(&self) -> Option<Instant> {
-        self.inner.poll_at()
+        Some(d)
     }
 }
 

@@ -27,14 +27,14 @@
 //! GRO-coalesced datagram is split only where one of its packets' fate
 //! requires it; the rest is handed on still coalesced. Held packets are
 //! released by the engine's clock: the link reports the next release through
-//! [`Link::poll_at`], so a sleeping engine wakes for it.
+//! [`Link::poll_at`](super::Link::poll_at), so a sleeping engine wakes for it.
 
-use super::{Datagram, IoPiece, Link, Run};
+use super::layer::{Layer, Layered};
+use super::Datagram;
 use ndverbs_proto::time::Instant;
 use std::collections::VecDeque;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::RawFd;
 use std::time::Duration;
 
 /// Probabilities (0.0..=1.0) and parameters of the fault layer.
@@ -288,28 +288,30 @@ impl Faults {
     }
 }
 
-/// Injects faults into what arrives through link `L` (see the module docs);
-/// sends pass through untouched.
+/// Link `L` with a [`FaultLayer`] around it.
+pub type FaultLink<L> = Layered<L, FaultLayer>;
+
+/// Injects faults into what arrives through the link below (see the module
+/// docs); sends pass through untouched.
 ///
 /// # Example
 ///
 /// ```
-/// use ndverbs_engine::link::faults::{FaultConfig, FaultLink};
+/// use ndverbs_engine::link::faults::{FaultConfig, FaultLayer, FaultLink};
 /// use ndverbs_engine::link::memory::MemoryLink;
 /// use ndverbs_engine::link::{Link, MAX_DATAGRAM};
 /// use ndverbs_proto::time::Instant;
 /// let (mut a, b) = MemoryLink::pair("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap())?;
-/// let mut b = FaultLink::new(b);
-/// b.set_config(Some(FaultConfig::parse("loss=1")?));
+/// let mut b = FaultLink::new(b, FaultLayer::default());
+/// b.layer_mut().set_config(Some(FaultConfig::parse("loss=1")?));
 /// a.send(&[0; 64], b.local_addr())?;
 /// let mut buf = vec![0; MAX_DATAGRAM];
 /// assert!(b.recv(&mut buf, Instant::ZERO)?.is_none()); // lost on the way in
-/// assert_eq!(b.counters().map(|c| c.lost), Some(1));
+/// assert_eq!(b.layer().counters().map(|c| c.lost), Some(1));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]
-pub struct FaultLink<L> {
-    inner: L,
+pub struct FaultLayer {
     /// `None`: off (packets still held are released all the same).
     faults: Option<Faults>,
     /// A datagram some of whose packets met a fate, as it arrived (the
@@ -343,11 +345,10 @@ struct Held {
     bytes: Vec<u8>,
 }
 
-impl<L: Link> FaultLink<L> {
-    /// `inner`, with faults off.
-    pub fn new(inner: L) -> Self {
-        FaultLink {
-            inner,
+impl Default for FaultLayer {
+    /// Faults off.
+    fn default() -> Self {
+        FaultLayer {
             faults: None,
             stash: Vec::new(),
             ready: VecDeque::new(),
@@ -356,7 +357,9 @@ impl<L: Link> FaultLink<L> {
             held: VecDeque::new(),
         }
     }
+}
 
+impl FaultLayer {
     /// Turns faults on with `cfg`, or off (`None`, or a configuration that
     /// is all zeros). The sequence restarts from the seed.
     pub fn set_config(&mut self, cfg: Option<FaultConfig>) {
@@ -380,16 +383,6 @@ impl<L: Link> FaultLink<L> {
     /// What the layer did since it was turned on (`None` when off).
     pub fn counters(&self) -> Option<FaultCounters> {
         self.faults.as_ref().map(|f| f.counters)
-    }
-
-    /// The wrapped link.
-    pub fn inner(&self) -> &L {
-        &self.inner
-    }
-
-    /// The wrapped link.
-    pub fn inner_mut(&mut self) -> &mut L {
-        &mut self.inner
     }
 
     /// Copies `s` of the stash into `buf` as a datagram.
@@ -494,81 +487,37 @@ impl<L: Link> FaultLink<L> {
     }
 }
 
-impl<L: Link> Link for FaultLink<L> {
-    #[inline]
-    fn local_addr(&self) -> SocketAddr {
-        self.inner.local_addr()
-    }
-
-    #[inline]
-    fn gso(&self) -> bool {
-        self.inner.gso()
-    }
-
-    #[inline]
-    fn fd(&self) -> RawFd {
-        self.inner.fd()
-    }
-
-    #[inline]
-    fn send(&mut self, pkt: &[u8], dst: SocketAddr) -> io::Result<()> {
-        self.inner.send(pkt, dst)
-    }
-
-    #[inline]
-    unsafe fn send_runs(
-        &mut self,
-        pieces: &[IoPiece],
-        runs: &[Run],
-        dst: SocketAddr,
-    ) -> io::Result<usize> {
-        // SAFETY: passed on from the caller.
-        unsafe { self.inner.send_runs(pieces, runs, dst) }
-    }
-
-    fn recv(&mut self, buf: &mut [u8], now: Instant) -> io::Result<Option<Datagram>> {
-        loop {
-            // The rest of a datagram split before, then what was held and is
-            // due, then what arrives.
-            if let Some(s) = self.ready.pop_front() {
-                return self.hand_on(s, buf).map(Some);
-            }
-            if self.held.front().is_some_and(|h| h.until <= now.as_nanos()) {
-                let h = self.held.pop_front().expect("checked");
-                buf.get_mut(..h.bytes.len())
-                    .ok_or_else(too_small)?
-                    .copy_from_slice(&h.bytes);
-                let len = h.bytes.len();
-                return Ok(Some(Datagram {
-                    src: h.src,
-                    dst: h.dst,
-                    len,
-                    seg: len,
-                }));
-            }
-            let Some(d) = self.inner.recv(buf, now)? else {
-                return Ok(None);
-            };
-            if self.faults.is_none() {
-                return Ok(Some(d));
-            }
-            if let Some(d) = self.apply(d, buf, now.as_nanos()) {
-                return Ok(Some(d));
-            }
-            // Every packet of it was lost or held, or the rest is stashed:
-            // around again.
+impl Layer for FaultLayer {
+    /// The rest of a datagram split before, then what was held and is due.
+    fn pending(&mut self, buf: &mut [u8], now: Instant) -> io::Result<Option<Datagram>> {
+        if let Some(s) = self.ready.pop_front() {
+            return self.hand_on(s, buf).map(Some);
         }
+        if self.held.front().is_none_or(|h| h.until > now.as_nanos()) {
+            return Ok(None);
+        }
+        let h = self.held.pop_front().expect("checked");
+        buf.get_mut(..h.bytes.len())
+            .ok_or_else(too_small)?
+            .copy_from_slice(&h.bytes);
+        let len = h.bytes.len();
+        Ok(Some(Datagram {
+            src: h.src,
+            dst: h.dst,
+            len,
+            seg: len,
+        }))
+    }
+
+    fn arrived(&mut self, d: Datagram, buf: &mut [u8], now: Instant) -> Option<Datagram> {
+        self.apply(d, buf, now.as_nanos())
     }
 
     fn poll_at(&self) -> Option<Instant> {
-        let mine = if self.ready.is_empty() {
+        if self.ready.is_empty() {
             self.held.front().map(|h| Instant::from_nanos(h.until))
         } else {
             Some(Instant::ZERO)
-        };
-        match (mine, self.inner.poll_at()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
         }
     }
 }
@@ -584,7 +533,17 @@ fn too_small() -> io::Error {
 mod tests {
     use super::*;
     use crate::link::memory::MemoryLink;
-    use crate::link::MAX_DATAGRAM;
+    use crate::link::{IoPiece, Link, Run, Runs, MAX_DATAGRAM};
+
+    /// A memory pair whose second end injects the faults `cfg` describes.
+    fn pair(cfg: &str) -> (MemoryLink, FaultLink<MemoryLink>) {
+        let (a, b) =
+            MemoryLink::pair("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap()).unwrap();
+        let mut b = FaultLink::new(b, FaultLayer::default());
+        b.layer_mut()
+            .set_config(Some(FaultConfig::parse(cfg).unwrap()));
+        (a, b)
+    }
 
     #[test]
     fn parse_and_rates() {
@@ -613,10 +572,7 @@ mod tests {
     /// memory pair into a fault layer, and returns what arrives: per
     /// datagram, the numbers of its packets.
     fn through(cfg: &str, runs: &[usize], until_ns: u64) -> (Vec<Vec<u8>>, FaultCounters) {
-        let (mut a, b) =
-            MemoryLink::pair("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap()).unwrap();
-        let mut b = FaultLink::new(b);
-        b.set_config(Some(FaultConfig::parse(cfg).unwrap()));
+        let (mut a, mut b) = pair(cfg);
         let mut n = 0u8;
         for &count in runs {
             let mut bytes = Vec::new();
@@ -624,13 +580,15 @@ mod tests {
                 bytes.extend_from_slice(&[n; 100]);
                 n += 1;
             }
-            let run = Run {
+            let pieces = [IoPiece::of(&bytes)];
+            let run = [Run {
                 iov: (0, 1),
                 len: bytes.len(),
                 seg: 100,
-            };
+            }];
             // SAFETY: a live local buffer.
-            unsafe { a.send_runs(&[IoPiece::of(&bytes)], &[run], b.local_addr()) }.unwrap();
+            let runs = unsafe { Runs::new(&pieces, &run) }.unwrap();
+            a.send_runs(runs, b.local_addr()).unwrap();
         }
         let mut buf = vec![0; MAX_DATAGRAM];
         let mut got = Vec::new();
@@ -639,7 +597,7 @@ mod tests {
                 got.push(d.packets().map(|p| buf[p.start]).collect());
             }
         }
-        (got, b.counters().unwrap())
+        (got, b.layer().counters().unwrap())
     }
 
     #[test]
@@ -663,17 +621,14 @@ mod tests {
 
     #[test]
     fn held_packets_arrive_late_and_the_link_says_when() {
-        let (mut a, b) =
-            MemoryLink::pair("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap()).unwrap();
-        let mut b = FaultLink::new(b);
-        b.set_config(Some(FaultConfig::parse("reorder=1,delay_us=50").unwrap()));
+        let (mut a, mut b) = pair("reorder=1,delay_us=50");
         a.send(&[1; 64], b.local_addr()).unwrap();
         let mut buf = vec![0; MAX_DATAGRAM];
         assert!(b.recv(&mut buf, Instant::ZERO).unwrap().is_none());
         let due = b.poll_at().expect("a packet is held");
         assert!(due.as_nanos() >= 50_000);
         // Turning faults off does not lose what is held.
-        b.set_config(None);
+        b.layer_mut().set_config(None);
         assert!(b.recv(&mut buf, Instant::from_nanos(1)).unwrap().is_none());
         let d = b.recv(&mut buf, due).unwrap().expect("released");
         assert_eq!((d.len, buf[0]), (64, 1));
@@ -682,10 +637,7 @@ mod tests {
 
     #[test]
     fn corruption_flips_one_bit() {
-        let (mut a, b) =
-            MemoryLink::pair("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap()).unwrap();
-        let mut b = FaultLink::new(b);
-        b.set_config(Some(FaultConfig::parse("corrupt=1").unwrap()));
+        let (mut a, mut b) = pair("corrupt=1");
         a.send(&[0; 64], b.local_addr()).unwrap();
         let mut buf = vec![0; MAX_DATAGRAM];
         let d = b.recv(&mut buf, Instant::ZERO).unwrap().unwrap();

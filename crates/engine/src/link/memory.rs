@@ -19,7 +19,7 @@
 //! a memory link like any other.
 
 use super::udp::SOCKET_BUFFER;
-use super::{check_runs, gather, Datagram, IoPiece, Link, Run};
+use super::{Datagram, Link, Runs};
 use crate::event::EventFd;
 use ndverbs_proto::time::Instant;
 use ndverbs_wire::ip::ROCEV2_PORT;
@@ -35,14 +35,14 @@ use std::sync::{Arc, Mutex};
 ///
 /// ```
 /// use ndverbs_engine::link::memory::MemoryLink;
-/// use ndverbs_engine::link::{IoPiece, Link, Run, MAX_DATAGRAM};
+/// use ndverbs_engine::link::{IoPiece, Link, Run, Runs, MAX_DATAGRAM};
 /// use ndverbs_proto::time::Instant;
 /// let (mut a, mut b) = MemoryLink::pair("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap())?;
 /// // Three 100-byte packets in one run arrive as one coalesced datagram.
 /// let bytes = [7u8; 300];
-/// let run = Run { iov: (0, 1), len: 300, seg: 100 };
+/// let (pieces, run) = ([IoPiece::of(&bytes)], [Run { iov: (0, 1), len: 300, seg: 100 }]);
 /// // SAFETY: the piece is a live local buffer.
-/// assert_eq!(unsafe { a.send_runs(&[IoPiece::of(&bytes)], &[run], b.local_addr())? }, 1);
+/// assert_eq!(a.send_runs(unsafe { Runs::new(&pieces, &run) }?, b.local_addr())?, 1);
 /// let mut buf = vec![0; MAX_DATAGRAM];
 /// let d = b.recv(&mut buf, Instant::ZERO)?.unwrap();
 /// assert_eq!((d.src, d.len, d.seg), (a.local_addr(), 300, 100));
@@ -160,19 +160,12 @@ impl Link for MemoryLink {
         Ok(())
     }
 
-    unsafe fn send_runs(
-        &mut self,
-        pieces: &[IoPiece],
-        runs: &[Run],
-        dst: SocketAddr,
-    ) -> io::Result<usize> {
-        let runs = &runs[..runs.len().min(super::MAX_RUNS)];
-        check_runs(pieces, runs)?;
+    fn send_runs(&mut self, runs: Runs<'_>, dst: SocketAddr) -> io::Result<usize> {
+        let runs = runs.take(Runs::MAX);
         if dst == self.peer {
-            for r in runs {
+            for (i, r) in runs.runs().iter().enumerate() {
                 let mut bytes = Vec::with_capacity(r.len);
-                // SAFETY: checked runs; the caller vouches for the memory.
-                unsafe { gather(pieces, r, &mut bytes) };
+                runs.gather(i, &mut bytes);
                 self.deliver(bytes, r.seg);
             }
         }

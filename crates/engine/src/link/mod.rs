@@ -2,7 +2,7 @@
 //! and diagnostics step in.
 //!
 //! The engine needs little from a datagram link, and [`Link`] is exactly
-//! that: send one packet; send up to [`MAX_RUNS`] *runs* of equal-size
+//! that: send one packet; send up to [`Runs::MAX`] *runs* of equal-size
 //! packets in one call, each run one UDP GSO datagram gathered from pieces
 //! (headers in the engine's buffer, payloads straight from registered
 //! memory); receive one datagram, which GRO may have coalesced from several
@@ -22,13 +22,16 @@
 //! ```
 //!
 //! Fault injection and capture are wrappers around any link, as smoltcp's
-//! `phy` middleware wraps a device: the core's send and receive paths are the
-//! same with or without them, and each wrapper costs one test of whether it
-//! is on per call when it is off. [`MemoryLink`](memory::MemoryLink) lets
+//! `phy` middleware wraps a device: each is a [`Layer`](layer::Layer) that
+//! says only what it does to the traffic, made a link by
+//! [`Layered`](layer::Layered). The core's send and receive paths are the
+//! same with or without them, and each costs one test of whether it is on
+//! per call when it is off. [`MemoryLink`](memory::MemoryLink) lets
 //! engine tests run two NICs without sockets.
 
 pub mod capture;
 pub mod faults;
+pub mod layer;
 pub mod memory;
 pub mod udp;
 
@@ -39,17 +42,8 @@ use std::os::fd::RawFd;
 
 /// Largest RoCEv2 transport packet: 4096-byte MTU plus the largest header set.
 pub const MAX_TRANSPORT: usize = 4096 + 64;
-/// Most bytes in one run (one UDP GSO send: the IPv4 UDP payload limit is
-/// 65,507; 15 segments of a 4096-MTU packet fit).
-pub const MAX_GSO_BYTES: usize = 65_000;
-/// Most packets in one run (the kernel's `UDP_MAX_SEGMENTS`).
-pub const MAX_GSO_SEGMENTS: usize = 64;
 /// Receive buffer that holds any datagram, GRO-coalesced ones included.
 pub const MAX_DATAGRAM: usize = 65_536;
-/// Most runs one [`Link::send_runs`] call sends.
-pub const MAX_RUNS: usize = 8;
-/// Most pieces one run gathers (the kernel takes at most 1024 per message).
-pub const MAX_RUN_PIECES: usize = 1024;
 
 /// What the engine needs from a datagram link (see the module docs).
 ///
@@ -70,19 +64,11 @@ pub trait Link {
     /// room.
     fn send(&mut self, pkt: &[u8], dst: SocketAddr) -> io::Result<()>;
 
-    /// Sends up to [`MAX_RUNS`] runs to `dst` in one call: run `r` is the
-    /// bytes of `pieces[r.iov.0..r.iov.1]` in order, `r.seg`-byte packets
-    /// (the last may be shorter), packet `i` signed for IPv4 ID `i`. Returns
-    /// how many runs the link took (`WouldBlock` when none).
-    ///
-    /// # Safety
-    /// Every piece must be readable memory for the duration of the call.
-    unsafe fn send_runs(
-        &mut self,
-        pieces: &[IoPiece],
-        runs: &[Run],
-        dst: SocketAddr,
-    ) -> io::Result<usize>;
+    /// Sends up to [`Runs::MAX`] of `runs` to `dst` in one call: each run is
+    /// the bytes of its pieces in order, cut into `seg`-byte packets (the
+    /// last may be shorter), packet `i` signed for IPv4 ID `i`. Returns how
+    /// many runs the link took (`WouldBlock` when none).
+    fn send_runs(&mut self, runs: Runs<'_>, dst: SocketAddr) -> io::Result<usize>;
 
     /// Receives one datagram into `buf` (at least [`MAX_DATAGRAM`] bytes);
     /// `Ok(None)` when nothing waits. `now` is the engine's clock, for links
@@ -171,7 +157,55 @@ impl IoPiece {
 }
 
 /// A run of equal-size packets (the last may be shorter) sent as one UDP GSO
-/// datagram of `seg`-byte segments, gathered from pieces `iov.0 .. iov.1`.
+/// datagram of `seg`-byte segments, gathered from pieces `iov.0 .. iov.1`
+/// of the piece list it travels with (see [`Runs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Run {
+    /// Its pieces (a range of indices into the piece list).
+    pub iov: (usize, usize),
+    /// Its length in bytes.
+    pub len: usize,
+    /// Segment (packet) size.
+    pub seg: usize,
+}
+
+impl Run {
+    /// Most bytes in one run (one UDP GSO send: the IPv4 UDP payload limit
+    /// is 65,507; 15 segments of a 4096-MTU packet fit).
+    pub const MAX_BYTES: usize = 65_000;
+    /// Most packets in one run (the kernel's `UDP_MAX_SEGMENTS`).
+    pub const MAX_SEGMENTS: usize = 64;
+    /// Most pieces one run gathers (the kernel takes at most 1024 per
+    /// message).
+    pub const MAX_PIECES: usize = 1024;
+
+    /// How many packets it holds.
+    pub fn packets(&self) -> usize {
+        self.len.div_ceil(self.seg.max(1))
+    }
+
+    /// Whether a GSO send may carry it, gathered from a list of `pieces`
+    /// pieces: a non-empty range of them, within the limits above, cut
+    /// into packets of at least a BTH and an ICRC.
+    fn is_sendable(&self, pieces: usize) -> bool {
+        self.seg >= 12 + ndverbs_wire::icrc::ICRC_LEN
+            && self.len > 0
+            && self.iov.0 < self.iov.1
+            && self.iov.1 <= pieces
+            && self.iov.1 - self.iov.0 <= Run::MAX_PIECES
+            && self.len <= Run::MAX_BYTES
+            && self.packets() <= Run::MAX_SEGMENTS
+    }
+}
+
+/// What one [`Link::send_runs`] call is given: runs and the pieces they
+/// gather from.
+///
+/// A run names its pieces by index, so the two only make sense together,
+/// and a `Runs` holds them only once they are known good: every run
+/// sendable ([`Runs::new`] checks) and every piece readable memory (the
+/// promise its caller makes). A link then gathers and sends them without
+/// checking again, and without `unsafe` of its own.
 ///
 /// # Example
 ///
@@ -179,7 +213,7 @@ impl IoPiece {
 /// use ndverbs_engine::event::wait_readable;
 /// use ndverbs_engine::icrc::IcrcCache;
 /// use ndverbs_engine::link::udp::RoceSocket;
-/// use ndverbs_engine::link::{IoPiece, Run, MAX_DATAGRAM};
+/// use ndverbs_engine::link::{IoPiece, Run, Runs, MAX_DATAGRAM};
 /// use ndverbs_wire::{bth::Bth, opcode::Opcode, packet::Packet};
 /// use std::time::Duration;
 /// let a = RoceSocket::bind("127.93.25.1".parse().unwrap())?;
@@ -193,60 +227,82 @@ impl IoPiece {
 /// let (hdr, payload) = (&buf[..12], &buf[12..16]);
 /// let icrc = IcrcCache::new(a.addr()).sign(b.addr(), 0, &[hdr, payload])?.to_le_bytes();
 /// let pieces = [IoPiece::of(hdr), IoPiece::of(payload), IoPiece::of(&icrc)];
-/// let run = Run { iov: (0, 3), len: 20, seg: 20 };
+/// let run = [Run { iov: (0, 3), len: 20, seg: 20 }];
 /// // SAFETY: the pieces are live local buffers.
-/// assert_eq!(unsafe { a.send_runs(&pieces, &[run], b.addr())? }, 1);
+/// let runs = unsafe { Runs::new(&pieces, &run) }?;
+/// assert_eq!(a.send_runs(runs, b.addr())?, 1);
 /// assert!(wait_readable(&[b.fd()], Some(Duration::from_secs(5)))?[0]);
 /// let mut got = vec![0; MAX_DATAGRAM];
 /// let d = b.recv_datagram(&mut got)?.unwrap();
 /// assert_eq!(&got[..d.len], &[hdr, payload, &icrc].concat()[..]);
 /// assert!(IcrcCache::new(b.addr()).verify(&got[..d.len], d.src, d.dst).is_ok());
+/// // A run that names pieces the list does not have is refused up front.
+/// let bad = [Run { iov: (0, 4), len: 20, seg: 20 }];
+/// // SAFETY: as above.
+/// assert!(unsafe { Runs::new(&pieces, &bad) }.is_err());
 /// # Ok::<(), std::io::Error>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Run {
-    /// Its pieces (a range of indices into the piece list).
-    pub iov: (usize, usize),
-    /// Its length in bytes.
-    pub len: usize,
-    /// Segment (packet) size.
-    pub seg: usize,
+#[derive(Debug, Clone, Copy)]
+pub struct Runs<'a> {
+    pieces: &'a [IoPiece],
+    runs: &'a [Run],
 }
 
-impl Run {
-    /// How many packets it holds.
-    pub fn packets(&self) -> usize {
-        self.len.div_ceil(self.seg.max(1))
-    }
-}
+impl<'a> Runs<'a> {
+    /// Most runs one [`Link::send_runs`] call sends (one `sendmmsg`).
+    pub const MAX: usize = 8;
 
-/// Checks that `runs` are runs a link can send: each names a range of
-/// `pieces` within the kernel's limits and holds what a GSO send may.
-pub(crate) fn check_runs(pieces: &[IoPiece], runs: &[Run]) -> io::Result<()> {
-    for r in runs {
-        let ok = r.seg >= 12 + ndverbs_wire::icrc::ICRC_LEN
-            && r.len > 0
-            && r.iov.0 < r.iov.1
-            && r.iov.1 <= pieces.len()
-            && r.iov.1 - r.iov.0 <= MAX_RUN_PIECES
-            && r.len <= MAX_GSO_BYTES
-            && r.packets() <= MAX_GSO_SEGMENTS;
-        if !ok {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad GSO run"));
+    /// `runs` gathered from `pieces`; `InvalidInput` unless every run is
+    /// sendable (a range of `pieces` within the GSO limits of [`Run`]).
+    ///
+    /// # Safety
+    /// Every piece must be readable memory for as long as the `Runs` lives
+    /// (`'a`): links read them through raw pointers.
+    pub unsafe fn new(pieces: &'a [IoPiece], runs: &'a [Run]) -> io::Result<Runs<'a>> {
+        if runs.iter().all(|r| r.is_sendable(pieces.len())) {
+            Ok(Runs { pieces, runs })
+        } else {
+            Err(io::Error::new(io::ErrorKind::InvalidInput, "bad GSO run"))
         }
     }
-    Ok(())
-}
 
-/// Appends the bytes of run `run` to `out`.
-///
-/// # Safety
-/// The run's pieces must be readable memory (as for [`Link::send_runs`]),
-/// and the run must have passed [`check_runs`].
-pub(crate) unsafe fn gather(pieces: &[IoPiece], run: &Run, out: &mut Vec<u8>) {
-    for p in &pieces[run.iov.0..run.iov.1] {
-        // SAFETY: the caller vouches for the piece.
-        out.extend_from_slice(unsafe { std::slice::from_raw_parts(p.base as *const u8, p.len) });
+    /// The runs.
+    pub fn runs(&self) -> &'a [Run] {
+        self.runs
+    }
+
+    /// How many runs.
+    pub fn len(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    /// The first `n` runs (all of them if there are fewer).
+    pub fn take(self, n: usize) -> Runs<'a> {
+        Runs {
+            runs: &self.runs[..n.min(self.runs.len())],
+            ..self
+        }
+    }
+
+    /// Run `i`'s pieces.
+    pub fn pieces_of(&self, i: usize) -> &'a [IoPiece] {
+        let r = &self.runs[i];
+        &self.pieces[r.iov.0..r.iov.1]
+    }
+
+    /// Appends the bytes of run `i` to `out`.
+    pub fn gather(&self, i: usize, out: &mut Vec<u8>) {
+        for p in self.pieces_of(i) {
+            // SAFETY: readable for `'a`, as promised to `Runs::new`.
+            out.extend_from_slice(unsafe {
+                std::slice::from_raw_parts(p.base as *const u8, p.len)
+            });
+        }
     }
 }
 
@@ -307,18 +363,10 @@ impl Link for NicLink {
     }
 
     #[inline]
-    unsafe fn send_runs(
-        &mut self,
-        pieces: &[IoPiece],
-        runs: &[Run],
-        dst: SocketAddr,
-    ) -> io::Result<usize> {
-        // SAFETY: passed on from the caller.
-        unsafe {
-            match self {
-                NicLink::Udp(l) => Link::send_runs(l, pieces, runs, dst),
-                NicLink::Memory(l) => l.send_runs(pieces, runs, dst),
-            }
+    fn send_runs(&mut self, runs: Runs<'_>, dst: SocketAddr) -> io::Result<usize> {
+        match self {
+            NicLink::Udp(l) => Link::send_runs(l, runs, dst),
+            NicLink::Memory(l) => l.send_runs(runs, dst),
         }
     }
 

@@ -10,9 +10,7 @@
 
 use crate::counters::{bump, NicCounters};
 use crate::icrc::IcrcCache;
-use crate::link::{
-    IoPiece, Link, Run, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, MAX_RUNS, MAX_RUN_PIECES, MAX_TRANSPORT,
-};
+use crate::link::{IoPiece, Link, Run, Runs, MAX_TRANSPORT};
 use ndverbs_proto::mem::{LentPayload, MAX_LENT_PIECES};
 use ndverbs_wire::icrc::ICRC_LEN;
 use std::io;
@@ -21,9 +19,9 @@ use std::net::SocketAddr;
 /// The runs of one drain (see the module docs).
 #[derive(Default)]
 pub(crate) struct RunBatch {
-    runs: [Run; MAX_RUNS],
+    runs: [Run; Runs::MAX],
     /// Zero-copy packets of each closed run.
-    lent: [u32; MAX_RUNS],
+    lent: [u32; Runs::MAX],
     /// Closed runs in `runs`.
     closed: usize,
     pieces: Vec<IoPiece>,
@@ -46,7 +44,7 @@ impl RunBatch {
     /// Empties the batch for a link with or without GSO.
     pub(crate) fn reset(&mut self, gso: bool) {
         self.clear();
-        self.max_segments = if gso { MAX_GSO_SEGMENTS } else { 1 };
+        self.max_segments = if gso { Run::MAX_SEGMENTS } else { 1 };
     }
 
     fn clear(&mut self) {
@@ -64,9 +62,9 @@ impl RunBatch {
 
     /// Whether another packet of any size fits in the batch.
     pub(crate) fn has_room(&self, cap: usize) -> bool {
-        self.closed + usize::from(self.count > 0) < MAX_RUNS
+        self.closed + usize::from(self.count > 0) < Runs::MAX
             && self.tx_end + MAX_TRANSPORT <= cap
-            && self.pieces.len() - self.iov_start + 2 + MAX_LENT_PIECES <= MAX_RUN_PIECES
+            && self.pieces.len() - self.iov_start + 2 + MAX_LENT_PIECES <= Run::MAX_PIECES
     }
 
     /// The packet of `n` buffer bytes just written at `tx[tx_end..]` (plus
@@ -82,7 +80,7 @@ impl RunBatch {
         let total = n + lent.len();
         let fits = self.count > 0
             && total <= self.seg
-            && self.len + total <= MAX_GSO_BYTES
+            && self.len + total <= Run::MAX_BYTES
             && self.count < self.max_segments;
         if !fits {
             self.close();
@@ -162,14 +160,14 @@ impl RunBatch {
         self.close();
         let mut done = 0;
         while done < self.closed {
-            let runs = &self.runs[done..self.closed];
             // SAFETY: the pieces are the transmit buffer (borrowed by the
             // caller for the call) and regions the memory table lent for
             // this step.
-            match unsafe { link.send_runs(&self.pieces, runs, dst) } {
+            let runs = unsafe { Runs::new(&self.pieces, &self.runs[done..self.closed]) };
+            match runs.and_then(|runs| link.send_runs(runs, dst)) {
                 Ok(k) => {
                     bump(&counters.send_calls, 1);
-                    for (r, &lent) in runs[..k].iter().zip(&self.lent[done..]) {
+                    for (r, &lent) in self.runs[done..done + k].iter().zip(&self.lent[done..]) {
                         let pkts = r.packets();
                         self.packets -= pkts;
                         bump(&counters.sent_datagrams, pkts as u64);

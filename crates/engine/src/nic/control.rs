@@ -35,15 +35,9 @@ impl Nic {
     /// Frees a protection domain (refused while objects use it).
     pub fn dealloc_pd(&self, pd: u32) -> Result<(), EngineError> {
         let mut c = self.core()?;
-        let users = c.tables.qps.values().filter(|q| q.qp.pd() == pd).count();
-        if !c.tables.pds.contains_key(&pd) {
-            return Err(EngineError::NotFound { what: "PD", id: pd });
-        }
-        if users > 0 {
-            return Err(EngineError::Busy(
-                "queue pairs still use the protection domain",
-            ));
-        }
+        c.tables.check_pd(pd)?;
+        let why = "queue pairs still use the protection domain";
+        c.tables.refuse_if_used(|q| q.qp.pd() == pd, why)?;
         c.tables.pds.remove(&pd);
         Ok(())
     }
@@ -56,9 +50,7 @@ impl Nic {
         access: Access,
     ) -> Result<Arc<Region>, EngineError> {
         let mut c = self.core()?;
-        if !c.tables.pds.contains_key(&pd) {
-            return Err(EngineError::NotFound { what: "PD", id: pd });
-        }
+        c.tables.check_pd(pd)?;
         Ok(c.tables.mem.register(pd, buf, access)?)
     }
 
@@ -81,9 +73,7 @@ impl Nic {
     /// Allocates a type-2 memory window; returns its key.
     pub fn alloc_mw(&self, pd: u32) -> Result<u32, EngineError> {
         let mut c = self.core()?;
-        if !c.tables.pds.contains_key(&pd) {
-            return Err(EngineError::NotFound { what: "PD", id: pd });
-        }
+        c.tables.check_pd(pd)?;
         Ok(c.tables.mem.alloc_window(pd))
     }
 
@@ -119,20 +109,10 @@ impl Nic {
     /// Destroys a completion queue (refused while queue pairs use it).
     pub fn destroy_cq(&self, id: u32) -> Result<(), EngineError> {
         let mut c = self.core_lock();
-        let cq = c
-            .tables
-            .cqs
-            .get(&id)
-            .ok_or(EngineError::NotFound { what: "CQ", id })?;
-        if c.tables
-            .qps
-            .values()
-            .any(|q| Arc::ptr_eq(&q.send_cq, cq) || Arc::ptr_eq(&q.recv_cq, cq))
-        {
-            return Err(EngineError::Busy(
-                "queue pairs still use the completion queue",
-            ));
-        }
+        let cq = c.tables.cq(id)?;
+        let uses = |q: &QpEntry| Arc::ptr_eq(&q.send_cq, cq) || Arc::ptr_eq(&q.recv_cq, cq);
+        let why = "queue pairs still use the completion queue";
+        c.tables.refuse_if_used(uses, why)?;
         c.tables.cqs.remove(&id);
         Ok(())
     }
@@ -150,9 +130,7 @@ impl Nic {
             ));
         }
         let mut c = self.core()?;
-        if !c.tables.pds.contains_key(&pd) {
-            return Err(EngineError::NotFound { what: "PD", id: pd });
-        }
+        c.tables.check_pd(pd)?;
         let id = c.tables.next_id();
         let shared = Arc::new(SrqShared {
             id,
@@ -176,14 +154,9 @@ impl Nic {
     /// Destroys a shared receive queue (refused while queue pairs use it).
     pub fn destroy_srq(&self, id: u32) -> Result<(), EngineError> {
         let mut c = self.core_lock();
-        if !c.tables.srqs.contains_key(&id) {
-            return Err(EngineError::NotFound { what: "SRQ", id });
-        }
-        if c.tables.qps.values().any(|q| q.srq == Some(id)) {
-            return Err(EngineError::Busy(
-                "queue pairs still use the shared receive queue",
-            ));
-        }
+        c.tables.check_srq(id)?;
+        let why = "queue pairs still use the shared receive queue";
+        c.tables.refuse_if_used(|q| q.srq == Some(id), why)?;
         c.tables.srqs.remove(&id);
         Ok(())
     }
@@ -210,34 +183,11 @@ impl Nic {
             ));
         }
         let mut c = self.core()?;
-        if !c.tables.pds.contains_key(&init.pd) {
-            return Err(EngineError::NotFound {
-                what: "PD",
-                id: init.pd,
-            });
-        }
-        let send_cq = c
-            .tables
-            .cqs
-            .get(&init.send_cq)
-            .cloned()
-            .ok_or(EngineError::NotFound {
-                what: "CQ",
-                id: init.send_cq,
-            })?;
-        let recv_cq = c
-            .tables
-            .cqs
-            .get(&init.recv_cq)
-            .cloned()
-            .ok_or(EngineError::NotFound {
-                what: "CQ",
-                id: init.recv_cq,
-            })?;
+        c.tables.check_pd(init.pd)?;
+        let send_cq = c.tables.cq(init.send_cq)?.clone();
+        let recv_cq = c.tables.cq(init.recv_cq)?.clone();
         if let Some(s) = init.srq {
-            if !c.tables.srqs.contains_key(&s) {
-                return Err(EngineError::NotFound { what: "SRQ", id: s });
-            }
+            c.tables.check_srq(s)?;
         }
         if c.tables.qps.len() >= LIMITS.max_qp as usize {
             return Err(EngineError::Busy(
@@ -292,10 +242,7 @@ impl Nic {
         let _nic = self.shared.span.enter();
         let now = self.now();
         let mut c = self.core()?;
-        let e = c.tables.qps.get_mut(&qpn).ok_or(EngineError::NotFound {
-            what: "QP",
-            id: qpn,
-        })?;
+        let e = c.tables.qp_mut(qpn)?;
         // Pending posts are ordered before the modification.
         e.absorb_posts();
         e.modify(attr, mask)?;
@@ -309,16 +256,7 @@ impl Nic {
 
     /// The current attributes of a queue pair.
     pub fn query_qp(&self, qpn: u32) -> Result<QpAttr, EngineError> {
-        let c = self.core()?;
-        Ok(c.tables
-            .qps
-            .get(&qpn)
-            .ok_or(EngineError::NotFound {
-                what: "QP",
-                id: qpn,
-            })?
-            .qp
-            .query())
+        Ok(self.core()?.tables.qp(qpn)?.qp.query())
     }
 
     /// Destroys a queue pair. Its outstanding requests are flushed to its CQs
@@ -328,19 +266,7 @@ impl Nic {
         let _span = tracing::debug_span!("destroy_qp", qp = qpn).entered();
         let now = self.now();
         let mut c = self.core_lock();
-        let e = c.tables.qps.get_mut(&qpn).ok_or(EngineError::NotFound {
-            what: "QP",
-            id: qpn,
-        })?;
-        e.absorb_posts();
-        let to_err = QpAttr {
-            qp_state: QpState::Err,
-            ..QpAttr::default()
-        };
-        if e.qp.state() != QpState::Err && e.qp.state() != QpState::Reset {
-            // Always legal from any state but RESET.
-            let _ = e.modify(&to_err, AttrMask::STATE);
-        }
+        c.tables.qp_mut(qpn)?.flush_to_error();
         c.touched.push(qpn);
         c.finish_step(&self.shared, now);
         if let Some(e) = c.tables.qps.remove(&qpn) {
@@ -351,11 +277,6 @@ impl Nic {
 
     /// Counters of one queue pair.
     pub fn qp_counters(&self, qpn: u32) -> Result<Counters, EngineError> {
-        let c = self.core_lock();
-        let e = c.tables.qps.get(&qpn).ok_or(EngineError::NotFound {
-            what: "QP",
-            id: qpn,
-        })?;
-        Ok(*e.qp.counters())
+        Ok(*self.core_lock().tables.qp(qpn)?.qp.counters())
     }
 }

@@ -18,7 +18,7 @@ use crate::gsi::Gsi;
 use crate::icrc::IcrcCache;
 use crate::link::capture::{CaptureLink, CaptureSlot};
 use crate::link::faults::FaultLink;
-use crate::link::{Datagram, Link, NicLink, MAX_DATAGRAM, MAX_GSO_BYTES, MAX_TRANSPORT};
+use crate::link::{Datagram, Link, NicLink, Run, MAX_DATAGRAM, MAX_TRANSPORT};
 use crossbeam_queue::SegQueue;
 use ndverbs_proto::cm::CmAgent;
 use ndverbs_proto::time::Instant;
@@ -77,7 +77,7 @@ pub(crate) struct Io {
 }
 
 /// Transmit buffer: a few full GSO runs.
-const TX_BATCH_BYTES: usize = 4 * (MAX_GSO_BYTES + MAX_TRANSPORT);
+const TX_BATCH_BYTES: usize = 4 * (Run::MAX_BYTES + MAX_TRANSPORT);
 
 impl Io {
     pub(crate) fn new(link: Stack) -> Io {

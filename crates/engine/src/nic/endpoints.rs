@@ -9,7 +9,7 @@ use crate::ep::{
 };
 use crate::error::EngineError;
 use ndverbs_proto::cm::{CmEvent, QpSetup};
-use ndverbs_proto::rc::{AttrMask, QpAttr, QpState, RcConnection};
+use ndverbs_proto::rc::{QpState, RcConnection};
 use ndverbs_proto::time::Instant;
 
 impl Core {
@@ -91,16 +91,7 @@ impl Core {
         let Some(e) = self.tables.qps.get_mut(&qpn) else {
             return Err(QpError::Gone);
         };
-        e.absorb_posts();
-        if !matches!(e.qp.state(), QpState::Err | QpState::Reset) {
-            let _ = e.modify(
-                &QpAttr {
-                    qp_state: QpState::Err,
-                    ..QpAttr::default()
-                },
-                AttrMask::STATE,
-            );
-        }
+        e.flush_to_error();
         self.touched.push(qpn);
         Ok(())
     }

@@ -78,8 +78,8 @@ use crate::error::EngineError;
 use crate::event::EventFd;
 use crate::gsi::Gsi;
 use crate::keys::KeyGen;
-use crate::link::capture::{Capture, CaptureLink, CaptureSlot};
-use crate::link::faults::{FaultConfig, FaultCounters, FaultLink};
+use crate::link::capture::{Capture, CaptureLayer, CaptureLink, CaptureSlot};
+use crate::link::faults::{FaultConfig, FaultCounters, FaultLayer, FaultLink};
 use crate::link::udp::RoceSocket;
 use crate::link::{Link, NicLink};
 use crate::mr::{MemTable, Region};
@@ -87,7 +87,6 @@ use crate::stats::Stats;
 use crossbeam_queue::SegQueue;
 use ndverbs_proto::cm::{CmAgent, CmConfig};
 use ndverbs_proto::mem::Sge;
-use ndverbs_proto::rc::{AttrMask, QpAttr, QpState};
 use std::io;
 use std::net::IpAddr;
 use std::path::Path;
@@ -204,10 +203,14 @@ impl Nic {
             NicLink::Udp(s) => s.enable_gro(),
             NicLink::Memory(_) => true,
         };
-        let mut faults = FaultLink::new(link);
+        let mut faults = FaultLayer::default();
         faults.set_config(config.faults);
         let capture = Arc::new(CaptureSlot::default());
-        let stack = CaptureLink::new(faults, capture.clone());
+        let at = link.local_addr();
+        let stack = CaptureLink::new(
+            FaultLink::new(link, faults),
+            CaptureLayer::new(capture.clone(), at),
+        );
         let link_fd = stack.fd();
         let gso = stack.gso();
         let mut keys = KeyGen::new();
@@ -331,13 +334,13 @@ impl Nic {
     /// this NIC receives (see [`crate::link::faults`]); packets it holds
     /// back still arrive after it is turned off.
     pub fn set_faults(&self, cfg: Option<FaultConfig>) -> Result<(), EngineError> {
-        self.core()?.io.link.inner_mut().set_config(cfg);
+        self.core()?.io.link.inner_mut().layer_mut().set_config(cfg);
         Ok(())
     }
 
     /// What fault injection did so far (`None` when it is off).
     pub fn fault_counters(&self) -> Option<FaultCounters> {
-        self.core_lock().io.link.inner().counters()
+        self.core_lock().io.link.inner().layer().counters()
     }
 
     /// Starts writing every packet this NIC sends and receives to the pcap
@@ -412,17 +415,7 @@ impl Nic {
         let mut c = self.core_lock();
         let qpns: Vec<u32> = c.tables.qps.keys().copied().collect();
         for qpn in qpns {
-            let e = c.tables.qps.get_mut(&qpn).expect("listed");
-            e.absorb_posts();
-            if !matches!(e.qp.state(), QpState::Err | QpState::Reset) {
-                let _ = e.modify(
-                    &QpAttr {
-                        qp_state: QpState::Err,
-                        ..QpAttr::default()
-                    },
-                    AttrMask::STATE,
-                );
-            }
+            c.tables.qps.get_mut(&qpn).expect("listed").flush_to_error();
             c.touched.push(qpn);
         }
         c.remove_eps(now);

@@ -40,7 +40,10 @@ impl Nic {
         // through the post queue and the next progress call or a wake-up of
         // the engine thread. When another thread is running the engine, the
         // queue: that step serves the post.
-        let Err(wr) = self.post_direct(qp, wr, Core::post_send_direct) else {
+        let Err(wr) = self.post_direct(qp, wr, |e, wr| {
+            e.take_send(wr);
+            true
+        }) else {
             return Ok(());
         };
         if qp.sq_in.push(wr).is_err() {
@@ -51,10 +54,12 @@ impl Nic {
         Ok(())
     }
 
-    /// Hands a post to the protocol at once if the engine is free (a send
-    /// is transmitted in the same call); gives it back otherwise (another
-    /// thread runs the engine, or the QP is gone from the tables), for the
-    /// post queue.
+    /// Hands a post to the protocol at once if the engine is free; gives it
+    /// back otherwise (another thread runs the engine, or the QP is gone
+    /// from the tables), for the post queue. `take` gives it to the QP —
+    /// after what is still queued for the QP, so the order holds — and says
+    /// whether the QP has something for a step now: then the step runs in
+    /// this call (a send is transmitted before it returns).
     ///
     /// With an engine thread, a post made here may arm a timer (a send's
     /// ACK timeout) that the sleeping thread does not know of: it sleeps
@@ -67,14 +72,20 @@ impl Nic {
         &self,
         qp: &QpShared,
         wr: W,
-        take: impl FnOnce(&mut Core, &Shared, Instant, u32, W) -> Result<(), W>,
+        take: impl FnOnce(&mut QpEntry, W) -> bool,
     ) -> Result<(), W> {
         let Ok(mut c) = self.shared.core.try_lock() else {
             return Err(wr);
         };
         let _nic = self.shared.span.enter();
         let now = self.now();
-        take(&mut c, &self.shared, now, qp.qpn, wr)?;
+        let Some(e) = c.entry_in_order(qp.qpn) else {
+            return Err(wr);
+        };
+        if take(e, wr) {
+            c.touched.push(qp.qpn);
+            c.drive_posts(&self.shared, now);
+        }
         if self.shared.mode == Progress::Thread {
             if let Some(d) = c.next_deadline() {
                 let wake = self.shared.worker_wake_ns.load(Ordering::Relaxed);
@@ -102,7 +113,11 @@ impl Nic {
             qp.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
             return Err(PostError::QueueFull(qp.max_recv_wr).into());
         }
-        let Err(wr) = self.post_direct(qp, wr, Core::post_recv_direct) else {
+        // On a QP in ERR the receive is flushed at once: a step delivers it.
+        let Err(wr) = self.post_direct(qp, wr, |e, wr| {
+            e.take_recv(wr);
+            e.qp.state() == QpState::Err
+        }) else {
             return Ok(());
         };
         if qp.rq_in.push(wr).is_err() {
@@ -164,43 +179,6 @@ impl Core {
             e.absorb_posts();
         }
         Some(e)
-    }
-
-    /// A send request handed to the protocol directly, and sent.
-    pub(super) fn post_send_direct(
-        &mut self,
-        shared: &Shared,
-        now: Instant,
-        qpn: u32,
-        wr: SendWr,
-    ) -> Result<(), SendWr> {
-        let Some(e) = self.entry_in_order(qpn) else {
-            return Err(wr);
-        };
-        e.take_send(wr);
-        self.touched.push(qpn);
-        self.drive_posts(shared, now);
-        Ok(())
-    }
-
-    /// A receive handed to the protocol directly. It sends nothing; on a QP
-    /// in ERR it is flushed at once, which a step delivers.
-    pub(super) fn post_recv_direct(
-        &mut self,
-        shared: &Shared,
-        now: Instant,
-        qpn: u32,
-        wr: RecvWr,
-    ) -> Result<(), RecvWr> {
-        let Some(e) = self.entry_in_order(qpn) else {
-            return Err(wr);
-        };
-        e.take_recv(wr);
-        if e.qp.state() == QpState::Err {
-            self.touched.push(qpn);
-            self.finish_step(shared, now);
-        }
-        Ok(())
     }
 
     /// Takes posted work into the protocol and sends what it produced; true

@@ -10,6 +10,7 @@
 //! touches.
 
 use crate::cq::CompletionQueue;
+use crate::error::EngineError;
 use crate::keys::KeyGen;
 use crate::mr::MemTable;
 use crossbeam_queue::ArrayQueue;
@@ -64,6 +65,60 @@ impl Tables {
         let id = self.next_id;
         self.next_id += 1;
         id
+    }
+
+    /// Fails unless protection domain `pd` exists.
+    pub(crate) fn check_pd(&self, pd: u32) -> Result<(), EngineError> {
+        match self.pds.contains_key(&pd) {
+            true => Ok(()),
+            false => Err(EngineError::NotFound { what: "PD", id: pd }),
+        }
+    }
+
+    /// Fails unless shared receive queue `id` exists.
+    pub(crate) fn check_srq(&self, id: u32) -> Result<(), EngineError> {
+        match self.srqs.contains_key(&id) {
+            true => Ok(()),
+            false => Err(EngineError::NotFound { what: "SRQ", id }),
+        }
+    }
+
+    /// Completion queue `id`.
+    pub(crate) fn cq(&self, id: u32) -> Result<&Arc<CompletionQueue>, EngineError> {
+        self.cqs
+            .get(&id)
+            .ok_or(EngineError::NotFound { what: "CQ", id })
+    }
+
+    /// Queue pair `qpn`.
+    pub(crate) fn qp(&self, qpn: u32) -> Result<&QpEntry, EngineError> {
+        let not_found = EngineError::NotFound {
+            what: "QP",
+            id: qpn,
+        };
+        self.qps.get(&qpn).ok_or(not_found)
+    }
+
+    /// Queue pair `qpn`, to change.
+    pub(crate) fn qp_mut(&mut self, qpn: u32) -> Result<&mut QpEntry, EngineError> {
+        let not_found = EngineError::NotFound {
+            what: "QP",
+            id: qpn,
+        };
+        self.qps.get_mut(&qpn).ok_or(not_found)
+    }
+
+    /// Fails with [`EngineError::Busy`]`(why)` while a queue pair `uses`
+    /// the object being destroyed.
+    pub(crate) fn refuse_if_used(
+        &self,
+        uses: impl Fn(&QpEntry) -> bool,
+        why: &'static str,
+    ) -> Result<(), EngineError> {
+        match self.qps.values().any(uses) {
+            true => Err(EngineError::Busy(why)),
+            false => Ok(()),
+        }
     }
 }
 
@@ -286,6 +341,22 @@ impl QpEntry {
         }
         self.shared.state.store(state_to_u8(to), Ordering::Release);
         Ok(())
+    }
+
+    /// Moves the QP to ERR, which flushes every outstanding work request —
+    /// posts still in its queues first, so that they are flushed too. A QP
+    /// in RESET stays there (nothing is outstanding, and RESET → ERR is not
+    /// a transition); one in ERR already is left alone.
+    pub(super) fn flush_to_error(&mut self) {
+        self.absorb_posts();
+        if !matches!(self.qp.state(), QpState::Err | QpState::Reset) {
+            let to_err = QpAttr {
+                qp_state: QpState::Err,
+                ..QpAttr::default()
+            };
+            // Legal from every other state.
+            let _ = self.modify(&to_err, AttrMask::STATE);
+        }
     }
 
     /// Moves WRs the application posted into the protocol state machine.

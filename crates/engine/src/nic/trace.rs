@@ -8,7 +8,7 @@
 //! their number, MADs with their CM message name and transaction ID.
 
 use super::tables::QpEntry;
-use ndverbs_proto::rc::{WcStatus, WorkCompletion};
+use ndverbs_proto::rc::{Counters, WcStatus, WorkCompletion};
 use std::net::IpAddr;
 
 impl QpEntry {
@@ -22,39 +22,36 @@ impl QpEntry {
             return;
         }
         let qp = self.qp.qpn();
-        let d = |a: u64, b: u64| b.wrapping_sub(a);
-        let n = d(old.completer_retry_err, new.completer_retry_err);
-        if n > 0 {
-            tracing::debug!(qp, retries = n, "retransmitting (timeout or sequence NAK)");
-        }
-        let n = d(old.rcvd_rnr_err, new.rcvd_rnr_err);
-        if n > 0 {
-            tracing::debug!(
-                qp,
-                naks = n,
-                "RNR NAK received: the peer had no receive posted"
-            );
-        }
-        let n = d(old.send_rnr_err, new.send_rnr_err);
-        if n > 0 {
-            tracing::debug!(qp, naks = n, "RNR NAK sent: no receive posted");
-        }
-        let n = d(old.rcvd_seq_err, new.rcvd_seq_err);
-        if n > 0 {
-            tracing::debug!(qp, naks = n, "sequence NAK received");
-        }
-        let n = d(old.out_of_seq_request, new.out_of_seq_request);
-        if n > 0 {
-            tracing::debug!(qp, naks = n, "sequence NAK sent: PSN gap");
-        }
-        let n = d(old.duplicate_request, new.duplicate_request);
-        if n > 0 {
-            tracing::debug!(qp, requests = n, "duplicate requests answered");
+        // One `debug` event per counter that moved, with how much.
+        let since = |count: fn(&Counters) -> u64| count(new).wrapping_sub(count(old));
+        for (n, what) in [
+            (
+                since(|c| c.completer_retry_err),
+                "retransmitting (timeout or sequence NAK)",
+            ),
+            (
+                since(|c| c.rcvd_rnr_err),
+                "RNR NAK received: the peer had no receive posted",
+            ),
+            (since(|c| c.send_rnr_err), "RNR NAK sent: no receive posted"),
+            (since(|c| c.rcvd_seq_err), "sequence NAK received"),
+            (
+                since(|c| c.out_of_seq_request),
+                "sequence NAK sent: PSN gap",
+            ),
+            (
+                since(|c| c.duplicate_request),
+                "duplicate requests answered",
+            ),
+        ] {
+            if n > 0 {
+                tracing::debug!(qp, count = n, "{what}");
+            }
         }
         if old.drops != new.drops && tracing::enabled!(tracing::Level::TRACE) {
             for ((cause, a), (_, b)) in old.drops.pairs().into_iter().zip(new.drops.pairs()) {
                 if b != a {
-                    tracing::trace!(qp, cause, packets = d(a, b), "packets dropped");
+                    tracing::trace!(qp, cause, packets = b.wrapping_sub(a), "packets dropped");
                 }
             }
         }

@@ -3,7 +3,7 @@
 //!
 //! **Batching.** `drain_qp` takes every packet a queue pair has for its peer
 //! and hands them to the link in runs of equal-size packets, up to
-//! [`MAX_RUNS`](crate::link::MAX_RUNS) runs per call (one `sendmmsg` on a
+//! [`Runs::MAX`](crate::link::Runs::MAX) runs per call (one `sendmmsg` on a
 //! UDP socket); payloads of registered memory are sent from where they are
 //! (zero-copy), only headers are written to the transmit buffer (see
 //! `batch.rs`). This is the only send path of queue pairs, whatever wraps

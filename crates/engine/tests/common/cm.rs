@@ -5,29 +5,15 @@
 
 use super::Side;
 use ndverbs_engine::ep::{AcceptArgs, ConnectArgs, ConnectInfo, EpError, EpPending, RequestInfo};
-use ndverbs_proto::rc::PathMtu;
-use std::net::IpAddr;
 use std::time::Duration;
 
 /// How long one CM request may take.
 pub const CM_LIMIT: Duration = Duration::from_secs(30);
 
-/// A connect to `remote:port` from rdma_cm port 40000: 4 READ/atomics each
-/// way, 7 retries of each kind, path MTU 1024, no private data. Change
-/// fields with struct update syntax.
-pub fn connect_args(remote: IpAddr, port: u16) -> ConnectArgs {
-    ConnectArgs {
-        remote,
-        remote_port: port,
-        local_port: 40000,
-        responder_resources: 4,
-        initiator_depth: 4,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        path_mtu: PathMtu::Mtu1024,
-        private_data: Vec::new(),
-    }
-}
+/// A connect to `remote:port` (the test kit's, the same for engine and
+/// verbs tests: rdma_cm port 40001, 4 READ/atomics each way, 7 retries of
+/// each kind, path MTU 1024, no private data).
+pub use ndverbs_testkit::verbs::connect_args;
 
 /// An accept matching [`connect_args`]: 4 READ/atomics each way, RNR
 /// retries forever, no private data.

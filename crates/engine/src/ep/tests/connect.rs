@@ -7,71 +7,63 @@ use ndverbs_wire::cm::rej_reason;
 
 #[test]
 fn connect_rep_complete_connect_rtu() {
-    let mut p = Pair::new();
-    let (_, eb, get) = p.listen();
-    let (qa, qb) = (p.a.qp(), p.b.qp());
-    let ea = p.a.create();
-    let connect = p.a.connect(ea, qa, p.b.ip()).unwrap();
+    let (mut p, c, connect) = Pair::connecting();
     // Connect checks the QP and sends the REQ; the QP stays in INIT.
-    assert_eq!(p.a.ops_on(qa), [Op::CheckInit]);
-    assert_eq!(p.a.state_name(ea), "Connecting");
+    assert_eq!(p.a.ops_on(c.qa), [Op::CheckInit]);
+    assert_eq!(p.a.state_name(c.ea), "Connecting");
     p.pump();
-    let req = p.b.request_result(get).unwrap().unwrap();
+    let req = p.b.request_result(c.get).unwrap().unwrap();
     assert_eq!(
         (req.peer, req.peer_port, req.local),
         (p.a.ip(), 40000, p.b.ip())
     );
     assert!(req.private_data.starts_with(b"from a"));
     assert_eq!(req.peer_read_limits, (4, 2));
-    assert_eq!(p.b.state_name(eb), "RequestReceived");
+    assert_eq!(p.b.state_name(c.eb), "RequestReceived");
     assert!(p.a.pending(connect), "the Connect waits for the REP");
 
     // Accept: QP phase (INIT check, RTS) before the REP goes out.
-    let accept = p.b.accept(eb, qb).unwrap();
-    assert_eq!(p.b.ops_on(qb), [Op::CheckInit, Op::ToRts]);
-    assert_eq!(p.b.qps[&qb], QpState::Rts);
-    assert_eq!(p.b.state_name(eb), "Accepting");
+    let accept = p.b.accept(c.eb, c.qb).unwrap();
+    assert_eq!(p.b.ops_on(c.qb), [Op::CheckInit, Op::ToRts]);
+    assert_eq!(p.b.qps[&c.qb], QpState::Rts);
+    assert_eq!(p.b.state_name(c.eb), "Accepting");
     p.pump();
     let info = p.a.connect_result(connect).unwrap().unwrap();
     assert!(info.private_data.starts_with(b"from b"));
     assert_eq!(info.read_limits, (4, 2));
     assert_eq!(
-        p.a.qps[&qa],
+        p.a.qps[&c.qa],
         QpState::Init,
         "untouched until CompleteConnect"
     );
-    assert_eq!(p.a.state_name(ea), "RepReceived");
+    assert_eq!(p.a.state_name(c.ea), "RepReceived");
     assert!(p.b.pending(accept), "the Accept waits for the RTU");
 
     // CompleteConnect: QP to RTS, then the RTU; the Accept completes on it.
-    let complete = p.a.complete_connect(ea, qa).unwrap();
-    assert_eq!(p.a.ops_on(qa), [Op::CheckInit, Op::ToRts]);
+    let complete = p.a.complete_connect(c.ea, c.qa).unwrap();
+    assert_eq!(p.a.ops_on(c.qa), [Op::CheckInit, Op::ToRts]);
     p.pump();
     assert_eq!(p.a.result(complete), Some(Ok(())));
     assert_eq!(p.b.result(accept), Some(Ok(())));
-    assert_eq!(p.a.state_name(ea), "Connected");
-    assert_eq!(p.b.state_name(eb), "Connected");
+    assert_eq!(p.a.state_name(c.ea), "Connected");
+    assert_eq!(p.b.state_name(c.eb), "Connected");
     assert_eq!(
         (p.sent(Who::A), p.sent(Who::B)),
         (vec![REQ, RTU], vec![REP])
     );
     // What B's endpoint reports: the limits clamped to A's offer.
-    let info = p.b.eps.info(&p.b.cm, eb).unwrap();
+    let info = p.b.eps.info(&p.b.cm, c.eb).unwrap();
     assert_eq!((info.peer, info.read_limits), (Some(p.a.ip()), (2, 4)));
     assert!(info.comm_ids.is_some() && !info.listening && !info.dreq_received);
 }
 
 #[test]
 fn complete_connect_queued_behind_connect_runs_on_the_rep() {
-    let mut p = Pair::new();
-    let (_, eb, _) = p.listen();
-    let (qa, qb) = (p.a.qp(), p.b.qp());
-    let ea = p.a.create();
-    let connect = p.a.connect(ea, qa, p.b.ip()).unwrap();
-    let complete = p.a.complete_connect(ea, qa).unwrap();
+    let (mut p, c, connect) = Pair::connecting();
+    let complete = p.a.complete_connect(c.ea, c.qa).unwrap();
     assert!(p.a.pending(complete));
     p.pump();
-    let accept = p.b.accept(eb, qb).unwrap();
+    let accept = p.b.accept(c.eb, c.qb).unwrap();
     p.pump();
     assert!(p.a.connect_result(connect).unwrap().is_ok());
     assert_eq!(p.a.result(complete), Some(Ok(())));
@@ -81,14 +73,13 @@ fn complete_connect_queued_behind_connect_runs_on_the_rep() {
 #[test]
 fn connect_to_a_port_nobody_listens_on_is_rejected() {
     let mut p = Pair::new();
-    let qa = p.a.qp();
-    let ea = p.a.create();
-    let connect = p.a.connect(ea, qa, p.b.ip()).unwrap();
+    let to = p.b.ip();
+    let (ea, qa, connect) = p.a.connect_new(cargs(to));
     p.pump();
-    match p.a.connect_result(connect).unwrap() {
-        Err(EpError::Rejected { reason, .. }) => assert_eq!(reason, rej_reason::INVALID_SERVICE_ID),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(
+        rejected(p.a.connect_result(connect)).0,
+        rej_reason::INVALID_SERVICE_ID
+    );
     assert_eq!(p.a.state_name(ea), "Closed");
     assert_eq!(
         p.a.qps[&qa],
@@ -97,43 +88,26 @@ fn connect_to_a_port_nobody_listens_on_is_rejected() {
     );
     // The same endpoint and QP may connect again (ND clients retry).
     let (_, _, get) = p.listen();
-    p.a.connect(ea, qa, p.b.ip()).unwrap();
-    p.pump();
-    assert!(p.b.request_result(get).unwrap().is_ok());
+    p.connect_again(ea, qa, get);
 }
 
 #[test]
 fn passive_reject_fails_the_connect() {
-    let mut p = Pair::new();
-    let (_, eb, _) = p.listen();
-    let qa = p.a.qp();
-    let ea = p.a.create();
-    let connect = p.a.connect(ea, qa, p.b.ip()).unwrap();
+    let (mut p, c, connect) = Pair::requested();
+    p.b.reject(c.eb, b"not now").unwrap();
     p.pump();
-    p.b.reject(eb, b"not now").unwrap();
-    p.pump();
-    match p.a.connect_result(connect).unwrap() {
-        Err(EpError::Rejected {
-            reason,
-            private_data,
-        }) => {
-            assert_eq!(reason, rej_reason::CONSUMER_DEFINED);
-            assert!(private_data.starts_with(b"not now"));
-        }
-        other => panic!("{other:?}"),
-    }
-    assert_eq!(
-        (p.a.state_name(ea), p.b.state_name(eb)),
-        ("Closed".into(), "Closed".into())
-    );
-    assert_eq!(p.a.qps[&qa], QpState::Init);
+    let (reason, private_data) = rejected(p.a.connect_result(connect));
+    assert_eq!(reason, rej_reason::CONSUMER_DEFINED);
+    assert!(private_data.starts_with(b"not now"));
+    assert_eq!(p.states(&c), ["Closed", "Closed"]);
+    assert_eq!(p.a.qps[&c.qa], QpState::Init);
     assert_eq!(p.sent(Who::B), [REJ]);
     // The REJ's private data is what the endpoint reports.
-    let info = p.a.eps.info(&p.a.cm, ea).unwrap();
+    let info = p.a.eps.info(&p.a.cm, c.ea).unwrap();
     assert!(info.private_data.starts_with(b"not now"));
     // Rejecting again: the CM refuses (nothing left to reject).
     assert_eq!(
-        p.b.reject(eb, b""),
+        p.b.reject(c.eb, b""),
         Err(Refused::InvalidArgument(
             "not allowed in the connection's state"
         ))
@@ -142,57 +116,38 @@ fn passive_reject_fails_the_connect() {
 
 #[test]
 fn active_reject_after_the_rep_fails_the_accept() {
-    let mut p = Pair::new();
-    let (_, eb, _) = p.listen();
-    let (qa, qb) = (p.a.qp(), p.b.qp());
-    let ea = p.a.create();
-    let connect = p.a.connect(ea, qa, p.b.ip()).unwrap();
+    let (mut p, c, accept) = Pair::accepted();
+    p.a.reject(c.ea, b"limits").unwrap();
     p.pump();
-    let accept = p.b.accept(eb, qb).unwrap();
-    p.pump();
-    assert!(p.a.connect_result(connect).unwrap().is_ok());
-    p.a.reject(ea, b"limits").unwrap();
-    p.pump();
-    match p.b.result(accept).unwrap() {
-        Err(EpError::Rejected { reason, .. }) => assert_eq!(reason, rej_reason::CONSUMER_DEFINED),
-        other => panic!("{other:?}"),
-    }
-    assert_eq!(
-        (p.a.state_name(ea), p.b.state_name(eb)),
-        ("Closed".into(), "Closed".into())
-    );
+    assert_eq!(rejected(p.b.result(accept)).0, rej_reason::CONSUMER_DEFINED);
+    assert_eq!(p.states(&c), ["Closed", "Closed"]);
     // B's QP went to RTS before its REP and stays there; A's never moved.
-    assert_eq!((p.a.qps[&qa], p.b.qps[&qb]), (QpState::Init, QpState::Rts));
+    assert_eq!(
+        (p.a.qps[&c.qa], p.b.qps[&c.qb]),
+        (QpState::Init, QpState::Rts)
+    );
     // Pinned: a CompleteConnect after the Reject still moves the
     // QP (the REP's attributes are kept), then the CM refuses the RTU.
-    let complete = p.a.complete_connect(ea, qa).unwrap();
+    let complete = p.a.complete_connect(c.ea, c.qa).unwrap();
     assert!(matches!(
         p.a.result(complete),
         Some(Err(EpError::Cm(CmError::InvalidState(_))))
     ));
-    assert_eq!(p.a.qps[&qa], QpState::Rts);
+    assert_eq!(p.a.qps[&c.qa], QpState::Rts);
 }
 
 #[test]
 fn accept_and_connect_time_out_when_the_rep_is_lost() {
-    let mut p = Pair::new();
-    let (_, eb, _) = p.listen();
-    let (qa, qb) = (p.a.qp(), p.b.qp());
-    let ea = p.a.create();
+    let (mut p, c, connect) = Pair::requested();
     p.drop.push((Who::B, REP));
-    let connect = p.a.connect(ea, qa, p.b.ip()).unwrap();
-    p.pump();
-    let accept = p.b.accept(eb, qb).unwrap();
+    let accept = p.b.accept(c.eb, c.qb).unwrap();
     p.advance(LONG);
     assert_eq!(p.b.result(accept), Some(Err(EpError::Timeout)));
     // B's MRA for A's last REQ stretched A's wait (rdma_cm: ~67 s).
     assert_eq!(p.sent(Who::B).last(), Some(&MRA));
     p.advance(Duration::from_secs(120));
     assert_eq!(p.a.connect_result(connect), Some(Err(EpError::Timeout)));
-    assert_eq!(
-        (p.a.state_name(ea), p.b.state_name(eb)),
-        ("Closed".into(), "Closed".into())
-    );
+    assert_eq!(p.states(&c), ["Closed", "Closed"]);
 }
 
 #[test]
@@ -290,35 +245,25 @@ fn calls_refused_at_once() {
 #[test]
 fn qp_gone_between_phases_is_a_status() {
     // Accept: the QP is released between the INIT check and RTS: no REP.
-    let mut p = Pair::new();
-    let (_, eb, _) = p.listen();
-    let (qa, qb) = (p.a.qp(), p.b.qp());
-    let ea = p.a.create();
-    let connect = p.a.connect(ea, qa, p.b.ip()).unwrap();
-    p.pump();
-    p.b.vanish = Some((qb, Op::ToRts));
-    let accept = p.b.accept(eb, qb).unwrap();
-    assert_eq!(p.b.result(accept), Some(Err(EpError::NoQp(qb))));
-    p.pump();
-    assert!(!p.sent(Who::B).contains(&REP));
-    assert_eq!(p.b.state_name(eb), "RequestReceived");
+    let (mut p, c, connect) = Pair::requested();
+    p.b.vanish = Some((c.qb, Op::ToRts));
+    let accept = p.b.accept(c.eb, c.qb).unwrap();
+    p.lost_its_qp(Who::B, accept, c.qb, REP);
+    assert_eq!(p.b.state_name(c.eb), "RequestReceived");
 
     // CompleteConnect: the QP is gone at RTS: no RTU.
     let qb2 = p.b.qp();
-    p.b.accept(eb, qb2).unwrap();
+    p.b.accept(c.eb, qb2).unwrap();
     p.pump();
     assert!(p.a.connect_result(connect).unwrap().is_ok());
-    p.a.vanish = Some((qa, Op::ToRts));
-    let complete = p.a.complete_connect(ea, qa).unwrap();
-    assert_eq!(p.a.result(complete), Some(Err(EpError::NoQp(qa))));
-    p.pump();
-    assert!(!p.sent(Who::A).contains(&RTU));
-    assert_eq!(p.a.state_name(ea), "RepReceived");
+    p.a.vanish = Some((c.qa, Op::ToRts));
+    let complete = p.a.complete_connect(c.ea, c.qa).unwrap();
+    p.lost_its_qp(Who::A, complete, c.qa, RTU);
+    assert_eq!(p.a.state_name(c.ea), "RepReceived");
 
     // Connect: the QP is gone at the INIT check: no REQ.
     let mut p = Pair::new();
-    let qa = p.a.qp();
-    let ea = p.a.create();
+    let (qa, ea) = (p.a.qp(), p.a.create());
     p.a.vanish = Some((qa, Op::CheckInit));
     let connect = p.a.connect(ea, qa, p.b.ip()).unwrap();
     assert_eq!(p.a.connect_result(connect), Some(Err(EpError::NoQp(qa))));
@@ -335,33 +280,31 @@ fn listener_backlog_rejects_the_excess_and_requests_go_out_in_order() {
     // Three REQs, nobody asking: two wait, the third is rejected.
     let mut connects = Vec::new();
     for pd in [b"one", b"two", b"thr"] {
-        let (q, e) = (p.a.qp(), p.a.create());
-        let mut args = cargs(to);
-        args.private_data = pd.to_vec();
-        connects.push(p.a.connect_with(e, q, args).unwrap());
+        let args = ConnectArgs {
+            private_data: pd.to_vec(),
+            ..cargs(to)
+        };
+        connects.push(p.a.connect_new(args).2);
         p.pump();
     }
-    match p.a.connect_result(connects[2]) {
-        Some(Err(EpError::Rejected { reason, .. })) => {
-            assert_eq!(reason, rej_reason::CONSUMER_DEFINED)
-        }
-        other => panic!("{other:?}"),
-    }
+    let reason = rejected(p.a.connect_result(connects[2])).0;
+    assert_eq!(reason, rej_reason::CONSUMER_DEFINED);
     assert!(p.a.pending(connects[0]) && p.a.pending(connects[1]));
     // GetConnectionRequests take them oldest first; a third one waits.
     let (e1, e2, e3) = (p.b.create(), p.b.create(), p.b.create());
     let g1 = p.b.get_request(l, e1).unwrap();
     let g2 = p.b.get_request(l, e2).unwrap();
     let g3 = p.b.get_request(l, e3).unwrap();
-    let pd = |g| p.b.request_result(g).unwrap().unwrap().private_data[..3].to_vec();
-    assert_eq!((pd(g1), pd(g2)), (b"one".to_vec(), b"two".to_vec()));
+    assert_eq!(
+        (p.b.request_data(g1), p.b.request_data(g2)),
+        (b"one".to_vec(), b"two".to_vec())
+    );
     assert!(p.b.pending(g3));
     // A destroyed waiter passes the next request on to the one behind it.
     let e4 = p.b.create();
     let g4 = p.b.get_request(l, e4).unwrap();
     p.b.destroy(e3).unwrap();
-    let (q, e) = (p.a.qp(), p.a.create());
-    p.a.connect(e, q, to).unwrap();
+    p.a.connect_new(cargs(to));
     p.pump();
     assert_eq!(p.b.request_result(g3), Some(Err(EpError::Canceled)));
     assert!(p.b.request_result(g4).unwrap().is_ok());
@@ -378,14 +321,17 @@ fn waiting_get_requests_are_served_in_the_order_they_were_made() {
     let g2 = p.b.get_request(l, e2).unwrap();
     let to = p.b.ip();
     for pd in [b"one", b"two"] {
-        let (q, e) = (p.a.qp(), p.a.create());
-        let mut args = cargs(to);
-        args.private_data = pd.to_vec();
-        p.a.connect_with(e, q, args).unwrap();
+        let args = ConnectArgs {
+            private_data: pd.to_vec(),
+            ..cargs(to)
+        };
+        p.a.connect_new(args);
         p.pump();
     }
-    let pd = |g| p.b.request_result(g).unwrap().unwrap().private_data[..3].to_vec();
-    assert_eq!((pd(g1), pd(g2)), (b"one".to_vec(), b"two".to_vec()));
+    assert_eq!(
+        (p.b.request_data(g1), p.b.request_data(g2)),
+        (b"one".to_vec(), b"two".to_vec())
+    );
     assert_eq!(
         (p.b.state_name(e1), p.b.state_name(e2)),
         ("RequestReceived".into(), "RequestReceived".into())

@@ -35,10 +35,7 @@ fn dreq_then_drep_each_side_flushing_only_on_its_own_disconnect() {
     assert_eq!(p.a.qps[&c.qa], QpState::Err);
     assert!(p.a.reserved.contains(&c.qa));
     assert_eq!((p.sent(Who::A), p.sent(Who::B)), (vec![DREQ], vec![DREP]));
-    assert_eq!(
-        (p.a.state_name(c.ea), p.b.state_name(c.eb)),
-        ("Closed".into(), "Closed".into())
-    );
+    assert_eq!(p.states(&c), ["Closed", "Closed"]);
     // Over: a second Disconnect is refused; the QPNs come back after time-wait.
     assert_eq!(p.a.disconnect(c.ea, c.qa), Err(Refused::NotConnected));
     p.advance(LONG);
@@ -127,8 +124,8 @@ fn notify_disconnect_outcomes() {
     // During a Connect that is rejected: Aborted; afterwards: success at
     // once (departs from D5: never connected).
     let mut p = Pair::new();
-    let (qa, ea) = (p.a.qp(), p.a.create());
-    p.a.connect(ea, qa, p.b.ip()).unwrap();
+    let to = p.b.ip();
+    let (ea, _, _) = p.a.connect_new(cargs(to));
     let during = p.a.notify(ea).unwrap();
     p.pump();
     assert_eq!(p.a.result(during), Some(Err(EpError::Aborted)));
@@ -137,9 +134,9 @@ fn notify_disconnect_outcomes() {
 
     // During a Connect that times out: Aborted.
     let mut p = Pair::new();
-    let (qa, ea) = (p.a.qp(), p.a.create());
     p.drop.push((Who::A, REQ));
-    p.a.connect(ea, qa, p.b.ip()).unwrap();
+    let to = p.b.ip();
+    let (ea, _, _) = p.a.connect_new(cargs(to));
     let during = p.a.notify(ea).unwrap();
     p.advance(LONG);
     assert_eq!(p.a.result(during), Some(Err(EpError::Aborted)));
@@ -160,21 +157,17 @@ fn disconnect_refusals() {
 fn disconnect_before_complete_connect_flushes_and_sends_nothing() {
     // Departs from D11 (never connected: CONNECTION_INVALID), and leaves the
     // peer waiting.
-    let mut p = Pair::new();
-    let (_, eb, _) = p.listen();
-    let (qa, qb) = (p.a.qp(), p.b.qp());
-    let ea = p.a.create();
-    let connect = p.a.connect(ea, qa, p.b.ip()).unwrap();
+    let (mut p, c, connect) = Pair::connecting();
     // Queued behind the pending Connect: it runs when the REP arrives.
-    let d = p.a.disconnect(ea, qa).unwrap();
+    let d = p.a.disconnect(c.ea, c.qa).unwrap();
     p.pump();
-    let accept = p.b.accept(eb, qb).unwrap();
+    let accept = p.b.accept(c.eb, c.qb).unwrap();
     p.pump();
     assert!(p.a.connect_result(connect).unwrap().is_ok());
     assert_eq!(p.a.result(d), Some(Ok(())));
-    assert_eq!(p.a.qps[&qa], QpState::Err);
-    assert!(p.a.reserved.contains(&qa));
-    assert_eq!(p.a.state_name(ea), "Closed");
+    assert_eq!(p.a.qps[&c.qa], QpState::Err);
+    assert!(p.a.reserved.contains(&c.qa));
+    assert_eq!(p.a.state_name(c.ea), "Closed");
     // Nothing told B: its Accept waits, held by A's MRAs.
     p.advance(LONG);
     assert!(!p.sent(Who::A).contains(&DREQ) && !p.sent(Who::A).contains(&REJ));
@@ -185,26 +178,16 @@ fn disconnect_before_complete_connect_flushes_and_sends_nothing() {
 #[test]
 fn a_rej_that_ends_an_established_connection_leaves_disconnect_refused() {
     // Departs from D2: the Disconnect should complete and flush the QP.
-    let mut p = Pair::new();
-    let (_, eb, _) = p.listen();
-    let (qa, qb) = (p.a.qp(), p.b.qp());
-    let ea = p.a.create();
-    p.a.connect(ea, qa, p.b.ip()).unwrap();
-    p.pump();
-    let accept = p.b.accept(eb, qb).unwrap();
-    p.pump();
-    p.drop.push((Who::A, RTU));
-    p.a.complete_connect(ea, qa).unwrap();
-    p.pump();
-    let na = p.a.notify(ea).unwrap();
+    let (mut p, c, accept) = Pair::rtu_lost();
+    let na = p.a.notify(c.ea).unwrap();
     // B, still waiting for the RTU, rejects: A's connection ends by REJ.
-    p.b.reject(eb, b"").unwrap();
+    p.b.reject(c.eb, b"").unwrap();
     assert_eq!(p.b.result(accept), Some(Err(EpError::Canceled)));
     p.pump();
-    assert_eq!(p.a.state_name(ea), "Closed");
+    assert_eq!(p.a.state_name(c.ea), "Closed");
     assert_eq!(p.a.result(na), Some(Err(EpError::Aborted)));
-    assert_eq!(p.a.disconnect(ea, qa), Err(Refused::NotConnected));
-    assert_eq!(p.a.qps[&qa], QpState::Rts, "nothing flushes A's QP");
+    assert_eq!(p.a.disconnect(c.ea, c.qa), Err(Refused::NotConnected));
+    assert_eq!(p.a.qps[&c.qa], QpState::Rts, "nothing flushes A's QP");
 }
 
 #[test]
@@ -226,26 +209,15 @@ fn reject_on_an_established_connection_is_refused_yet_ends_it() {
 
 #[test]
 fn accept_completes_on_a_dreq_that_overtakes_the_rtu() {
-    let mut p = Pair::new();
-    let (_, eb, _) = p.listen();
-    let (qa, qb) = (p.a.qp(), p.b.qp());
-    let ea = p.a.create();
-    p.a.connect(ea, qa, p.b.ip()).unwrap();
-    p.pump();
-    let accept = p.b.accept(eb, qb).unwrap();
-    p.pump();
-    p.drop.push((Who::A, RTU));
-    p.a.complete_connect(ea, qa).unwrap();
-    p.pump();
-    assert!(p.b.pending(accept));
-    let da = p.a.disconnect(ea, qa).unwrap();
+    let (mut p, c, accept) = Pair::rtu_lost();
+    let da = p.a.disconnect(c.ea, c.qa).unwrap();
     p.pump();
     assert_eq!(p.b.result(accept), Some(Ok(())));
-    assert_eq!(p.b.state_name(eb), "PeerDisconnected");
-    assert_eq!(p.b.qps[&qb], QpState::Rts);
-    let nb = p.b.notify(eb).unwrap();
+    assert_eq!(p.b.state_name(c.eb), "PeerDisconnected");
+    assert_eq!(p.b.qps[&c.qb], QpState::Rts);
+    let nb = p.b.notify(c.eb).unwrap();
     assert_eq!(p.b.result(nb), Some(Ok(())));
-    p.b.disconnect(eb, qb).unwrap();
+    p.b.disconnect(c.eb, c.qb).unwrap();
     p.pump();
     assert_eq!(p.a.result(da), Some(Ok(())));
 }

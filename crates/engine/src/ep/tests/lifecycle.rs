@@ -7,48 +7,33 @@ use ndverbs_wire::cm::rej_reason;
 
 #[test]
 fn cancel_abandons_a_pending_connect_and_rejects_the_peer() {
-    let mut p = Pair::new();
-    let (l, eb, get) = p.listen();
-    let (qa, ea) = (p.a.qp(), p.a.create());
-    let connect = p.a.connect(ea, qa, p.b.ip()).unwrap();
-    p.pump();
-    assert!(p.b.request_result(get).unwrap().is_ok());
-    p.a.cancel(ea).unwrap();
+    let (mut p, c, connect) = Pair::requested();
+    p.a.cancel(c.ea).unwrap();
     assert_eq!(p.a.connect_result(connect), Some(Err(EpError::Canceled)));
-    assert_eq!(p.a.state_name(ea), "Idle");
+    assert_eq!(p.a.state_name(c.ea), "Idle");
     p.pump();
     assert_eq!(p.sent(Who::A), [REQ, REJ]);
-    assert_eq!(p.b.state_name(eb), "Closed");
-    assert_eq!(p.a.qps[&qa], QpState::Init);
+    assert_eq!(p.b.state_name(c.eb), "Closed");
+    assert_eq!(p.a.qps[&c.qa], QpState::Init);
     // Idle again: the endpoint may connect anew.
     let waiting = p.b.create();
-    let get = p.b.get_request(l, waiting).unwrap();
-    p.a.connect(ea, qa, p.b.ip()).unwrap();
-    p.pump();
-    assert!(p.b.request_result(get).unwrap().is_ok());
+    let get = p.b.get_request(c.listener, waiting).unwrap();
+    p.connect_again(c.ea, c.qa, get);
 }
 
 #[test]
 fn cancel_abandons_a_pending_accept_and_rejects_the_peer() {
-    let mut p = Pair::new();
-    let (_, eb, _) = p.listen();
-    let (qa, qb) = (p.a.qp(), p.b.qp());
-    let ea = p.a.create();
-    let connect = p.a.connect(ea, qa, p.b.ip()).unwrap();
-    p.pump();
-    let accept = p.b.accept(eb, qb).unwrap();
-    p.pump();
-    assert!(p.a.connect_result(connect).unwrap().is_ok());
-    p.b.cancel(eb).unwrap();
+    let (mut p, c, accept) = Pair::accepted();
+    p.b.cancel(c.eb).unwrap();
     assert_eq!(p.b.result(accept), Some(Err(EpError::Canceled)));
-    assert_eq!(p.b.state_name(eb), "Idle");
+    assert_eq!(p.b.state_name(c.eb), "Idle");
     p.pump();
     match p.sent(Who::B).last() {
         Some(&REJ) => {}
         other => panic!("{other:?}"),
     }
-    assert_eq!(p.a.state_name(ea), "Closed");
-    assert_eq!(p.b.qps[&qb], QpState::Rts);
+    assert_eq!(p.a.state_name(c.ea), "Closed");
+    assert_eq!(p.b.qps[&c.qb], QpState::Rts);
 }
 
 #[test]
@@ -80,17 +65,13 @@ fn cancel_ends_parked_requests_and_moves_no_qp() {
 #[test]
 fn destroy_ends_requests_and_says_goodbye() {
     // A pending Connect: Canceled, and the peer gets a REJ.
-    let mut p = Pair::new();
-    let (_, eb, _) = p.listen();
-    let (qa, ea) = (p.a.qp(), p.a.create());
-    let connect = p.a.connect(ea, qa, p.b.ip()).unwrap();
-    p.pump();
-    p.a.destroy(ea).unwrap();
+    let (mut p, c, connect) = Pair::requested();
+    p.a.destroy(c.ea).unwrap();
     assert_eq!(p.a.connect_result(connect), Some(Err(EpError::Canceled)));
-    assert_eq!(p.a.destroy(ea), Err(Refused::NoEndpoint(ea)));
+    assert_eq!(p.a.destroy(c.ea), Err(Refused::NoEndpoint(c.ea)));
     p.pump();
     assert_eq!(p.sent(Who::A), [REQ, REJ]);
-    assert_eq!(p.b.state_name(eb), "Closed");
+    assert_eq!(p.b.state_name(c.eb), "Closed");
 
     // A parked Disconnect: Canceled; a connected endpoint sends its DREQ.
     let (mut p, c) = Pair::connected();
@@ -107,19 +88,17 @@ fn destroy_ends_requests_and_says_goodbye() {
     let mut p = Pair::new();
     let l = p.b.create();
     p.b.listen(l, 4).unwrap();
-    let (qa, ea) = (p.a.qp(), p.a.create());
-    let connect = p.a.connect(ea, qa, p.b.ip()).unwrap();
+    let to = p.b.ip();
+    let (_, _, connect) = p.a.connect_new(cargs(to));
     p.pump();
     let l2 = p.b.create();
     p.b.listen(l2, 4).unwrap_err();
     p.b.destroy(l).unwrap();
     p.pump();
-    match p.a.connect_result(connect) {
-        Some(Err(EpError::Rejected { reason, .. })) => {
-            assert_eq!(reason, rej_reason::CONSUMER_DEFINED)
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(
+        rejected(p.a.connect_result(connect)).0,
+        rej_reason::CONSUMER_DEFINED
+    );
     // The port is free again.
     p.b.listen(l2, 4).unwrap();
 }
@@ -134,8 +113,8 @@ fn device_removal_fails_every_parked_request() {
     p.a.listen(la, 1).unwrap();
     let get = p.a.get_request(la, wa).unwrap();
     // … and a Connect of A's waiting for B (whose listener nobody serves).
-    let (q2, e2) = (p.a.qp(), p.a.create());
-    let connect = p.a.connect(e2, q2, p.b.ip()).unwrap();
+    let to = p.b.ip();
+    let (e2, _, connect) = p.a.connect_new(cargs(to));
     p.pump();
     assert!(p.a.pending(na) && p.a.pending(da) && p.a.pending(get) && p.a.pending(connect));
     p.a.remove_device();

@@ -2,7 +2,9 @@
 //! `CmAgent`s wired back to back in memory (MADs carried by the harness,
 //! time advanced by the test), each with a table of fake QPs answering the
 //! machine's QP operations. The tests pin what every request returns in
-//! each case, which MADs go out and what happens to the QPs.
+//! each case, which MADs go out and what happens to the QPs. They start
+//! from a [`Pair`] fixture that has taken a connection as far as they need:
+//! `connecting`, `requested`, `accepted`, `rtu_lost` or `connected`.
 
 mod connect;
 mod disconnect;
@@ -213,6 +215,13 @@ impl Side {
         }
     }
 
+    /// The private data of the connection request GetConnectionRequest `id`
+    /// handed over: the three-byte word a test sent (the CM pads it).
+    pub fn request_data(&self, id: RequestId) -> Vec<u8> {
+        let info = self.request_result(id).unwrap().unwrap();
+        info.private_data[..3].to_vec()
+    }
+
     // ---- the application's calls, each followed by what the core does ----
 
     pub fn create(&mut self) -> u32 {
@@ -249,6 +258,14 @@ impl Side {
             .eps
             .connect(self.now, &mut self.cm, ep, qpn, args, exists);
         self.then(r)
+    }
+
+    /// A fresh endpoint connecting a fresh QP (in INIT) as `args` say:
+    /// (endpoint, QP, the Connect).
+    pub fn connect_new(&mut self, args: ConnectArgs) -> (u32, u32, RequestId) {
+        let (qpn, ep) = (self.qp(), self.create());
+        let connect = self.connect_with(ep, qpn, args).unwrap();
+        (ep, qpn, connect)
     }
 
     pub fn complete_connect(&mut self, ep: u32, qpn: u32) -> Result<RequestId, Refused> {
@@ -408,6 +425,22 @@ impl Pair {
             .collect()
     }
 
+    /// Request `id` of `who`'s, whose QP `qpn` was released just before the
+    /// machine's next operation on it, failed at once with `NoQp`, and
+    /// carrying the MADs puts no `attr` of `who`'s on the wire.
+    #[track_caller]
+    pub fn lost_its_qp(&mut self, who: Who, id: RequestId, qpn: u32, attr: u16) {
+        let failure = self.side(who).done.get(&id).and_then(Outcome::error);
+        assert_eq!(failure, Some(&EpError::NoQp(qpn)));
+        self.pump();
+        assert!(!self.sent(who).contains(&attr));
+    }
+
+    /// The states of both ends of `c`, by name (see [`Side::state_name`]).
+    pub fn states(&self, c: &Conn) -> [String; 2] {
+        [self.a.state_name(c.ea), self.b.state_name(c.eb)]
+    }
+
     /// Forgets the MADs sent so far.
     pub fn clear_wire(&mut self) {
         self.wire.clear();
@@ -423,40 +456,95 @@ impl Pair {
         (l, eb, get)
     }
 
-    /// A connected pair, every request done.
-    pub fn connected() -> (Pair, Conn) {
+    /// A's endpoint `ea` connects QP `qa` to B again, and the REQ reaches
+    /// B's waiting GetConnectionRequest `get`: the endpoint is usable anew.
+    pub fn connect_again(&mut self, ea: u32, qa: u32, get: RequestId) {
+        let to = self.b.ip();
+        self.a.connect(ea, qa, to).unwrap();
+        self.pump();
+        assert!(self.b.request_result(get).unwrap().is_ok());
+    }
+
+    // ---- a connection taken as far as a test needs it, each fixture one
+    // step past the one it starts from ----
+
+    /// B listens with a GetConnectionRequest waiting, and a fresh endpoint
+    /// of A's has started a Connect to it (the REQ not yet carried): the
+    /// ids, and the Connect.
+    pub fn connecting() -> (Pair, Conn, RequestId) {
         let mut p = Pair::new();
         let (listener, eb, get) = p.listen();
-        let (qa, qb) = (p.a.qp(), p.b.qp());
-        let ea = p.a.create();
+        let qb = p.b.qp();
         let to = p.b.ip();
-        let connect = p.a.connect(ea, qa, to).unwrap();
-        p.pump();
-        assert!(p.b.request_result(get).unwrap().is_ok());
-        let accept = p.b.accept(eb, qb).unwrap();
-        p.pump();
-        assert!(p.a.connect_result(connect).unwrap().is_ok());
-        let complete = p.a.complete_connect(ea, qa).unwrap();
-        p.pump();
-        assert_eq!(p.a.result(complete), Some(Ok(())));
-        assert_eq!(p.b.result(accept), Some(Ok(())));
-        assert_eq!(
-            (p.a.state_name(ea), p.b.state_name(eb)),
-            ("Connected".into(), "Connected".into())
-        );
-        p.clear_wire();
+        let (ea, qa, connect) = p.a.connect_new(cargs(to));
         let c = Conn {
             ea,
             eb,
             qa,
             qb,
             listener,
+            get,
         };
+        (p, c, connect)
+    }
+
+    /// The REQ has arrived: B's GetConnectionRequest is done, A's Connect
+    /// waits for the REP (returned).
+    pub fn requested() -> (Pair, Conn, RequestId) {
+        let (mut p, c, connect) = Pair::connecting();
+        p.pump();
+        assert!(p.b.request_result(c.get).unwrap().is_ok());
+        (p, c, connect)
+    }
+
+    /// B accepted and its REP arrived: A's Connect is done, B's Accept
+    /// (returned) waits for the RTU.
+    pub fn accepted() -> (Pair, Conn, RequestId) {
+        let (mut p, c, connect) = Pair::requested();
+        let accept = p.b.accept(c.eb, c.qb).unwrap();
+        p.pump();
+        assert!(p.a.connect_result(connect).unwrap().is_ok());
+        (p, c, accept)
+    }
+
+    /// A completed the connection but its RTU was lost: A's endpoint is
+    /// connected, B's Accept (returned) still waits.
+    pub fn rtu_lost() -> (Pair, Conn, RequestId) {
+        let (mut p, c, accept) = Pair::accepted();
+        p.drop.push((Who::A, RTU));
+        p.a.complete_connect(c.ea, c.qa).unwrap();
+        p.pump();
+        assert!(p.b.pending(accept));
+        (p, c, accept)
+    }
+
+    /// A connected pair, every request done, and the wire forgotten.
+    pub fn connected() -> (Pair, Conn) {
+        let (mut p, c, accept) = Pair::accepted();
+        let complete = p.a.complete_connect(c.ea, c.qa).unwrap();
+        p.pump();
+        assert_eq!(p.a.result(complete), Some(Ok(())));
+        assert_eq!(p.b.result(accept), Some(Ok(())));
+        assert_eq!(p.states(&c), ["Connected", "Connected"]);
+        p.clear_wire();
         (p, c)
     }
 }
 
-/// The ids of a connection made by [`Pair::connected`].
+/// The REJ reason and private data a request failed with; a panic if it
+/// did not fail with `Rejected`.
+#[track_caller]
+pub(super) fn rejected<T: std::fmt::Debug>(outcome: Option<Result<T, EpError>>) -> (u16, Vec<u8>) {
+    match outcome {
+        Some(Err(EpError::Rejected {
+            reason,
+            private_data,
+        })) => (reason, private_data),
+        other => panic!("not rejected: {other:?}"),
+    }
+}
+
+/// The ids of a connection made by the [`Pair`] fixtures.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Conn {
     pub ea: u32,
@@ -464,6 +552,8 @@ pub(super) struct Conn {
     pub qa: u32,
     pub qb: u32,
     pub listener: u32,
+    /// B's GetConnectionRequest, which `eb` waited on.
+    pub get: RequestId,
 }
 
 pub(super) const REQ: u16 = attr::REQ;

@@ -13,7 +13,7 @@
 //!   it, and a control message less per receive is cheaper).
 //!
 //! **Batching.** [`RoceSocket::send_runs`] sends up to
-//! [`MAX_RUNS`] runs with one `sendmmsg`, each run one
+//! [`Runs::MAX`] runs with one `sendmmsg`, each run one
 //! UDP GSO datagram gathered from pieces (`UDP_SEGMENT` control message); a
 //! lone packet goes with a plain `sendto`. With `UDP_GRO` on
 //! ([`RoceSocket::enable_gro`]) [`RoceSocket::recv_datagram`] may return
@@ -24,7 +24,7 @@
 
 mod sys;
 
-use super::{check_runs, Datagram, IoPiece, Link, Run, MAX_RUNS};
+use super::{Datagram, Link, Runs};
 use ndverbs_proto::time::Instant;
 use ndverbs_wire::ip::ROCEV2_PORT;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -98,26 +98,20 @@ impl RoceSocket {
         }
         let fd = sock.as_raw_fd();
         set_buffers(&sock, fd);
-        if local.is_ipv4() {
-            setsockopt(
-                fd,
-                libc::IPPROTO_IP,
-                libc::IP_MTU_DISCOVER,
-                libc::IP_PMTUDISC_DO,
-            )?;
-            if local.is_unspecified() {
-                setsockopt(fd, libc::IPPROTO_IP, libc::IP_PKTINFO, 1)?;
-            }
+        // DF (so IPv4 ID 0) always; the destination address of each
+        // datagram only on a wildcard bind (see the module docs).
+        let (level, mtu_discover, pktinfo) = if local.is_ipv4() {
+            (libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PKTINFO)
         } else {
-            setsockopt(
-                fd,
+            (
                 libc::IPPROTO_IPV6,
                 libc::IPV6_MTU_DISCOVER,
-                libc::IP_PMTUDISC_DO,
-            )?;
-            if local.is_unspecified() {
-                setsockopt(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1)?;
-            }
+                libc::IPV6_RECVPKTINFO,
+            )
+        };
+        setsockopt(fd, level, mtu_discover, libc::IP_PMTUDISC_DO)?;
+        if local.is_unspecified() {
+            setsockopt(fd, level, pktinfo, 1)?;
         }
         sock.bind(&SocketAddr::new(local, port).into())?;
         sock.set_nonblocking(true)?;
@@ -182,26 +176,15 @@ impl RoceSocket {
         Ok(())
     }
 
-    /// Sends up to [`MAX_RUNS`] runs to `dst` with one `sendmmsg` (see
+    /// Sends up to [`Runs::MAX`] runs to `dst` with one `sendmmsg` (see
     /// [`Link::send_runs`]); returns how many runs the kernel took
     /// (`WouldBlock` when none). After a refusal other than `WouldBlock`,
     /// GSO is off for good: the engine then sends runs of one packet.
-    ///
-    /// # Safety
-    /// Every piece must be readable memory for the duration of the call.
-    pub unsafe fn send_runs(
-        &self,
-        pieces: &[IoPiece],
-        runs: &[Run],
-        dst: SocketAddr,
-    ) -> io::Result<usize> {
-        let runs = &runs[..runs.len().min(MAX_RUNS)];
-        check_runs(pieces, runs)?;
-        // SAFETY: the runs index `pieces` (checked above) and the caller
-        // vouches for the memory they point at.
-        let r = unsafe { sys::sendmmsg_gso(self.fd(), pieces, runs, dst) };
+    pub fn send_runs(&self, runs: Runs<'_>, dst: SocketAddr) -> io::Result<usize> {
+        let runs = runs.take(Runs::MAX);
+        let r = sys::sendmmsg_gso(self.fd(), runs, dst);
         if let Err(e) = &r {
-            if gso_refused(e) && runs.iter().any(|r| r.len > r.seg) {
+            if gso_refused(e) && runs.runs().iter().any(|r| r.len > r.seg) {
                 tracing::warn!(error = %e, "UDP GSO refused; sending one datagram per packet from now on");
                 self.set_gso(false);
             }
@@ -252,18 +235,11 @@ impl Link for RoceSocket {
         }
     }
 
-    unsafe fn send_runs(
-        &mut self,
-        pieces: &[IoPiece],
-        runs: &[Run],
-        dst: SocketAddr,
-    ) -> io::Result<usize> {
-        // SAFETY: passed on from the caller.
-        match unsafe { RoceSocket::send_runs(self, pieces, runs, dst) } {
+    fn send_runs(&mut self, runs: Runs<'_>, dst: SocketAddr) -> io::Result<usize> {
+        match RoceSocket::send_runs(self, runs, dst) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 sys::wait_writable(self.fd());
-                // SAFETY: as above.
-                unsafe { RoceSocket::send_runs(self, pieces, runs, dst) }
+                RoceSocket::send_runs(self, runs, dst)
             }
             r => r,
         }
@@ -317,7 +293,7 @@ fn set_buffers(sock: &Socket, fd: RawFd) {
 mod tests {
     use super::*;
     use crate::icrc::{IcrcCache, Received, VerifyError};
-    use crate::link::{MAX_DATAGRAM, MAX_TRANSPORT};
+    use crate::link::{IoPiece, Run, MAX_DATAGRAM, MAX_TRANSPORT};
     use ndverbs_wire::bth::Bth;
     use ndverbs_wire::icrc::ICRC_LEN;
     use ndverbs_wire::opcode::Opcode;
@@ -351,6 +327,16 @@ mod tests {
         v
     }
 
+    /// A SEND ONLY carrying `payload`, its ICRC signed for `from` → `to`
+    /// with IPv4 ID 0.
+    fn signed(payload: &[u8], from: &RoceSocket, to: &RoceSocket) -> Vec<u8> {
+        let mut pkt = send_only(payload);
+        IcrcCache::new(from.addr())
+            .fill(&mut pkt, to.addr(), 0)
+            .unwrap();
+        pkt
+    }
+
     /// Two sockets on 127.0.0.1 and 127.0.0.2 (same port, as RoCEv2 demands):
     /// the receiver sees a valid ICRC and recovers ID 0, which proves the
     /// sender side's assumption about the kernel's IP ID.
@@ -359,10 +345,7 @@ mod tests {
         let port = 47910 + (std::process::id() % 50) as u16;
         let a = RoceSocket::bind_port("127.0.0.1".parse().unwrap(), port).unwrap();
         let b = RoceSocket::bind_port("127.0.0.2".parse().unwrap(), port).unwrap();
-        let mut pkt = send_only(b"hello, rxe");
-        IcrcCache::new(a.addr())
-            .fill(&mut pkt, b.addr(), 0)
-            .unwrap();
+        let pkt = signed(b"hello, rxe", &a, &b);
         a.send_to(&pkt, b.addr()).unwrap();
         let mut buf = [0u8; MAX_TRANSPORT];
         let r = verify_wait(&b, &mut buf).unwrap();
@@ -379,10 +362,7 @@ mod tests {
         let port = 47960 + (std::process::id() % 30) as u16;
         let a = RoceSocket::bind_port("127.0.0.3".parse().unwrap(), port).unwrap();
         let b = RoceSocket::bind_port("127.0.0.4".parse().unwrap(), port).unwrap();
-        let mut pkt = send_only(&[7u8; 64]);
-        IcrcCache::new(a.addr())
-            .fill(&mut pkt, b.addr(), 0)
-            .unwrap();
+        let mut pkt = signed(&[7u8; 64], &a, &b);
         pkt[20] ^= 1;
         a.send_to(&pkt, b.addr()).unwrap();
         let mut buf = [0u8; MAX_TRANSPORT];
@@ -404,16 +384,15 @@ mod tests {
     }
 
     fn send_run(a: &RoceSocket, bytes: &[u8], seg: usize, dst: SocketAddr) {
-        let run = Run {
+        let pieces = [IoPiece::of(bytes)];
+        let run = [Run {
             iov: (0, 1),
             len: bytes.len(),
             seg,
-        };
+        }];
         // SAFETY: one live local buffer.
-        assert_eq!(
-            unsafe { a.send_runs(&[IoPiece::of(bytes)], &[run], dst) }.unwrap(),
-            1
-        );
+        let runs = unsafe { Runs::new(&pieces, &run) }.unwrap();
+        assert_eq!(a.send_runs(runs, dst).unwrap(), 1);
     }
 
     /// A GSO run reaches a plain receiver as separate datagrams whose ICRCs
@@ -478,10 +457,7 @@ mod tests {
         let Ok(b) = RoceSocket::bind_port("::1".parse().unwrap(), port + 1) else {
             return;
         };
-        let mut pkt = send_only(b"v6");
-        IcrcCache::new(a.addr())
-            .fill(&mut pkt, b.addr(), 0)
-            .unwrap();
+        let pkt = signed(b"v6", &a, &b);
         a.send_to(&pkt, b.addr()).unwrap();
         let mut buf = [0u8; MAX_TRANSPORT];
         let r = verify_wait(&b, &mut buf).unwrap();

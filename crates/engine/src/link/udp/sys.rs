@@ -3,7 +3,7 @@
 //! destination address and GRO segment size. All of the link's `unsafe` is
 //! here.
 
-use crate::link::{IoPiece, Run, MAX_RUNS};
+use crate::link::Runs;
 use std::io;
 use std::mem::MaybeUninit;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -58,51 +58,45 @@ pub(super) fn sendto(fd: RawFd, buf: &[u8], dst: SocketAddr) -> io::Result<usize
     }
 }
 
-/// `sendmmsg` of GSO runs (validated by the caller), one message each.
-///
-/// # Safety
-/// Every piece the runs name must be readable memory.
-pub(super) unsafe fn sendmmsg_gso(
-    fd: RawFd,
-    pieces: &[IoPiece],
-    runs: &[Run],
-    dst: SocketAddr,
-) -> io::Result<usize> {
+/// `sendmmsg` of the first [`Runs::MAX`] runs, one message each.
+pub(super) fn sendmmsg_gso(fd: RawFd, runs: Runs<'_>, dst: SocketAddr) -> io::Result<usize> {
     let addr: socket2::SockAddr = dst.into();
-    let n = runs.len().min(MAX_RUNS);
-    if n == 1 && runs[0].iov.1 - runs[0].iov.0 == 1 && runs[0].len <= runs[0].seg {
-        // One packet in one piece (a latency-bound exchange): a plain
-        // `sendto` spares the kernel the message-vector walk.
-        let p = pieces[runs[0].iov.0];
-        // SAFETY: the piece is readable memory (the caller's promise) and
-        // the address outlives the call.
-        let sent = unsafe {
-            libc::sendto(
-                fd,
-                p.base as *const libc::c_void,
-                p.len,
-                libc::MSG_DONTWAIT,
-                addr.as_ptr().cast(),
-                addr.len(),
-            )
-        };
-        if sent < 0 {
-            return Err(io::Error::last_os_error());
+    let runs = runs.take(Runs::MAX);
+    let n = runs.len();
+    if let [r] = runs.runs() {
+        if let ([p], true) = (runs.pieces_of(0), r.len <= r.seg) {
+            // One packet in one piece (a latency-bound exchange): a plain
+            // `sendto` spares the kernel the message-vector walk.
+            // SAFETY: the piece is readable memory (the promise `Runs`
+            // carries) and the address outlives the call.
+            let sent = unsafe {
+                libc::sendto(
+                    fd,
+                    p.base as *const libc::c_void,
+                    p.len,
+                    libc::MSG_DONTWAIT,
+                    addr.as_ptr().cast(),
+                    addr.len(),
+                )
+            };
+            if sent < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            return Ok(1);
         }
-        return Ok(1);
     }
-    let mut controls = [[0u64; 4]; MAX_RUNS];
+    let mut controls = [[0u64; 4]; Runs::MAX];
     // SAFETY: mmsghdr is plain data; zeroed is a valid initial value.
-    let mut msgs: [libc::mmsghdr; MAX_RUNS] = unsafe { std::mem::zeroed() };
-    for i in 0..n {
-        let r = runs[i];
+    let mut msgs: [libc::mmsghdr; Runs::MAX] = unsafe { std::mem::zeroed() };
+    for (i, r) in runs.runs().iter().enumerate() {
         let m = &mut msgs[i].msg_hdr;
         m.msg_name = addr.as_ptr() as *mut libc::c_void;
         m.msg_namelen = addr.len();
         // IoPiece has iovec's layout (asserted with its definition); the
         // kernel only reads.
-        m.msg_iov = pieces[r.iov.0..].as_ptr() as *mut libc::iovec;
-        m.msg_iovlen = (r.iov.1 - r.iov.0) as _;
+        let iov = runs.pieces_of(i);
+        m.msg_iov = iov.as_ptr() as *mut libc::iovec;
+        m.msg_iovlen = iov.len() as _;
         if r.len > r.seg {
             m.msg_control = controls[i].as_mut_ptr().cast();
             // SAFETY: CMSG_SPACE is a pure computation.
@@ -118,8 +112,9 @@ pub(super) unsafe fn sendmmsg_gso(
             }
         }
     }
-    // SAFETY: the first `n` headers point at live iovecs (readable, by the
-    // caller's promise), control buffers and the address, all outliving the call.
+    // SAFETY: the first `n` headers point at live iovecs (readable: the
+    // promise `Runs` carries), control buffers and the address, all
+    // outliving the call.
     let sent =
         unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), n as libc::c_uint, libc::MSG_DONTWAIT) };
     if sent < 0 {

@@ -22,9 +22,8 @@ use ndverbs_proto::rc::ModifyError;
 /// #     let (cq, _) = ad.create_cq(16).unwrap();
 /// #     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
 /// #         caps: QpCaps::default(), max_recv_wr: 16, max_recv_sge: 1 }).unwrap();
-/// #     let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
-/// #     ad.modify_qp(qp.qpn(), &init,
-/// #         AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
+/// #     let (init, mask) = RcConnection { access: Access::ALL, ..RcConnection::new(0) }.init();
+/// #     ad.modify_qp(qp.qpn(), &init, mask).unwrap();
 /// #     (ad, qp)
 /// # }
 /// # fn cargs(to: &Nic, port: u16) -> ConnectArgs {

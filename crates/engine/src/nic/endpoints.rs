@@ -163,9 +163,8 @@ impl Nic {
     /// #     let (cq, _) = ad.create_cq(16).unwrap();
     /// #     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
     /// #         caps: QpCaps::default(), max_recv_wr: 16, max_recv_sge: 1 }).unwrap();
-    /// #     let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
-    /// #     ad.modify_qp(qp.qpn(), &init,
-    /// #         AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
+    /// #     let (init, mask) = RcConnection { access: Access::ALL, ..RcConnection::new(0) }.init();
+    /// #     ad.modify_qp(qp.qpn(), &init, mask).unwrap();
     /// #     (ad, qp)
     /// # }
     /// # fn cargs(to: &Nic, port: u16) -> ConnectArgs {
@@ -217,8 +216,9 @@ impl Nic {
     ///     let (cq, _) = ad.create_cq(16)?;
     ///     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
     ///         caps: QpCaps::default(), max_recv_wr: 16, max_recv_sge: 1 })?;
-    ///     let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
-    ///     ad.modify_qp(qp.qpn(), &init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+    ///     // INIT with every remote right; the CM takes the QP on to RTR and RTS.
+    ///     let (init, mask) = RcConnection { access: Access::ALL, ..RcConnection::new(0) }.init();
+    ///     ad.modify_qp(qp.qpn(), &init, mask)?;
     ///     Ok((ad, qp))
     /// }
     /// let ((a, qa), (b, qb)) = (side("127.93.11.1")?, side("127.93.11.2")?);
@@ -282,9 +282,8 @@ impl Nic {
     /// #     let (cq, _) = ad.create_cq(16).unwrap();
     /// #     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
     /// #         caps: QpCaps::default(), max_recv_wr: 16, max_recv_sge: 1 }).unwrap();
-    /// #     let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
-    /// #     ad.modify_qp(qp.qpn(), &init,
-    /// #         AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
+    /// #     let (init, mask) = RcConnection { access: Access::ALL, ..RcConnection::new(0) }.init();
+    /// #     ad.modify_qp(qp.qpn(), &init, mask).unwrap();
     /// #     (ad, qp)
     /// # }
     /// # fn cargs(to: &Nic, port: u16) -> ConnectArgs {
@@ -331,9 +330,8 @@ impl Nic {
     /// #     let (cq, _) = ad.create_cq(16).unwrap();
     /// #     let qp = ad.create_qp(QpInit { pd, send_cq: cq, recv_cq: cq, srq: None,
     /// #         caps: QpCaps::default(), max_recv_wr: 16, max_recv_sge: 1 }).unwrap();
-    /// #     let init = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
-    /// #     ad.modify_qp(qp.qpn(), &init,
-    /// #         AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS).unwrap();
+    /// #     let (init, mask) = RcConnection { access: Access::ALL, ..RcConnection::new(0) }.init();
+    /// #     ad.modify_qp(qp.qpn(), &init, mask).unwrap();
     /// #     (ad, qp)
     /// # }
     /// # fn cargs(to: &Nic, port: u16) -> ConnectArgs {

@@ -108,7 +108,6 @@ use tables::Tables;
 /// use ndverbs_engine::mr::{Region, RegionBuf};
 /// use ndverbs_proto::mem::{Access, Sge};
 /// use ndverbs_proto::rc::*;
-/// use ndverbs_wire::cma::gid_of;
 /// use std::sync::Arc;
 ///
 /// /// One side: a NIC driven by `progress` (no thread), PD, CQ, QP, 4 KiB region.
@@ -125,15 +124,9 @@ use tables::Tables;
 /// let (b, cq_b, qp_b, mr_b) = open("127.93.1.2")?;
 /// // RESET -> INIT -> RTR -> RTS, each QP towards the other (PSN 0 both ways).
 /// for (nic, qp, peer, peer_qpn) in [(&a, &qp_a, &b, qp_b.qpn()), (&b, &qp_b, &a, qp_a.qpn())] {
-///     let mut attr = QpAttr { qp_state: QpState::Init, dest_qp_num: peer_qpn, ..QpAttr::default() };
-///     attr.av.dgid = gid_of(peer.local()).octets();
-///     nic.modify_qp(qp.qpn(), &attr, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
-///     attr.qp_state = QpState::Rtr;
-///     nic.modify_qp(qp.qpn(), &attr, AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN
-///         | AttrMask::RQ_PSN | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER)?;
-///     attr.qp_state = QpState::Rts;
-///     nic.modify_qp(qp.qpn(), &attr, AttrMask::STATE | AttrMask::SQ_PSN | AttrMask::TIMEOUT
-///         | AttrMask::RETRY_CNT | AttrMask::RNR_RETRY | AttrMask::MAX_QP_RD_ATOMIC)?;
+///     for (attr, mask) in RcConnection::new(peer_qpn).to_peer(peer.local()).steps() {
+///         nic.modify_qp(qp.qpn(), &attr, mask)?;
+///     }
 /// }
 /// b.post_recv(&qp_b, RecvWr::new(1, vec![Sge::new(mr_b.addr(), 4096, mr_b.lkey())]))?;
 /// mr_a.write(0, b"over UDP").unwrap();

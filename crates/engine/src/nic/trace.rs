@@ -84,23 +84,8 @@ pub(super) fn log_error_completion(wc: &WorkCompletion) -> u32 {
 
 /// The CM message name of a MAD (its attribute ID), for the logs.
 pub(super) fn mad_name(mad: &[u8]) -> &'static str {
-    use ndverbs_wire::cm::attr;
     // Attribute ID: bytes 16..18 of the MAD header.
-    match u16::from_be_bytes([mad[16], mad[17]]) {
-        attr::REQ => "REQ",
-        attr::MRA => "MRA",
-        attr::REJ => "REJ",
-        attr::REP => "REP",
-        attr::RTU => "RTU",
-        attr::DREQ => "DREQ",
-        attr::DREP => "DREP",
-        attr::SIDR_REQ => "SIDR_REQ",
-        attr::SIDR_REP => "SIDR_REP",
-        attr::LAP => "LAP",
-        attr::APR => "APR",
-        attr::CLASS_PORT_INFO => "ClassPortInfo",
-        _ => "unknown",
-    }
+    ndverbs_wire::cm::attr::name(u16::from_be_bytes([mad[16], mad[17]]))
 }
 
 /// The transaction ID of a MAD (bytes 8..16 of its header).

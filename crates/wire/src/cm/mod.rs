@@ -58,6 +58,32 @@ pub mod attr {
     pub const LAP: u16 = 0x0019;
     /// Alternate path response.
     pub const APR: u16 = 0x001a;
+
+    /// The short upper-case name of attribute `id` ("REQ", "DREP",
+    /// "ClassPortInfo", …), "unknown" for any other: what logs and decoders
+    /// print.
+    ///
+    /// ```
+    /// use ndverbs_wire::cm::attr;
+    /// assert_eq!((attr::name(attr::DREQ), attr::name(0x7777)), ("DREQ", "unknown"));
+    /// ```
+    pub fn name(id: u16) -> &'static str {
+        match id {
+            REQ => "REQ",
+            MRA => "MRA",
+            REJ => "REJ",
+            REP => "REP",
+            RTU => "RTU",
+            DREQ => "DREQ",
+            DREP => "DREP",
+            SIDR_REQ => "SIDR_REQ",
+            SIDR_REP => "SIDR_REP",
+            LAP => "LAP",
+            APR => "APR",
+            CLASS_PORT_INFO => "ClassPortInfo",
+            _ => "unknown",
+        }
+    }
 }
 
 /// Private data capacity of each message, in bytes.
@@ -242,17 +268,7 @@ impl CmMessage {
 
     /// Short upper-case name: "REQ", "REP", "DREQ", ….
     pub fn name(&self) -> &'static str {
-        match self {
-            CmMessage::Req(_) => "REQ",
-            CmMessage::Mra(_) => "MRA",
-            CmMessage::Rej(_) => "REJ",
-            CmMessage::Rep(_) => "REP",
-            CmMessage::Rtu(_) => "RTU",
-            CmMessage::Dreq(_) => "DREQ",
-            CmMessage::Drep(_) => "DREP",
-            CmMessage::SidrReq(_) => "SIDR_REQ",
-            CmMessage::SidrRep(_) => "SIDR_REP",
-        }
+        attr::name(self.attr_id())
     }
 
     /// The sender's communication ID (SIDR: the request ID).

@@ -1,29 +1,16 @@
 //! How a NIC is opened: who runs it, its CM timers, and what it should inject
-//! and record — and the one place the engine reads environment variables.
+//! and record.
 //!
 //! [`Nic::open_with`](crate::nic::Nic::open_with) takes a [`NicConfig`];
-//! [`Nic::open`](crate::nic::Nic::open) uses [`NicConfig::from_env`] with the
-//! progress model given. The environment variables the engine honours, all
-//! read here:
-//!
-//! | Variable | Effect |
-//! |---|---|
-//! | [`FAULTS_ENV`] (`NDV_FAULTS`) | fault injection on what the NIC receives, [`FaultConfig::parse`] syntax (`loss=0.1,dup=0.02,seed=7`); logs a warning when it turns faults on |
-//! | [`PCAP_ENV`] (`NDV_PCAP`) | a pcap file recording every packet (see [`crate::link::capture`]) |
-//! | [`STAT_ENV`] (`NDV_STAT`) | `1`: publish the counters for `ndv stat` (see [`crate::stats`]) |
-//! | [`STAT_DIR_ENV`] (`NDV_STAT_DIR`) | where published counters go ([`stat_dir`]) |
-//!
-//! They are read when a NIC opens, so setting one affects NICs opened later.
+//! [`Nic::open`](crate::nic::Nic::open) uses the defaults with the progress
+//! model given. The engine reads no environment variable to configure a NIC:
+//! a program that honours `NDV_*` asks for it through verbs'
+//! `DeviceConfig::from_env`. The one variable read here is where published
+//! counters meet `ndv stat` ([`STAT_DIR_ENV`], see [`stat_dir`]).
 
 use crate::link::faults::FaultConfig;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-/// Fault injection for every NIC a process opens ([`FaultConfig::parse`] syntax).
-pub const FAULTS_ENV: &str = "NDV_FAULTS";
-/// A capture file for every NIC a process opens.
-pub const PCAP_ENV: &str = "NDV_PCAP";
-/// `1`: every NIC a process opens publishes its counters.
-pub const STAT_ENV: &str = "NDV_STAT";
 /// The directory of published counter snapshots.
 pub const STAT_DIR_ENV: &str = "NDV_STAT_DIR";
 
@@ -99,11 +86,11 @@ impl Default for CmTimers {
 /// use ndverbs_engine::link::faults::FaultConfig;
 /// use ndverbs_engine::nic::Nic;
 /// // Manual progress, and a network that loses one packet in a hundred on the
-/// // way in; whatever the environment says about capture and stats.
+/// // way in.
 /// let cfg = NicConfig {
 ///     progress: Progress::Manual,
 ///     faults: Some(FaultConfig::parse("loss=0.01,seed=3")?),
-///     ..NicConfig::from_env()
+///     ..NicConfig::default()
 /// };
 /// let a = Nic::open_with("127.93.9.1".parse().unwrap(), cfg)?;
 /// assert_eq!(a.fault_counters().map(|c| c.packets), Some(0));
@@ -134,54 +121,6 @@ impl Default for NicConfig {
             capture: None,
             publish_stats: false,
         }
-    }
-}
-
-impl NicConfig {
-    /// The defaults, with faults, capture and stats publishing as the
-    /// environment variables of the module docs ask. A fault specification
-    /// that does not parse is ignored with a warning.
-    pub fn from_env() -> NicConfig {
-        NicConfig {
-            faults: faults_from_env(),
-            capture: env_capture_path(),
-            publish_stats: std::env::var(STAT_ENV).as_deref() == Ok("1"),
-            ..NicConfig::default()
-        }
-    }
-}
-
-/// The fault configuration in [`FAULTS_ENV`], if set and not off.
-fn faults_from_env() -> Option<FaultConfig> {
-    let spec = std::env::var(FAULTS_ENV).ok()?;
-    if spec.trim().is_empty() {
-        return None;
-    }
-    match FaultConfig::parse(&spec) {
-        // Turning faults on logs a warning (see `FaultLayer::set_config`).
-        Ok(c) if c.is_off() => None,
-        Ok(c) => Some(c),
-        Err(e) => {
-            tracing::warn!(error = %e, "{FAULTS_ENV} ignored");
-            None
-        }
-    }
-}
-
-/// The capture file named by [`PCAP_ENV`], if set and not empty.
-pub fn env_capture_path() -> Option<PathBuf> {
-    std::env::var_os(PCAP_ENV)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-}
-
-/// How to name a capture file in an error: as the environment variable that
-/// chose it, if it did (the user may not know a capture was asked for).
-pub(crate) fn capture_origin(path: &Path) -> String {
-    if env_capture_path().as_deref() == Some(path) {
-        format!("{PCAP_ENV}={}", path.display())
-    } else {
-        path.display().to_string()
     }
 }
 

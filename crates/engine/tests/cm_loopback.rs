@@ -25,7 +25,7 @@ fn side(ip: IpAddr) -> Side {
     let config = NicConfig {
         progress: Progress::Thread,
         cm_timers: FAST,
-        ..NicConfig::from_env()
+        ..NicConfig::default()
     };
     let nic = Nic::open_with(ip, config).unwrap();
     cm_side(nic, Shape::queues(64, 2, 64, 256, 1 << 16))

@@ -74,7 +74,7 @@ fn side_in(ns: &Netns, ip: IpAddr) -> Side {
         let config = NicConfig {
             progress: Progress::Thread,
             cm_timers: FAST,
-            ..NicConfig::from_env()
+            ..NicConfig::default()
         };
         Nic::open_with(ip, config).expect("NIC")
     });

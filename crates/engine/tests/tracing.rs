@@ -158,7 +158,7 @@ fn side(ip: IpAddr, fast: bool) -> Side {
         let config = NicConfig {
             progress: Progress::Thread,
             cm_timers: FAST,
-            ..NicConfig::from_env()
+            ..NicConfig::default()
         };
         Nic::open_with(ip, config).unwrap()
     } else {

@@ -33,8 +33,8 @@
 //! holds after destruction names nothing rather than freed state: a lookup
 //! that fails is a typed error, never a crash.
 //!
-//! **Opening.** [`Nic::open`] binds `<ip>:4791` with the environment's
-//! settings ([`NicConfig::from_env`]); [`Nic::open_with`] takes a
+//! **Opening.** [`Nic::open`] binds `<ip>:4791` with the default settings
+//! (no faults, no capture, nothing published); [`Nic::open_with`] takes a
 //! [`NicConfig`]; [`Nic::open_on`] runs on a link of the caller's (another
 //! port, or an in-memory [`MemoryLink`](crate::link::memory::MemoryLink)).
 //! Every NIC's link is wrapped in the fault and capture layers of
@@ -71,7 +71,7 @@ pub(crate) use self::core::{Core, Shared};
 pub use tables::{QpInit, QpShared, SrqShared};
 
 use self::core::{Deliveries, Io, Timers};
-use crate::config::{self, CmTimers, NicConfig, Progress};
+use crate::config::{CmTimers, NicConfig, Progress};
 use crate::counters::NicCounters;
 use crate::ep::EpTable;
 use crate::error::EngineError;
@@ -165,15 +165,14 @@ impl std::fmt::Debug for Nic {
 }
 
 impl Nic {
-    /// Opens the NIC for `local` (binds `local:4791`) with the
-    /// environment's settings for faults, capture and stats
-    /// ([`NicConfig::from_env`]).
+    /// Opens the NIC for `local` (binds `local:4791`) with `progress` and
+    /// the other settings' defaults ([`NicConfig::default`]).
     pub fn open(local: IpAddr, progress: Progress) -> Result<Nic, EngineError> {
         Self::open_with(
             local,
             NicConfig {
                 progress,
-                ..NicConfig::from_env()
+                ..NicConfig::default()
             },
         )
     }
@@ -240,7 +239,7 @@ impl Nic {
         });
         if let Some(path) = &config.capture {
             let c = Capture::open(path, local).map_err(|e| {
-                let what = config::capture_origin(path);
+                let what = format!("capture file {}", path.display());
                 EngineError::Io(io::Error::new(e.kind(), format!("{what}: {e}")))
             })?;
             shared.capture.set(Some(c), local);

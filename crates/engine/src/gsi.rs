@@ -187,6 +187,12 @@ impl Gsi {
         }
     }
 
+    /// Whether a received MAD or a send waits (else the CM's part of a step
+    /// has nothing to do).
+    pub fn has_work(&self) -> bool {
+        !self.received.is_empty() || self.qp.has_output()
+    }
+
     /// The next received MAD and its source address.
     pub fn poll_mad(&mut self) -> Option<(IpAddr, [u8; MAD_LEN])> {
         self.received.pop_front()

@@ -329,6 +329,11 @@ impl UdQp {
         Ok(())
     }
 
+    /// Whether sends wait to be written ([`UdQp::poll_transmit`]).
+    pub fn has_output(&self) -> bool {
+        !self.sq.is_empty()
+    }
+
     /// Writes the next packet into `buf`. A send whose local buffer cannot be
     /// read completes with `LocProtErr` (UD QPs do not enter ERR for it).
     pub fn poll_transmit(&mut self, mem: &mut dyn Memory, buf: &mut [u8]) -> Option<UdTransmit> {

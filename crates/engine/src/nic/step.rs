@@ -115,7 +115,19 @@ impl Core {
 
     /// Moves MADs between QP1 and the CM agent, lets endpoints react to CM
     /// events, and sends what QP1 has to send, until nothing moves.
+    #[inline]
     fn drive_cm(&mut self, shared: &Shared, now: Instant) {
+        // Nearly every step brings the CM nothing: say so in a few loads,
+        // and keep the handlers (large, and rare) out of the data path's
+        // frame.
+        if self.gsi.has_work() || self.cm.has_output() {
+            self.drive_cm_traffic(shared, now);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn drive_cm_traffic(&mut self, shared: &Shared, now: Instant) {
         loop {
             let mut busy = false;
             while let Some((src, mad)) = self.gsi.poll_mad() {

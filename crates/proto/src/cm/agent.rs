@@ -140,6 +140,12 @@ impl CmAgent {
 
     // ---- outputs -------------------------------------------------------
 
+    /// Whether a MAD or an event waits to be polled: the engine's fast
+    /// check on a step that brought the CM nothing.
+    pub fn has_output(&self) -> bool {
+        !self.out.tx.is_empty() || !self.out.events.is_empty()
+    }
+
     /// The next MAD to send.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.out.tx.pop_front()

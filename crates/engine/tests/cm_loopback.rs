@@ -78,7 +78,7 @@ fn send_one(a: &Side, b: &Side) {
 
 /// Disconnects `s`'s endpoint `ep` and waits for it to finish with success.
 fn disconnect(s: &Side, ep: u32, what: &str) {
-    done(s.nic.ep_disconnect(ep, s.qp.qpn()).unwrap(), what);
+    done(s.nic.ep_disconnect(ep, s.qp.ident()).unwrap(), what);
 }
 
 /// The next completion of `s`: work request `wr_id`, flushed.
@@ -102,7 +102,7 @@ fn close_handshake_then_disconnect_on_both_sides() {
     for i in 0..3 {
         b.post_recv(200 + i, 0, 64);
     }
-    let da = a.nic.ep_disconnect(ea, a.qp.qpn()).unwrap();
+    let da = a.nic.ep_disconnect(ea, a.qp.ident()).unwrap();
     done(notify, "NotifyDisconnect");
     // An incoming DREQ alone never flushes the QP.
     settle();
@@ -128,8 +128,8 @@ fn crossing_dreqs() {
     for s in [&a, &b] {
         s.post_recv(7, 0, 64);
     }
-    let da = a.nic.ep_disconnect(ea, a.qp.qpn()).unwrap();
-    let db = b.nic.ep_disconnect(eb, b.qp.qpn()).unwrap();
+    let da = a.nic.ep_disconnect(ea, a.qp.ident()).unwrap();
+    let db = b.nic.ep_disconnect(eb, b.qp.ident()).unwrap();
     done(da, "A");
     done(db, "B");
     for s in [&a, &b] {
@@ -150,7 +150,7 @@ fn one_sided_disconnect_with_the_peers_notify_pending() {
     // … until A disconnects. B only gets notified (rule D6: no DREP until B's
     // own Disconnect), so A's DREQ times out: the documented status of a
     // one-sided disconnect, bounded by the CM timers. The send flushes once.
-    let r = outcome(a.nic.ep_disconnect(ea, a.qp.qpn()).unwrap(), "A");
+    let r = outcome(a.nic.ep_disconnect(ea, a.qp.ident()).unwrap(), "A");
     assert_eq!(r, Err(EpError::Timeout));
     flushed(&a, 9);
     done(notify, "B notified");
@@ -175,7 +175,7 @@ fn dreq_timeout_against_a_silent_peer() {
         }))
         .unwrap();
     a.post_recv(3, 0, 64);
-    let r = outcome(a.nic.ep_disconnect(ea, a.qp.qpn()).unwrap(), "A");
+    let r = outcome(a.nic.ep_disconnect(ea, a.qp.ident()).unwrap(), "A");
     assert_eq!(r, Err(EpError::Timeout));
     flushed(&a, 3);
 }
@@ -216,7 +216,7 @@ fn reject_no_listener_and_timeout() {
     let (ea4, _p) = cm::start_connect(&a, cargs(ib, 7106, b""));
     assert!(a
         .nic
-        .ep_connect(ea4, a.qp.qpn(), cargs(ib, 7106, b""))
+        .ep_connect(ea4, a.qp.ident(), cargs(ib, 7106, b""))
         .is_err());
     // Listening twice on one port is refused.
     let l3 = b.nic.create_ep().unwrap();
@@ -247,7 +247,7 @@ fn connect_and_accept_need_a_qp_in_init() {
     b.modify([(reset, AttrMask::STATE)]);
     let r = b
         .nic
-        .ep_accept(eb, b.qp.qpn(), aargs(b""))
+        .ep_accept(eb, b.qp.ident(), aargs(b""))
         .unwrap()
         .wait_timeout(Duration::from_secs(2))
         .expect("Accept must not wait");
@@ -270,7 +270,7 @@ fn device_removal_completes_everything_pending() {
     assert_eq!(notify.wait_timeout(T), Some(Err(EpError::DeviceRemoved)));
     assert_eq!(waiting.wait_timeout(T), Some(Err(EpError::DeviceRemoved)));
     flushed(&b, 5);
-    assert!(b.nic.ep_disconnect(eb, b.qp.qpn()).is_err());
+    assert!(b.nic.ep_disconnect(eb, b.qp.ident()).is_err());
     assert!(b.nic.create_ep().is_err());
 }
 
@@ -283,7 +283,7 @@ fn dead_peer_disconnect_times_out_and_flushes_once() {
     drop(b);
     a.post_recv(1, 0, 64);
     a.post_send(SendWr::new(2, SendOp::Send, vec![a.sge(0, 8)]));
-    let r = outcome(a.nic.ep_disconnect(ea, a.qp.qpn()).unwrap(), "A");
+    let r = outcome(a.nic.ep_disconnect(ea, a.qp.ident()).unwrap(), "A");
     assert_eq!(r, Err(EpError::Timeout));
     let mut w = wait_n(&a, 2);
     w.sort_by_key(|w| w.wr_id);
@@ -298,5 +298,5 @@ fn dead_peer_disconnect_times_out_and_flushes_once() {
         "each request completes exactly once"
     );
     // A second Disconnect on the finished connection is refused.
-    assert!(a.nic.ep_disconnect(ea, a.qp.qpn()).is_err());
+    assert!(a.nic.ep_disconnect(ea, a.qp.ident()).is_err());
 }

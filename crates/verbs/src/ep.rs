@@ -140,17 +140,17 @@ impl Endpoint {
 
     /// Connects `qp` (in INIT). Completes when the peer's REP arrives.
     pub fn connect(&self, qp: impl Into<QpId>, args: ConnectArgs) -> Result<Pending<ConnectInfo>> {
-        self.dev.nic.ep_connect(self.id, qp.into().0, args)
+        self.dev.nic.ep_connect(self.id, qp.into(), args)
     }
 
     /// After `connect` completed: QP to RTS, then RTU.
     pub fn complete_connect(&self, qp: impl Into<QpId>) -> Result<Pending<()>> {
-        self.dev.nic.ep_complete_connect(self.id, qp.into().0)
+        self.dev.nic.ep_complete_connect(self.id, qp.into())
     }
 
     /// Accepts the request bound to this endpoint with `qp`; completes on RTU.
     pub fn accept(&self, qp: impl Into<QpId>, args: AcceptArgs) -> Result<Pending<()>> {
-        self.dev.nic.ep_accept(self.id, qp.into().0, args)
+        self.dev.nic.ep_accept(self.id, qp.into(), args)
     }
 
     /// Rejects the request (or the REP) bound to this endpoint.
@@ -161,7 +161,7 @@ impl Endpoint {
     /// DREQ (or DREP if the peer's DREQ arrived), then `qp` to ERR. An
     /// endpoint that never connected is [`ErrorKind::NotConnected`].
     pub fn disconnect(&self, qp: impl Into<QpId>) -> Result<Pending<()>> {
-        self.dev.nic.ep_disconnect(self.id, qp.into().0)
+        self.dev.nic.ep_disconnect(self.id, qp.into())
     }
 
     /// Completes when the peer's DREQ arrives.

@@ -120,7 +120,7 @@ impl Endpoints {
                 ..
             } => {
                 e.info.private_data = private_data.clone();
-                e.state.close();
+                e.state.rejected();
                 let err = EpError::Rejected {
                     reason,
                     private_data,

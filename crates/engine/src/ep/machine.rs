@@ -3,7 +3,7 @@
 //! the CM events in `events.rs`.
 
 use super::request::{Job, Request};
-use super::types::{AcceptArgs, ConnectArgs, ConnectInfo, EpError, EpInfo, RequestInfo};
+use super::types::{AcceptArgs, ConnectArgs, ConnectInfo, EpError, EpInfo, QpIdent, RequestInfo};
 use crate::keys::KeyGen;
 use ndverbs_proto::cm::{CmAgent, CmError, CmState, ConnectRequest, EndpointId, QpSetup};
 use ndverbs_proto::rc::ModifyError;
@@ -70,13 +70,14 @@ impl Outcome {
 /// What the machine asks the core to do, in order.
 #[derive(Debug)]
 pub(crate) enum Action {
-    /// Run `op` on QP `qpn` inside `span` (the request's `qp_phase`, or the
+    /// Run `op` on QP `qp` inside `span` (the request's `qp_phase`, or the
     /// request itself for the INIT check), then hand the result back with
     /// [`Endpoints::handle_qp_result`] before anything else: the request's
-    /// endpoint waits for it.
+    /// endpoint waits for it. A QP with `qp`'s number but another
+    /// generation is not `qp`: the answer is [`QpError::Gone`].
     Qp {
         request: RequestId,
-        qpn: u32,
+        qp: QpIdent,
         op: QpOp,
         span: Span,
     },
@@ -126,6 +127,11 @@ pub(crate) enum State {
     Accepting { cm: EndpointId, setup: QpSetup },
     /// Connected.
     Connected { cm: EndpointId, setup: QpSetup },
+    /// The peer ended the established connection with a REJ (its Accept
+    /// timed out waiting for our RTU, or it gave up): nothing is left to
+    /// say on the wire, but our QP is still up, so a Disconnect only flushes
+    /// it.
+    Broken { cm: EndpointId, setup: QpSetup },
     /// The peer's DREQ arrived (our Disconnect will answer with the DREP).
     PeerDisconnected { cm: EndpointId, setup: QpSetup },
     /// Our DREQ is out; the Disconnect waits for the DREP.
@@ -147,6 +153,7 @@ impl State {
             | State::RequestReceived { cm }
             | State::Accepting { cm, .. }
             | State::Connected { cm, .. }
+            | State::Broken { cm, .. }
             | State::PeerDisconnected { cm, .. }
             | State::Disconnecting { cm, .. }
             | State::Closed { cm, .. } => Some(cm),
@@ -159,6 +166,7 @@ impl State {
             State::RepReceived { setup, .. }
             | State::Accepting { setup, .. }
             | State::Connected { setup, .. }
+            | State::Broken { setup, .. }
             | State::PeerDisconnected { setup, .. }
             | State::Disconnecting { setup, .. } => Some(setup),
             State::Closed { setup, .. } => setup,
@@ -172,6 +180,15 @@ impl State {
         if let Some(cm) = self.cm() {
             let setup = self.setup();
             *self = State::Closed { cm, setup };
+        }
+    }
+
+    /// The peer's REJ ended the connection: an established one still has
+    /// its QP up (a Disconnect flushes it), any other is over.
+    pub(crate) fn rejected(&mut self) {
+        match *self {
+            State::Connected { cm, setup } => *self = State::Broken { cm, setup },
+            _ => self.close(),
         }
     }
 }
@@ -404,15 +421,15 @@ impl Endpoints {
         Ok(id)
     }
 
-    /// Connect on endpoint `ep` with QP `qpn` (`qp_exists`: the core knows
-    /// such a QP now). Refused unless the endpoint is idle or its last
+    /// Connect on endpoint `ep` with QP `qp` (`qp_exists`: the core has
+    /// that QP now). Refused unless the endpoint is idle or its last
     /// connection is over, with nothing queued.
     pub(crate) fn connect(
         &mut self,
         now: Instant,
         cm: &mut CmAgent,
         ep: u32,
-        qpn: u32,
+        qp: QpIdent,
         args: ConnectArgs,
         qp_exists: bool,
     ) -> Result<RequestId, Refused> {
@@ -421,10 +438,10 @@ impl Endpoints {
             return Err(Refused::Busy("connection already active"));
         }
         if !qp_exists {
-            return Err(Refused::NoQp(qpn));
+            return Err(Refused::NoQp(qp.qpn));
         }
-        let span = tracing::debug_span!("ep_connect", ep, qp = qpn);
-        Ok(self.submit(now, cm, ep, qpn, span, Job::connect(args)))
+        let span = tracing::debug_span!("ep_connect", ep, qp = qp.qpn);
+        Ok(self.submit(now, cm, ep, qp, span, Job::connect(args)))
     }
 
     /// CompleteConnect (active, after the Connect completed).
@@ -433,11 +450,11 @@ impl Endpoints {
         now: Instant,
         cm: &mut CmAgent,
         ep: u32,
-        qpn: u32,
+        qp: QpIdent,
     ) -> Result<RequestId, Refused> {
         self.ep(ep)?;
-        let span = tracing::debug_span!("ep_complete_connect", ep, qp = qpn);
-        Ok(self.submit(now, cm, ep, qpn, span, Job::complete_connect()))
+        let span = tracing::debug_span!("ep_complete_connect", ep, qp = qp.qpn);
+        Ok(self.submit(now, cm, ep, qp, span, Job::complete_connect()))
     }
 
     /// Accept (passive, after GetConnectionRequest handed a request over).
@@ -446,43 +463,60 @@ impl Endpoints {
         now: Instant,
         cm: &mut CmAgent,
         ep: u32,
-        qpn: u32,
+        qp: QpIdent,
         args: AcceptArgs,
     ) -> Result<RequestId, Refused> {
         self.ep(ep)?;
-        let span = tracing::debug_span!("ep_accept", ep, qp = qpn);
-        Ok(self.submit(now, cm, ep, qpn, span, Job::accept(args)))
+        let span = tracing::debug_span!("ep_accept", ep, qp = qp.qpn);
+        Ok(self.submit(now, cm, ep, qp, span, Job::accept(args)))
     }
 
-    /// Disconnect. Refused on an endpoint that never connected, or whose
-    /// connection is over with nothing queued.
+    /// Disconnect. Taken only on an established connection: connected, the
+    /// peer's DREQ arrived (we answer with the DREP), our DREQ is out (it
+    /// queues behind the first Disconnect), or the peer's REJ ended it (only
+    /// the QP phase runs). Refused on an endpoint that never connected, whose
+    /// connection is still being set up (Connect pending, before
+    /// CompleteConnect, Accept waiting for its RTU: nothing is sent and the
+    /// QP is untouched; Reject, cancel or destroy abandon such a
+    /// connection), or whose connection is over.
     pub(crate) fn disconnect(
         &mut self,
         now: Instant,
         cm: &mut CmAgent,
         ep: u32,
-        qpn: u32,
+        qp: QpIdent,
     ) -> Result<RequestId, Refused> {
         let e = self.ep(ep)?;
-        let refused = match e.state {
-            State::Idle | State::Listening(_) => true,
-            State::Closed { .. } => e.requests.is_empty(),
-            _ => false,
-        };
-        if refused {
+        let established = matches!(
+            e.state,
+            State::Connected { .. }
+                | State::PeerDisconnected { .. }
+                | State::Disconnecting { .. }
+                | State::Broken { .. }
+        );
+        if !established {
             return Err(Refused::NotConnected);
         }
-        let span = tracing::debug_span!("ep_disconnect", ep, qp = qpn);
-        Ok(self.submit(now, cm, ep, qpn, span, Job::disconnect()))
+        let span = tracing::debug_span!("ep_disconnect", ep, qp = qp.qpn);
+        Ok(self.submit(now, cm, ep, qp, span, Job::disconnect()))
     }
 
-    /// NotifyDisconnect: completes when the peer's DREQ arrives, at once if
-    /// it did or the connection is over.
+    /// NotifyDisconnect: completes when the peer's DREQ arrives — at once if
+    /// it already did on this connection. Refused (ND:
+    /// `ND_CONNECTION_INVALID`) on an endpoint that never connected or whose
+    /// connection ended without a DREQ; a pending one stays pending when our
+    /// own Disconnect finishes (no DREQ will come: cancel or destroy ends
+    /// it) and fails [`EpError::Aborted`] when the connection fails without
+    /// a DREQ.
     pub(crate) fn notify_disconnect(&mut self, ep: u32) -> Result<RequestId, Refused> {
         let e = self.ep(ep)?;
         let at_once = match e.state {
-            State::Idle | State::Listening(_) => return Err(Refused::NotConnected),
-            State::PeerDisconnected { .. } | State::Closed { .. } => true,
+            State::Idle | State::Listening(_) | State::Broken { .. } => {
+                return Err(Refused::NotConnected)
+            }
+            State::PeerDisconnected { .. } => true,
+            State::Closed { .. } if e.info.dreq_received => true,
+            State::Closed { .. } => return Err(Refused::NotConnected),
             _ => false,
         };
         let id = self.request_id(ep);
@@ -496,8 +530,10 @@ impl Endpoints {
         Ok(id)
     }
 
-    /// Reject: refuses the connection request (passive) or the REP (active).
-    /// The endpoint's connection is over even if the CM refuses.
+    /// Reject: refuses the connection request (passive) or the REP (active),
+    /// which ends the connection. Where the CM refuses (an established
+    /// connection, one already over) nothing changes: an established
+    /// connection ends with Disconnect.
     pub(crate) fn reject(
         &mut self,
         now: Instant,
@@ -509,10 +545,10 @@ impl Endpoints {
         let Some(cm_id) = e.state.cm() else {
             return Err(Refused::InvalidArgument("no connection to reject"));
         };
-        e.state.close();
         tracing::debug!(ep, "rejecting the connection");
         cm.reject(now, cm_id, private_data)
             .map_err(|e| Refused::InvalidArgument(cm_error_text(e)))?;
+        self.ep(ep)?.state.close();
         self.fail_ep(ep, EpError::Canceled);
         self.note_cm_state(cm, ep);
         Ok(())
@@ -588,7 +624,7 @@ impl Endpoints {
         now: Instant,
         cm: &mut CmAgent,
         ep: u32,
-        qpn: u32,
+        qp: QpIdent,
         span: Span,
         job: Job,
     ) -> RequestId {
@@ -596,7 +632,7 @@ impl Endpoints {
         let Some(e) = self.eps.get_mut(&ep) else {
             return id;
         };
-        e.requests.push_back(Request { id, qpn, span, job });
+        e.requests.push_back(Request { id, qp, span, job });
         if e.requests.len() == 1 {
             self.run(now, cm, ep);
         }
@@ -625,7 +661,11 @@ impl Endpoints {
         e.info.peer = Some(req.peer.addr);
         e.info.peer_port = peer_port;
         e.info.private_data = req.peer.private_data.clone();
-        e.info.read_limits = (req.peer.responder_resources, req.peer.initiator_depth);
+        // Ours, not the peer's: what it may READ from us (its initiator
+        // depth) is our inbound limit, what it accepts (its responder
+        // resources) our outbound one (ND's GetReadLimits before Accept).
+        e.info.read_limits = (req.peer.initiator_depth, req.peer.responder_resources);
+        e.info.dreq_received = false;
         self.by_cm.insert(req.endpoint, new_ep);
         Some(info)
     }

@@ -15,15 +15,22 @@ use tracing::Span;
 /// Names one request: the endpoint it was made on and a number unique in
 /// the table. The core keys its completion handles by it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct RequestId {
+pub struct RequestId {
     pub(crate) ep: u32,
     seq: u64,
+}
+
+impl RequestId {
+    /// The endpoint the request was made on.
+    pub fn ep(&self) -> u32 {
+        self.ep
+    }
 }
 
 /// A QP operation a request needs; the core answers with
 /// [`Endpoints::handle_qp_result`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum QpOp {
+pub enum QpOp {
     /// Is the QP in INIT? A connection starts from INIT (rdma_cm and ND move
     /// it on from there): any other state would fail only after the CM
     /// exchange began, leaving the peer waiting for a REP that never comes.
@@ -36,7 +43,7 @@ pub(crate) enum QpOp {
 
 /// Why a QP operation did not happen.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum QpError {
+pub enum QpError {
     /// No QP with the number the request named.
     Gone,
     /// [`QpOp::CheckInit`]: the QP is in another state.
@@ -47,7 +54,7 @@ pub(crate) enum QpError {
 
 /// How a request ended, typed by what it returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub enum Outcome {
     /// Connect.
     Connect(Result<ConnectInfo, EpError>),
     /// GetConnectionRequest.
@@ -69,7 +76,7 @@ impl Outcome {
 
 /// What the machine asks the core to do, in order.
 #[derive(Debug)]
-pub(crate) enum Action {
+pub enum Action {
     /// Run `op` on QP `qp` inside `span` (the request's `qp_phase`, or the
     /// request itself for the INIT check), then hand the result back with
     /// [`Endpoints::handle_qp_result`] before anything else: the request's
@@ -96,7 +103,7 @@ pub(crate) enum Action {
 
 /// Why a call was refused at once (nothing was queued).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refused {
+pub enum Refused {
     /// No endpoint with this id.
     NoEndpoint(u32),
     /// No QP with this number.
@@ -249,10 +256,40 @@ impl Endpoint {
     }
 }
 
-/// The endpoint table: every endpoint, the CM endpoints they are bound to,
-/// and the actions waiting for the core.
+/// The endpoint request machine (sans IO): every endpoint, the CM
+/// endpoints they are bound to, and the actions waiting for the core. See
+/// the [module docs](super) for the rules and what the core does with each
+/// [`Action`].
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::ep::{Action, Endpoints, Outcome, QpIdent, Refused};
+/// use ndverbs_engine::keys::KeyGen;
+/// use ndverbs_proto::cm::{CmAgent, CmConfig};
+/// use ndverbs_proto::time::Instant;
+/// let mut cm = CmAgent::new(CmConfig::new("10.0.0.1".parse().unwrap(), 1, 1));
+/// let mut eps = Endpoints::new(KeyGen::seeded(1));
+/// let (listener, ep) = (eps.create(), eps.create());
+/// eps.listen(&mut cm, listener, 7000, 4).unwrap();
+/// let request = eps.get_request(&cm, listener, ep).unwrap();
+/// // Nothing connected yet: Disconnect and NotifyDisconnect are refused,
+/// // and nothing is asked of the core.
+/// let qp = QpIdent { qpn: 0x11, generation: 1 };
+/// assert_eq!(eps.disconnect(Instant::ZERO, &mut cm, ep, qp), Err(Refused::NotConnected));
+/// assert_eq!(eps.notify_disconnect(ep), Err(Refused::NotConnected));
+/// assert!(eps.poll_action().is_none());
+/// // Destroying the listener ends its GetConnectionRequest.
+/// eps.destroy(Instant::ZERO, &mut cm, listener).unwrap();
+/// match eps.poll_action() {
+///     Some(Action::Complete { request: r, outcome: Outcome::Request(Err(e)) }) => {
+///         assert_eq!((r, e.to_string().as_str()), (request, "canceled"))
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// ```
 #[derive(Debug)]
-pub(crate) struct Endpoints {
+pub struct Endpoints {
     pub(crate) eps: BTreeMap<u32, Endpoint>,
     /// CM endpoint → endpoint, for routing CM events.
     pub(crate) by_cm: HashMap<EndpointId, u32>,
@@ -265,7 +302,7 @@ pub(crate) struct Endpoints {
 
 impl Endpoints {
     /// An empty table drawing starting PSNs from `keys`.
-    pub(crate) fn new(keys: KeyGen) -> Self {
+    pub fn new(keys: KeyGen) -> Self {
         Endpoints {
             eps: BTreeMap::new(),
             by_cm: HashMap::new(),
@@ -277,8 +314,13 @@ impl Endpoints {
     }
 
     /// The next thing the core must do.
-    pub(crate) fn poll_action(&mut self) -> Option<Action> {
+    pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
+    }
+
+    /// How many endpoints exist (created and not yet destroyed).
+    pub fn endpoint_count(&self) -> usize {
+        self.eps.len()
     }
 
     pub(crate) fn ep(&mut self, id: u32) -> Result<&mut Endpoint, Refused> {
@@ -354,7 +396,7 @@ impl Endpoints {
     // ---- calls -----------------------------------------------------------
 
     /// Creates an endpoint.
-    pub(crate) fn create(&mut self) -> u32 {
+    pub fn create(&mut self) -> u32 {
         self.next_ep += 1;
         let id = self.next_ep;
         self.eps.insert(id, Endpoint::new());
@@ -363,7 +405,7 @@ impl Endpoints {
     }
 
     /// What endpoint `ep` knows.
-    pub(crate) fn info(&self, cm: &CmAgent, ep: u32) -> Result<EpInfo, Refused> {
+    pub fn info(&self, cm: &CmAgent, ep: u32) -> Result<EpInfo, Refused> {
         let e = self.eps.get(&ep).ok_or(Refused::NoEndpoint(ep))?;
         let id = e.state.cm();
         let mut info = e.info.clone();
@@ -374,7 +416,7 @@ impl Endpoints {
     }
 
     /// Listens on rdma_cm TCP `port`, queueing at most `backlog` requests.
-    pub(crate) fn listen(
+    pub fn listen(
         &mut self,
         cm: &mut CmAgent,
         ep: u32,
@@ -402,7 +444,7 @@ impl Endpoints {
 
     /// GetConnectionRequest: waits on `listener` for a connection request
     /// and binds it to endpoint `new_ep` (several may wait at once).
-    pub(crate) fn get_request(
+    pub fn get_request(
         &mut self,
         cm: &CmAgent,
         listener: u32,
@@ -424,7 +466,7 @@ impl Endpoints {
     /// Connect on endpoint `ep` with QP `qp` (`qp_exists`: the core has
     /// that QP now). Refused unless the endpoint is idle or its last
     /// connection is over, with nothing queued.
-    pub(crate) fn connect(
+    pub fn connect(
         &mut self,
         now: Instant,
         cm: &mut CmAgent,
@@ -445,7 +487,7 @@ impl Endpoints {
     }
 
     /// CompleteConnect (active, after the Connect completed).
-    pub(crate) fn complete_connect(
+    pub fn complete_connect(
         &mut self,
         now: Instant,
         cm: &mut CmAgent,
@@ -458,7 +500,7 @@ impl Endpoints {
     }
 
     /// Accept (passive, after GetConnectionRequest handed a request over).
-    pub(crate) fn accept(
+    pub fn accept(
         &mut self,
         now: Instant,
         cm: &mut CmAgent,
@@ -479,7 +521,7 @@ impl Endpoints {
     /// CompleteConnect, Accept waiting for its RTU: nothing is sent and the
     /// QP is untouched; Reject, cancel or destroy abandon such a
     /// connection), or whose connection is over.
-    pub(crate) fn disconnect(
+    pub fn disconnect(
         &mut self,
         now: Instant,
         cm: &mut CmAgent,
@@ -508,7 +550,7 @@ impl Endpoints {
     /// own Disconnect finishes (no DREQ will come: cancel or destroy ends
     /// it) and fails [`EpError::Aborted`] when the connection fails without
     /// a DREQ.
-    pub(crate) fn notify_disconnect(&mut self, ep: u32) -> Result<RequestId, Refused> {
+    pub fn notify_disconnect(&mut self, ep: u32) -> Result<RequestId, Refused> {
         let e = self.ep(ep)?;
         let at_once = match e.state {
             State::Idle | State::Listening(_) | State::Broken { .. } => {
@@ -534,7 +576,7 @@ impl Endpoints {
     /// which ends the connection. Where the CM refuses (an established
     /// connection, one already over) nothing changes: an established
     /// connection ends with Disconnect.
-    pub(crate) fn reject(
+    pub fn reject(
         &mut self,
         now: Instant,
         cm: &mut CmAgent,
@@ -557,12 +599,7 @@ impl Endpoints {
     /// CancelOverlappedRequests: every parked request of `ep` completes
     /// [`EpError::Canceled`]; a Connect or Accept in progress is abandoned
     /// (its CM endpoint destroyed, which rejects the peer).
-    pub(crate) fn cancel(
-        &mut self,
-        now: Instant,
-        cm: &mut CmAgent,
-        ep: u32,
-    ) -> Result<(), Refused> {
+    pub fn cancel(&mut self, now: Instant, cm: &mut CmAgent, ep: u32) -> Result<(), Refused> {
         let e = self.ep(ep)?;
         let setting_up = e.requests.front().is_some_and(|r| r.job.sets_up());
         if setting_up {
@@ -582,12 +619,7 @@ impl Endpoints {
     /// [`EpError::Canceled`]; the CM endpoint goes the Linux way (REJ, DREQ
     /// or DREP as its state demands); a listener's unclaimed requests are
     /// rejected.
-    pub(crate) fn destroy(
-        &mut self,
-        now: Instant,
-        cm: &mut CmAgent,
-        ep: u32,
-    ) -> Result<(), Refused> {
+    pub fn destroy(&mut self, now: Instant, cm: &mut CmAgent, ep: u32) -> Result<(), Refused> {
         tracing::debug!(ep, "destroying the endpoint");
         self.fail_ep(ep, EpError::Canceled);
         let e = self.eps.remove(&ep).ok_or(Refused::NoEndpoint(ep))?;
@@ -609,7 +641,7 @@ impl Endpoints {
 
     /// Device removal: every parked request of every endpoint completes
     /// [`EpError::DeviceRemoved`]; the CM goes silent for good.
-    pub(crate) fn remove_device(&mut self, cm: &mut CmAgent) {
+    pub fn remove_device(&mut self, cm: &mut CmAgent) {
         let ids: Vec<u32> = self.eps.keys().copied().collect();
         for id in ids {
             self.fail_ep(id, EpError::DeviceRemoved);

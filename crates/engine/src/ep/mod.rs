@@ -48,11 +48,12 @@
 //!
 //! ## The machine and the core
 //!
-//! The rules live in `Endpoints`, a value with no sockets, threads or clock
-//! (quinn-proto style): the application's calls and the CM's events go in
-//! as method calls taking `now` and the NIC's `CmAgent` (which the
-//! machine drives directly: it is sans-IO too), and what the core must do
-//! comes out of `poll_action`, in order:
+//! The rules live in [`Endpoints`], the sans-IO request machine: a value
+//! with no sockets, threads or clock (quinn-proto style). The application's
+//! calls and the CM's events go in as method calls taking `now` and the
+//! NIC's `CmAgent` (which the machine drives directly: it is sans-IO too),
+//! and what the core must do comes out of [`Endpoints::poll_action`] as an
+//! [`Action`], in order:
 //!
 //! | Action | The core |
 //! |---|---|
@@ -60,12 +61,16 @@
 //! | `Complete { request, outcome }` | delivers the outcome once the step's packets are out |
 //! | `ReserveQpn(qpn)` / `ReleaseQpn(qpn)` | keeps the QPN from reuse through time-wait, and frees it |
 //!
-//! Requests are named by a `RequestId`; the completion handles the
+//! Requests are named by a [`RequestId`]; the completion handles the
 //! application waits on ([`EpPending`]) stay with the core in a side table
-//! keyed by it, so the machine's outcomes are plain values a test can
-//! compare. The core's part is that table (`table.rs`) and, in
-//! `crate::nic::endpoints`, the action pump and the QP operations; the unit tests drive the machine against two
-//! `CmAgent`s wired in memory and a table of fake QPs instead.
+//! keyed by it, so the machine's outcomes ([`Outcome`]) are plain values a
+//! test can compare. The core's part is that table (`table.rs`) and, in
+//! `crate::nic::endpoints`, the action pump and the QP operations. The unit
+//! tests drive the machine against two `CmAgent`s wired in memory and a
+//! table of fake QPs instead, and the whole-connection simulation
+//! (`tests/sim_connection.rs`) against real RC QPs on a faulty virtual
+//! network; both are cores of their own, which is why the machine is
+//! public.
 //!
 //! ## Endpoint states
 //!
@@ -102,7 +107,7 @@ mod waiters;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use machine::{Action, QpError, QpOp, Refused};
+pub use machine::{Action, Endpoints, Outcome, QpError, QpOp, Refused, RequestId};
 pub(crate) use table::EpTable;
 pub use types::{
     AcceptArgs, ConnectArgs, ConnectInfo, EpError, EpInfo, EpPending, QpIdent, RequestInfo,

@@ -170,7 +170,7 @@ impl Endpoints {
     /// The core's answer to a request's QP operation: the request goes on,
     /// then the rest of its endpoint's queue. An answer for a request that
     /// is no longer waiting (cancelled meanwhile) is dropped.
-    pub(crate) fn handle_qp_result(
+    pub fn handle_qp_result(
         &mut self,
         now: Instant,
         cm: &mut CmAgent,

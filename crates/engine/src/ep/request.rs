@@ -250,6 +250,18 @@ impl Endpoints {
                 Step::Wait(req)
             }
             Job::Disconnect(DisconnectPhase::Queued) => {
+                // Our DREQ is already out (its Disconnect was cancelled):
+                // this one waits for the DREP, the QP untouched meanwhile.
+                let dreq_out = self
+                    .eps
+                    .get(&ep)
+                    .is_some_and(|e| matches!(e.state, State::Disconnecting { .. }));
+                if dreq_out {
+                    tracing::debug_span!("cm_phase")
+                        .in_scope(|| tracing::debug!("our DREQ is out; waiting for the DREP"));
+                    req.job = Job::Disconnect(DisconnectPhase::AwaitingDrep);
+                    return Step::Wait(req);
+                }
                 // Only a connection that is up (or whose peer sent its DREQ)
                 // has something to say on the wire; after a REJ, or behind
                 // a first Disconnect that finished, the QP phase is all.

@@ -65,7 +65,8 @@ pub enum EpError {
         /// REJ private data.
         private_data: Vec<u8>,
     },
-    /// The connection went away (peer disconnected before the request finished).
+    /// The connection failed without a DREQ while the request waited: a REJ
+    /// or a CM timeout (NotifyDisconnect; ND: `ND_CONNECTION_ABORTED`).
     #[error("connection aborted")]
     Aborted,
     /// The request does not fit the endpoint's state.

@@ -54,6 +54,21 @@ fn cancel_ends_parked_requests_and_moves_no_qp() {
     assert_eq!(p.a.qps[&c.qa], QpState::Rts);
     assert!(!p.a.reserved.contains(&c.qa.qpn));
 
+    // A Disconnect after the cancelled one, while the DREQ is still out:
+    // it waits for the DREP, the QP untouched meanwhile.
+    let (mut p2, c2) = Pair::connected();
+    p2.a.disconnect(c2.ea, c2.qa).unwrap();
+    p2.a.cancel(c2.ea).unwrap();
+    let again = p2.a.disconnect(c2.ea, c2.qa).unwrap();
+    p2.pump();
+    assert!(p2.a.pending(again));
+    assert_eq!(p2.a.qps[&c2.qa], QpState::Rts);
+    p2.b.disconnect(c2.eb, c2.qb).unwrap();
+    p2.pump();
+    assert_eq!(p2.a.result(again), Some(Ok(())));
+    assert_eq!(p2.a.qps[&c2.qa], QpState::Err);
+    assert_eq!(p2.sent(Who::A), [DREQ], "one DREQ");
+
     // A listener's waiting GetConnectionRequests; it keeps listening.
     let waiting = p.b.create();
     let get = p.b.get_request(c.listener, waiting).unwrap();

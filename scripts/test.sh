@@ -25,7 +25,7 @@ NDV_KFAULT_MIB=${NDV_KFAULT_MIB:-1024} cargo test --release -p ndverbs-engine --
 # over 10,000 seeds, a million forged packets at each of two live connections
 # (one connected through the CM, with a bystander connection), and
 # 20,000 connect/transfer/disconnect cycles with RSS and fds flat.
-NDV_SIM_SEEDS=${NDV_SIM_SEEDS:-10000} cargo test --release -p ndverbs-proto --test sim_connection -- --nocapture
+NDV_SIM_SEEDS=${NDV_SIM_SEEDS:-10000} cargo test --release -p ndverbs-engine --test sim_connection -- --nocapture
 NDV_FLOOD_PACKETS=${NDV_FLOOD_PACKETS:-1000000} cargo test --release -p ndverbs-engine --test hostile_flood -- --nocapture
 NDV_SOAK_CYCLES=${NDV_SOAK_CYCLES:-20000} cargo test --release -p ndverbs-nd --test soak -- --nocapture
 # The parsers under libFuzzer for a short fixed budget per target.

@@ -1024,12 +1024,15 @@ fn flood_spares_cm_connections() {
     exchange(&b, &a, 6, 32768);
     exchange(&c, &b2, 7, 32768);
     // And A–B still ends cleanly: A's DREQ, B's DREP.
-    let da = a.nic.ep_disconnect(ea, a.qp.qpn()).unwrap();
+    let da = a.nic.ep_disconnect(ea, a.qp.ident()).unwrap();
     notified[1]
         .wait_timeout(CM_LIMIT)
         .expect("B notified")
         .unwrap();
-    done(b.nic.ep_disconnect(eb, b_qpn).unwrap(), "B disconnect");
+    done(
+        b.nic.ep_disconnect(eb, b.qp.ident()).unwrap(),
+        "B disconnect",
+    );
     done(da, "A disconnect");
     assert!(!notified[2].is_done() && !notified[3].is_done());
 }

@@ -179,7 +179,7 @@ fn zz_peer_process() {
     }
     let _ = b
         .nic
-        .ep_accept(eb, b.qp.qpn(), accept_8())
+        .ep_accept(eb, b.qp.ident(), accept_8())
         .unwrap()
         .wait_timeout(Duration::from_secs(60));
     // Keep answering until killed.
@@ -214,7 +214,7 @@ fn peer_killed_mid_transfer() {
     let (ea, conn) = cm::start_connect(&a, args);
     cm::done(conn, "connect");
     cm::done(
-        a.nic.ep_complete_connect(ea, a.qp.qpn()).unwrap(),
+        a.nic.ep_complete_connect(ea, a.qp.ident()).unwrap(),
         "complete connect",
     );
     // Stream SENDs, then kill the peer with some outstanding.
@@ -262,7 +262,7 @@ fn peer_killed_mid_transfer() {
     // The survivor's Disconnect completes (the DREQ times out).
     let r = a
         .nic
-        .ep_disconnect(ea, a.qp.qpn())
+        .ep_disconnect(ea, a.qp.ident())
         .unwrap()
         .wait_timeout(Duration::from_secs(60))
         .expect("bounded");

@@ -199,10 +199,10 @@ fn cm_connect_and_disconnect_without_sockets() {
     // notifies it, B's Disconnect answers with the DREP that completes A's.
     let notify = b.nic.ep_notify_disconnect(eb).unwrap();
     b.post_recv(8, 0, 64);
-    let da = a.nic.ep_disconnect(ea, a.qp.qpn()).unwrap();
+    let da = a.nic.ep_disconnect(ea, a.qp.ident()).unwrap();
     done(notify, "B notified");
     done(
-        b.nic.ep_disconnect(eb, b.qp.qpn()).unwrap(),
+        b.nic.ep_disconnect(eb, b.qp.ident()).unwrap(),
         "B's disconnect",
     );
     done(da, "A's disconnect");
@@ -210,7 +210,7 @@ fn cm_connect_and_disconnect_without_sockets() {
     assert_eq!((w[0].wr_id, w[0].status), (8, WcStatus::WrFlushErr));
     assert_eq!((a.qp.state(), b.qp.state()), (QpState::Err, QpState::Err));
     // A second disconnect is refused: the connection is over.
-    assert!(a.nic.ep_disconnect(ea, a.qp.qpn()).is_err());
+    assert!(a.nic.ep_disconnect(ea, a.qp.ident()).is_err());
     assert_eq!(a.nic.counters().drop_bad_icrc.load(Relaxed), 0);
 }
 
@@ -243,6 +243,6 @@ fn faults_wrap_a_memory_link_too() {
             ..FaultConfig::default()
         }))
         .unwrap();
-    let r = outcome(a.nic.ep_disconnect(ea, a.qp.qpn()).unwrap(), "A");
+    let r = outcome(a.nic.ep_disconnect(ea, a.qp.ident()).unwrap(), "A");
     assert_eq!(r, Err(EpError::Timeout));
 }

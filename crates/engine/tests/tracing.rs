@@ -298,9 +298,12 @@ fn connect_send_disconnect_as_spans_and_events() {
     // One receive outstanding on B: B's Disconnect flushes it.
     b.post_recv(999, 0, 64);
     let notify = b.nic.ep_notify_disconnect(eb).unwrap();
-    let da = a.nic.ep_disconnect(ea, qa).unwrap();
+    let da = a.nic.ep_disconnect(ea, a.qp.ident()).unwrap();
     done(notify, "notify");
-    done(b.nic.ep_disconnect(eb, qb).unwrap(), "B disconnect");
+    done(
+        b.nic.ep_disconnect(eb, b.qp.ident()).unwrap(),
+        "B disconnect",
+    );
     done(da, "A disconnect");
     let flushed = wait_n(&b, 1);
     assert_eq!(flushed[0].status, WcStatus::WrFlushErr);

@@ -1,17 +1,24 @@
 //! Connectors and listeners: connection set-up and teardown (networkdirect.md
 //! §5–§6).
 //!
-//! A connector remembers the *id* of the queue pair given to Connect or
-//! Accept, never the queue pair itself, and hands it to each phased request
-//! (rule D8). Status mapping of the requests:
+//! A connector remembers the *identity* of the queue pair given to Connect
+//! or Accept (its number and which QP had it), never the queue pair itself,
+//! and hands it to each phased request (rule D8): a queue pair released
+//! meanwhile is never confused with a newer one that got its number.
+//! Status mapping of the requests:
 //!
 //! | request | outcome → status |
 //! |---|---|
-//! | Connect | REP → `ND_SUCCESS`; REQ retries exhausted → `ND_TIMEOUT` (success class: retry on the same connector); REJ → `ND_CONNECTION_REFUSED` |
-//! | Accept | RTU → `ND_SUCCESS`; no RTU → `ND_IO_TIMEOUT`; REJ → `ND_CONNECTION_REFUSED`; peer gone → `ND_CONNECTION_ABORTED` |
-//! | Disconnect | DREP received or sent → `ND_SUCCESS`; DREQ timed out → `ND_TIMEOUT`; not connected → `ND_CONNECTION_INVALID` |
-//! | NotifyDisconnect | DREQ arrived (or the connection is already over) → `ND_SUCCESS`; our own Disconnect finished first → `STATUS_CONNECTION_DISCONNECTED` |
-//! | any | cancelled → `ND_CANCELED`; adapter removed → `ND_DEVICE_REMOVED` |
+//! | Connect | REP → `ND_SUCCESS`; REQ retries exhausted → `ND_TIMEOUT` (success class: retry on the same connector); REJ → `ND_CONNECTION_REFUSED`; queue pair released → `ND_CANCELED` |
+//! | Accept | RTU → `ND_SUCCESS`; no RTU → `ND_IO_TIMEOUT`; REJ → `ND_CONNECTION_REFUSED`; peer gone → `ND_CONNECTION_ABORTED`; queue pair released → `ND_CANCELED` |
+//! | Disconnect | DREP received or sent → `ND_SUCCESS`; DREQ timed out → `ND_TIMEOUT` — each only once the queue pair is in ERROR and its flushed requests (`ND_CANCELED`) are on the CQ; while our DREQ is outstanding nothing is flushed. The peer ended the connection with a REJ → `ND_SUCCESS` (nothing sent, the queue pair flushed). Queue pair released → `ND_CANCELED` after the DREQ/DREP. At once: never connected, still connecting (Connect pending, before CompleteConnect, Accept waiting for the RTU: nothing sent, queue pair untouched), or already disconnected → `ND_CONNECTION_INVALID` |
+//! | NotifyDisconnect | the peer's DREQ → `ND_SUCCESS` (at once if it already arrived on this connection); pending through our own Disconnect it stays pending → `ND_CANCELED` by `CancelOverlappedRequests` or release; the connection failed without a DREQ (REJ, CM timeout) → `ND_CONNECTION_ABORTED`; at once: never connected, Connect/Accept failed, or the connection ended without a DREQ → `ND_CONNECTION_INVALID` |
+//! | any | cancelled or the connector released → `ND_CANCELED`; adapter removed → `ND_DEVICE_REMOVED`; a request the engine lost → `ND_INTERNAL_ERROR` |
+//!
+//! `GetReadLimits` reports this side's (inbound, outbound) limits: before
+//! Accept, the peer's outbound and inbound limits from its Connect. A
+//! passive connector's `GetLocalAddress` is its listener's address once a
+//! request was handed to it.
 
 use crate::adapter::{nd_err, nd_status, Adapter, MAX_CALLEE_DATA, MAX_CALLER_DATA};
 use crate::pending::NdPending;
@@ -30,13 +37,15 @@ pub const ND_RNR_RETRY: u8 = 6;
 /// The status of a connection request that ended badly. A request's
 /// timeout means different things per request (see the table above), and a
 /// few kinds read differently for a request than for a call: a busy
-/// endpoint is an active connection, and a QP that went away while the
-/// request waited has had its requests cancelled with it.
+/// endpoint is an active connection, a QP that went away while the request
+/// waited has had its requests cancelled with it, and a request the engine
+/// lost is its internal error.
 fn ep_error(e: Error, timeout: NdStatus) -> NdError {
     let status = match e.kind() {
         ErrorKind::TimedOut => timeout,
         ErrorKind::Busy => NdStatus::CONNECTION_ACTIVE,
         ErrorKind::NotFound => NdStatus::CANCELED,
+        ErrorKind::Internal => NdStatus::INTERNAL_ERROR,
         kind => nd_status(kind),
     };
     NdError::new(status, e.to_string())
@@ -163,6 +172,9 @@ impl Drop for CmId {
 struct ConnState {
     qp: Option<QpId>,
     connecting: bool,
+    /// The address of the listener whose GetConnectionRequest this
+    /// connector was given to: a passive connection's local address.
+    listener: Option<SocketAddr>,
 }
 
 /// A connector.
@@ -354,9 +366,23 @@ impl Connector {
         Ok(self.cm.ep.info().map_err(nd_err)?.private_data)
     }
 
-    /// `GetLocalAddress`.
+    /// `GetLocalAddress`: the bound address (active), or the listener's
+    /// once a connection request was handed to this connector (passive).
     pub fn get_local_address(&self) -> NdResult<SocketAddr> {
-        self.cm.local_address(NdStatus::CONNECTION_INVALID)
+        let bound = self.cm.local_address(NdStatus::CONNECTION_INVALID);
+        let listener = self.st().listener;
+        match (bound, listener) {
+            (Ok(a), _) => Ok(a),
+            (Err(e), Some(l)) => {
+                let handed_over = self.cm.ep.info().map_err(nd_err)?.peer.is_some();
+                if handed_over {
+                    Ok(l)
+                } else {
+                    Err(e)
+                }
+            }
+            (Err(e), None) => Err(e),
+        }
     }
 
     /// `GetPeerAddress` (valid on a passive connector before Accept).
@@ -368,15 +394,17 @@ impl Connector {
         Ok(SocketAddr::new(ip, i.peer_port))
     }
 
-    /// `NotifyDisconnect`: completes when the peer's DREQ arrives. It never
-    /// flushes anything (rule D6).
+    /// `NotifyDisconnect`: completes when the peer's DREQ arrives (statuses
+    /// in the table above). It never flushes anything (rule D6).
     pub fn notify_disconnect(&self) -> NdResult<NdPending<()>> {
         let p = self.cm.ep.notify_disconnect().map_err(nd_err)?;
         Ok(nd_request(p, NdStatus::TIMEOUT))
     }
 
     /// `Disconnect`: DREQ (or DREP if the peer's DREQ arrived), then the QP
-    /// to ERROR, which flushes every outstanding request (`ND_CANCELED`).
+    /// to ERROR, which flushes every outstanding request (`ND_CANCELED`);
+    /// completes once those flushes are on the CQ (statuses in the table
+    /// above).
     pub fn disconnect(&self) -> NdResult<NdPending<()>> {
         let qp = self.connection_qp("never connected")?;
         let p = self.cm.ep.disconnect(qp).map_err(nd_err)?;
@@ -459,6 +487,7 @@ impl Listener {
     /// (several may be outstanding).
     pub fn get_connection_request(&self, connector: &Connector) -> NdResult<NdPending<()>> {
         let p = self.cm.ep.get_request(&connector.cm.ep).map_err(nd_err)?;
+        connector.st().listener = self.get_local_address().ok();
         Ok(nd_request(p, NdStatus::TIMEOUT))
     }
 

@@ -15,9 +15,10 @@ use crate::ep::{AcceptArgs, ConnectArgs, ConnectInfo, EpInfo, RequestInfo};
 use crate::error::{Error, ErrorKind, Result};
 use crate::observe::Stats;
 use crate::pending::{Pending, Source};
+use crate::qp::QpId;
 use ndverbs_engine::config::{NicConfig, Progress as EngineProgress};
 use ndverbs_engine::cq::{CompletionQueue, NotifyError, NotifyOn, ResizeError};
-use ndverbs_engine::ep::EpError;
+use ndverbs_engine::ep::{EpError, QpIdent};
 use ndverbs_engine::error::EngineError;
 use ndverbs_engine::link::faults::FaultConfig as EngineFaults;
 use ndverbs_engine::mr::{MemError, Region, RegionBuf};
@@ -105,16 +106,24 @@ fn ep_err(op: &'static str, e: EpError) -> Error {
             op,
             "the connection went away before the request finished",
         ),
-        EpError::Disconnected => Error::new(
-            ErrorKind::Disconnected,
-            op,
-            "this side disconnected before the peer's DREQ arrived",
-        ),
         EpError::InvalidState(s) => Error::new(ErrorKind::InvalidState, op, s),
         EpError::ConnectionActive => Error::new(ErrorKind::Busy, op, "connection already active"),
         EpError::NoQp(qpn) => Error::new(ErrorKind::NotFound, op, format!("no QP {qpn:#x}")),
         EpError::Modify(e) => Error::modify(op, e),
         EpError::Cm(e) => Error::cm(op, e),
+        EpError::Lost => Error::new(
+            ErrorKind::Internal,
+            op,
+            "the engine lost the request without an outcome",
+        ),
+    }
+}
+
+/// The engine's name for the QP `qp` identifies.
+fn ident(qp: QpId) -> QpIdent {
+    QpIdent {
+        qpn: qp.qpn,
+        generation: qp.generation,
     }
 }
 
@@ -471,26 +480,29 @@ impl Nic {
     pub(crate) fn ep_connect(
         &self,
         ep: u32,
-        qpn: u32,
+        qp: QpId,
         a: ConnectArgs,
     ) -> Result<Pending<ConnectInfo>> {
         const OP: &str = "Endpoint::connect";
-        let p = self.0.ep_connect(ep, qpn, a).map_err(|e| err(OP, e))?;
+        let p = self
+            .0
+            .ep_connect(ep, ident(qp), a)
+            .map_err(|e| err(OP, e))?;
         Ok(pending(OP, p, |c| c))
     }
 
-    pub(crate) fn ep_complete_connect(&self, ep: u32, qpn: u32) -> Result<Pending<()>> {
+    pub(crate) fn ep_complete_connect(&self, ep: u32, qp: QpId) -> Result<Pending<()>> {
         const OP: &str = "Endpoint::complete_connect";
         let p = self
             .0
-            .ep_complete_connect(ep, qpn)
+            .ep_complete_connect(ep, ident(qp))
             .map_err(|e| err(OP, e))?;
         Ok(pending(OP, p, |()| ()))
     }
 
-    pub(crate) fn ep_accept(&self, ep: u32, qpn: u32, a: AcceptArgs) -> Result<Pending<()>> {
+    pub(crate) fn ep_accept(&self, ep: u32, qp: QpId, a: AcceptArgs) -> Result<Pending<()>> {
         const OP: &str = "Endpoint::accept";
-        let p = self.0.ep_accept(ep, qpn, a).map_err(|e| err(OP, e))?;
+        let p = self.0.ep_accept(ep, ident(qp), a).map_err(|e| err(OP, e))?;
         Ok(pending(OP, p, |()| ()))
     }
 
@@ -500,9 +512,12 @@ impl Nic {
             .map_err(|e| err("Endpoint::reject", e))
     }
 
-    pub(crate) fn ep_disconnect(&self, ep: u32, qpn: u32) -> Result<Pending<()>> {
+    pub(crate) fn ep_disconnect(&self, ep: u32, qp: QpId) -> Result<Pending<()>> {
         const OP: &str = "Endpoint::disconnect";
-        let p = self.0.ep_disconnect(ep, qpn).map_err(|e| err(OP, e))?;
+        let p = self
+            .0
+            .ep_disconnect(ep, ident(qp))
+            .map_err(|e| err(OP, e))?;
         Ok(pending(OP, p, |()| ()))
     }
 
@@ -657,6 +672,12 @@ pub(crate) struct QpRef(Arc<QpShared>);
 impl QpRef {
     pub(crate) fn qpn(&self) -> u32 {
         self.0.qpn()
+    }
+
+    /// The QP's number and generation (its identity for endpoint requests).
+    pub(crate) fn ident(&self) -> (u32, u64) {
+        let id = self.0.ident();
+        (id.qpn, id.generation)
     }
 
     pub(crate) fn state(&self) -> QpState {

@@ -6,12 +6,14 @@
 //! [`Error`] of kind [`ErrorKind::Rejected`] (with the peer's
 //! [`Rejection`](crate::Rejection)), [`ErrorKind::TimedOut`],
 //! [`ErrorKind::Canceled`], [`ErrorKind::ConnectionAborted`],
-//! [`ErrorKind::Disconnected`], [`ErrorKind::InvalidState`] or
-//! [`ErrorKind::DeviceRemoved`] when it ends badly. The endpoint and the QP
+//! [`ErrorKind::InvalidState`], [`ErrorKind::NotFound`] (its QP was
+//! released) or [`ErrorKind::DeviceRemoved`] when it ends badly
+//! ([`ErrorKind::Internal`] if the engine lost it). The endpoint and the QP
 //! are tied together only per call: Connect, CompleteConnect, Accept and
 //! Disconnect take the QP, and run on the engine in phases (CM, then QP, or
-//! the other way round). They take the QP as a [`QpId`] — a number, not a
-//! reference: the endpoint never holds the QP.
+//! the other way round). They take the QP as a [`QpId`] — an identity, not
+//! a reference: the endpoint never holds the QP, and a phase never acts on
+//! a newer QP that took a released one's number.
 //!
 //! The argument and result types ([`ConnectArgs`], [`AcceptArgs`],
 //! [`RequestInfo`], [`ConnectInfo`], [`EpInfo`]) are the connection
@@ -140,17 +142,17 @@ impl Endpoint {
 
     /// Connects `qp` (in INIT). Completes when the peer's REP arrives.
     pub fn connect(&self, qp: impl Into<QpId>, args: ConnectArgs) -> Result<Pending<ConnectInfo>> {
-        self.dev.nic.ep_connect(self.id, qp.into().0, args)
+        self.dev.nic.ep_connect(self.id, qp.into(), args)
     }
 
     /// After `connect` completed: QP to RTS, then RTU.
     pub fn complete_connect(&self, qp: impl Into<QpId>) -> Result<Pending<()>> {
-        self.dev.nic.ep_complete_connect(self.id, qp.into().0)
+        self.dev.nic.ep_complete_connect(self.id, qp.into())
     }
 
     /// Accepts the request bound to this endpoint with `qp`; completes on RTU.
     pub fn accept(&self, qp: impl Into<QpId>, args: AcceptArgs) -> Result<Pending<()>> {
-        self.dev.nic.ep_accept(self.id, qp.into().0, args)
+        self.dev.nic.ep_accept(self.id, qp.into(), args)
     }
 
     /// Rejects the request (or the REP) bound to this endpoint.
@@ -158,13 +160,24 @@ impl Endpoint {
         self.dev.nic.ep_reject(self.id, private_data)
     }
 
-    /// DREQ (or DREP if the peer's DREQ arrived), then `qp` to ERR. An
-    /// endpoint that never connected is [`ErrorKind::NotConnected`].
+    /// DREQ (or DREP if the peer's DREQ arrived), then `qp` to ERR, which
+    /// flushes its outstanding work requests; completes once those flushes
+    /// are on the CQ (on the DREP, the DREQ's timeout —
+    /// [`ErrorKind::TimedOut`] — or the DREP sent). After the peer ended the
+    /// connection with a REJ it only flushes. A `qp` released meanwhile:
+    /// [`ErrorKind::NotFound`] after the DREQ/DREP. An endpoint that never
+    /// connected, is still setting up its connection (nothing is sent, the
+    /// QP is untouched) or is already disconnected is
+    /// [`ErrorKind::NotConnected`].
     pub fn disconnect(&self, qp: impl Into<QpId>) -> Result<Pending<()>> {
-        self.dev.nic.ep_disconnect(self.id, qp.into().0)
+        self.dev.nic.ep_disconnect(self.id, qp.into())
     }
 
-    /// Completes when the peer's DREQ arrives.
+    /// Completes when the peer's DREQ arrives — at once if it already did on
+    /// this connection. Our own disconnect does not end it (cancel does);
+    /// a connection that fails without a DREQ ends it
+    /// [`ErrorKind::ConnectionAborted`]. [`ErrorKind::NotConnected`] at once
+    /// where there is no connection or it ended without a DREQ.
     pub fn notify_disconnect(&self) -> Result<Pending<()>> {
         self.dev.nic.ep_notify_disconnect(self.id)
     }

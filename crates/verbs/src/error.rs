@@ -45,6 +45,7 @@ use std::sync::Arc;
 /// | `AddressNotAvailable` | `EADDRNOTAVAIL` | the address is not on this host |
 /// | `Unreachable` | `ENETUNREACH` | no route to the destination |
 /// | `Io` | the system's, else `EIO` | any other system call failure |
+/// | `Internal` | `EIO` | the engine lost a request without an outcome: a bug, never a state of the device or connection |
 ///
 /// # Example
 ///
@@ -97,6 +98,8 @@ pub enum ErrorKind {
     Unreachable,
     /// Another system call failure.
     Io,
+    /// The engine lost a request without an outcome (a bug in the engine).
+    Internal,
 }
 
 impl ErrorKind {
@@ -122,7 +125,7 @@ impl ErrorKind {
             AddressInUse => libc::EADDRINUSE,
             AddressNotAvailable => libc::EADDRNOTAVAIL,
             Unreachable => libc::ENETUNREACH,
-            Io => libc::EIO,
+            Io | Internal => libc::EIO,
         }
     }
 
@@ -148,6 +151,7 @@ impl ErrorKind {
             AddressNotAvailable => "address not available",
             Unreachable => "no route to the destination",
             Io => "I/O error",
+            Internal => "internal error",
         }
     }
 }

@@ -9,8 +9,11 @@ use ndverbs_proto::rc::{
 };
 use std::sync::Arc;
 
-/// A queue pair's identity (its QP number): what connection endpoints are
-/// given instead of a reference to the QP.
+/// A queue pair's identity: what connection endpoints are given instead of
+/// a reference to the QP. It is the QP number *and* which QP had it: QP
+/// numbers are reused once released, and an identity names only the QP it
+/// was taken from — a request whose QP was released acts on no QP (it ends
+/// [`ErrorKind::NotFound`]), never on a newer QP with the same number.
 ///
 /// # Example
 ///
@@ -19,9 +22,9 @@ use std::sync::Arc;
 /// let dev = Device::open("127.92.8.1".parse().unwrap())?;
 /// let (pd, cq) = (dev.alloc_pd()?, dev.create_cq(4)?);
 /// let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq))?;
-/// // Endpoints take a QP by number (`&qp` converts), never hold it.
+/// // Endpoints take a QP by identity (`&qp` converts), never hold it.
 /// let id = QpId::from(&qp);
-/// assert_eq!(id, QpId(qp.qpn()));
+/// assert_eq!(id.qpn(), qp.qpn());
 /// let ep = Endpoint::new(&dev)?;
 /// // Not connected: the endpoint refuses at once, and the QP is untouched.
 /// assert!(ep.disconnect(id).is_err());
@@ -29,11 +32,22 @@ use std::sync::Arc;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct QpId(pub u32);
+pub struct QpId {
+    pub(crate) qpn: u32,
+    pub(crate) generation: u64,
+}
+
+impl QpId {
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+}
 
 impl From<&Qp> for QpId {
     fn from(qp: &Qp) -> QpId {
-        QpId(qp.qpn())
+        let (qpn, generation) = qp.shared.ident();
+        QpId { qpn, generation }
     }
 }
 

@@ -27,7 +27,7 @@ fn cm_event_name(ev: &CmEvent) -> &'static str {
 impl Endpoints {
     /// One CM event: logged, routed to its endpoint, and what waited for it
     /// resumed.
-    pub(crate) fn handle_cm_event(&mut self, now: Instant, cm: &mut CmAgent, ev: CmEvent) {
+    pub fn handle_cm_event(&mut self, now: Instant, cm: &mut CmAgent, ev: CmEvent) {
         let cm_id = match &ev {
             CmEvent::ConnectRequest(req) => req.listener,
             ev => ev.endpoint(),
@@ -120,7 +120,7 @@ impl Endpoints {
                 ..
             } => {
                 e.info.private_data = private_data.clone();
-                e.state.close();
+                e.state.rejected();
                 let err = EpError::Rejected {
                     reason,
                     private_data,

@@ -3,7 +3,7 @@
 //! the CM events in `events.rs`.
 
 use super::request::{Job, Request};
-use super::types::{AcceptArgs, ConnectArgs, ConnectInfo, EpError, EpInfo, RequestInfo};
+use super::types::{AcceptArgs, ConnectArgs, ConnectInfo, EpError, EpInfo, QpIdent, RequestInfo};
 use crate::keys::KeyGen;
 use ndverbs_proto::cm::{CmAgent, CmError, CmState, ConnectRequest, EndpointId, QpSetup};
 use ndverbs_proto::rc::ModifyError;
@@ -15,15 +15,22 @@ use tracing::Span;
 /// Names one request: the endpoint it was made on and a number unique in
 /// the table. The core keys its completion handles by it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct RequestId {
+pub struct RequestId {
     pub(crate) ep: u32,
     seq: u64,
+}
+
+impl RequestId {
+    /// The endpoint the request was made on.
+    pub fn ep(&self) -> u32 {
+        self.ep
+    }
 }
 
 /// A QP operation a request needs; the core answers with
 /// [`Endpoints::handle_qp_result`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum QpOp {
+pub enum QpOp {
     /// Is the QP in INIT? A connection starts from INIT (rdma_cm and ND move
     /// it on from there): any other state would fail only after the CM
     /// exchange began, leaving the peer waiting for a REP that never comes.
@@ -36,7 +43,7 @@ pub(crate) enum QpOp {
 
 /// Why a QP operation did not happen.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum QpError {
+pub enum QpError {
     /// No QP with the number the request named.
     Gone,
     /// [`QpOp::CheckInit`]: the QP is in another state.
@@ -47,7 +54,7 @@ pub(crate) enum QpError {
 
 /// How a request ended, typed by what it returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub enum Outcome {
     /// Connect.
     Connect(Result<ConnectInfo, EpError>),
     /// GetConnectionRequest.
@@ -69,14 +76,15 @@ impl Outcome {
 
 /// What the machine asks the core to do, in order.
 #[derive(Debug)]
-pub(crate) enum Action {
-    /// Run `op` on QP `qpn` inside `span` (the request's `qp_phase`, or the
+pub enum Action {
+    /// Run `op` on QP `qp` inside `span` (the request's `qp_phase`, or the
     /// request itself for the INIT check), then hand the result back with
     /// [`Endpoints::handle_qp_result`] before anything else: the request's
-    /// endpoint waits for it.
+    /// endpoint waits for it. A QP with `qp`'s number but another
+    /// generation is not `qp`: the answer is [`QpError::Gone`].
     Qp {
         request: RequestId,
-        qpn: u32,
+        qp: QpIdent,
         op: QpOp,
         span: Span,
     },
@@ -95,7 +103,7 @@ pub(crate) enum Action {
 
 /// Why a call was refused at once (nothing was queued).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refused {
+pub enum Refused {
     /// No endpoint with this id.
     NoEndpoint(u32),
     /// No QP with this number.
@@ -126,6 +134,11 @@ pub(crate) enum State {
     Accepting { cm: EndpointId, setup: QpSetup },
     /// Connected.
     Connected { cm: EndpointId, setup: QpSetup },
+    /// The peer ended the established connection with a REJ (its Accept
+    /// timed out waiting for our RTU, or it gave up): nothing is left to
+    /// say on the wire, but our QP is still up, so a Disconnect only flushes
+    /// it.
+    Broken { cm: EndpointId, setup: QpSetup },
     /// The peer's DREQ arrived (our Disconnect will answer with the DREP).
     PeerDisconnected { cm: EndpointId, setup: QpSetup },
     /// Our DREQ is out; the Disconnect waits for the DREP.
@@ -147,6 +160,7 @@ impl State {
             | State::RequestReceived { cm }
             | State::Accepting { cm, .. }
             | State::Connected { cm, .. }
+            | State::Broken { cm, .. }
             | State::PeerDisconnected { cm, .. }
             | State::Disconnecting { cm, .. }
             | State::Closed { cm, .. } => Some(cm),
@@ -159,6 +173,7 @@ impl State {
             State::RepReceived { setup, .. }
             | State::Accepting { setup, .. }
             | State::Connected { setup, .. }
+            | State::Broken { setup, .. }
             | State::PeerDisconnected { setup, .. }
             | State::Disconnecting { setup, .. } => Some(setup),
             State::Closed { setup, .. } => setup,
@@ -172,6 +187,15 @@ impl State {
         if let Some(cm) = self.cm() {
             let setup = self.setup();
             *self = State::Closed { cm, setup };
+        }
+    }
+
+    /// The peer's REJ ended the connection: an established one still has
+    /// its QP up (a Disconnect flushes it), any other is over.
+    pub(crate) fn rejected(&mut self) {
+        match *self {
+            State::Connected { cm, setup } => *self = State::Broken { cm, setup },
+            _ => self.close(),
         }
     }
 }
@@ -232,10 +256,40 @@ impl Endpoint {
     }
 }
 
-/// The endpoint table: every endpoint, the CM endpoints they are bound to,
-/// and the actions waiting for the core.
+/// The endpoint request machine (sans IO): every endpoint, the CM
+/// endpoints they are bound to, and the actions waiting for the core. See
+/// the [module docs](super) for the rules and what the core does with each
+/// [`Action`].
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::ep::{Action, Endpoints, Outcome, QpIdent, Refused};
+/// use ndverbs_engine::keys::KeyGen;
+/// use ndverbs_proto::cm::{CmAgent, CmConfig};
+/// use ndverbs_proto::time::Instant;
+/// let mut cm = CmAgent::new(CmConfig::new("10.0.0.1".parse().unwrap(), 1, 1));
+/// let mut eps = Endpoints::new(KeyGen::seeded(1));
+/// let (listener, ep) = (eps.create(), eps.create());
+/// eps.listen(&mut cm, listener, 7000, 4).unwrap();
+/// let request = eps.get_request(&cm, listener, ep).unwrap();
+/// // Nothing connected yet: Disconnect and NotifyDisconnect are refused,
+/// // and nothing is asked of the core.
+/// let qp = QpIdent { qpn: 0x11, generation: 1 };
+/// assert_eq!(eps.disconnect(Instant::ZERO, &mut cm, ep, qp), Err(Refused::NotConnected));
+/// assert_eq!(eps.notify_disconnect(ep), Err(Refused::NotConnected));
+/// assert!(eps.poll_action().is_none());
+/// // Destroying the listener ends its GetConnectionRequest.
+/// eps.destroy(Instant::ZERO, &mut cm, listener).unwrap();
+/// match eps.poll_action() {
+///     Some(Action::Complete { request: r, outcome: Outcome::Request(Err(e)) }) => {
+///         assert_eq!((r, e.to_string().as_str()), (request, "canceled"))
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// ```
 #[derive(Debug)]
-pub(crate) struct Endpoints {
+pub struct Endpoints {
     pub(crate) eps: BTreeMap<u32, Endpoint>,
     /// CM endpoint → endpoint, for routing CM events.
     pub(crate) by_cm: HashMap<EndpointId, u32>,
@@ -248,7 +302,7 @@ pub(crate) struct Endpoints {
 
 impl Endpoints {
     /// An empty table drawing starting PSNs from `keys`.
-    pub(crate) fn new(keys: KeyGen) -> Self {
+    pub fn new(keys: KeyGen) -> Self {
         Endpoints {
             eps: BTreeMap::new(),
             by_cm: HashMap::new(),
@@ -260,8 +314,13 @@ impl Endpoints {
     }
 
     /// The next thing the core must do.
-    pub(crate) fn poll_action(&mut self) -> Option<Action> {
+    pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
+    }
+
+    /// How many endpoints exist (created and not yet destroyed).
+    pub fn endpoint_count(&self) -> usize {
+        self.eps.len()
     }
 
     pub(crate) fn ep(&mut self, id: u32) -> Result<&mut Endpoint, Refused> {
@@ -337,7 +396,7 @@ impl Endpoints {
     // ---- calls -----------------------------------------------------------
 
     /// Creates an endpoint.
-    pub(crate) fn create(&mut self) -> u32 {
+    pub fn create(&mut self) -> u32 {
         self.next_ep += 1;
         let id = self.next_ep;
         self.eps.insert(id, Endpoint::new());
@@ -346,7 +405,7 @@ impl Endpoints {
     }
 
     /// What endpoint `ep` knows.
-    pub(crate) fn info(&self, cm: &CmAgent, ep: u32) -> Result<EpInfo, Refused> {
+    pub fn info(&self, cm: &CmAgent, ep: u32) -> Result<EpInfo, Refused> {
         let e = self.eps.get(&ep).ok_or(Refused::NoEndpoint(ep))?;
         let id = e.state.cm();
         let mut info = e.info.clone();
@@ -357,7 +416,7 @@ impl Endpoints {
     }
 
     /// Listens on rdma_cm TCP `port`, queueing at most `backlog` requests.
-    pub(crate) fn listen(
+    pub fn listen(
         &mut self,
         cm: &mut CmAgent,
         ep: u32,
@@ -385,7 +444,7 @@ impl Endpoints {
 
     /// GetConnectionRequest: waits on `listener` for a connection request
     /// and binds it to endpoint `new_ep` (several may wait at once).
-    pub(crate) fn get_request(
+    pub fn get_request(
         &mut self,
         cm: &CmAgent,
         listener: u32,
@@ -404,15 +463,15 @@ impl Endpoints {
         Ok(id)
     }
 
-    /// Connect on endpoint `ep` with QP `qpn` (`qp_exists`: the core knows
-    /// such a QP now). Refused unless the endpoint is idle or its last
+    /// Connect on endpoint `ep` with QP `qp` (`qp_exists`: the core has
+    /// that QP now). Refused unless the endpoint is idle or its last
     /// connection is over, with nothing queued.
-    pub(crate) fn connect(
+    pub fn connect(
         &mut self,
         now: Instant,
         cm: &mut CmAgent,
         ep: u32,
-        qpn: u32,
+        qp: QpIdent,
         args: ConnectArgs,
         qp_exists: bool,
     ) -> Result<RequestId, Refused> {
@@ -421,68 +480,85 @@ impl Endpoints {
             return Err(Refused::Busy("connection already active"));
         }
         if !qp_exists {
-            return Err(Refused::NoQp(qpn));
+            return Err(Refused::NoQp(qp.qpn));
         }
-        let span = tracing::debug_span!("ep_connect", ep, qp = qpn);
-        Ok(self.submit(now, cm, ep, qpn, span, Job::connect(args)))
+        let span = tracing::debug_span!("ep_connect", ep, qp = qp.qpn);
+        Ok(self.submit(now, cm, ep, qp, span, Job::connect(args)))
     }
 
     /// CompleteConnect (active, after the Connect completed).
-    pub(crate) fn complete_connect(
+    pub fn complete_connect(
         &mut self,
         now: Instant,
         cm: &mut CmAgent,
         ep: u32,
-        qpn: u32,
+        qp: QpIdent,
     ) -> Result<RequestId, Refused> {
         self.ep(ep)?;
-        let span = tracing::debug_span!("ep_complete_connect", ep, qp = qpn);
-        Ok(self.submit(now, cm, ep, qpn, span, Job::complete_connect()))
+        let span = tracing::debug_span!("ep_complete_connect", ep, qp = qp.qpn);
+        Ok(self.submit(now, cm, ep, qp, span, Job::complete_connect()))
     }
 
     /// Accept (passive, after GetConnectionRequest handed a request over).
-    pub(crate) fn accept(
+    pub fn accept(
         &mut self,
         now: Instant,
         cm: &mut CmAgent,
         ep: u32,
-        qpn: u32,
+        qp: QpIdent,
         args: AcceptArgs,
     ) -> Result<RequestId, Refused> {
         self.ep(ep)?;
-        let span = tracing::debug_span!("ep_accept", ep, qp = qpn);
-        Ok(self.submit(now, cm, ep, qpn, span, Job::accept(args)))
+        let span = tracing::debug_span!("ep_accept", ep, qp = qp.qpn);
+        Ok(self.submit(now, cm, ep, qp, span, Job::accept(args)))
     }
 
-    /// Disconnect. Refused on an endpoint that never connected, or whose
-    /// connection is over with nothing queued.
-    pub(crate) fn disconnect(
+    /// Disconnect. Taken only on an established connection: connected, the
+    /// peer's DREQ arrived (we answer with the DREP), our DREQ is out (it
+    /// queues behind the first Disconnect), or the peer's REJ ended it (only
+    /// the QP phase runs). Refused on an endpoint that never connected, whose
+    /// connection is still being set up (Connect pending, before
+    /// CompleteConnect, Accept waiting for its RTU: nothing is sent and the
+    /// QP is untouched; Reject, cancel or destroy abandon such a
+    /// connection), or whose connection is over.
+    pub fn disconnect(
         &mut self,
         now: Instant,
         cm: &mut CmAgent,
         ep: u32,
-        qpn: u32,
+        qp: QpIdent,
     ) -> Result<RequestId, Refused> {
         let e = self.ep(ep)?;
-        let refused = match e.state {
-            State::Idle | State::Listening(_) => true,
-            State::Closed { .. } => e.requests.is_empty(),
-            _ => false,
-        };
-        if refused {
+        let established = matches!(
+            e.state,
+            State::Connected { .. }
+                | State::PeerDisconnected { .. }
+                | State::Disconnecting { .. }
+                | State::Broken { .. }
+        );
+        if !established {
             return Err(Refused::NotConnected);
         }
-        let span = tracing::debug_span!("ep_disconnect", ep, qp = qpn);
-        Ok(self.submit(now, cm, ep, qpn, span, Job::disconnect()))
+        let span = tracing::debug_span!("ep_disconnect", ep, qp = qp.qpn);
+        Ok(self.submit(now, cm, ep, qp, span, Job::disconnect()))
     }
 
-    /// NotifyDisconnect: completes when the peer's DREQ arrives, at once if
-    /// it did or the connection is over.
-    pub(crate) fn notify_disconnect(&mut self, ep: u32) -> Result<RequestId, Refused> {
+    /// NotifyDisconnect: completes when the peer's DREQ arrives — at once if
+    /// it already did on this connection. Refused (ND:
+    /// `ND_CONNECTION_INVALID`) on an endpoint that never connected or whose
+    /// connection ended without a DREQ; a pending one stays pending when our
+    /// own Disconnect finishes (no DREQ will come: cancel or destroy ends
+    /// it) and fails [`EpError::Aborted`] when the connection fails without
+    /// a DREQ.
+    pub fn notify_disconnect(&mut self, ep: u32) -> Result<RequestId, Refused> {
         let e = self.ep(ep)?;
         let at_once = match e.state {
-            State::Idle | State::Listening(_) => return Err(Refused::NotConnected),
-            State::PeerDisconnected { .. } | State::Closed { .. } => true,
+            State::Idle | State::Listening(_) | State::Broken { .. } => {
+                return Err(Refused::NotConnected)
+            }
+            State::PeerDisconnected { .. } => true,
+            State::Closed { .. } if e.info.dreq_received => true,
+            State::Closed { .. } => return Err(Refused::NotConnected),
             _ => false,
         };
         let id = self.request_id(ep);
@@ -496,9 +572,11 @@ impl Endpoints {
         Ok(id)
     }
 
-    /// Reject: refuses the connection request (passive) or the REP (active).
-    /// The endpoint's connection is over even if the CM refuses.
-    pub(crate) fn reject(
+    /// Reject: refuses the connection request (passive) or the REP (active),
+    /// which ends the connection. Where the CM refuses (an established
+    /// connection, one already over) nothing changes: an established
+    /// connection ends with Disconnect.
+    pub fn reject(
         &mut self,
         now: Instant,
         cm: &mut CmAgent,
@@ -509,10 +587,10 @@ impl Endpoints {
         let Some(cm_id) = e.state.cm() else {
             return Err(Refused::InvalidArgument("no connection to reject"));
         };
-        e.state.close();
         tracing::debug!(ep, "rejecting the connection");
         cm.reject(now, cm_id, private_data)
             .map_err(|e| Refused::InvalidArgument(cm_error_text(e)))?;
+        self.ep(ep)?.state.close();
         self.fail_ep(ep, EpError::Canceled);
         self.note_cm_state(cm, ep);
         Ok(())
@@ -521,12 +599,7 @@ impl Endpoints {
     /// CancelOverlappedRequests: every parked request of `ep` completes
     /// [`EpError::Canceled`]; a Connect or Accept in progress is abandoned
     /// (its CM endpoint destroyed, which rejects the peer).
-    pub(crate) fn cancel(
-        &mut self,
-        now: Instant,
-        cm: &mut CmAgent,
-        ep: u32,
-    ) -> Result<(), Refused> {
+    pub fn cancel(&mut self, now: Instant, cm: &mut CmAgent, ep: u32) -> Result<(), Refused> {
         let e = self.ep(ep)?;
         let setting_up = e.requests.front().is_some_and(|r| r.job.sets_up());
         if setting_up {
@@ -546,12 +619,7 @@ impl Endpoints {
     /// [`EpError::Canceled`]; the CM endpoint goes the Linux way (REJ, DREQ
     /// or DREP as its state demands); a listener's unclaimed requests are
     /// rejected.
-    pub(crate) fn destroy(
-        &mut self,
-        now: Instant,
-        cm: &mut CmAgent,
-        ep: u32,
-    ) -> Result<(), Refused> {
+    pub fn destroy(&mut self, now: Instant, cm: &mut CmAgent, ep: u32) -> Result<(), Refused> {
         tracing::debug!(ep, "destroying the endpoint");
         self.fail_ep(ep, EpError::Canceled);
         let e = self.eps.remove(&ep).ok_or(Refused::NoEndpoint(ep))?;
@@ -573,7 +641,7 @@ impl Endpoints {
 
     /// Device removal: every parked request of every endpoint completes
     /// [`EpError::DeviceRemoved`]; the CM goes silent for good.
-    pub(crate) fn remove_device(&mut self, cm: &mut CmAgent) {
+    pub fn remove_device(&mut self, cm: &mut CmAgent) {
         let ids: Vec<u32> = self.eps.keys().copied().collect();
         for id in ids {
             self.fail_ep(id, EpError::DeviceRemoved);
@@ -588,7 +656,7 @@ impl Endpoints {
         now: Instant,
         cm: &mut CmAgent,
         ep: u32,
-        qpn: u32,
+        qp: QpIdent,
         span: Span,
         job: Job,
     ) -> RequestId {
@@ -596,7 +664,7 @@ impl Endpoints {
         let Some(e) = self.eps.get_mut(&ep) else {
             return id;
         };
-        e.requests.push_back(Request { id, qpn, span, job });
+        e.requests.push_back(Request { id, qp, span, job });
         if e.requests.len() == 1 {
             self.run(now, cm, ep);
         }
@@ -625,7 +693,11 @@ impl Endpoints {
         e.info.peer = Some(req.peer.addr);
         e.info.peer_port = peer_port;
         e.info.private_data = req.peer.private_data.clone();
-        e.info.read_limits = (req.peer.responder_resources, req.peer.initiator_depth);
+        // Ours, not the peer's: what it may READ from us (its initiator
+        // depth) is our inbound limit, what it accepts (its responder
+        // resources) our outbound one (ND's GetReadLimits before Accept).
+        e.info.read_limits = (req.peer.initiator_depth, req.peer.responder_resources);
+        e.info.dreq_received = false;
         self.by_cm.insert(req.endpoint, new_ep);
         Some(info)
     }

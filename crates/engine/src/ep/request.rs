@@ -3,9 +3,9 @@
 //! for, and how a QP operation's result takes it on.
 
 use super::machine::{Action, Endpoints, Outcome, QpError, QpOp, RequestId, State};
-use super::types::{AcceptArgs, ConnectArgs, EpError};
+use super::types::{AcceptArgs, ConnectArgs, EpError, QpIdent};
 use ndverbs_proto::cm::{
-    AcceptParams, CmAgent, ConnectParams, DisconnectStarted, EndpointId, QpSetup,
+    AcceptParams, CmAgent, CmState, ConnectParams, DisconnectStarted, EndpointId, QpSetup,
 };
 use ndverbs_proto::time::Instant;
 use ndverbs_wire::cma;
@@ -16,8 +16,9 @@ use tracing::Span;
 #[derive(Debug)]
 pub(crate) struct Request {
     pub(crate) id: RequestId,
-    /// The QP the request names; every QP operation acts on this number.
-    pub(crate) qpn: u32,
+    /// The QP the request names; every QP operation acts on this QP, and
+    /// on no other that took its number since.
+    pub(crate) qp: QpIdent,
     pub(crate) span: Span,
     pub(crate) job: Job,
 }
@@ -169,7 +170,7 @@ impl Endpoints {
     /// The core's answer to a request's QP operation: the request goes on,
     /// then the rest of its endpoint's queue. An answer for a request that
     /// is no longer waiting (cancelled meanwhile) is dropped.
-    pub(crate) fn handle_qp_result(
+    pub fn handle_qp_result(
         &mut self,
         now: Instant,
         cm: &mut CmAgent,
@@ -201,7 +202,7 @@ impl Endpoints {
     fn qp_op(&mut self, req: &Request, op: QpOp, span: Span) {
         self.actions.push_back(Action::Qp {
             request: req.id,
-            qpn: req.qpn,
+            qp: req.qp,
             op,
             span,
         });
@@ -249,13 +250,30 @@ impl Endpoints {
                 Step::Wait(req)
             }
             Job::Disconnect(DisconnectPhase::Queued) => {
-                let closed = self
+                // Our DREQ is already out (its Disconnect was cancelled):
+                // this one waits for the DREP, the QP untouched meanwhile.
+                let dreq_out = self
                     .eps
                     .get(&ep)
-                    .is_none_or(|e| matches!(e.state, State::Closed { .. }));
+                    .is_some_and(|e| matches!(e.state, State::Disconnecting { .. }));
+                if dreq_out {
+                    tracing::debug_span!("cm_phase")
+                        .in_scope(|| tracing::debug!("our DREQ is out; waiting for the DREP"));
+                    req.job = Job::Disconnect(DisconnectPhase::AwaitingDrep);
+                    return Step::Wait(req);
+                }
+                // Only a connection that is up (or whose peer sent its DREQ)
+                // has something to say on the wire; after a REJ, or behind
+                // a first Disconnect that finished, the QP phase is all.
+                let on_the_wire = self.eps.get(&ep).is_some_and(|e| {
+                    matches!(
+                        e.state,
+                        State::Connected { .. } | State::PeerDisconnected { .. }
+                    )
+                });
                 let started = tracing::debug_span!("cm_phase").in_scope(|| {
                     let started = match cm_id {
-                        Some(cm_id) if !closed => cm.disconnect(now, cm_id),
+                        Some(cm_id) if on_the_wire => cm.disconnect(now, cm_id),
                         _ => Ok(DisconnectStarted::AlreadyDone),
                     };
                     match &started {
@@ -303,9 +321,10 @@ impl Endpoints {
         }
     }
 
-    /// The QP phase of a Disconnect: the connection is over (parked
-    /// NotifyDisconnects end), then QP to ERR; the request completes with
-    /// `outcome` when the QP answers.
+    /// The QP phase of a Disconnect: the connection is over, then QP to
+    /// ERR; the request completes with `outcome` when the QP answers (once
+    /// the flush completions are on the CQ). Parked NotifyDisconnects stay:
+    /// only a DREQ, cancel or destroy ends them.
     pub(crate) fn flush(
         &mut self,
         ep: u32,
@@ -315,7 +334,6 @@ impl Endpoints {
         if let Some(e) = self.eps.get_mut(&ep) {
             e.state.close();
         }
-        self.end_notifies(ep, Err(EpError::Disconnected));
         let qp_span = req.span.in_scope(|| tracing::debug_span!("qp_phase"));
         req.job = Job::Disconnect(DisconnectPhase::QpToError {
             outcome,
@@ -334,7 +352,7 @@ impl Endpoints {
         mut req: Request,
         result: Result<(), QpError>,
     ) -> Step {
-        let qpn = req.qpn;
+        let qpn = req.qp.qpn;
         let result = result.map_err(|e| e.into_ep_error(qpn));
         match &mut req.job {
             Job::Connect(args, phase @ ConnectPhase::CheckingQp) => {
@@ -362,6 +380,7 @@ impl Endpoints {
                     e.state = State::Connecting { cm: cm_id };
                     e.info.peer = Some(remote);
                     e.info.peer_port = port;
+                    e.info.dreq_received = false;
                 }
                 self.by_cm.insert(cm_id, ep);
                 tracing::debug!(peer = %remote, port, "REQ sent; waiting for the REP");
@@ -437,11 +456,23 @@ impl Endpoints {
                 Step::Wait(req)
             }
             Job::Disconnect(DisconnectPhase::QpToError { outcome, qp_span }) => {
-                if result == Err(EpError::NoQp(qpn)) {
-                    qp_span.in_scope(|| tracing::debug!("the QP is gone; nothing to flush"));
+                // A QP released before this phase: the CM phase ran, but
+                // the request's QP is gone, so it ends cancelled (ND:
+                // `ND_CANCELED`, "the queue pair was removed").
+                let outcome = match result {
+                    Err(EpError::NoQp(_)) => {
+                        qp_span.in_scope(|| tracing::debug!("the QP is gone; nothing to flush"));
+                        Err(EpError::NoQp(qpn))
+                    }
+                    _ => std::mem::replace(outcome, Ok(())),
+                };
+                // The connection's QPN stays out of reuse while its CM
+                // connection is in time-wait (time-wait's end releases it;
+                // reserving after it would keep the number forever).
+                let cm_id = self.eps.get(&ep).and_then(|e| e.state.cm());
+                if cm_id.is_some_and(|id| cm.state(id) == Some(CmState::Timewait)) {
+                    self.actions.push_back(Action::ReserveQpn(qpn));
                 }
-                let outcome = std::mem::replace(outcome, Ok(()));
-                self.actions.push_back(Action::ReserveQpn(qpn));
                 self.finish(&req.span, req.id, Outcome::Done(outcome));
                 Step::Done
             }

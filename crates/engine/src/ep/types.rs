@@ -34,7 +34,7 @@ use ndverbs_proto::rc::ModifyError;
 /// let ((a, qa), (b, _qb)) = (side("127.93.16.1"), side("127.93.16.2"));
 /// // Nobody listens on B's port 7000: B's CM answers the REQ with a REJ.
 /// let ea = a.create_ep()?;
-/// match a.ep_connect(ea, qa.qpn(), cargs(&b, 7000))?.wait() {
+/// match a.ep_connect(ea, qa.ident(), cargs(&b, 7000))?.wait() {
 ///     Err(EpError::Rejected { reason, .. }) => assert_eq!(reason, 8), // invalid service ID
 ///     other => panic!("{other:?}"),
 /// }
@@ -65,19 +65,19 @@ pub enum EpError {
         /// REJ private data.
         private_data: Vec<u8>,
     },
-    /// The connection went away (peer disconnected before the request finished).
+    /// The connection failed without a DREQ while the request waited: a REJ
+    /// or a CM timeout (NotifyDisconnect; ND: `ND_CONNECTION_ABORTED`).
     #[error("connection aborted")]
     Aborted,
-    /// The endpoint was disconnected before a DREQ arrived (NotifyDisconnect).
-    #[error("disconnected")]
-    Disconnected,
     /// The request does not fit the endpoint's state.
     #[error("invalid endpoint state: {0}")]
     InvalidState(&'static str),
     /// A connection is already active or being set up on the endpoint.
     #[error("connection already active")]
     ConnectionActive,
-    /// The QP named by the request does not exist.
+    /// The QP named by the request does not exist: it was never created, or
+    /// it was released before the request's QP phase (ND: `ND_CANCELED`).
+    /// A new QP that took the released one's number is not that QP.
     #[error("no QP {0:#x}")]
     NoQp(u32),
     /// The QP refused the transition.
@@ -86,6 +86,40 @@ pub enum EpError {
     /// The CM refused the call.
     #[error(transparent)]
     Cm(#[from] CmError),
+    /// The engine dropped the request without an outcome: a bug in the
+    /// engine, never a state of the connection or the device.
+    #[error("internal error: the engine lost the request")]
+    Lost,
+}
+
+/// Which QP a request names: its number and its creation generation. QPNs
+/// are reused once released, so a number alone could name a QP created
+/// after the one the application meant; the generation (unique per NIC,
+/// never reused) tells them apart, and a request whose QP was released acts
+/// on no QP at all.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::config::Progress;
+/// use ndverbs_engine::nic::{Nic, QpInit};
+/// use ndverbs_proto::rc::QpCaps;
+/// let a = Nic::open("127.93.18.1".parse().unwrap(), Progress::Thread)?;
+/// let pd = a.alloc_pd()?;
+/// let (cq, _) = a.create_cq(16)?;
+/// let init = QpInit { pd, send_cq: cq, recv_cq: cq, srq: None, caps: QpCaps::default(),
+///     max_recv_wr: 16, max_recv_sge: 1 };
+/// let (first, second) = (a.create_qp(init)?, a.create_qp(init)?);
+/// assert_eq!(first.ident().qpn, first.qpn());
+/// assert_ne!(first.ident().generation, second.ident().generation);
+/// # Ok::<(), ndverbs_engine::error::EngineError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QpIdent {
+    /// The QP number.
+    pub qpn: u32,
+    /// The NIC's count of QPs created before this one.
+    pub generation: u64,
 }
 
 /// Result of an endpoint request.

@@ -21,9 +21,10 @@ enum Waiter {
 }
 
 /// A handle dropped without an outcome (a request the machine lost) reads
-/// as device removal, the one failure every caller already handles.
-fn removed<T>() -> Result<T, EpError> {
-    Err(EpError::DeviceRemoved)
+/// as an internal error: never as device removal or any other state a
+/// caller would act on.
+fn lost<T>() -> Result<T, EpError> {
+    Err(EpError::Lost)
 }
 
 /// Request id → completion handle.
@@ -33,21 +34,21 @@ pub(crate) struct Waiters(HashMap<RequestId, Waiter>);
 impl Waiters {
     /// The pending result of Connect request `id`.
     pub(crate) fn connect(&mut self, id: RequestId) -> EpPending<ConnectInfo> {
-        let (p, done) = pending(removed);
+        let (p, done) = pending(lost);
         self.0.insert(id, Waiter::Connect(done));
         p
     }
 
     /// The pending result of GetConnectionRequest `id`.
     pub(crate) fn request(&mut self, id: RequestId) -> EpPending<RequestInfo> {
-        let (p, done) = pending(removed);
+        let (p, done) = pending(lost);
         self.0.insert(id, Waiter::Request(done));
         p
     }
 
     /// The pending result of request `id` that returns nothing.
     pub(crate) fn done(&mut self, id: RequestId) -> EpPending<()> {
-        let (p, done) = pending(removed);
+        let (p, done) = pending(lost);
         self.0.insert(id, Waiter::Done(done));
         p
     }
@@ -66,7 +67,7 @@ impl Waiters {
             }
             (Waiter::Done(d), Outcome::Done(v)) => later.push(Box::new(move || d.complete(v))),
             // A kind mismatch is a machine bug: the handle drops and reads
-            // as device removal rather than hanging.
+            // as lost rather than hanging.
             (w, _) => later.push(Box::new(move || drop(w))),
         }
     }

@@ -205,8 +205,10 @@ impl Nic {
         } else {
             (init.max_recv_wr, init.max_recv_sge.max(1))
         };
+        let generation = c.tables.qp_generation();
         let shared = Arc::new(QpShared {
             qpn,
+            generation,
             caps,
             max_recv_wr: rq_wr,
             max_recv_sge: rq_sge,

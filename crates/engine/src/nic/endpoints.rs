@@ -4,8 +4,8 @@
 
 use super::{Core, Nic};
 use crate::ep::{
-    AcceptArgs, Action, ConnectArgs, ConnectInfo, EpInfo, EpPending, QpError, QpOp, Refused,
-    RequestInfo,
+    AcceptArgs, Action, ConnectArgs, ConnectInfo, EpInfo, EpPending, QpError, QpIdent, QpOp,
+    Refused, RequestInfo,
 };
 use crate::error::EngineError;
 use ndverbs_proto::cm::{CmEvent, QpSetup};
@@ -21,11 +21,11 @@ impl Core {
             match action {
                 Action::Qp {
                     request,
-                    qpn,
+                    qp,
                     op,
                     span,
                 } => {
-                    let r = span.in_scope(|| self.apply_qp_op(qpn, op));
+                    let r = span.in_scope(|| self.apply_qp_op(qp, op));
                     self.eps
                         .machine
                         .handle_qp_result(now, &mut self.cm, request, r);
@@ -57,21 +57,21 @@ impl Core {
         self.drive_eps(now);
     }
 
-    fn apply_qp_op(&mut self, qpn: u32, op: QpOp) -> Result<(), QpError> {
+    fn apply_qp_op(&mut self, qp: QpIdent, op: QpOp) -> Result<(), QpError> {
         match op {
-            QpOp::CheckInit => match self.tables.qps.get(&qpn) {
+            QpOp::CheckInit => match self.tables.qp_ident(qp) {
                 None => Err(QpError::Gone),
                 Some(e) if e.qp.state() == QpState::Init => Ok(()),
                 Some(_) => Err(QpError::NotInit),
             },
-            QpOp::ToRts(s) => self.qp_to_rts(qpn, &s),
-            QpOp::ToError => self.qp_to_error(qpn),
+            QpOp::ToRts(s) => self.qp_to_rts(qp, &s),
+            QpOp::ToError => self.qp_to_error(qp),
         }
     }
 
-    /// Applies what the CM negotiated to QP `qpn`: INIT → RTR → RTS.
-    fn qp_to_rts(&mut self, qpn: u32, s: &QpSetup) -> Result<(), QpError> {
-        let Some(e) = self.tables.qps.get_mut(&qpn) else {
+    /// Applies what the CM negotiated to QP `qp`: INIT → RTR → RTS.
+    fn qp_to_rts(&mut self, qp: QpIdent, s: &QpSetup) -> Result<(), QpError> {
+        let Some(e) = self.tables.qp_ident(qp) else {
             return Err(QpError::Gone);
         };
         // The QP arrives in INIT, where the application set its access
@@ -82,17 +82,17 @@ impl Core {
         e.peer = Some(s.remote_addr);
         let (rts, rts_mask) = c.rts();
         e.modify(&rts, rts_mask).map_err(QpError::Refused)?;
-        self.touched.push(qpn);
+        self.touched.push(qp.qpn);
         Ok(())
     }
 
-    /// Moves QP `qpn` to ERR, flushing it.
-    fn qp_to_error(&mut self, qpn: u32) -> Result<(), QpError> {
-        let Some(e) = self.tables.qps.get_mut(&qpn) else {
+    /// Moves QP `qp` to ERR, flushing it.
+    fn qp_to_error(&mut self, qp: QpIdent) -> Result<(), QpError> {
+        let Some(e) = self.tables.qp_ident(qp) else {
             return Err(QpError::Gone);
         };
         e.flush_to_error();
-        self.touched.push(qpn);
+        self.touched.push(qp.qpn);
         Ok(())
     }
 }
@@ -177,7 +177,7 @@ impl Nic {
     /// let (listener, eb, ea) = (b.create_ep()?, b.create_ep()?, a.create_ep()?);
     /// b.ep_listen(listener, 7000, 4)?;
     /// let request = b.ep_get_request(listener, eb)?;
-    /// let _rep = a.ep_connect(ea, qa.qpn(), cargs(&b, 7000))?;
+    /// let _rep = a.ep_connect(ea, qa.ident(), cargs(&b, 7000))?;
     /// let req: RequestInfo = request.wait()?;
     /// assert_eq!((req.peer, req.peer_port, req.local), (a.local(), 40000, b.local()));
     /// assert_eq!(req.service_id, cma::service_id(cma::RDMA_PS_TCP, 7000));
@@ -197,7 +197,7 @@ impl Nic {
         })
     }
 
-    /// Connects endpoint `ep` with QP `qpn` (in INIT). Completes when the REP
+    /// Connects endpoint `ep` with QP `qp` (in INIT). Completes when the REP
     /// arrives (then call [`Nic::ep_complete_connect`]), on REJ, or on timeout.
     ///
     /// # Example
@@ -239,12 +239,12 @@ impl Nic {
     ///     private_data: b"hello".to_vec(),
     /// };
     /// let ea = a.create_ep()?;
-    /// let rep = a.ep_connect(ea, qa.qpn(), args)?;
+    /// let rep = a.ep_connect(ea, qa.ident(), args)?;
     /// assert!(request.wait()?.private_data.starts_with(b"hello"));
-    /// let rtu = b.ep_accept(eb, qb.qpn(), AcceptArgs {
+    /// let rtu = b.ep_accept(eb, qb.ident(), AcceptArgs {
     ///     responder_resources: 4, initiator_depth: 4, rnr_retry_count: 7, private_data: vec![] })?;
     /// rep.wait()?;
-    /// a.ep_complete_connect(ea, qa.qpn())?.wait()?; // A's QP to RTS, then the RTU
+    /// a.ep_complete_connect(ea, qa.ident())?.wait()?; // A's QP to RTS, then the RTU
     /// rtu.wait()?;
     /// assert_eq!((qa.state(), qb.state()), (QpState::Rts, QpState::Rts));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -252,15 +252,15 @@ impl Nic {
     pub fn ep_connect(
         &self,
         ep: u32,
-        qpn: u32,
+        qp: QpIdent,
         args: ConnectArgs,
     ) -> Result<EpPending<ConnectInfo>, EngineError> {
         self.with_eps(|c, now| {
-            let exists = c.tables.qps.contains_key(&qpn);
+            let exists = c.tables.qp_ident(qp).is_some();
             let id = c
                 .eps
                 .machine
-                .connect(now, &mut c.cm, ep, qpn, args, exists)?;
+                .connect(now, &mut c.cm, ep, qp, args, exists)?;
             Ok(c.eps.waiters.connect(id))
         })
     }
@@ -295,9 +295,9 @@ impl Nic {
     /// let (listener, eb, ea) = (b.create_ep()?, b.create_ep()?, a.create_ep()?);
     /// b.ep_listen(listener, 7000, 4)?;
     /// let request = b.ep_get_request(listener, eb)?;
-    /// let rep = a.ep_connect(ea, qa.qpn(), ConnectArgs { initiator_depth: 2, ..cargs(&b, 7000) })?;
+    /// let rep = a.ep_connect(ea, qa.ident(), ConnectArgs { initiator_depth: 2, ..cargs(&b, 7000) })?;
     /// request.wait()?;
-    /// let _rtu = b.ep_accept(eb, qb.qpn(), AcceptArgs { responder_resources: 8, initiator_depth: 8,
+    /// let _rtu = b.ep_accept(eb, qb.ident(), AcceptArgs { responder_resources: 8, initiator_depth: 8,
     ///     rnr_retry_count: 7, private_data: b"token=42".to_vec() })?;
     /// // What the REP said: B's private data (zero-padded to the REP's 196 bytes) and
     /// // the negotiated (inbound, outbound) READ limits.
@@ -306,9 +306,9 @@ impl Nic {
     /// assert_eq!(info.read_limits, (1, 2));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn ep_complete_connect(&self, ep: u32, qpn: u32) -> Result<EpPending<()>, EngineError> {
+    pub fn ep_complete_connect(&self, ep: u32, qp: QpIdent) -> Result<EpPending<()>, EngineError> {
         self.with_eps(|c, now| {
-            let id = c.eps.machine.complete_connect(now, &mut c.cm, ep, qpn)?;
+            let id = c.eps.machine.complete_connect(now, &mut c.cm, ep, qp)?;
             Ok(c.eps.waiters.done(id))
         })
     }
@@ -343,14 +343,14 @@ impl Nic {
     /// let (listener, eb, ea) = (b.create_ep()?, b.create_ep()?, a.create_ep()?);
     /// b.ep_listen(listener, 7000, 4)?;
     /// let request = b.ep_get_request(listener, eb)?;
-    /// let rep = a.ep_connect(ea, qa.qpn(), cargs(&b, 7000))?; // asks for 1 READ each way
+    /// let rep = a.ep_connect(ea, qa.ident(), cargs(&b, 7000))?; // asks for 1 READ each way
     /// request.wait()?;
     /// // Offer more than the peer asked for: the limits are clamped to its request.
     /// let args = AcceptArgs { responder_resources: 16, initiator_depth: 16, rnr_retry_count: 7,
     ///     private_data: b"welcome".to_vec() };
-    /// let rtu = b.ep_accept(eb, qb.qpn(), args)?;
+    /// let rtu = b.ep_accept(eb, qb.ident(), args)?;
     /// let info = rep.wait()?;
-    /// a.ep_complete_connect(ea, qa.qpn())?.wait()?;
+    /// a.ep_complete_connect(ea, qa.ident())?.wait()?;
     /// rtu.wait()?;
     /// assert_eq!(b.ep_info(eb)?.read_limits, (1, 1));
     /// assert!(info.private_data.starts_with(b"welcome"));
@@ -359,11 +359,11 @@ impl Nic {
     pub fn ep_accept(
         &self,
         ep: u32,
-        qpn: u32,
+        qp: QpIdent,
         args: AcceptArgs,
     ) -> Result<EpPending<()>, EngineError> {
         self.with_eps(|c, now| {
-            let id = c.eps.machine.accept(now, &mut c.cm, ep, qpn, args)?;
+            let id = c.eps.machine.accept(now, &mut c.cm, ep, qp, args)?;
             Ok(c.eps.waiters.done(id))
         })
     }
@@ -373,23 +373,34 @@ impl Nic {
         self.with_eps(|c, now| c.eps.machine.reject(now, &mut c.cm, ep, private_data))
     }
 
-    /// Disconnects: DREQ (or DREP if the peer's DREQ arrived), then QP
-    /// `qpn` to ERR. Completes when a DREP arrives, the DREQ times out
-    /// ([`crate::ep::EpError::Timeout`]) or the DREP is sent.
+    /// Disconnects an established connection: DREQ (or DREP if the peer's
+    /// DREQ arrived), then QP `qp` to ERR, which flushes every outstanding
+    /// work request. Completes when a DREP arrives, the DREQ times out
+    /// ([`crate::ep::EpError::Timeout`]) or the DREP is sent — always after
+    /// the flush completions are on the CQ; while our DREQ is outstanding
+    /// the QP stays as it is. After the peer ended the connection with a REJ
+    /// only the flush is left. A QP released before the QP phase:
+    /// [`crate::ep::EpError::NoQp`] (ND: `ND_CANCELED`), and no other QP is
+    /// touched.
     ///
-    /// Refused with [`EngineError::NotConnected`] on an endpoint that never
-    /// connected or whose connection is already over (ND: `ND_CONNECTION_INVALID`).
-    pub fn ep_disconnect(&self, ep: u32, qpn: u32) -> Result<EpPending<()>, EngineError> {
+    /// Refused with [`EngineError::NotConnected`] (ND:
+    /// `ND_CONNECTION_INVALID`) on an endpoint that never connected, whose
+    /// connection is still being set up (nothing is sent, the QP is
+    /// untouched), or whose connection is already over.
+    pub fn ep_disconnect(&self, ep: u32, qp: QpIdent) -> Result<EpPending<()>, EngineError> {
         self.with_eps(|c, now| {
-            let id = c.eps.machine.disconnect(now, &mut c.cm, ep, qpn)?;
+            let id = c.eps.machine.disconnect(now, &mut c.cm, ep, qp)?;
             Ok(c.eps.waiters.done(id))
         })
     }
 
-    /// Completes when the peer's DREQ arrives — at once if it already did or
-    /// the connection is already over; [`crate::ep::EpError::Disconnected`] if our
-    /// own Disconnect finishes first. Refused with
-    /// [`EngineError::NotConnected`] on an endpoint that never connected.
+    /// Completes when the peer's DREQ arrives — at once if it already did on
+    /// this connection. A pending one stays pending when our own Disconnect
+    /// finishes first (cancel or destroy ends it,
+    /// [`crate::ep::EpError::Canceled`]) and fails
+    /// [`crate::ep::EpError::Aborted`] when the connection fails without a
+    /// DREQ. Refused with [`EngineError::NotConnected`] on an endpoint that
+    /// never connected, or whose connection ended without a DREQ.
     pub fn ep_notify_disconnect(&self, ep: u32) -> Result<EpPending<()>, EngineError> {
         self.with_eps(|c, _| {
             let id = c.eps.machine.notify_disconnect(ep)?;

@@ -10,6 +10,7 @@
 //! touches.
 
 use crate::cq::CompletionQueue;
+use crate::ep::QpIdent;
 use crate::error::EngineError;
 use crate::keys::KeyGen;
 use crate::mr::MemTable;
@@ -34,6 +35,8 @@ pub(crate) struct Tables {
     /// Unpredictable QPNs, PSNs and keys.
     pub(crate) keys: KeyGen,
     next_id: u32,
+    /// The generation of the next QP (see [`QpIdent`]).
+    next_qp_generation: u64,
     /// Protection domains.
     pub(crate) pds: HashMap<u32, ()>,
     pub(crate) cqs: HashMap<u32, Arc<CompletionQueue>>,
@@ -51,6 +54,7 @@ impl Tables {
             mem,
             keys,
             next_id: 1,
+            next_qp_generation: 1,
             pds: HashMap::default(),
             cqs: HashMap::default(),
             qps: HashMap::default(),
@@ -65,6 +69,21 @@ impl Tables {
         let id = self.next_id;
         self.next_id += 1;
         id
+    }
+
+    /// A generation no QP of this NIC had before.
+    pub(crate) fn qp_generation(&mut self) -> u64 {
+        let g = self.next_qp_generation;
+        self.next_qp_generation += 1;
+        g
+    }
+
+    /// Queue pair `id`: the one with its number *and* generation (a QP that
+    /// took a released one's number is not it).
+    pub(crate) fn qp_ident(&mut self, id: QpIdent) -> Option<&mut QpEntry> {
+        self.qps
+            .get_mut(&id.qpn)
+            .filter(|e| e.shared.generation == id.generation)
     }
 
     /// Fails unless protection domain `pd` exists.
@@ -146,6 +165,7 @@ impl Tables {
 #[derive(Debug)]
 pub struct QpShared {
     pub(super) qpn: u32,
+    pub(super) generation: u64,
     pub(super) caps: QpCaps,
     pub(super) max_recv_wr: u32,
     pub(super) max_recv_sge: u32,
@@ -164,6 +184,14 @@ impl QpShared {
     /// The QP number.
     pub fn qpn(&self) -> u32 {
         self.qpn
+    }
+
+    /// The QP's identity: what endpoint requests name it by.
+    pub fn ident(&self) -> QpIdent {
+        QpIdent {
+            qpn: self.qpn,
+            generation: self.generation,
+        }
     }
 
     /// The QP state as of the engine's last step.

@@ -44,7 +44,7 @@ pub fn wait_request(b: &Side, listener: u32) -> (u32, EpPending<RequestInfo>) {
 /// flight).
 pub fn start_connect(a: &Side, args: ConnectArgs) -> (u32, EpPending<ConnectInfo>) {
     let ea = a.nic.create_ep().unwrap();
-    let conn = a.nic.ep_connect(ea, a.qp.qpn(), args).unwrap();
+    let conn = a.nic.ep_connect(ea, a.qp.ident(), args).unwrap();
     (ea, conn)
 }
 
@@ -73,9 +73,9 @@ pub fn establish(
     let (eb, req) = wait_request(b, listener);
     let (ea, conn) = start_connect(a, args);
     let request = done(req, "connection request");
-    let acc = b.nic.ep_accept(eb, b.qp.qpn(), accept).unwrap();
+    let acc = b.nic.ep_accept(eb, b.qp.ident(), accept).unwrap();
     let reply = done(conn, "connect");
-    let complete = a.nic.ep_complete_connect(ea, a.qp.qpn()).unwrap();
+    let complete = a.nic.ep_complete_connect(ea, a.qp.ident()).unwrap();
     done(complete, "complete connect");
     done(acc, "accept");
     Established {

@@ -239,9 +239,31 @@ fn rc_pingpong_multi_packet_sends() {
     assert!(replay("ibv_rc_pingpong.pcap", 49513, "10.77.0.3") >= 8);
 }
 
-/// Every RC connection of every perftest capture, both ends.
+/// Every RC connection of every perftest capture, both ends: each is found
+/// (by its UDP source port) and each end sends what rxe sent, every packet
+/// of it compared.
 #[test]
 fn perftest_connections_both_ends() {
+    // (capture, connection's source port, our address, our packets compared)
+    const CONNECTIONS: [(&str, u16, &str, usize); 16] = [
+        ("ib_send_bw.pcap", 49593, "10.77.0.2", 20),
+        ("ib_send_bw.pcap", 49593, "10.77.0.3", 5),
+        ("ib_send_bw_R.pcap", 61250, "10.77.0.2", 20),
+        ("ib_send_bw_R.pcap", 61250, "10.77.0.3", 5),
+        ("ib_send_bw_R.pcap", 64058, "10.77.0.2", 22),
+        ("ib_send_bw_R.pcap", 64058, "10.77.0.3", 22),
+        ("ib_write_bw_R.pcap", 58311, "10.77.0.2", 20),
+        ("ib_write_bw_R.pcap", 58311, "10.77.0.3", 5),
+        ("ib_write_bw_R.pcap", 61395, "10.77.0.2", 32),
+        ("ib_write_bw_R.pcap", 61395, "10.77.0.3", 32),
+        ("ib_read_bw_R.pcap", 55203, "10.77.0.2", 32),
+        ("ib_read_bw_R.pcap", 55203, "10.77.0.3", 32),
+        ("ib_read_bw_R.pcap", 59540, "10.77.0.2", 5),
+        ("ib_read_bw_R.pcap", 59540, "10.77.0.3", 20),
+        ("rdma_client.pcap", 50656, "10.77.0.2", 2),
+        ("rdma_client.pcap", 50656, "10.77.0.3", 2),
+    ];
+    let mut replayed = Vec::new();
     for name in [
         "ib_send_bw.pcap",
         "ib_send_bw_R.pcap",
@@ -254,9 +276,9 @@ fn perftest_connections_both_ends() {
         ports.dedup();
         for port in ports {
             for us in ["10.77.0.2", "10.77.0.3"] {
-                let n = replay(name, port, us);
-                eprintln!("{name} port {port} as {us}: {n} packets identical");
+                replayed.push((name, port, us, replay(name, port, us)));
             }
         }
     }
+    assert_eq!(replayed, CONNECTIONS);
 }

@@ -19,6 +19,10 @@ fn connect_rep_complete_connect_rtu() {
     );
     assert!(req.private_data.starts_with(b"from a"));
     assert_eq!(req.peer_read_limits, (4, 2));
+    // What B's endpoint reports before Accept is B's view (ND's
+    // GetReadLimits): A's outbound limit is B's inbound one.
+    let info = p.b.eps.info(&p.b.cm, c.eb).unwrap();
+    assert_eq!(info.read_limits, (2, 4));
     assert_eq!(p.b.state_name(c.eb), "RequestReceived");
     assert!(p.a.pending(connect), "the Connect waits for the REP");
 
@@ -210,9 +214,18 @@ fn calls_refused_at_once() {
     let qa = p.a.qp();
     let ea = p.a.create();
     assert_eq!(p.a.connect(99, qa, p.b.ip()), Err(Refused::NoEndpoint(99)));
+    let never = QpIdent {
+        qpn: 0x7777,
+        generation: 99,
+    };
+    assert_eq!(p.a.connect(ea, never, p.b.ip()), Err(Refused::NoQp(0x7777)));
+    // A released QP whose number a new QP took: the old identity names
+    // nothing.
+    let released = p.a.qp();
+    p.a.reuse(released);
     assert_eq!(
-        p.a.connect(ea, 0x7777, p.b.ip()),
-        Err(Refused::NoQp(0x7777))
+        p.a.connect(ea, released, p.b.ip()),
+        Err(Refused::NoQp(released.qpn))
     );
     assert_eq!(p.a.complete_connect(99, qa), Err(Refused::NoEndpoint(99)));
     assert_eq!(p.a.accept(99, qa), Err(Refused::NoEndpoint(99)));
@@ -266,7 +279,10 @@ fn qp_gone_between_phases_is_a_status() {
     let (qa, ea) = (p.a.qp(), p.a.create());
     p.a.vanish = Some((qa, Op::CheckInit));
     let connect = p.a.connect(ea, qa, p.b.ip()).unwrap();
-    assert_eq!(p.a.connect_result(connect), Some(Err(EpError::NoQp(qa))));
+    assert_eq!(
+        p.a.connect_result(connect),
+        Some(Err(EpError::NoQp(qa.qpn)))
+    );
     p.pump();
     assert!(p.sent(Who::A).is_empty());
 }

@@ -52,7 +52,22 @@ fn cancel_ends_parked_requests_and_moves_no_qp() {
     p.pump();
     assert_eq!(p.a.state_name(c.ea), "Closed");
     assert_eq!(p.a.qps[&c.qa], QpState::Rts);
-    assert!(!p.a.reserved.contains(&c.qa));
+    assert!(!p.a.reserved.contains(&c.qa.qpn));
+
+    // A Disconnect after the cancelled one, while the DREQ is still out:
+    // it waits for the DREP, the QP untouched meanwhile.
+    let (mut p2, c2) = Pair::connected();
+    p2.a.disconnect(c2.ea, c2.qa).unwrap();
+    p2.a.cancel(c2.ea).unwrap();
+    let again = p2.a.disconnect(c2.ea, c2.qa).unwrap();
+    p2.pump();
+    assert!(p2.a.pending(again));
+    assert_eq!(p2.a.qps[&c2.qa], QpState::Rts);
+    p2.b.disconnect(c2.eb, c2.qb).unwrap();
+    p2.pump();
+    assert_eq!(p2.a.result(again), Some(Ok(())));
+    assert_eq!(p2.a.qps[&c2.qa], QpState::Err);
+    assert_eq!(p2.sent(Who::A), [DREQ], "one DREQ");
 
     // A listener's waiting GetConnectionRequests; it keeps listening.
     let waiting = p.b.create();
@@ -161,4 +176,21 @@ fn endpoint_info_follows_the_connection() {
     assert_eq!((ia.peer, ia.peer_port), (Some(p.b.ip()), PORT));
     assert_eq!((ib.peer, ib.peer_port), (Some(p.a.ip()), 40000));
     assert!(ia.private_data.starts_with(b"from b") && ib.private_data.starts_with(b"from a"));
+}
+
+#[test]
+fn a_request_the_machine_loses_reads_as_lost_never_as_removal() {
+    use crate::ep::waiters::Waiters;
+    let mut p = Pair::new();
+    let ep = p.a.create();
+    let (dropped, mismatched) = (p.a.eps.request_id(ep), p.a.eps.request_id(ep));
+    let mut w = Waiters::default();
+    let (never, wrong) = (w.done(dropped), w.connect(mismatched));
+    // An outcome of the wrong kind, and a table dropped with a request in it.
+    let mut later = Vec::new();
+    w.complete(mismatched, Outcome::Done(Ok(())), &mut later);
+    later.into_iter().for_each(|f| f());
+    drop(w);
+    assert_eq!(never.try_take(), Some(Err(EpError::Lost)));
+    assert_eq!(wrong.try_take(), Some(Err(EpError::Lost)));
 }

@@ -11,7 +11,7 @@ mod disconnect;
 mod lifecycle;
 
 use super::machine::{Action, Endpoints, Outcome, QpError, QpOp, Refused, RequestId, State};
-use super::types::{AcceptArgs, ConnectArgs, ConnectInfo, EpError, RequestInfo};
+use super::types::{AcceptArgs, ConnectArgs, ConnectInfo, EpError, QpIdent, RequestInfo};
 use crate::keys::KeyGen;
 use ndverbs_proto::cm::{CmAgent, CmConfig};
 use ndverbs_proto::rc::{ModifyError, PathMtu, QpState};
@@ -54,18 +54,20 @@ pub(super) struct Side {
     pub cm: CmAgent,
     pub eps: Endpoints,
     now: Instant,
-    /// QPN → state: the QPs the "core" has.
-    pub qps: BTreeMap<u32, QpState>,
+    /// The QPs the "core" has, by identity: a QP released and a new one
+    /// with its number are two entries' worth.
+    pub qps: BTreeMap<QpIdent, QpState>,
     next_qpn: u32,
+    next_generation: u64,
     /// QPNs reserved for time-wait.
     pub reserved: BTreeSet<u32>,
     /// Every completed request, once.
     pub done: BTreeMap<RequestId, Outcome>,
     /// Every QP operation asked for, in order.
-    pub ops: Vec<(u32, Op)>,
+    pub ops: Vec<(QpIdent, Op)>,
     /// Destroy this QP just before the machine's next operation of this
     /// kind on it (the application released it between phases).
-    pub vanish: Option<(u32, Op)>,
+    pub vanish: Option<(QpIdent, Op)>,
 }
 
 impl Side {
@@ -81,6 +83,7 @@ impl Side {
             now: Instant::ZERO,
             qps: BTreeMap::new(),
             next_qpn: 0x100 * guid as u32,
+            next_generation: 0,
             reserved: BTreeSet::new(),
             done: BTreeMap::new(),
             ops: Vec::new(),
@@ -93,10 +96,27 @@ impl Side {
     }
 
     /// A new QP in INIT.
-    pub fn qp(&mut self) -> u32 {
+    pub fn qp(&mut self) -> QpIdent {
         self.next_qpn += 1;
-        self.qps.insert(self.next_qpn, QpState::Init);
-        self.next_qpn
+        self.qp_numbered(self.next_qpn)
+    }
+
+    /// A new QP in INIT with number `qpn` (one released before, say).
+    pub fn qp_numbered(&mut self, qpn: u32) -> QpIdent {
+        self.next_generation += 1;
+        let id = QpIdent {
+            qpn,
+            generation: self.next_generation,
+        };
+        self.qps.insert(id, QpState::Init);
+        id
+    }
+
+    /// The application releases QP `qp` and creates a new one, which gets
+    /// the same number (QPNs are random: it can happen).
+    pub fn reuse(&mut self, qp: QpIdent) -> QpIdent {
+        self.qps.remove(&qp);
+        self.qp_numbered(qp.qpn)
     }
 
     /// Applies the machine's actions and the CM's events until both are quiet.
@@ -120,15 +140,15 @@ impl Side {
     fn apply(&mut self, a: Action) {
         match a {
             Action::Qp {
-                request, qpn, op, ..
+                request, qp, op, ..
             } => {
                 let kind = Op::of(&op);
-                self.ops.push((qpn, kind));
-                if self.vanish == Some((qpn, kind)) {
-                    self.qps.remove(&qpn);
+                self.ops.push((qp, kind));
+                if self.vanish == Some((qp, kind)) {
+                    self.qps.remove(&qp);
                     self.vanish = None;
                 }
-                let r = self.fake_qp(qpn, &op);
+                let r = self.fake_qp(qp, &op);
                 self.eps
                     .handle_qp_result(self.now, &mut self.cm, request, r);
             }
@@ -146,8 +166,8 @@ impl Side {
     }
 
     /// What the engine's QP table answers.
-    fn fake_qp(&mut self, qpn: u32, op: &QpOp) -> Result<(), QpError> {
-        let Some(state) = self.qps.get_mut(&qpn) else {
+    fn fake_qp(&mut self, qp: QpIdent, op: &QpOp) -> Result<(), QpError> {
+        let Some(state) = self.qps.get_mut(&qp) else {
             return Err(QpError::Gone);
         };
         match op {
@@ -168,11 +188,11 @@ impl Side {
         }
     }
 
-    /// The QP operations asked for on `qpn`, in order.
-    pub fn ops_on(&self, qpn: u32) -> Vec<Op> {
+    /// The QP operations asked for on `qp`, in order.
+    pub fn ops_on(&self, qp: QpIdent) -> Vec<Op> {
         self.ops
             .iter()
-            .filter(|(q, _)| *q == qpn)
+            .filter(|(q, _)| *q == qp)
             .map(|(_, o)| *o)
             .collect()
     }
@@ -243,38 +263,38 @@ impl Side {
         self.then(r)
     }
 
-    pub fn connect(&mut self, ep: u32, qpn: u32, to: IpAddr) -> Result<RequestId, Refused> {
-        self.connect_with(ep, qpn, cargs(to))
+    pub fn connect(&mut self, ep: u32, qp: QpIdent, to: IpAddr) -> Result<RequestId, Refused> {
+        self.connect_with(ep, qp, cargs(to))
     }
 
     pub fn connect_with(
         &mut self,
         ep: u32,
-        qpn: u32,
+        qp: QpIdent,
         args: ConnectArgs,
     ) -> Result<RequestId, Refused> {
-        let exists = self.qps.contains_key(&qpn);
+        let exists = self.qps.contains_key(&qp);
         let r = self
             .eps
-            .connect(self.now, &mut self.cm, ep, qpn, args, exists);
+            .connect(self.now, &mut self.cm, ep, qp, args, exists);
         self.then(r)
     }
 
     /// A fresh endpoint connecting a fresh QP (in INIT) as `args` say:
     /// (endpoint, QP, the Connect).
-    pub fn connect_new(&mut self, args: ConnectArgs) -> (u32, u32, RequestId) {
-        let (qpn, ep) = (self.qp(), self.create());
-        let connect = self.connect_with(ep, qpn, args).unwrap();
-        (ep, qpn, connect)
+    pub fn connect_new(&mut self, args: ConnectArgs) -> (u32, QpIdent, RequestId) {
+        let (qp, ep) = (self.qp(), self.create());
+        let connect = self.connect_with(ep, qp, args).unwrap();
+        (ep, qp, connect)
     }
 
-    pub fn complete_connect(&mut self, ep: u32, qpn: u32) -> Result<RequestId, Refused> {
-        let r = self.eps.complete_connect(self.now, &mut self.cm, ep, qpn);
+    pub fn complete_connect(&mut self, ep: u32, qp: QpIdent) -> Result<RequestId, Refused> {
+        let r = self.eps.complete_connect(self.now, &mut self.cm, ep, qp);
         self.then(r)
     }
 
-    pub fn accept(&mut self, ep: u32, qpn: u32) -> Result<RequestId, Refused> {
-        let r = self.eps.accept(self.now, &mut self.cm, ep, qpn, aargs());
+    pub fn accept(&mut self, ep: u32, qp: QpIdent) -> Result<RequestId, Refused> {
+        let r = self.eps.accept(self.now, &mut self.cm, ep, qp, aargs());
         self.then(r)
     }
 
@@ -283,8 +303,8 @@ impl Side {
         self.then(r)
     }
 
-    pub fn disconnect(&mut self, ep: u32, qpn: u32) -> Result<RequestId, Refused> {
-        let r = self.eps.disconnect(self.now, &mut self.cm, ep, qpn);
+    pub fn disconnect(&mut self, ep: u32, qp: QpIdent) -> Result<RequestId, Refused> {
+        let r = self.eps.disconnect(self.now, &mut self.cm, ep, qp);
         self.then(r)
     }
 
@@ -425,13 +445,13 @@ impl Pair {
             .collect()
     }
 
-    /// Request `id` of `who`'s, whose QP `qpn` was released just before the
+    /// Request `id` of `who`'s, whose QP `qp` was released just before the
     /// machine's next operation on it, failed at once with `NoQp`, and
     /// carrying the MADs puts no `attr` of `who`'s on the wire.
     #[track_caller]
-    pub fn lost_its_qp(&mut self, who: Who, id: RequestId, qpn: u32, attr: u16) {
+    pub fn lost_its_qp(&mut self, who: Who, id: RequestId, qp: QpIdent, attr: u16) {
         let failure = self.side(who).done.get(&id).and_then(Outcome::error);
-        assert_eq!(failure, Some(&EpError::NoQp(qpn)));
+        assert_eq!(failure, Some(&EpError::NoQp(qp.qpn)));
         self.pump();
         assert!(!self.sent(who).contains(&attr));
     }
@@ -458,7 +478,7 @@ impl Pair {
 
     /// A's endpoint `ea` connects QP `qa` to B again, and the REQ reaches
     /// B's waiting GetConnectionRequest `get`: the endpoint is usable anew.
-    pub fn connect_again(&mut self, ea: u32, qa: u32, get: RequestId) {
+    pub fn connect_again(&mut self, ea: u32, qa: QpIdent, get: RequestId) {
         let to = self.b.ip();
         self.a.connect(ea, qa, to).unwrap();
         self.pump();
@@ -549,8 +569,8 @@ pub(super) fn rejected<T: std::fmt::Debug>(outcome: Option<Result<T, EpError>>) 
 pub(super) struct Conn {
     pub ea: u32,
     pub eb: u32,
-    pub qa: u32,
-    pub qb: u32,
+    pub qa: QpIdent,
+    pub qb: QpIdent,
     pub listener: u32,
     /// B's GetConnectionRequest, which `eb` waited on.
     pub get: RequestId,

@@ -1,9 +1,14 @@
-//! Deterministic whole-connection simulation: two adapters' CM agents and RC
-//! QPs, each with its own memory, connected through the CM, running a random
-//! mix of SEND / WRITE (with and without immediate) / READ / atomics, then
-//! disconnecting — all on virtual time through a network with seeded loss
-//! (0–30 %), duplication, reordering, delay, partitions that heal, and peer
-//! crashes (a crashed side never sends or processes anything again).
+//! Deterministic whole-connection simulation: two adapters, each an
+//! endpoint request machine ([`Endpoints`], the engine's own) over a CM
+//! agent and an RC QP with its own memory, connected through the CM,
+//! running a random mix of SEND / WRITE (with and without immediate) / READ
+//! / atomics, then disconnecting — all on virtual time through a network
+//! with seeded loss (0–30 %), duplication, reordering, delay, partitions
+//! that heal, and peer crashes (a crashed side never sends or processes
+//! anything again). The harness is each adapter's core: it makes the
+//! application's calls (GetConnectionRequest, Connect, Accept,
+//! CompleteConnect, NotifyDisconnect, Disconnect), applies the machine's
+//! actions to the QP, and acts on the requests' outcomes.
 //!
 //! Every seed draws its own scenario (faults, CM timers, QP limits, MTU,
 //! workload, how the connection ends) and is checked afterwards:
@@ -19,43 +24,41 @@
 //!   every operation's target is byte-identical at the end;
 //! * a successful SEND at the requester implies the peer's receive
 //!   completed successfully;
-//! * every connect, accept and disconnect ends in exactly one terminal event;
-//!   every Disconnect completes within its configured bound (DREQ interval ×
-//!   (MaxCMRetries + 1));
+//! * every request completes exactly once; every Disconnect completes
+//!   within its configured bound (DREQ interval × (MaxCMRetries + 1)), and
+//!   only once its QP phase has moved the QP to ERR, with `Timeout` exactly
+//!   when the CM's DREQ timed out;
 //! * after a peer crash the survivor's WRs all complete within the bound its
 //!   retry settings give;
-//! * no object leaks: at the end each live side's CM holds no endpoint and
-//!   no timer, its QP no WR, no timer and no queued completion.
+//! * no object leaks: at the end each live side's machine and CM hold no
+//!   endpoint and no timer, no QPN is still reserved for time-wait, and its
+//!   QP holds no WR, no timer and no queued completion.
 //!
 //! ```sh
-//! cargo test -p ndverbs-proto --test sim_connection              # 1,000 seeds (debug)
-//! cargo test --release -p ndverbs-proto --test sim_connection    # 10,000 seeds (CI)
-//! NDV_SIM_SEEDS=1000000 cargo test --release -p ndverbs-proto --test sim_connection -- --nocapture
-//! NDV_SIM_SEED=1234 cargo test -p ndverbs-proto --test sim_connection -- --nocapture  # one seed, with its log
+//! cargo test -p ndverbs-engine --test sim_connection              # 1,000 seeds (debug)
+//! cargo test --release -p ndverbs-engine --test sim_connection    # 10,000 seeds (CI)
+//! NDV_SIM_SEEDS=1000000 cargo test --release -p ndverbs-engine --test sim_connection -- --nocapture
+//! NDV_SIM_SEED=1234 cargo test -p ndverbs-engine --test sim_connection -- --nocapture  # one seed, with its log
 //! ```
 //!
 //! A failing seed prints its replay command.
 
-#[path = "common/qp.rs"]
-mod qp;
-#[path = "common/rng.rs"]
-mod rng;
-
-use ndverbs_proto::cm::{
-    AcceptParams, CmAgent, CmConfig, CmEvent, ConnectParams, DisconnectHow, DisconnectStarted,
-    EndpointId, QpSetup,
+use ndverbs_engine::ep::{
+    AcceptArgs, Action, ConnectArgs, Endpoints, EpError, Outcome, QpError, QpIdent, QpOp, Refused,
+    RequestId,
 };
+use ndverbs_engine::keys::KeyGen;
+use ndverbs_proto::cm::{CmAgent, CmConfig, CmEvent, DisconnectHow, QpSetup};
 use ndverbs_proto::mem::testing::{MrKeys, VecMemory};
 use ndverbs_proto::mem::Access;
 use ndverbs_proto::rc::{
-    QpCaps, QpState, RcConnection, RcQp, RecvQueue, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode,
-    WcStatus, WorkCompletion,
+    AttrMask, ModifyError, PathMtu, QpAttr, QpCaps, QpState, RcConnection, RcQp, RecvQueue, RecvWr,
+    RemoteAddr, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion,
 };
 use ndverbs_proto::time::{Duration, Instant};
-use ndverbs_wire::cma;
 use ndverbs_wire::mad::MAD_LEN;
 use ndverbs_wire::packet::Packet;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -165,7 +168,6 @@ struct Scenario {
     /// Receives each side posts before connecting; the rest later.
     early_recvs: [usize; 2],
     late_recv_delay: [Duration; 2],
-    psn: [u32; 2],
 }
 
 fn scenario(seed: u64) -> Scenario {
@@ -299,10 +301,6 @@ fn scenario(seed: u64) -> Scenario {
         ops,
         early_recvs,
         late_recv_delay,
-        psn: [
-            r.next_u64() as u32 & 0xff_ffff,
-            r.next_u64() as u32 & 0xff_ffff,
-        ],
     }
 }
 
@@ -317,16 +315,46 @@ struct Regions {
     land: MrKeys,
 }
 
+/// An application request made on the machine, by what it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Req {
+    /// GetConnectionRequest into endpoint `.0`.
+    GetRequest(u32),
+    Connect,
+    CompleteConnect,
+    Accept,
+    NotifyDisconnect,
+    Disconnect,
+}
+
 struct Node {
     idx: usize,
     cm: CmAgent,
+    /// The endpoint request machine; this harness is its core.
+    eps: Endpoints,
     qp: RcQp,
+    /// The QP's identity, as requests name it.
+    qp_id: QpIdent,
     rq: RecvQueue,
     mem: VecMemory,
     regions: Regions,
     initial: HashMap<u32, Vec<u8>>,
-    listener: Option<EndpointId>,
-    ep: Option<EndpointId>,
+    /// B's listening endpoint.
+    listener: Option<u32>,
+    /// The connection's endpoint.
+    ep: Option<u32>,
+    /// B: the endpoint waiting for a further connection request (refused).
+    spare: Option<u32>,
+    /// Requests made and not yet completed.
+    requests: HashMap<RequestId, Req>,
+    /// QPNs the machine keeps from reuse through time-wait.
+    reserved: BTreeSet<u32>,
+    /// How the CM phase of our Disconnect ended, as the CM reported it
+    /// (a DREP we sent is reported after the Disconnect completed; a
+    /// connection the peer's REJ ended has no CM phase).
+    disconnect_how: Option<DisconnectHow>,
+    /// Our Disconnect ended with the DREQ's timeout.
+    disconnect_timed_out: bool,
     crashed: bool,
     rts_at: Option<Instant>,
     /// Posted sends: (op index, wr_id, posted at).
@@ -335,11 +363,12 @@ struct Node {
     recvs: Vec<(usize, u64)>,
     send_wcs: Vec<(Instant, WorkCompletion)>,
     recv_wcs: Vec<WorkCompletion>,
-    /// The application's pending CM requests: connect / accept / disconnect.
+    /// The application's connection set-up is under way (Connect until
+    /// CompleteConnect, Accept until it completes).
     pending_connect: bool,
     pending_accept: bool,
     disconnect_called: Option<Instant>,
-    disconnect_done: Option<(Instant, DisconnectHow)>,
+    disconnect_done: Option<Instant>,
     /// The app tore the connection down (QP to ERR, endpoint destroyed).
     closed: bool,
     next_op: usize,
@@ -357,8 +386,9 @@ impl Node {
         cfg.cm_response_timeout = sc.cm_response_timeout;
         cfg.max_cm_retries = sc.max_cm_retries;
         cfg.ca_ack_delay = sc.ca_ack_delay;
+        let qpn = [0x11, 0x22][idx] + (seed as u32 & 0xffff) * 0x100;
         let mut qp = RcQp::new(
-            [0x11, 0x22][idx] + (seed as u32 & 0xffff) * 0x100,
+            qpn,
             PD,
             QpCaps {
                 max_send_wr: 64,
@@ -413,7 +443,9 @@ impl Node {
         let mut n = Node {
             idx,
             cm: CmAgent::new(cfg),
+            eps: Endpoints::new(KeyGen::seeded(seed ^ 0x9e37 ^ idx as u64)),
             qp,
+            qp_id: QpIdent { qpn, generation: 1 },
             rq: RecvQueue::new(n_recv.max(1) as u32, 1),
             mem,
             regions: Regions {
@@ -426,6 +458,11 @@ impl Node {
             initial,
             listener: None,
             ep: None,
+            spare: None,
+            requests: HashMap::new(),
+            reserved: BTreeSet::new(),
+            disconnect_how: None,
+            disconnect_timed_out: false,
             crashed: false,
             rts_at: None,
             sends: Vec::new(),
@@ -459,18 +496,40 @@ impl Node {
         }
     }
 
-    fn apply_setup(&mut self, s: &QpSetup) -> bool {
+    /// INIT → RTR → RTS with what the CM negotiated.
+    fn apply_setup(&mut self, s: &QpSetup) -> Result<(), ModifyError> {
         let c = RcConnection::from(s);
-        [c.rtr(), c.rts()]
-            .iter()
-            .all(|(attr, mask)| self.qp.modify(attr, *mask).is_ok())
+        for (attr, mask) in [c.rtr(), c.rts()] {
+            self.qp.modify(&attr, mask)?;
+        }
+        Ok(())
     }
 
+    /// To ERR, flushing the receive queue (the QP flushes its send queue).
     fn move_to_error(&mut self) {
-        if self.qp.state() == QpState::Reset {
-            self.qp.flush_recv(&mut self.rq);
-        } else {
-            qp::move_to_error(&mut self.qp, &mut self.rq);
+        if self.qp.state() != QpState::Reset {
+            let err = QpAttr {
+                qp_state: QpState::Err,
+                ..QpAttr::default()
+            };
+            self.qp.modify(&err, AttrMask::STATE).expect("QP to ERR");
+        }
+        self.qp.flush_recv(&mut self.rq);
+    }
+
+    /// The core's answer to the machine's QP operation `op` on QP `id`.
+    fn qp_op(&mut self, id: QpIdent, op: &QpOp) -> Result<(), QpError> {
+        if id != self.qp_id {
+            return Err(QpError::Gone);
+        }
+        match op {
+            QpOp::CheckInit if self.qp.state() == QpState::Init => Ok(()),
+            QpOp::CheckInit => Err(QpError::NotInit),
+            QpOp::ToRts(s) => self.apply_setup(s).map_err(QpError::Refused),
+            QpOp::ToError => {
+                self.move_to_error();
+                Ok(())
+            }
         }
     }
 
@@ -536,8 +595,8 @@ enum Msg {
 #[derive(Debug, Clone, Copy)]
 enum Act {
     Connect,
-    Accept(EndpointId),
-    Complete(EndpointId),
+    Accept,
+    Complete,
     Post,
     LateRecvs,
     Disconnect,
@@ -737,7 +796,10 @@ impl World {
                 }
                 while let Some(e) = self.n[i].cm.poll_event() {
                     moved = true;
-                    self.on_event(i, e);
+                    self.on_cm_event(i, e);
+                }
+                if self.drive_eps(i) {
+                    moved = true;
                 }
             }
             if !moved {
@@ -746,85 +808,185 @@ impl World {
         }
     }
 
-    fn on_event(&mut self, i: usize, e: CmEvent) {
+    /// A CM event of side `i`: noted where the application needs to know
+    /// (the core sees the CM's events too), then handed to the machine.
+    fn on_cm_event(&mut self, i: usize, e: CmEvent) {
         log!(self, "{} event {:?}", "AB".as_bytes()[i] as char, e);
-        let sc_accept = self.sc.accept_delay;
         match e {
-            CmEvent::ConnectRequest(r) => {
-                if self.n[i].ep.is_some() {
+            CmEvent::DisconnectDone { how, .. } => self.n[i].disconnect_how = Some(how),
+            // The peer's connection went stale: it disconnects.
+            CmEvent::StaleConnection { .. } => {
+                let d = self.rng.ms(200);
+                self.schedule(d, i, Act::Disconnect);
+            }
+            CmEvent::DeviceRemoved { .. } => panic!("no device removal in this simulation"),
+            _ => {}
+        }
+        let now = self.now;
+        let n = &mut self.n[i];
+        n.eps.handle_cm_event(now, &mut n.cm, e);
+        self.drive_eps(i);
+    }
+
+    /// Side `i`'s core: applies the machine's actions until it has none.
+    /// Returns whether there were any.
+    fn drive_eps(&mut self, i: usize) -> bool {
+        let mut any = false;
+        while let Some(a) = self.n[i].eps.poll_action() {
+            any = true;
+            match a {
+                Action::Qp {
+                    request, qp, op, ..
+                } => {
+                    let r = self.n[i].qp_op(qp, &op);
+                    log!(self, "{} qp {op:?}: {r:?}", "AB".as_bytes()[i] as char);
+                    if matches!(op, QpOp::ToRts(_)) && r.is_ok() {
+                        self.on_rts(i);
+                    }
+                    let now = self.now;
+                    let n = &mut self.n[i];
+                    n.eps.handle_qp_result(now, &mut n.cm, request, r);
+                }
+                Action::Complete { request, outcome } => self.on_complete(i, request, outcome),
+                Action::ReserveQpn(q) => {
+                    self.n[i].reserved.insert(q);
+                }
+                Action::ReleaseQpn(q) => {
+                    self.n[i].reserved.remove(&q);
+                }
+            }
+        }
+        any
+    }
+
+    /// Records request `id` of side `i`, made as `what`.
+    fn made(&mut self, i: usize, id: RequestId, what: Req) {
+        log!(self, "{} {what:?} {id:?}", "AB".as_bytes()[i] as char);
+        let again = self.n[i].requests.insert(id, what);
+        assert!(again.is_none(), "request {id:?} made twice");
+    }
+
+    /// A request of side `i` completed: the application acts on it.
+    fn on_complete(&mut self, i: usize, id: RequestId, outcome: Outcome) {
+        let name = "AB".as_bytes()[i] as char;
+        log!(self, "{name} done {id:?}: {outcome:?}");
+        let what = self.n[i]
+            .requests
+            .remove(&id)
+            .unwrap_or_else(|| panic!("{name}: {id:?} completed twice, or was never made"));
+        match (what, outcome) {
+            (Req::GetRequest(ep), Outcome::Request(r)) => match r {
+                Ok(_) if self.n[i].ep.is_none() => {
+                    let n = &mut self.n[i];
+                    n.ep = Some(ep);
+                    n.spare = None;
+                    n.pending_accept = true;
+                    let d = self.sc.accept_delay;
+                    self.schedule(d, i, Act::Accept);
+                    self.wait_request(i);
+                }
+                Ok(_) => {
                     // A REQ retransmission that outlived our accept's
                     // timeout looks like a new request (as in Linux): the
                     // application has one QP and refuses it.
                     let now = self.now;
-                    self.n[i].cm.reject(now, r.endpoint, &[]).unwrap();
-                    self.n[i].cm.destroy(now, r.endpoint).unwrap();
+                    let n = &mut self.n[i];
+                    n.eps.reject(now, &mut n.cm, ep, &[]).unwrap();
+                    n.eps.destroy(now, &mut n.cm, ep).unwrap();
+                    n.spare = None;
                     self.stats.second_requests += 1;
-                    return;
+                    self.wait_request(i);
                 }
-                self.n[i].ep = Some(r.endpoint);
-                self.schedule(sc_accept, i, Act::Accept(r.endpoint));
-            }
-            CmEvent::RepReceived { endpoint, qp, .. } => {
-                let n = &mut self.n[i];
-                assert!(n.pending_connect, "RepReceived without a connect");
-                n.pending_connect = false;
-                if n.apply_setup(&qp) {
-                    self.on_rts(i);
+                Err(EpError::Canceled) => {}
+                Err(e) => panic!("{name}: GetConnectionRequest failed: {e}"),
+            },
+            (Req::Connect, Outcome::Connect(r)) => match r {
+                Ok(_) => {
                     let d = self.sc.complete_delay;
-                    self.schedule(d, i, Act::Complete(endpoint));
-                } else {
-                    self.teardown(i);
+                    self.schedule(d, i, Act::Complete);
                 }
-            }
-            CmEvent::Established { .. } => {
-                let n = &mut self.n[i];
-                assert!(n.pending_accept, "Established without an accept");
-                n.pending_accept = false;
-                self.stats.connected += 1;
-                self.start_workload(i);
-            }
-            CmEvent::Rejected { .. }
-            | CmEvent::ConnectTimeout { .. }
-            | CmEvent::AcceptTimeout { .. } => {
-                let n = &mut self.n[i];
-                let was = n.pending_connect || n.pending_accept;
-                n.pending_connect = false;
-                n.pending_accept = false;
-                if was {
+                Err(_) => {
+                    self.n[i].pending_connect = false;
                     self.stats.connect_failed += 1;
                     self.teardown(i);
-                } else if n.disconnect_called.is_none() {
-                    // A REJ ending an established connection: disconnect
-                    // still completes (AlreadyDone).
-                    self.schedule(Duration::ZERO, i, Act::Disconnect);
+                }
+            },
+            (Req::CompleteConnect | Req::Accept, Outcome::Done(r)) => {
+                let n = &mut self.n[i];
+                n.pending_connect = false;
+                n.pending_accept = false;
+                match r {
+                    Ok(()) => {
+                        self.stats.connected += 1;
+                        self.start_workload(i);
+                    }
+                    Err(_) => {
+                        if what == Req::Accept {
+                            self.stats.connect_failed += 1;
+                        }
+                        self.teardown(i);
+                    }
                 }
             }
-            CmEvent::DreqReceived { .. } | CmEvent::StaleConnection { .. } => {
-                let d = self.rng.ms(200);
-                self.schedule(d, i, Act::Disconnect);
-            }
-            CmEvent::DisconnectDone { how, .. } => {
+            (Req::NotifyDisconnect, Outcome::Done(r)) => match r {
+                // The peer's DREQ: we answer, a little later.
+                Ok(()) => {
+                    let d = self.rng.ms(200);
+                    self.schedule(d, i, Act::Disconnect);
+                }
+                // A REJ ended the established connection: the Disconnect
+                // still flushes the QP.
+                Err(EpError::Aborted) => self.schedule(Duration::ZERO, i, Act::Disconnect),
+                // Our own Disconnect ended the connection; releasing the
+                // endpoint cancels it.
+                Err(EpError::Canceled) => {}
+                Err(e) => panic!("{name}: NotifyDisconnect failed: {e}"),
+            },
+            (Req::Disconnect, Outcome::Done(r)) => {
+                assert!(
+                    matches!(r, Ok(()) | Err(EpError::Timeout)),
+                    "{name}: Disconnect ended {r:?}"
+                );
                 let now = self.now;
                 let n = &mut self.n[i];
-                let called = n
-                    .disconnect_called
-                    .expect("DisconnectDone without disconnect");
-                assert!(n.disconnect_done.is_none(), "second DisconnectDone");
-                n.disconnect_done = Some((now, how));
+                // Its QP phase ran before it completed.
+                assert_eq!(
+                    n.qp.state(),
+                    QpState::Err,
+                    "{name}: Disconnect done, QP not in ERR"
+                );
+                assert!(
+                    n.disconnect_done.is_none(),
+                    "{name}: second Disconnect done"
+                );
+                let called = n.disconnect_called.expect("Disconnect done without a call");
+                n.disconnect_done = Some(now);
+                n.disconnect_timed_out = r.is_err();
                 let took = now.saturating_duration_since(called);
                 let bound = self.disconnect_bound();
                 assert!(
                     took <= bound,
-                    "disconnect took {took:?}, bound {bound:?} ({how:?})"
+                    "disconnect took {took:?}, bound {bound:?} ({r:?})"
                 );
                 self.stats.max_disconnect_ms =
                     self.stats.max_disconnect_ms.max(took.as_millis() as u64);
-                *self.stats.endings.entry(format!("{how:?}")).or_default() += 1;
                 self.teardown(i);
             }
-            CmEvent::MraReceived { .. } | CmEvent::TimewaitExit { .. } => {}
-            CmEvent::DeviceRemoved { .. } => panic!("no device removal in this simulation"),
+            (what, outcome) => panic!("{name}: {what:?} ended with {outcome:?}"),
         }
+    }
+
+    /// B: a fresh endpoint waits on the listener for the next request.
+    fn wait_request(&mut self, i: usize) {
+        let n = &mut self.n[i];
+        let (Some(l), None) = (n.listener, n.spare) else {
+            return;
+        };
+        let ep = n.eps.create();
+        n.spare = Some(ep);
+        let id = n.eps.get_request(&n.cm, l, ep).unwrap();
+        self.made(i, id, Req::GetRequest(ep));
+        self.drive_eps(i);
     }
 
     /// Upper bound of a Disconnect: the DREQ interval times the sends.
@@ -835,14 +997,17 @@ impl World {
         Duration::from_millis(interval * (u64::from(cfg.max_cm_retries) + 1) + 1)
     }
 
-    /// QP `i` reached RTS: start posting (the active side posts after
-    /// complete_connect, the passive side after Established).
+    /// QP `i` reached RTS (the QP phase of its CompleteConnect or Accept):
+    /// the receives it posts late go in after a while.
     fn on_rts(&mut self, i: usize) {
         self.n[i].rts_at = Some(self.now);
         let late = self.sc.late_recv_delay[i];
         self.schedule(late, i, Act::LateRecvs);
     }
 
+    /// The connection is up on side `i` (CompleteConnect or Accept
+    /// completed): post the workload, wait for the peer's DREQ, and plan
+    /// the Disconnect.
     fn start_workload(&mut self, i: usize) {
         if self.n[i].rts_at.is_none() {
             self.n[i].rts_at = Some(self.now);
@@ -852,6 +1017,11 @@ impl World {
         for at in ats {
             self.schedule(at, i, Act::Post);
         }
+        let n = &mut self.n[i];
+        let ep = n.ep.expect("connected without an endpoint");
+        let id = n.eps.notify_disconnect(ep).expect("NotifyDisconnect");
+        self.made(i, id, Req::NotifyDisconnect);
+        self.drive_eps(i);
         let d = match self.sc.ending {
             Ending::Crossing => self.sc.disconnect_after[0],
             Ending::OneSided(s) if s == i => self.sc.disconnect_after[i],
@@ -862,8 +1032,9 @@ impl World {
         self.schedule(d, i, Act::Disconnect);
     }
 
-    /// The application gives up on the connection: QP to ERR (flushing),
-    /// endpoint destroyed.
+    /// The application gives up on the connection: it releases its QP (to
+    /// ERR, flushing) and its endpoint (the CM says goodbye the Linux way;
+    /// requests still pending end cancelled).
     fn teardown(&mut self, i: usize) {
         let now = self.now;
         let n = &mut self.n[i];
@@ -873,8 +1044,9 @@ impl World {
         n.closed = true;
         n.move_to_error();
         if let Some(ep) = n.ep {
-            let _ = n.cm.destroy(now, ep);
+            n.eps.destroy(now, &mut n.cm, ep).unwrap();
         }
+        self.drive_eps(i);
     }
 
     fn act(&mut self, i: usize, a: Act) {
@@ -886,43 +1058,45 @@ impl World {
         match a {
             Act::Connect => {
                 let sc = &self.sc;
-                let mut p = ConnectParams::new(
-                    cma::service_id(cma::RDMA_PS_TCP, PORT),
-                    IPS[1].parse().unwrap(),
-                    self.n[0].qp.qpn(),
-                    sc.psn[0],
-                );
-                p.retry_count = sc.retry_count;
-                p.rnr_retry_count = sc.rnr_retry[1];
-                (p.responder_resources, p.initiator_depth) = sc.rd_atomic[0];
-                p.path_mtu = sc.path_mtu;
-                let ep = self.n[0].cm.connect(now, p).unwrap();
-                self.n[0].ep = Some(ep);
-                self.n[0].pending_connect = true;
+                let (responder_resources, initiator_depth) = sc.rd_atomic[0];
+                let args = ConnectArgs {
+                    remote: IPS[1].parse().unwrap(),
+                    remote_port: PORT,
+                    local_port: 40000,
+                    responder_resources,
+                    initiator_depth,
+                    retry_count: sc.retry_count,
+                    rnr_retry_count: sc.rnr_retry[1],
+                    path_mtu: PathMtu::from_enum(sc.path_mtu).expect("a path MTU"),
+                    private_data: Vec::new(),
+                };
+                let n = &mut self.n[0];
+                let ep = n.eps.create();
+                n.ep = Some(ep);
+                n.pending_connect = true;
+                let qp = n.qp_id;
+                let id = n.eps.connect(now, &mut n.cm, ep, qp, args, true).unwrap();
+                self.made(0, id, Req::Connect);
             }
-            Act::Accept(ep) => {
+            Act::Accept => {
                 let sc = &self.sc;
-                let mut p = AcceptParams::new(self.n[i].qp.qpn(), sc.psn[1]);
-                p.rnr_retry_count = sc.rnr_retry[0];
-                (p.responder_resources, p.initiator_depth) = sc.rd_atomic[1];
+                let (responder_resources, initiator_depth) = sc.rd_atomic[1];
+                let args = AcceptArgs {
+                    responder_resources,
+                    initiator_depth,
+                    rnr_retry_count: sc.rnr_retry[0],
+                    private_data: Vec::new(),
+                };
                 let n = &mut self.n[i];
-                match n.cm.accept_qp_setup(ep, &p) {
-                    Ok(s) if n.apply_setup(&s) => {
-                        let r = n.cm.accept(now, ep, p);
-                        assert!(r.is_ok(), "accept after a good setup: {r:?}");
-                        n.pending_accept = true;
-                        self.on_rts(i);
-                    }
-                    _ => self.teardown(i),
-                }
+                let (ep, qp) = (n.ep.expect("a request to accept"), n.qp_id);
+                let id = n.eps.accept(now, &mut n.cm, ep, qp, args).unwrap();
+                self.made(i, id, Req::Accept);
             }
-            Act::Complete(ep) => {
-                if self.n[i].cm.complete_connect(now, ep, &[]).is_ok() {
-                    self.stats.connected += 1;
-                    self.start_workload(i);
-                } else {
-                    self.teardown(i);
-                }
+            Act::Complete => {
+                let n = &mut self.n[i];
+                let (ep, qp) = (n.ep.expect("a Connect to complete"), n.qp_id);
+                let id = n.eps.complete_connect(now, &mut n.cm, ep, qp).unwrap();
+                self.made(i, id, Req::CompleteConnect);
             }
             Act::Post => {
                 let k = self.n[i].next_op;
@@ -972,19 +1146,20 @@ impl World {
                 if n.pending_connect || n.pending_accept {
                     return;
                 }
-                n.disconnect_called = Some(now);
-                match n.cm.disconnect(now, ep) {
-                    Ok(DisconnectStarted::DreqSent)
-                    | Ok(DisconnectStarted::DrepSent)
-                    | Ok(DisconnectStarted::AlreadyDone) => {}
-                    Err(e) => {
-                        // Nothing to disconnect (e.g. the peer's REJ ended it
-                        // and we already saw that): tear down at once.
-                        log!(self, "disconnect refused: {e}");
+                let qp = n.qp_id;
+                match n.eps.disconnect(now, &mut n.cm, ep, qp) {
+                    Ok(id) => {
+                        n.disconnect_called = Some(now);
+                        self.made(i, id, Req::Disconnect);
+                    }
+                    Err(Refused::NotConnected) => {
+                        // Nothing to disconnect: the connection ended
+                        // without us. Release everything at once.
+                        log!(self, "disconnect refused");
                         *self.stats.endings.entry("refused".to_string()).or_default() += 1;
-                        self.n[i].disconnect_called = None;
                         self.teardown(i);
                     }
+                    Err(e) => panic!("Disconnect refused: {e:?}"),
                 }
             }
             Act::Crash => {
@@ -992,6 +1167,7 @@ impl World {
                 self.stats.crashes += 1;
             }
         }
+        self.drive_eps(i);
     }
 
     /// Graceful ending: a side disconnects once every WR it will post has
@@ -1039,11 +1215,11 @@ impl World {
 
     fn run(&mut self) {
         self.schedule(Duration::ZERO, 0, Act::Connect);
-        let listener = self.n[1]
-            .cm
-            .listen(cma::service_id(cma::RDMA_PS_TCP, PORT))
-            .unwrap();
-        self.n[1].listener = Some(listener);
+        let n = &mut self.n[1];
+        let listener = n.eps.create();
+        n.eps.listen(&mut n.cm, listener, PORT, 4).unwrap();
+        n.listener = Some(listener);
+        self.wait_request(1);
         if let Some((side, at)) = self.sc.faults.crash {
             self.seq += 1;
             self.acts.insert((at, self.seq), (side, Act::Crash));
@@ -1105,7 +1281,8 @@ impl World {
             }
         }
         // The end of the application: a side that never got a connection
-        // releases its QP (flushing the receives it posted), B its listener.
+        // releases its QP (flushing the receives it posted), B its listener
+        // and the endpoint still waiting on it.
         for i in 0..2 {
             if !self.n[i].crashed && self.n[i].ep.is_none() {
                 self.teardown(i);
@@ -1113,8 +1290,13 @@ impl World {
             }
         }
         if !self.n[1].crashed {
-            let l = self.n[1].listener.unwrap();
-            self.n[1].cm.destroy(self.now, l).unwrap();
+            let now = self.now;
+            let n = &mut self.n[1];
+            for ep in [n.listener, n.spare].into_iter().flatten() {
+                n.eps.destroy(now, &mut n.cm, ep).unwrap();
+            }
+            n.spare = None;
+            self.pump();
         }
         self.stats.virtual_secs = self.now.as_nanos() / 1_000_000_000;
     }
@@ -1133,6 +1315,11 @@ impl World {
             }
             let name = "AB".as_bytes()[i] as char;
             // Every request ended.
+            assert!(
+                n.requests.is_empty(),
+                "{name}: requests never ended: {:?}",
+                n.requests
+            );
             assert!(!n.pending_connect, "{name}: connect never ended");
             assert!(!n.pending_accept, "{name}: accept never ended");
             if n.disconnect_called.is_some() {
@@ -1140,6 +1327,14 @@ impl World {
                     n.disconnect_done.is_some(),
                     "{name}: disconnect never ended"
                 );
+                // Timeout exactly when the CM's DREQ timed out.
+                let how = n.disconnect_how.unwrap_or(DisconnectHow::RejReceived);
+                assert_eq!(
+                    n.disconnect_timed_out,
+                    how == DisconnectHow::DreqTimedOut,
+                    "{name}: Disconnect outcome against the CM's {how:?}"
+                );
+                *self.stats.endings.entry(format!("{how:?}")).or_default() += 1;
             }
             // Every WR completed.
             assert_eq!(
@@ -1155,6 +1350,8 @@ impl World {
             // No leaks.
             assert!(n.closed, "{name}: connection never torn down");
             assert_eq!(n.cm.endpoint_count(), 0, "{name}: CM endpoints leaked");
+            assert_eq!(n.eps.endpoint_count(), 0, "{name}: endpoints leaked");
+            assert!(n.reserved.is_empty(), "{name}: QPNs still reserved");
             assert_eq!(n.cm.poll_timeout(), None, "{name}: CM timer left");
             assert_eq!(n.qp.send_queue_len(), 0, "{name}: WRs left in the QP");
             assert_eq!(n.qp.poll_timeout(), None, "{name}: QP timer left");
@@ -1436,7 +1633,7 @@ fn run_seed(seed: u64, verbose: bool) -> Stats {
             eprintln!("{}", l.join("\n"));
         }
         eprintln!(
-            "\nsimulation seed {seed} failed; replay with:\n  NDV_SIM_SEED={seed} cargo test -p ndverbs-proto --test sim_connection -- --nocapture\n"
+            "\nsimulation seed {seed} failed; replay with:\n  NDV_SIM_SEED={seed} cargo test -p ndverbs-engine --test sim_connection -- --nocapture\n"
         );
         std::panic::resume_unwind(e);
     }
@@ -1495,7 +1692,7 @@ fn sim() {
     let failed = failed.into_inner().unwrap();
     assert!(
         failed.is_empty(),
-        "seeds {failed:?} failed; replay with NDV_SIM_SEED={} cargo test -p ndverbs-proto --test sim_connection -- --nocapture",
+        "seeds {failed:?} failed; replay with NDV_SIM_SEED={} cargo test -p ndverbs-engine --test sim_connection -- --nocapture",
         failed[0]
     );
     if seeds >= 1000 {
@@ -1514,5 +1711,61 @@ fn sim() {
         }
         assert!(total.crashes > 0 && total.lost > 0 && total.duplicated > 0);
         assert!(total.partitioned > 0 && total.connect_failed > 0);
+    }
+}
+
+/// splitmix64: a tiny, seedable generator for the faults and scenarios
+/// (the same as the protocol crate's tests use).
+mod rng {
+    use ndverbs_proto::time::Duration;
+
+    /// splitmix64.
+    #[derive(Debug, Clone)]
+    pub struct Rng(u64);
+
+    impl Rng {
+        pub fn new(seed: u64) -> Self {
+            Rng(seed)
+        }
+
+        pub fn next_u64(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+
+        /// Uniform in `0..n` (0 when `n` is 0).
+        pub fn below(&mut self, n: u64) -> u64 {
+            if n == 0 {
+                0
+            } else {
+                self.next_u64() % n
+            }
+        }
+
+        /// Uniform in `lo..=hi`.
+        pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+            lo + self.below(hi - lo + 1)
+        }
+
+        /// True with probability `p`.
+        pub fn chance(&mut self, p: f64) -> bool {
+            p > 0.0 && ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p
+        }
+
+        /// Up to `max` milliseconds, in microsecond steps.
+        pub fn ms(&mut self, max: u64) -> Duration {
+            Duration::from_micros(self.below(max * 1000 + 1))
+        }
+
+        /// Fills `buf` with random bytes.
+        pub fn fill(&mut self, buf: &mut [u8]) {
+            for chunk in buf.chunks_mut(8) {
+                let v = self.next_u64().to_le_bytes();
+                chunk.copy_from_slice(&v[..chunk.len()]);
+            }
+        }
     }
 }

@@ -1,0 +1,131 @@
+//! Endpoints through the verbs API: a request names its QP by identity, and
+//! the disconnect outcomes as verbs reports them (kinds and errnos).
+
+use ndverbs_testkit::verbs::{self as kit, PairConfig, RcParams, Side};
+use ndverbs_testkit::{addr, verbs::WC_LIMIT as T};
+use ndverbs_verbs::*;
+use std::net::IpAddr;
+
+/// A device on `addr` with a PD, CQ, region and a QP in INIT.
+fn side(addr: IpAddr) -> Side {
+    let s = Side::open(
+        addr,
+        &PairConfig {
+            cq_depth: 64,
+            region: 1 << 16,
+            ..PairConfig::default()
+        },
+    );
+    let (a, m) = RcParams::default().init();
+    s.qp.modify(&a, m).unwrap();
+    s
+}
+
+/// How `p` ended, within the time limit.
+#[track_caller]
+fn ended<R: std::fmt::Debug>(p: Pending<R>) -> Result<R> {
+    p.wait_timeout(T).expect("ended in time")
+}
+
+fn accept_args() -> AcceptArgs {
+    AcceptArgs {
+        responder_resources: 4,
+        initiator_depth: 4,
+        rnr_retry_count: 7,
+        private_data: Vec::new(),
+    }
+}
+
+/// `a`'s endpoint connected to `b`'s (listening on `port`) with `qa` and
+/// `b.qp`: (active, passive, listener).
+fn connect(a: &Side, qa: &Qp, b: &Side, port: u16) -> (Endpoint, Endpoint, Endpoint) {
+    let l = Endpoint::new(&b.dev).unwrap();
+    l.listen(port, 4).unwrap();
+    let eb = Endpoint::new(&b.dev).unwrap();
+    let req = l.get_request(&eb).unwrap();
+    let ea = Endpoint::new(&a.dev).unwrap();
+    let rep = ea
+        .connect(qa, kit::connect_args(b.dev.query().addr, port))
+        .unwrap();
+    ended(req).unwrap();
+    let rtu = eb.accept(&b.qp, accept_args()).unwrap();
+    ended(rep).unwrap();
+    ended(ea.complete_connect(qa).unwrap()).unwrap();
+    ended(rtu).unwrap();
+    (ea, eb, l)
+}
+
+#[test]
+fn a_qp_identity_names_one_qp() {
+    let a = side(addr::v4());
+    let cq = a.dev.create_cq(4).unwrap();
+    let other = a.pd.create_qp(&QpInitAttr::new(&cq, &cq)).unwrap();
+    let (ia, io) = (QpId::from(&a.qp), QpId::from(&other));
+    assert_eq!((ia.qpn(), io.qpn()), (a.qp.qpn(), other.qpn()));
+    assert_ne!(ia, io);
+    assert_eq!(ia, QpId::from(&a.qp), "the same QP, the same identity");
+}
+
+#[test]
+fn a_disconnect_whose_qp_was_released_says_goodbye_and_ends_not_found() {
+    let (a, b) = (side(addr::v4()), side(addr::v4()));
+    let qa = a.pd.create_qp(&QpInitAttr::new(&a.cq, &a.cq)).unwrap();
+    let (init, m) = RcParams::default().init();
+    qa.modify(&init, m).unwrap();
+    let (ea, eb, _l) = connect(&a, &qa, &b, 7501);
+    let id = QpId::from(&qa);
+    drop(qa);
+    let heard = eb.notify_disconnect().unwrap();
+    let bye = ea.disconnect(id).unwrap();
+    ended(heard).expect("the DREQ went out");
+    ended(eb.disconnect(&b.qp).unwrap()).unwrap();
+    let e = ended(bye).unwrap_err();
+    assert_eq!((e.kind(), e.errno()), (ErrorKind::NotFound, libc::ENOENT));
+}
+
+#[test]
+fn disconnect_and_notify_outcomes_as_kinds() {
+    let (a, b) = (side(addr::v4()), side(addr::v4()));
+    // During setup: NotConnected at once, the QP untouched.
+    let l = Endpoint::new(&b.dev).unwrap();
+    l.listen(7502, 4).unwrap();
+    let eb = Endpoint::new(&b.dev).unwrap();
+    let req = l.get_request(&eb).unwrap();
+    let ea = Endpoint::new(&a.dev).unwrap();
+    let rep = ea
+        .connect(&a.qp, kit::connect_args(b.dev.query().addr, 7502))
+        .unwrap();
+    let e = ea.disconnect(&a.qp).unwrap_err();
+    assert_eq!(
+        (e.kind(), e.errno()),
+        (ErrorKind::NotConnected, libc::ENOTCONN)
+    );
+    ended(req).unwrap();
+    let rtu = eb.accept(&b.qp, accept_args()).unwrap();
+    ended(rep).unwrap();
+    assert_eq!(
+        ea.disconnect(&a.qp).unwrap_err().kind(),
+        ErrorKind::NotConnected
+    );
+    assert_eq!(a.qp.state(), QpState::Init);
+    ended(ea.complete_connect(&a.qp).unwrap()).unwrap();
+    ended(rtu).unwrap();
+    // Our Disconnect, answered: a NotifyDisconnect pending through it stays
+    // pending; afterwards a new one is NotConnected on our side and
+    // succeeds on the side that heard the DREQ.
+    let mine = ea.notify_disconnect().unwrap();
+    let bye = ea.disconnect(&a.qp).unwrap();
+    ended(eb.notify_disconnect().unwrap()).unwrap();
+    ended(eb.disconnect(&b.qp).unwrap()).unwrap();
+    ended(bye).unwrap();
+    assert!(mine
+        .wait_timeout(std::time::Duration::from_millis(50))
+        .is_none());
+    assert_eq!(
+        ea.notify_disconnect().unwrap_err().kind(),
+        ErrorKind::NotConnected
+    );
+    ended(eb.notify_disconnect().unwrap()).unwrap();
+    ea.cancel().unwrap();
+    assert_eq!(ended(mine).unwrap_err().kind(), ErrorKind::Canceled);
+}

@@ -167,7 +167,22 @@ impl<U: Send + 'static, E: Send + 'static, T: 'static> Source<T> for Mapped<U, E
     }
 }
 
+/// `InvalidArgument` for a registration larger than every device allows.
+fn check_mr_size(op: &'static str, len: usize) -> Result<()> {
+    let max = ndverbs_proto::limits::LIMITS.max_mr_size;
+    if len as u64 > max {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            op,
+            format!("{len} bytes exceed the largest registration, {max}"),
+        ));
+    }
+    Ok(())
+}
+
+/// An endpoint request of `nic` as a verbs [`Pending`].
 fn pending<U: Send + 'static, T: 'static>(
+    nic: &Nic,
     op: &'static str,
     p: ndverbs_engine::ep::EpPending<U>,
     ok: fn(U) -> T,
@@ -178,6 +193,7 @@ fn pending<U: Send + 'static, T: 'static>(
         err: ep_err,
         op,
     }))
+    .driven_by(nic)
 }
 
 fn notify_on(on: crate::NotifyOn) -> NotifyOn {
@@ -301,6 +317,7 @@ impl Nic {
 
     pub(crate) fn reg_mr(&self, pd: u32, len: usize, access: Access) -> Result<RegionRef> {
         const OP: &str = "Pd::reg_mr";
+        check_mr_size(OP, len)?;
         let buf = RegionBuf::alloc(len).map_err(|e| mem_err(OP, e))?;
         let r = self.0.reg_mr(pd, buf, access).map_err(|e| err(OP, e))?;
         Ok(RegionRef(r))
@@ -317,6 +334,7 @@ impl Nic {
         access: Access,
     ) -> Result<RegionRef> {
         const OP: &str = "Pd::reg_mr_raw";
+        check_mr_size(OP, len)?;
         // SAFETY: forwarded to the caller.
         let buf = unsafe { RegionBuf::from_raw(ptr, len) }.map_err(|e| mem_err(OP, e))?;
         let r = self.0.reg_mr(pd, buf, access).map_err(|e| err(OP, e))?;
@@ -465,7 +483,7 @@ impl Nic {
             .0
             .ep_get_request(listener, into)
             .map_err(|e| err(OP, e))?;
-        Ok(pending(OP, p, |r| r))
+        Ok(pending(self, OP, p, |r| r))
     }
 
     pub(crate) fn ep_connect(
@@ -476,7 +494,7 @@ impl Nic {
     ) -> Result<Pending<ConnectInfo>> {
         const OP: &str = "Endpoint::connect";
         let p = self.0.ep_connect(ep, qpn, a).map_err(|e| err(OP, e))?;
-        Ok(pending(OP, p, |c| c))
+        Ok(pending(self, OP, p, |c| c))
     }
 
     pub(crate) fn ep_complete_connect(&self, ep: u32, qpn: u32) -> Result<Pending<()>> {
@@ -485,13 +503,13 @@ impl Nic {
             .0
             .ep_complete_connect(ep, qpn)
             .map_err(|e| err(OP, e))?;
-        Ok(pending(OP, p, |()| ()))
+        Ok(pending(self, OP, p, |()| ()))
     }
 
     pub(crate) fn ep_accept(&self, ep: u32, qpn: u32, a: AcceptArgs) -> Result<Pending<()>> {
         const OP: &str = "Endpoint::accept";
         let p = self.0.ep_accept(ep, qpn, a).map_err(|e| err(OP, e))?;
-        Ok(pending(OP, p, |()| ()))
+        Ok(pending(self, OP, p, |()| ()))
     }
 
     pub(crate) fn ep_reject(&self, ep: u32, private_data: &[u8]) -> Result<()> {
@@ -503,17 +521,22 @@ impl Nic {
     pub(crate) fn ep_disconnect(&self, ep: u32, qpn: u32) -> Result<Pending<()>> {
         const OP: &str = "Endpoint::disconnect";
         let p = self.0.ep_disconnect(ep, qpn).map_err(|e| err(OP, e))?;
-        Ok(pending(OP, p, |()| ()))
+        Ok(pending(self, OP, p, |()| ()))
     }
 
     pub(crate) fn ep_notify_disconnect(&self, ep: u32) -> Result<Pending<()>> {
         const OP: &str = "Endpoint::notify_disconnect";
         let p = self.0.ep_notify_disconnect(ep).map_err(|e| err(OP, e))?;
-        Ok(pending(OP, p, |()| ()))
+        Ok(pending(self, OP, p, |()| ()))
     }
 
     pub(crate) fn ep_cancel(&self, ep: u32) -> Result<()> {
-        self.0.ep_cancel(ep).map_err(|e| err("Endpoint::cancel", e))
+        match self.0.ep_cancel(ep) {
+            // Cancelling is cleanup, which works after removal; the removal
+            // already ended every request, so there is nothing left to do.
+            Err(EngineError::Removed) => Ok(()),
+            r => r.map_err(|e| err("Endpoint::cancel", e)),
+        }
     }
 }
 

@@ -389,6 +389,14 @@ impl Nic {
         Ok(SrqRef(s))
     }
 
+    pub(crate) fn resize_srq(&self, srq: &SrqRef, max_wr: u32) -> Result<()> {
+        const OP: &str = "Srq::resize";
+        self.0.resize_srq(srq.id(), max_wr).map_err(|e| match e {
+            EngineError::Busy(s) => Error::new(ErrorKind::Overflow, OP, s),
+            e => err(OP, e),
+        })
+    }
+
     pub(crate) fn destroy_srq(&self, srq: &SrqRef) -> Result<()> {
         self.0
             .destroy_srq(srq.id())
@@ -694,5 +702,45 @@ pub(crate) struct SrqRef(Arc<SrqShared>);
 impl SrqRef {
     pub(crate) fn id(&self) -> u32 {
         self.0.id()
+    }
+
+    pub(crate) fn outstanding(&self) -> u32 {
+        self.0.outstanding()
+    }
+
+    pub(crate) fn capacity(&self) -> u32 {
+        self.0.capacity()
+    }
+
+    pub(crate) fn limit(&self) -> u32 {
+        self.0.limit()
+    }
+
+    pub(crate) fn set_limit(&self, limit: u32) {
+        self.0.set_limit(limit);
+    }
+
+    pub(crate) fn notify_limit(&self) -> Pending<()> {
+        Pending::new(Box::new(Mapped {
+            p: self.0.notify_limit(),
+            ok: |()| (),
+            err: |op, e| match e {
+                NotifyError::DeviceRemoved => Error::kind_only(ErrorKind::DeviceRemoved, op),
+                // An SRQ has no overflow: only cancellation is left.
+                NotifyError::Canceled | NotifyError::Overflow => {
+                    Error::kind_only(ErrorKind::Canceled, op)
+                }
+            },
+            op: "Srq::notify_limit",
+        }))
+    }
+
+    /// Ends every pending limit request with `kind` (`Canceled` or
+    /// `DeviceRemoved`).
+    pub(crate) fn end_limit_waiters(&self, kind: ErrorKind) {
+        self.0.end_limit_waiters(Err(match kind {
+            ErrorKind::DeviceRemoved => NotifyError::DeviceRemoved,
+            _ => NotifyError::Canceled,
+        }));
     }
 }

@@ -139,13 +139,13 @@ mod status;
 
 pub use adapter::{
     adapter_id, Adapter, AdapterFlags, AdapterInfo, Provider, MAX_CALLEE_DATA, MAX_CALLER_DATA,
-    ND_VERSION_2,
+    ND_VERSION_1, ND_VERSION_2,
 };
 pub use connector::{Connector, Listener, ND_RNR_RETRY};
 pub use cq::{CompletionQueue, NdResultEntry, NotifyType, RequestType, MAX_CONTEXT};
 pub use mr::{MemoryRegion, MemoryWindow, MrFlags};
 pub use pending::NdPending;
-pub use qp::{NdSge, OpFlags, QueuePair, QueuePairSizes, SharedReceiveQueue};
+pub use qp::{NdSge, OpFlags, QueuePair, QueuePairSizes, SharedReceiveQueue, ND_RETRY_COUNT};
 pub use status::{NdError, NdResult, NdStatus};
 
 /// How an adapter is opened ([`Provider::open_adapter_with`]) and what it

@@ -11,11 +11,12 @@
 //! thread runs the engine unless the application does, so waiting runs it:
 //! [`Pending::wait`] and [`Pending::wait_timeout`] loop on
 //! [`Device::progress_wait`](crate::Device::progress_wait) until the result
-//! is there, and polling the future runs one engine step first and, while
-//! the request is still pending, asks to be polled again at once (the task
-//! stays runnable, as a busy-polling loop would: manual progress trades the
-//! idle CPU for latency). Other threads may drive the same device
-//! meanwhile; a waiter looks at its result at least every 10 ms.
+//! is there; [`Pending::try_take`] runs one engine step, without blocking,
+//! before it looks; polling the future runs one step and, while the request
+//! is still pending, asks to be polled again at once (the task stays
+//! runnable, as a busy-polling loop would: manual progress trades the idle
+//! CPU for latency). Other threads may drive the same device meanwhile; a
+//! waiter looks at its result at least every 10 ms.
 
 use crate::config::Progress;
 use crate::engine::Nic;
@@ -121,8 +122,12 @@ impl<T> Pending<T> {
         self.src.is_ready()
     }
 
-    /// Takes the result if it arrived, without blocking.
+    /// Takes the result if it arrived, without blocking (in manual progress
+    /// after one engine step, as polling a CQ does).
     pub fn try_take(&self) -> Option<Result<T>> {
+        if let Some(nic) = &self.driver {
+            nic.progress();
+        }
         self.src.try_take()
     }
 

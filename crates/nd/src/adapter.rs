@@ -8,15 +8,29 @@
 //! 49152–65535.
 
 use crate::connector::{Connector, Listener};
-use crate::cq::CompletionQueue;
-use crate::mr::{MemoryRegion, MemoryWindow};
+use crate::cq::{CompletionQueue, CqInner};
+use crate::mr::{MemoryRegion, MemoryWindow, MrSlot};
 use crate::qp::{QueuePair, QueuePairSizes, SharedReceiveQueue};
 use crate::status::{NdError, NdResult, NdStatus};
-use ndverbs_verbs::{Device, DeviceConfig, Error, ErrorKind, Pd, PostError, LIMITS};
-use std::collections::HashSet;
+use ndverbs_verbs::{Device, DeviceConfig, DeviceLimits, Error, ErrorKind, Pd, PostError};
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
+/// `ND_VERSION_1`: the `InfoVersion` the ND documents give for
+/// [`Adapter::query`] (which takes it, as it takes [`ND_VERSION_2`]).
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_nd::*;
+/// let adapter = Provider.open_adapter("127.91.3.2".parse().unwrap())?;
+/// // The structure's version is 1 whichever version is asked for.
+/// assert_eq!(adapter.query(ND_VERSION_1)?.info_version, 1);
+/// assert_eq!(adapter.query(ND_VERSION_1)?, adapter.query(ND_VERSION_2)?);
+/// # Ok::<(), NdError>(())
+/// ```
+pub const ND_VERSION_1: u32 = 0x1;
 /// `ND_VERSION_2`.
 pub const ND_VERSION_2: u32 = 0x20000;
 /// Private data a Connect may carry: 92 bytes of REQ minus the 36-byte rdma_cm header.
@@ -26,11 +40,29 @@ pub const MAX_CALLEE_DATA: usize = 148;
 
 bitflags::bitflags! {
     /// `ND2_ADAPTER_INFO.AdapterFlags`, with ND's values: what the adapter
-    /// supports.
+    /// supports. An ndverbs adapter reports [`AdapterFlags::REPORTED`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_nd::*;
+    /// let adapter = Provider.open_adapter("127.91.3.3".parse().unwrap())?;
+    /// let flags = adapter.query(ND_VERSION_2)?.adapter_flags;
+    /// assert_eq!(flags, AdapterFlags::REPORTED);
+    /// assert!(!flags.contains(AdapterFlags::MULTI_ENGINE_SUPPORTED));
+    /// assert_eq!(AdapterFlags::CQ_INTERRUPT_MODERATION_SUPPORTED.bits(), 0x4);
+    /// # Ok::<(), NdError>(())
+    /// ```
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct AdapterFlags: u32 {
         /// DMA completes in order.
         const IN_ORDER_DMA_SUPPORTED = 0x1;
+        /// Completion queues support interrupt moderation (not reported:
+        /// ndverbs has no interrupts to moderate).
+        const CQ_INTERRUPT_MODERATION_SUPPORTED = 0x4;
+        /// Completion queues progress in parallel (not reported: one
+        /// engine per adapter runs them all).
+        const MULTI_ENGINE_SUPPORTED = 0x8;
         /// CQs can be resized.
         const CQ_RESIZE_SUPPORTED = 0x100;
         /// Connections to the same adapter work.
@@ -38,7 +70,17 @@ bitflags::bitflags! {
     }
 }
 
-/// `ND2_ADAPTER_INFO`, field for field.
+impl AdapterFlags {
+    /// What an ndverbs adapter supports: in-order placement (a QP's data
+    /// lands in PSN order), CQ resize and loopback connections.
+    pub const REPORTED: AdapterFlags = AdapterFlags::IN_ORDER_DMA_SUPPORTED
+        .union(AdapterFlags::CQ_RESIZE_SUPPORTED)
+        .union(AdapterFlags::LOOPBACK_CONNECTIONS_SUPPORTED);
+}
+
+/// `ND2_ADAPTER_INFO`, field for field. Every limit is the device's own
+/// ([`DeviceLimits`]) and is enforced: a queue, SGE count, inline size or
+/// registration beyond it is refused.
 ///
 /// # Example
 ///
@@ -174,6 +216,18 @@ pub(crate) struct AdapterInner {
     /// Ports bound by listeners and connectors.
     pub(crate) ports: Mutex<HashSet<u16>>,
     next_port: Mutex<u16>,
+    /// The completion queues, told where the removal's flushes begin.
+    cqs: Mutex<Vec<Weak<CqInner>>>,
+    /// Registered regions by local token: what inline requests copy from.
+    regions: Mutex<HashMap<u32, Weak<MrSlot>>>,
+    /// Held while a queue pair is created or destroyed together with its
+    /// entry in its CQs' books: a QPN reused at once by a new QP never
+    /// takes the context of the QP it replaced.
+    pub(crate) qp_lifecycle: Mutex<()>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// An ND adapter. Cheap to clone.
@@ -234,7 +288,8 @@ pub(crate) fn nd_status(kind: ErrorKind) -> NdStatus {
         K::TimedOut => NdStatus::TIMEOUT,
         K::Canceled => NdStatus::CANCELED,
         K::ConnectionAborted => NdStatus::CONNECTION_ABORTED,
-        K::Disconnected => NdStatus::CONNECTION_DISCONNECTED,
+        // A request the engine lost: a bug of ours, never a device removal.
+        K::Internal => NdStatus::INTERNAL_ERROR,
         _ => NdStatus::UNSUCCESSFUL,
     }
 }
@@ -246,12 +301,16 @@ pub(crate) fn nd_err(e: Error) -> NdError {
 
 /// Maps a refused post to ND's post statuses (§4 of the ND rules): a QP
 /// that is not connected is `ND_CONNECTION_INVALID`, too many SGEs
-/// `ND_DATA_OVERRUN`, too much inline data `ND_BUFFER_OVERFLOW`.
+/// `ND_DATA_OVERRUN`, too much inline data or a message beyond
+/// `MaxTransferLength` `ND_BUFFER_OVERFLOW` ("more data than the hardware
+/// supports").
 pub(crate) fn post_err(e: Error) -> NdError {
     let status = match (e.kind(), e.post_error()) {
         (ErrorKind::InvalidState, _) => NdStatus::CONNECTION_INVALID,
         (_, Some(PostError::TooManySges { .. })) => NdStatus::DATA_OVERRUN,
-        (_, Some(PostError::InlineTooLarge { .. })) => NdStatus::BUFFER_OVERFLOW,
+        (_, Some(PostError::InlineTooLarge { .. } | PostError::MessageTooLong(_))) => {
+            NdStatus::BUFFER_OVERFLOW
+        }
         (kind, _) => nd_status(kind),
     };
     NdError::new(status, e.to_string())
@@ -282,6 +341,9 @@ impl Adapter {
                 addr,
                 ports: Mutex::new(HashSet::new()),
                 next_port: Mutex::new(49152),
+                cqs: Mutex::default(),
+                regions: Mutex::default(),
+                qp_lifecycle: Mutex::default(),
             }),
         })
     }
@@ -296,41 +358,50 @@ impl Adapter {
         &self.inner.dev
     }
 
-    /// `Query`: the adapter's limits (`info_version` 1 or `ND_VERSION_2` accepted).
+    /// `Query`: the adapter's limits (`info_version` [`ND_VERSION_1`] or
+    /// [`ND_VERSION_2`] accepted). The structure is returned whole, so
+    /// ND's `ND_BUFFER_OVERFLOW` size protocol has no case here.
     pub fn query(&self, info_version: u32) -> NdResult<AdapterInfo> {
-        if info_version != 1 && info_version != ND_VERSION_2 {
+        if info_version != ND_VERSION_1 && info_version != ND_VERSION_2 {
             return Err(NdError::new(
                 NdStatus::INVALID_PARAMETER,
-                "InfoVersion must be 1 or ND_VERSION_2",
+                "InfoVersion must be ND_VERSION_1 or ND_VERSION_2",
             ));
         }
         if self.inner.dev.is_removed() {
             return Err(NdError::new(NdStatus::DEVICE_REMOVED, "adapter removed"));
         }
+        let l = self.limits();
+        let max_mr = usize::try_from(l.max_mr_size).unwrap_or(usize::MAX);
         Ok(AdapterInfo {
             info_version: 1,
             vendor_id: 0x4e44,
             device_id: 2,
             adapter_id: adapter_id(self.inner.addr),
-            max_registration_size: 1 << 40,
-            max_window_size: 1 << 40,
-            max_initiator_sge: LIMITS.max_sge,
-            max_receive_sge: LIMITS.max_sge,
-            max_read_sge: LIMITS.max_sge,
-            max_transfer_length: LIMITS.max_msg_size as u32,
-            max_inline_data_size: LIMITS.max_inline_data,
-            max_inbound_read_limit: u32::from(LIMITS.max_qp_rd_atom),
-            max_outbound_read_limit: u32::from(LIMITS.max_qp_rd_atom),
-            max_receive_queue_depth: LIMITS.max_qp_wr,
-            max_initiator_queue_depth: LIMITS.max_qp_wr,
-            max_shared_receive_queue_depth: LIMITS.max_qp_wr,
-            max_completion_queue_depth: LIMITS.max_cqe,
+            max_registration_size: max_mr,
+            max_window_size: max_mr,
+            max_initiator_sge: l.max_sge,
+            max_receive_sge: l.max_sge,
+            max_read_sge: l.max_sge,
+            max_transfer_length: u32::try_from(l.max_msg_size).unwrap_or(u32::MAX),
+            max_inline_data_size: l.max_inline_data,
+            max_inbound_read_limit: u32::from(l.max_qp_rd_atom),
+            max_outbound_read_limit: u32::from(l.max_qp_rd_atom),
+            max_receive_queue_depth: l.max_qp_wr,
+            max_initiator_queue_depth: l.max_qp_wr,
+            max_shared_receive_queue_depth: l.max_qp_wr,
+            max_completion_queue_depth: l.max_cqe,
             inline_request_threshold: 160,
             large_request_threshold: 64 * 1024,
             max_caller_data: MAX_CALLER_DATA as u32,
             max_callee_data: MAX_CALLEE_DATA as u32,
-            adapter_flags: AdapterFlags::all(),
+            adapter_flags: AdapterFlags::REPORTED,
         })
+    }
+
+    /// The device's limits: what `Query` reports and every call enforces.
+    pub(crate) fn limits(&self) -> DeviceLimits {
+        self.inner.dev.query().limits
     }
 
     /// Local addresses (`QueryAddressList` on the adapter: its own).
@@ -384,13 +455,17 @@ impl Adapter {
         QueuePair::create(self, (receive_cq, initiator_cq), Some(srq), context, sizes)
     }
 
-    /// A shared receive queue.
+    /// A shared receive queue of `depth` receives of up to `max_sge` SGEs
+    /// each, whose `Notify` completes when fewer than `notify_threshold`
+    /// receives are outstanding (0: no threshold until
+    /// [`SharedReceiveQueue::modify`] sets one).
     pub fn create_shared_receive_queue(
         &self,
         depth: u32,
         max_sge: u32,
+        notify_threshold: u32,
     ) -> NdResult<SharedReceiveQueue> {
-        SharedReceiveQueue::create(self, depth, max_sge)
+        SharedReceiveQueue::create(self, depth, max_sge, notify_threshold)
     }
 
     /// A connector.
@@ -407,7 +482,82 @@ impl Adapter {
     /// of every object completes with `ND_DEVICE_REMOVED`, every outstanding work
     /// request too, and later calls fail with it.
     pub fn remove(&self) {
+        // What is queued now was flushed (or completed) before the removal:
+        // it keeps its status.
+        for cq in self.live_cqs() {
+            cq.mark_removal();
+        }
         self.inner.dev.remove();
+    }
+
+    /// Serialises QP creation and destruction with their CQ bookkeeping.
+    pub(crate) fn lock_qp_lifecycle(&self) -> MutexGuard<'_, ()> {
+        lock(&self.inner.qp_lifecycle)
+    }
+
+    /// `GetNotifyAffinity` of the adapter's CQs and SRQs: processor group 0
+    /// and the processors the calling thread may run on (the engine thread
+    /// that completes notifications, or the caller itself in manual
+    /// progress, runs there; ndverbs sets no affinity of its own).
+    pub(crate) fn notify_affinity(&self) -> NdResult<(u16, u64)> {
+        if self.is_removed() {
+            return Err(NdError::new(NdStatus::DEVICE_REMOVED, "adapter removed"));
+        }
+        // SAFETY: `set` is a plain bitmask the call fills; its size is passed.
+        let set = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) != 0 {
+                return Err(NdError::new(
+                    NdStatus::INSUFFICIENT_RESOURCES,
+                    std::io::Error::last_os_error().to_string(),
+                ));
+            }
+            set
+        };
+        // Group 0 is processors 0 to 63 (a KAFFINITY's bits).
+        let mask = (0..64).fold(0u64, |m, cpu| {
+            // SAFETY: `cpu` is within the set.
+            m | (u64::from(unsafe { libc::CPU_ISSET(cpu, &set) }) << cpu)
+        });
+        Ok((0, mask))
+    }
+
+    /// Registers `cq` with the adapter (see [`Adapter::remove`]).
+    pub(crate) fn track_cq(&self, cq: &Arc<CqInner>) {
+        let mut cqs = lock(&self.inner.cqs);
+        cqs.retain(|w| w.strong_count() > 0);
+        cqs.push(Arc::downgrade(cq));
+    }
+
+    fn live_cqs(&self) -> Vec<Arc<CqInner>> {
+        lock(&self.inner.cqs)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+
+    /// Region `slot` is registered under local token `lkey`.
+    pub(crate) fn track_region(&self, lkey: u32, slot: &Arc<MrSlot>) {
+        let mut regions = lock(&self.inner.regions);
+        regions.retain(|_, w| w.strong_count() > 0);
+        regions.insert(lkey, Arc::downgrade(slot));
+    }
+
+    /// The region of local token `lkey` is gone.
+    pub(crate) fn forget_region(&self, lkey: u32) {
+        lock(&self.inner.regions).remove(&lkey);
+    }
+
+    /// The registered regions: the one of local token `lkey` first (if
+    /// any), then every other.
+    pub(crate) fn regions(&self, lkey: u32) -> Vec<Arc<MrSlot>> {
+        let regions = lock(&self.inner.regions);
+        let first = regions.get(&lkey).and_then(Weak::upgrade);
+        let rest = regions
+            .iter()
+            .filter(|&(&k, _)| k != lkey)
+            .filter_map(|(_, w)| w.upgrade());
+        first.into_iter().chain(rest).collect()
     }
 
     /// True once removed.

@@ -23,7 +23,7 @@
 use crate::adapter::{nd_err, nd_status, Adapter, MAX_CALLEE_DATA, MAX_CALLER_DATA};
 use crate::pending::NdPending;
 use crate::qp::QueuePair;
-use crate::status::{NdError, NdResult, NdStatus};
+use crate::status::{copy_sized, NdError, NdResult, NdStatus};
 use ndverbs_verbs::{
     AcceptArgs, ConnectArgs, Endpoint, Error, ErrorKind, PathMtu, Pending, QpId, LIMITS,
 };
@@ -287,7 +287,7 @@ impl Connector {
             local_port,
             responder_resources,
             initiator_depth,
-            retry_count: 7,
+            retry_count: qp.retry_count(),
             rnr_retry_count: ND_RNR_RETRY,
             path_mtu: path_mtu_for(remote.ip()),
             private_data: private_data.to_vec(),
@@ -364,6 +364,40 @@ impl Connector {
     /// `GetPrivateData`: the peer's private data (REQ, REP or REJ).
     pub fn get_private_data(&self) -> NdResult<Vec<u8>> {
         Ok(self.cm.ep.info().map_err(nd_err)?.private_data)
+    }
+
+    /// `GetPrivateData` into `buf`, with ND's size protocol: the length if
+    /// it fits; otherwise what fits is copied and the call fails
+    /// `ND_BUFFER_OVERFLOW` with the size needed in
+    /// [`NdError::required_size`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_nd::*;
+    /// use std::net::SocketAddr;
+    /// let server = Provider.open_adapter("127.91.12.3".parse().unwrap())?;
+    /// let client = Provider.open_adapter("127.91.12.4".parse().unwrap())?;
+    /// let cq = client.create_completion_queue(4)?;
+    /// let qp = client.create_queue_pair(&cq, &cq, 0, QueuePairSizes::new(1, 1))?;
+    /// let listener = server.create_listener()?;
+    /// listener.bind(SocketAddr::new(server.address(), 0))?;
+    /// listener.listen(1)?;
+    /// let passive = server.create_connector()?;
+    /// let request = listener.get_connection_request(&passive)?;
+    /// let active = client.create_connector()?;
+    /// let _rep = active.connect(&qp, listener.get_local_address()?, 0, 0, b"hello")?;
+    /// request.wait()?;
+    /// // ndmw's way: ask with no room to learn the size, then with room.
+    /// let err = passive.get_private_data_into(&mut []).unwrap_err();
+    /// assert_eq!(err.status, NdStatus::BUFFER_OVERFLOW);
+    /// let mut data = vec![0; err.required_size().unwrap()];
+    /// assert_eq!(passive.get_private_data_into(&mut data)?, data.len());
+    /// assert!(data.starts_with(b"hello"));
+    /// # Ok::<(), NdError>(())
+    /// ```
+    pub fn get_private_data_into(&self, buf: &mut [u8]) -> NdResult<usize> {
+        copy_sized(&self.get_private_data()?, buf)
     }
 
     /// `GetLocalAddress`: the bound address (active), or the listener's

@@ -7,7 +7,7 @@
 //! | verbs | ND |
 //! |---|---|
 //! | success | `ND_SUCCESS` |
-//! | flushed | `ND_CANCELED` (`ND_DEVICE_REMOVED` after removal) |
+//! | flushed | `ND_CANCELED` (`ND_DEVICE_REMOVED` if the adapter's removal flushed it) |
 //! | retry / RNR retry exceeded | `ND_IO_TIMEOUT` |
 //! | receive too small | `ND_DATA_OVERRUN` (ndmval's expectation) |
 //! | local protection/access/QP-op, bind, remote access | `ND_ACCESS_VIOLATION` |
@@ -273,20 +273,78 @@ pub enum NotifyType {
 /// ```
 #[derive(Clone)]
 pub struct CompletionQueue {
-    pub(crate) cq: Cq,
+    pub(crate) inner: Arc<CqInner>,
     pub(crate) adapter: Adapter,
-    /// Contexts of the QPs that complete here, by QPN.
-    pub(crate) qp_contexts: Arc<Mutex<HashMap<u32, u64>>>,
+}
+
+/// The verbs CQ and what its results need besides its completions.
+pub(crate) struct CqInner {
+    pub(crate) cq: Cq,
+    pub(crate) book: Mutex<CqBook>,
+}
+
+/// What turns a completion into an ND result: whose QP it is, and whether
+/// the adapter's removal or something before it flushed it.
+///
+/// Results are numbered in the order they are taken (the queue is FIFO), so
+/// "queued before an event" is "numbered below `taken` plus the fill at that
+/// moment" — counted under this lock, which `get_results` holds while it
+/// takes.
+#[derive(Debug, Default)]
+pub(crate) struct CqBook {
+    /// Results taken so far: the number of the next one.
+    taken: u64,
+    /// Contexts of the live QPs completing here, by QPN.
+    live: HashMap<u32, u64>,
+    /// Released QPs (QPN, context) and the number below which their last
+    /// results (the flushes of the release) are queued.
+    released: Vec<(u32, u64, u64)>,
+    /// Results numbered from here on may be the removal's flushes.
+    removal: Option<u64>,
+}
+
+impl CqInner {
+    /// The number the next completion to arrive will have.
+    fn end(&self, book: &CqBook) -> u64 {
+        book.taken + self.cq.len() as u64
+    }
+
+    fn book(&self) -> std::sync::MutexGuard<'_, CqBook> {
+        self.book.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// QP `qpn` completes here with `context` from now on.
+    pub(crate) fn add_qp(&self, qpn: u32, context: u64) {
+        self.book().live.insert(qpn, context);
+    }
+
+    /// QP `qpn` was destroyed: what it left queued keeps its context.
+    pub(crate) fn release_qp(&self, qpn: u32) {
+        let mut book = self.book();
+        if let Some(context) = book.live.remove(&qpn) {
+            let end = self.end(&book);
+            book.released.push((qpn, context, end));
+        }
+    }
+
+    /// The adapter is about to be removed: flushes queued from here on are
+    /// the removal's.
+    pub(crate) fn mark_removal(&self) {
+        let mut book = self.book();
+        let end = self.end(&book);
+        book.removal.get_or_insert(end);
+    }
 }
 
 impl std::fmt::Debug for CompletionQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CompletionQueue")
-            .field("depth", &self.cq.depth())
+            .field("depth", &self.inner.cq.depth())
             .finish()
     }
 }
 
+/// The ND status of a verbs completion; `removed`: a flush is the removal's.
 pub(crate) fn nd_status(s: WcStatus, opcode: WcOpcode, removed: bool) -> NdStatus {
     match s {
         WcStatus::Success => NdStatus::SUCCESS,
@@ -318,34 +376,58 @@ impl CompletionQueue {
             }
             err
         })?;
-        Ok(CompletionQueue {
+        let inner = Arc::new(CqInner {
             cq,
+            book: Mutex::default(),
+        });
+        adapter.track_cq(&inner);
+        Ok(CompletionQueue {
+            inner,
             adapter: adapter.clone(),
-            qp_contexts: Arc::new(Mutex::new(HashMap::new())),
         })
     }
 
     /// `GetResults`: takes up to `out.len()` completions; never blocks.
+    ///
+    /// A flushed request is `ND_CANCELED`, or `ND_DEVICE_REMOVED` if the
+    /// adapter's removal flushed it; results of a released queue pair keep
+    /// its context.
     pub fn get_results(&self, out: &mut [NdResultEntry]) -> usize {
-        let removed = self.adapter.is_removed();
-        let ctx = self.qp_contexts.lock().unwrap_or_else(|e| e.into_inner());
+        // Removed beneath the adapter (through its verbs device): every
+        // flush may be the removal's.
+        let removed_unmarked = self.adapter.is_removed();
+        let mut book = self.inner.book();
+        let removal = book.removal.or(removed_unmarked.then_some(0));
         let mut n = 0;
         while n < out.len() {
-            let Some(wc) = self.cq.poll_one() else { break };
+            let Some(wc) = self.inner.cq.poll_one() else {
+                break;
+            };
+            let number = book.taken;
+            book.taken += 1;
             let t = RequestType::from_code(wc.wr_id >> TYPE_SHIFT).unwrap_or(RequestType::Send);
+            let context = book
+                .released
+                .iter()
+                .find(|&&(qpn, _, end)| qpn == wc.qpn && number < end)
+                .map(|&(_, context, _)| context)
+                .or_else(|| book.live.get(&wc.qpn).copied())
+                .unwrap_or(0);
             out[n] = NdResultEntry {
-                status: nd_status(wc.status, wc.opcode, removed),
+                status: nd_status(wc.status, wc.opcode, removal.is_some_and(|r| number >= r)),
                 bytes_transferred: if t == RequestType::Receive {
                     wc.byte_len
                 } else {
                     0
                 },
-                queue_pair_context: ctx.get(&wc.qpn).copied().unwrap_or(0),
+                queue_pair_context: context,
                 request_context: wc.wr_id & MAX_CONTEXT,
                 request_type: t,
             };
             n += 1;
         }
+        let taken = book.taken;
+        book.released.retain(|&(_, _, end)| end > taken);
         n
     }
 
@@ -384,25 +466,46 @@ impl CompletionQueue {
             NotifyType::Errors => NotifyOn::Errors,
         };
         // Canceled, Overflow (ND_BUFFER_OVERFLOW) and DeviceRemoved map by kind.
-        NdPending::map(self.cq.notify(on), |r| r.map_err(nd_err))
+        NdPending::map(self.inner.cq.notify(on), |r| r.map_err(nd_err))
+    }
+
+    /// `GetNotifyAffinity`: processor group 0 and the processors Notify
+    /// completes on — the ones the calling thread may run on (the engine
+    /// thread, or in manual progress the waiter itself, runs there: ndverbs
+    /// sets no affinity of its own, and ND prefers an answer to
+    /// `ND_NOT_SUPPORTED`). `ND_DEVICE_REMOVED` after removal.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_nd::*;
+    /// let adapter = Provider.open_adapter("127.91.4.2".parse().unwrap())?;
+    /// let cq = adapter.create_completion_queue(8)?;
+    /// let (group, affinity) = cq.get_notify_affinity()?;
+    /// assert_eq!(group, 0);
+    /// assert_ne!(affinity, 0); // at least the processor running this
+    /// # Ok::<(), NdError>(())
+    /// ```
+    pub fn get_notify_affinity(&self) -> NdResult<(u16, u64)> {
+        self.adapter.notify_affinity()
     }
 
     /// `CancelOverlappedRequests`: pending Notify requests complete
     /// `ND_CANCELED`, in the order they were made.
     pub fn cancel_overlapped_requests(&self) {
-        self.cq.cancel_notifies();
+        self.inner.cq.cancel_notifies();
     }
 
     /// `Resize`: never loses completions; below the current fill it fails with
     /// `ND_BUFFER_OVERFLOW` and leaves the queue unchanged.
     pub fn resize(&self, depth: u32) -> NdResult<()> {
         // Below the fill is ErrorKind::Overflow: ND_BUFFER_OVERFLOW.
-        self.cq.resize(depth).map_err(nd_err)
+        self.inner.cq.resize(depth).map_err(nd_err)
     }
 
     /// Capacity.
     pub fn depth(&self) -> usize {
-        self.cq.depth()
+        self.inner.cq.depth()
     }
 }
 

@@ -17,7 +17,7 @@ impl CompletionQueue {
     /// Arms the file descriptor: the next completion of kind `t` (any, a
     /// solicited one, or an error) makes it readable, once.
     pub fn arm(&self, t: NotifyType) {
-        self.cq.req_notify(match t {
+        self.inner.cq.req_notify(match t {
             NotifyType::Any => NotifyOn::Any,
             NotifyType::Solicited => NotifyOn::Solicited,
             NotifyType::Errors => NotifyOn::Errors,
@@ -27,22 +27,22 @@ impl CompletionQueue {
     /// Consumes the notifications that made the file descriptor readable
     /// (it is not readable afterwards); returns how many there were.
     pub fn ack_events(&self) -> u64 {
-        self.cq.ack_events()
+        self.inner.cq.ack_events()
     }
 }
 
 /// The notification eventfd; valid while any clone of the queue lives.
 impl AsRawFd for CompletionQueue {
     fn as_raw_fd(&self) -> RawFd {
-        self.cq.fd()
+        self.inner.cq.fd()
     }
 }
 
 impl AsFd for CompletionQueue {
     fn as_fd(&self) -> BorrowedFd<'_> {
         // SAFETY: the eventfd belongs to the engine's completion queue, which
-        // `self.cq` keeps alive (and open) for at least as long as `self`.
-        unsafe { BorrowedFd::borrow_raw(self.cq.fd()) }
+        // `self.inner` keeps alive (and open) for at least as long as `self`.
+        unsafe { BorrowedFd::borrow_raw(self.inner.cq.fd()) }
     }
 }
 

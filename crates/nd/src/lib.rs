@@ -28,6 +28,9 @@
 //! | IND2QueuePair / IND2SharedReceiveQueue | [`QueuePair`], [`SharedReceiveQueue`] |
 //! | IND2Connector / IND2Listener | [`Connector`], [`Listener`] |
 //!
+//! [`spi`] maps every `IND2*` method to its Rust counterpart and every
+//! `ND_*` status to the cases that produce it.
+//!
 //! **Overlapped requests.** A method that can pend returns [`NdPending`] — a
 //! runtime-agnostic future with a blocking [`NdPending::wait`] — or an error
 //! at once, meaning it was never queued. Every status other than
@@ -49,12 +52,19 @@
 //! incoming DREQ never flushes, so requests stay posted until this side's
 //! own Disconnect (or Flush). Both sides call Disconnect; the side that heard
 //! the DREQ answers with the DREP. Connect, Accept, CompleteConnect and
-//! Disconnect run on the engine's worker in phases (CM, then QP — or the
-//! other way round), naming the QP by id only.
+//! Disconnect run in phases (CM, then QP — or the other way round), naming
+//! the QP by id only, on the caller's thread or the engine's with the same
+//! outcome ([`spi`] has the rules and every status case by case).
 //!
 //! **Removal.** [`Adapter::remove`] completes every pending request of every
-//! object with `ND_DEVICE_REMOVED` (work requests too) and later calls fail
-//! with it.
+//! object with `ND_DEVICE_REMOVED` (work requests too: those it flushes;
+//! ones flushed before keep `ND_CANCELED`) and later calls fail with it;
+//! cleanup — releasing objects, `CancelOverlappedRequests`, `Deregister`,
+//! `GetResults` — still works.
+//!
+//! **Manual progress.** An adapter opened with [`Progress::Manual`] has no
+//! engine thread: waiting on a request ([`NdPending::wait`], `.await`) or
+//! polling a CQ runs the engine, so one thread can run a whole connection.
 //!
 //! **Async and event loops.** Pending requests are plain futures: any
 //! executor runs them, or none ([`NdPending::wait`]). A
@@ -135,17 +145,18 @@ mod mr;
 mod observe;
 mod pending;
 mod qp;
+pub mod spi;
 mod status;
 
 pub use adapter::{
     adapter_id, Adapter, AdapterFlags, AdapterInfo, Provider, MAX_CALLEE_DATA, MAX_CALLER_DATA,
-    ND_VERSION_2,
+    ND_VERSION_1, ND_VERSION_2,
 };
 pub use connector::{Connector, Listener, ND_RNR_RETRY};
 pub use cq::{CompletionQueue, NdResultEntry, NotifyType, RequestType, MAX_CONTEXT};
 pub use mr::{MemoryRegion, MemoryWindow, MrFlags};
 pub use pending::NdPending;
-pub use qp::{NdSge, OpFlags, QueuePair, QueuePairSizes, SharedReceiveQueue};
+pub use qp::{NdSge, OpFlags, QueuePair, QueuePairSizes, SharedReceiveQueue, ND_RETRY_COUNT};
 pub use status::{NdError, NdResult, NdStatus};
 
 /// How an adapter is opened ([`Provider::open_adapter_with`]) and what it

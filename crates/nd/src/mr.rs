@@ -8,10 +8,15 @@
 
 use crate::adapter::{nd_err, Adapter};
 use crate::pending::NdPending;
+use crate::qp::NdSge;
 use crate::status::{NdError, NdResult, NdStatus};
 use ndverbs_verbs::{Access, Mr, Mw};
 use std::ptr::NonNull;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+/// A region's registration, if it has one; the adapter finds it by local
+/// token (inline requests copy from it).
+pub(crate) type MrSlot = Mutex<Option<Mr>>;
 
 bitflags::bitflags! {
     /// `ND_MR_FLAG_*`, with ND's values: what a registration allows.
@@ -87,7 +92,7 @@ impl MrFlags {
 /// ```
 pub struct MemoryRegion {
     adapter: Adapter,
-    mr: Mutex<Option<Mr>>,
+    mr: Arc<MrSlot>,
 }
 
 impl std::fmt::Debug for MemoryRegion {
@@ -103,7 +108,7 @@ impl MemoryRegion {
         }
         Ok(MemoryRegion {
             adapter: adapter.clone(),
-            mr: Mutex::new(None),
+            mr: Arc::default(),
         })
     }
 
@@ -116,20 +121,32 @@ impl MemoryRegion {
                     "already registered",
                 ));
             }
+            self.adapter.track_region(mr.lkey(), &self.mr);
             *slot = Some(mr);
             Ok(())
         });
         NdPending::ready(r)
     }
 
-    /// `Register` of `len` zeroed bytes the region owns. `len == 0` →
-    /// `ND_INVALID_BUFFER_SIZE`.
-    pub fn register(&self, len: usize, flags: MrFlags) -> NdPending<()> {
-        if len == 0 {
-            return NdPending::ready(Err(NdError::new(
+    /// `ND_INVALID_BUFFER_SIZE` for a length of 0 or beyond the adapter's
+    /// `MaxRegistrationSize`.
+    fn check_len(&self, len: usize) -> NdResult<()> {
+        let max = self.adapter.limits().max_mr_size;
+        if len == 0 || len as u64 > max {
+            return Err(NdError::new(
                 NdStatus::INVALID_BUFFER_SIZE,
-                "zero-length registration",
-            )));
+                format!("registration of {len} bytes: 1 to {max} allowed"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `Register` of `len` zeroed bytes the region owns. `len` 0 or above
+    /// `MaxRegistrationSize` → `ND_INVALID_BUFFER_SIZE` (checked before the
+    /// flags: unknown flags → `ND_INVALID_PARAMETER_3`).
+    pub fn register(&self, len: usize, flags: MrFlags) -> NdPending<()> {
+        if let Err(e) = self.check_len(len) {
+            return NdPending::ready(Err(e));
         }
         match flags.access() {
             Ok(a) => self.set(self.adapter.inner.pd.reg_mr(len, a)),
@@ -137,8 +154,9 @@ impl MemoryRegion {
         }
     }
 
-    /// `Register` of application memory in place. A null pointer with length
-    /// 0 → `ND_INVALID_PARAMETER`; length 0 → `ND_INVALID_BUFFER_SIZE`.
+    /// `Register` of application memory in place. A null pointer →
+    /// `ND_INVALID_PARAMETER`; length 0 or above `MaxRegistrationSize` →
+    /// `ND_INVALID_BUFFER_SIZE`.
     ///
     /// # Safety
     /// `ptr..ptr+len` must stay valid (and not be used through Rust references)
@@ -150,11 +168,8 @@ impl MemoryRegion {
                 "null buffer",
             )));
         };
-        if len == 0 {
-            return NdPending::ready(Err(NdError::new(
-                NdStatus::INVALID_BUFFER_SIZE,
-                "zero-length registration",
-            )));
+        if let Err(e) = self.check_len(len) {
+            return NdPending::ready(Err(e));
         }
         match flags.access() {
             // SAFETY: forwarded to the caller.
@@ -172,8 +187,12 @@ impl MemoryRegion {
                 "not registered",
             )));
         };
+        let lkey = mr.lkey();
         match mr.deregister() {
-            Ok(()) => NdPending::ready(Ok(())),
+            Ok(()) => {
+                self.adapter.forget_region(lkey);
+                NdPending::ready(Ok(()))
+            }
             Err((mr, e)) => {
                 *slot = Some(mr);
                 NdPending::ready(Err(nd_err(e)))
@@ -226,6 +245,70 @@ impl MemoryRegion {
     pub(crate) fn with_mr<T>(&self, f: impl FnOnce(&Mr) -> T) -> NdResult<T> {
         self.with(f)
     }
+
+    /// `CancelOverlappedRequests`: `Register` and `Deregister` complete
+    /// before they return here, so nothing is ever pending to cancel; it
+    /// succeeds, also after removal (it is cleanup).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_nd::*;
+    /// let adapter = Provider.open_adapter("127.91.8.2".parse().unwrap())?;
+    /// let mr = adapter.create_memory_region()?;
+    /// let registering = mr.register(4096, MrFlags::ALLOW_LOCAL_WRITE);
+    /// mr.cancel_overlapped_requests()?;
+    /// registering.wait()?; // it had completed already
+    /// adapter.remove();
+    /// mr.cancel_overlapped_requests()?;
+    /// # Ok::<(), NdError>(())
+    /// ```
+    pub fn cancel_overlapped_requests(&self) -> NdResult<()> {
+        Ok(())
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        let slot = self.mr.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(mr) = &*slot {
+            self.adapter.forget_region(mr.lkey());
+        }
+    }
+}
+
+/// The bytes `sges` name, copied out of the adapter's registered regions
+/// (what an inline request sends). Each SGE must lie within one region —
+/// the one of its token, or any other: ND lets an inline SGE's token be
+/// invalid — or the request is `ND_ACCESS_VIOLATION`.
+pub(crate) fn gather(adapter: &Adapter, sges: &[NdSge]) -> NdResult<Vec<u8>> {
+    let total: usize = sges.iter().map(|s| s.len as usize).sum();
+    let mut data = vec![0; total];
+    let mut at = 0;
+    for sge in sges.iter().filter(|s| s.len > 0) {
+        let out = &mut data[at..at + sge.len as usize];
+        let copied = adapter.regions(sge.lkey).iter().any(|slot| {
+            let slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(mr) = slot.as_ref() else {
+                return false;
+            };
+            let Some(offset) = sge.addr.checked_sub(mr.addr()) else {
+                return false;
+            };
+            offset + u64::from(sge.len) <= mr.len() as u64 && mr.read(offset as usize, out).is_ok()
+        });
+        if !copied {
+            return Err(NdError::new(
+                NdStatus::ACCESS_VIOLATION,
+                format!(
+                    "inline SGE {:#x}+{} is in no registered region of the adapter",
+                    sge.addr, sge.len
+                ),
+            ));
+        }
+        at += sge.len as usize;
+    }
+    Ok(data)
 }
 
 /// A memory window.

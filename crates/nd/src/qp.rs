@@ -5,8 +5,23 @@
 //! before the connection exists. Posting errors are synchronous (the request
 //! was never queued): `ND_CONNECTION_INVALID` (not connected),
 //! `ND_NO_MORE_ENTRIES` (queue full), `ND_DATA_OVERRUN` (too many SGEs),
-//! `ND_INVALID_PARAMETER_4/6` (bad flags). Everything else arrives as a
-//! completion on the CQ.
+//! `ND_BUFFER_OVERFLOW` (more inline data than the QP's inline size, or a
+//! message beyond `MaxTransferLength`), `ND_INVALID_PARAMETER_4/6` (bad
+//! flags), `ND_ACCESS_VIOLATION` (an inline SGE outside every registered
+//! region). Everything else arrives as a completion on the CQ.
+//!
+//! **Inline data.** With `ND_OP_FLAG_INLINE` a Send or Write copies its
+//! bytes when it is posted: the SGEs may be more than the QP's SGE limit
+//! and their tokens need not be right, but their total must fit the QP's
+//! inline size. In C an inline SGE may point anywhere in the process; safe
+//! Rust reads only memory it can name, so here each inline SGE must lie in
+//! a region registered on the adapter, and [`QueuePair::send_inline`] and
+//! [`QueuePair::write_inline`] take bytes from anywhere as a slice.
+//!
+//! **Transport retries.** A queue pair retries an unacknowledged request
+//! [`QueuePair::retry_count`] times ([`ND_RETRY_COUNT`] unless set) before
+//! its requests complete `ND_IO_TIMEOUT`; the Connect carries the count, so
+//! the active side's applies to both ends of the connection.
 //!
 //! Memory-window `Bind` and `Invalidate` take effect at once and complete in
 //! order with the other requests through a zero-length RDMA WRITE, as
@@ -14,12 +29,33 @@
 
 use crate::adapter::{nd_err, post_err, Adapter};
 use crate::cq::{wr_id, CompletionQueue, RequestType};
-use crate::mr::{MemoryRegion, MemoryWindow};
+use crate::mr::{gather, MemoryRegion, MemoryWindow};
+use crate::pending::NdPending;
 use crate::status::{NdError, NdResult, NdStatus};
 use ndverbs_verbs::{
-    Access, Qp, QpCaps, QpId, QpInitAttr, QpState, RecvWr, RemoteAddr, SendOp, SendWr, Sge, Srq,
-    LIMITS,
+    Access, DeviceLimits, Qp, QpCaps, QpId, QpInitAttr, QpState, RecvWr, RemoteAddr, SendOp,
+    SendWr, Sge, Srq,
 };
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// The transport retry count of a new queue pair: how often an
+/// unacknowledged request is sent again before it completes `ND_IO_TIMEOUT`.
+/// Finite, so a peer that died is noticed; 7 would mean *infinite* (as in
+/// Linux rxe), which [`QueuePair::set_retry_count`] still allows where a
+/// peer's conventions need it.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_nd::*;
+/// let adapter = Provider.open_adapter("127.91.10.3".parse().unwrap())?;
+/// let cq = adapter.create_completion_queue(4)?;
+/// let qp = adapter.create_queue_pair(&cq, &cq, 0, QueuePairSizes::new(1, 1))?;
+/// assert_eq!(qp.retry_count(), ND_RETRY_COUNT);
+/// assert!(ND_RETRY_COUNT < 7);
+/// # Ok::<(), NdError>(())
+/// ```
+pub const ND_RETRY_COUNT: u8 = 6;
 
 bitflags::bitflags! {
     /// `ND_OP_FLAG_*`, with ND's values: how a work request is posted.
@@ -40,7 +76,8 @@ bitflags::bitflags! {
         const ALLOW_READ = 0x08;
         /// Bind: allow remote writes.
         const ALLOW_WRITE = 0x10;
-        /// Data is copied at post time (see [`QueuePair::send_inline`]).
+        /// Send and Write: the SGEs' bytes are copied at post time (see
+        /// the module docs).
         const INLINE = 0x20;
     }
 }
@@ -49,7 +86,9 @@ impl OpFlags {
     /// What every request takes: its completion and its ordering.
     const ANY_REQUEST: OpFlags = OpFlags::SILENT_SUCCESS.union(OpFlags::READ_FENCE);
     /// What a request carrying data to the peer takes (Send, Write).
-    const TO_PEER: OpFlags = OpFlags::ANY_REQUEST.union(OpFlags::SEND_AND_SOLICIT_EVENT);
+    const TO_PEER: OpFlags = OpFlags::ANY_REQUEST
+        .union(OpFlags::SEND_AND_SOLICIT_EVENT)
+        .union(OpFlags::INLINE);
 
     /// `self` if every flag is one of `allowed`, else the ND status `bad`
     /// (which names the flags parameter's position in the caller).
@@ -127,16 +166,19 @@ pub type NdSge = Sge;
 /// # Ok::<(), NdError>(())
 /// ```
 pub struct QueuePair {
-    pub(crate) qp: Qp,
+    /// Taken only by `Drop`, which destroys it before the CQs are told.
+    qp: Option<Qp>,
+    adapter: Adapter,
     context: u64,
     inline_size: u32,
+    retry_count: AtomicU8,
     cqs: (CompletionQueue, CompletionQueue),
 }
 
 impl std::fmt::Debug for QueuePair {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QueuePair")
-            .field("qpn", &self.qp.qpn())
+            .field("qpn", &self.qpn())
             .finish()
     }
 }
@@ -151,7 +193,7 @@ impl std::fmt::Debug for QueuePair {
 ///
 /// ```
 /// use ndverbs_nd::*;
-/// let adapter = Provider.open_adapter("127.91.13.1".parse().unwrap())?;
+/// let adapter = Provider.open_adapter("127.91.13.9".parse().unwrap())?;
 /// let cq = adapter.create_completion_queue(16)?;
 /// // Four requests of one SGE each way, and sends of up to 64 bytes inline.
 /// let sizes = QueuePairSizes::new(4, 1).with_inline(64);
@@ -200,18 +242,17 @@ impl QueuePairSizes {
     }
 
     /// `ND_INVALID_PARAMETER`, naming it, if a size is over the adapter's limit.
-    fn check(&self) -> NdResult<()> {
-        let over = if self.receive_queue_depth > LIMITS.max_qp_wr
-            || self.initiator_queue_depth > LIMITS.max_qp_wr
-        {
-            "queue depth"
-        } else if self.max_receive_sge > LIMITS.max_sge || self.max_initiator_sge > LIMITS.max_sge {
-            "SGE count"
-        } else if self.inline_data_size > LIMITS.max_inline_data {
-            "inline data size"
-        } else {
-            return Ok(());
-        };
+    fn check(&self, l: &DeviceLimits) -> NdResult<()> {
+        let over =
+            if self.receive_queue_depth > l.max_qp_wr || self.initiator_queue_depth > l.max_qp_wr {
+                "queue depth"
+            } else if self.max_receive_sge > l.max_sge || self.max_initiator_sge > l.max_sge {
+                "SGE count"
+            } else if self.inline_data_size > l.max_inline_data {
+                "inline data size"
+            } else {
+                return Ok(());
+            };
         Err(NdError::new(
             NdStatus::INVALID_PARAMETER,
             format!("{over} exceeds the adapter's limit"),
@@ -235,8 +276,8 @@ impl QueuePair {
         context: u64,
         sizes: QueuePairSizes,
     ) -> NdResult<Self> {
-        sizes.check()?;
-        let mut init = QpInitAttr::new(&icq.cq, &rcq.cq);
+        sizes.check(&adapter.limits())?;
+        let mut init = QpInitAttr::new(&icq.inner.cq, &rcq.inner.cq);
         init.srq = srq.map(|s| &s.srq);
         init.caps = QpCaps {
             max_send_wr: sizes.initiator_queue_depth.max(1),
@@ -246,6 +287,7 @@ impl QueuePair {
         };
         init.max_recv_wr = sizes.receive_queue_depth.max(1);
         init.max_recv_sge = sizes.max_receive_sge.max(1);
+        let _lifecycle = adapter.lock_qp_lifecycle();
         let qp = adapter.inner.pd.create_qp(&init).map_err(nd_err)?;
         // ND has no access flags on the QP: memory windows and regions decide.
         let access = Access::LOCAL_WRITE
@@ -254,22 +296,60 @@ impl QueuePair {
             | Access::REMOTE_ATOMIC;
         qp.to_init(access).map_err(nd_err)?;
         for cq in [rcq, icq] {
-            cq.qp_contexts
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(qp.qpn(), context);
+            cq.inner.add_qp(qp.qpn(), context);
         }
         Ok(QueuePair {
-            qp,
+            qp: Some(qp),
+            adapter: adapter.clone(),
             context,
             inline_size: sizes.inline_data_size,
+            retry_count: AtomicU8::new(ND_RETRY_COUNT),
             cqs: (rcq.clone(), icq.clone()),
         })
     }
 
+    fn qp(&self) -> &Qp {
+        self.qp.as_ref().expect("the verbs QP lives until Drop")
+    }
+
     /// The QP's identity (what a connector is given).
     pub fn id(&self) -> QpId {
-        QpId::from(&self.qp)
+        QpId::from(self.qp())
+    }
+
+    /// The transport retry count the next Connect asks for (see
+    /// [`ND_RETRY_COUNT`]).
+    pub fn retry_count(&self) -> u8 {
+        self.retry_count.load(Ordering::Relaxed)
+    }
+
+    /// Sets the transport retry count the next Connect with this queue pair
+    /// asks for: 0 to 6 retries, or 7 for *infinite* (what Linux rxe and
+    /// rdma_cm applications use; a dead peer then never ends a request).
+    /// Above 7 → `ND_INVALID_PARAMETER`. An Accept takes the count of the
+    /// peer's Connect instead.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_nd::*;
+    /// let adapter = Provider.open_adapter("127.91.10.4".parse().unwrap())?;
+    /// let cq = adapter.create_completion_queue(4)?;
+    /// let qp = adapter.create_queue_pair(&cq, &cq, 0, QueuePairSizes::new(1, 1))?;
+    /// qp.set_retry_count(7)?; // retry forever, as an rxe peer would
+    /// assert_eq!(qp.retry_count(), 7);
+    /// assert_eq!(qp.set_retry_count(8).unwrap_err().status, NdStatus::INVALID_PARAMETER);
+    /// # Ok::<(), NdError>(())
+    /// ```
+    pub fn set_retry_count(&self, count: u8) -> NdResult<()> {
+        if count > 7 {
+            return Err(NdError::new(
+                NdStatus::INVALID_PARAMETER,
+                format!("retry count {count}: 0 to 7 (7: infinite)"),
+            ));
+        }
+        self.retry_count.store(count, Ordering::Relaxed);
+        Ok(())
     }
 
     /// The context given at creation (reported with every completion).
@@ -283,33 +363,104 @@ impl QueuePair {
         wr.signaled = !flags.contains(OpFlags::SILENT_SUCCESS);
         wr.fence = flags.contains(OpFlags::READ_FENCE);
         wr.solicited = flags.contains(OpFlags::SEND_AND_SOLICIT_EVENT);
-        self.qp.post_send(wr).map_err(post_err)
+        self.qp().post_send(wr).map_err(post_err)
+    }
+
+    /// `ND_BUFFER_OVERFLOW` if `len` inline bytes do not fit the QP.
+    fn check_inline(&self, len: usize) -> NdResult<()> {
+        if len > self.inline_size as usize {
+            return Err(NdError::new(
+                NdStatus::BUFFER_OVERFLOW,
+                format!(
+                    "{len} bytes inline, the QP's inline size is {}",
+                    self.inline_size
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A Send or Write (`op`) of `sges`, inline if `flags` say so.
+    fn post_data(&self, id: u64, op: SendOp, sges: &[NdSge], flags: OpFlags) -> NdResult<()> {
+        if !flags.contains(OpFlags::INLINE) {
+            return self.post(SendWr::new(id, op, sges), flags);
+        }
+        self.check_inline(sges.iter().map(|s| s.len as usize).sum())?;
+        let data = gather(&self.adapter, sges)?;
+        self.post(SendWr::new_inline(id, op, data), flags)
     }
 
     /// `Receive`: `sges` may be empty (a zero-byte receive).
     pub fn receive(&self, context: u64, sges: &[NdSge]) -> NdResult<()> {
         let id = wr_id(RequestType::Receive, context)?;
-        self.qp.post_recv(RecvWr::new(id, sges)).map_err(post_err)
+        self.qp().post_recv(RecvWr::new(id, sges)).map_err(post_err)
     }
 
-    /// `Send` from registered memory.
+    /// `Send` of `sges`. With [`OpFlags::INLINE`] the bytes are copied now
+    /// (see the module docs: any number of SGEs in registered regions, at
+    /// most the QP's inline size in all).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_nd::*;
+    /// # fn connect(
+    /// #     (server, sqp): (&Adapter, &QueuePair),
+    /// #     (client, cqp): (&Adapter, &QueuePair),
+    /// # ) -> NdResult<(Connector, Connector)> {
+    /// #     let listener = server.create_listener()?;
+    /// #     listener.bind(std::net::SocketAddr::new(server.address(), 0))?;
+    /// #     listener.listen(1)?;
+    /// #     let (sc, cc) = (server.create_connector()?, client.create_connector()?);
+    /// #     let request = listener.get_connection_request(&sc)?;
+    /// #     let rep = cc.connect(cqp, listener.get_local_address()?, 1, 1, b"")?;
+    /// #     request.wait()?;
+    /// #     let rtu = sc.accept(sqp, 1, 1, b"")?;
+    /// #     rep.wait()?;
+    /// #     cc.complete_connect()?.wait()?;
+    /// #     rtu.wait()?;
+    /// #     Ok((sc, cc))
+    /// # }
+    /// let server = Provider.open_adapter("127.91.10.5".parse().unwrap())?;
+    /// let client = Provider.open_adapter("127.91.10.6".parse().unwrap())?;
+    /// let (scq, ccq) = (server.create_completion_queue(8)?, client.create_completion_queue(8)?);
+    /// let sqp = server.create_queue_pair(&scq, &scq, 0, QueuePairSizes::new(4, 1))?;
+    /// // One SGE per request, 64 bytes inline.
+    /// let cqp = client.create_queue_pair(&ccq, &ccq, 0, QueuePairSizes::new(4, 1).with_inline(64))?;
+    /// let (dst, src) = (server.create_memory_region()?, client.create_memory_region()?);
+    /// dst.register(64, MrFlags::ALLOW_LOCAL_WRITE).wait()?;
+    /// src.register(64, MrFlags::empty()).wait()?;
+    /// src.write(0, b"inline, in two pieces")?;
+    /// sqp.receive(1, &[NdSge::new(dst.address(), 64, dst.local_token())])?;
+    /// # let _connectors = connect((&server, &sqp), (&client, &cqp))?;
+    /// let pieces = [
+    ///     NdSge::new(src.address(), 8, src.local_token()),
+    ///     NdSge::new(src.address() + 8, 13, src.local_token()),
+    /// ];
+    /// // Two SGEs on a one-SGE queue pair: only inline.
+    /// let err = cqp.send(2, &pieces, OpFlags::empty()).unwrap_err();
+    /// assert_eq!(err.status, NdStatus::DATA_OVERRUN);
+    /// cqp.send(2, &pieces, OpFlags::INLINE)?;
+    /// src.write(0, b"changed after the post")?; // the bytes went at post time
+    /// assert_eq!(ccq.wait_result()?.status, NdStatus::SUCCESS);
+    /// assert_eq!(scq.wait_result()?.bytes_transferred, 21);
+    /// let mut got = [0u8; 21];
+    /// dst.read(0, &mut got)?;
+    /// assert_eq!(&got, b"inline, in two pieces");
+    /// # Ok::<(), NdError>(())
+    /// ```
     pub fn send(&self, context: u64, sges: &[NdSge], flags: OpFlags) -> NdResult<()> {
         let flags = flags.allowed(OpFlags::TO_PEER, NdStatus::INVALID_PARAMETER_4)?;
-        let wr = SendWr::new(wr_id(RequestType::Send, context)?, SendOp::Send, sges);
-        self.post(wr, flags)
+        let id = wr_id(RequestType::Send, context)?;
+        self.post_data(id, SendOp::Send, sges, flags)
     }
 
-    /// `Send` with `ND_OP_FLAG_INLINE`: `data` is copied now (at most the QP's
-    /// inline size; no registration needed).
+    /// `Send` with `ND_OP_FLAG_INLINE` of `data`, which need not be in any
+    /// region: it is copied now (at most the QP's inline size, else
+    /// `ND_BUFFER_OVERFLOW`). `flags` may include [`OpFlags::INLINE`] or not.
     pub fn send_inline(&self, context: u64, data: &[u8], flags: OpFlags) -> NdResult<()> {
-        let allowed = OpFlags::TO_PEER | OpFlags::INLINE;
-        let flags = flags.allowed(allowed, NdStatus::INVALID_PARAMETER_4)?;
-        if data.len() > self.inline_size as usize {
-            return Err(NdError::new(
-                NdStatus::BUFFER_OVERFLOW,
-                "inline data larger than the QP's inline size",
-            ));
-        }
+        let flags = flags.allowed(OpFlags::TO_PEER, NdStatus::INVALID_PARAMETER_4)?;
+        self.check_inline(data.len())?;
         let id = wr_id(RequestType::Send, context)?;
         self.post(SendWr::new_inline(id, SendOp::Send, data.to_vec()), flags)
     }
@@ -329,7 +480,8 @@ impl QueuePair {
         self.post(SendWr::new(id, op, sges), flags)
     }
 
-    /// `Write` from `sges` into the peer's memory.
+    /// `Write` from `sges` into the peer's memory; with [`OpFlags::INLINE`]
+    /// the bytes are copied now, as for [`QueuePair::send`].
     pub fn write(
         &self,
         context: u64,
@@ -341,7 +493,64 @@ impl QueuePair {
         let flags = flags.allowed(OpFlags::TO_PEER, NdStatus::INVALID_PARAMETER_6)?;
         let id = wr_id(RequestType::Write, context)?;
         let op = SendOp::Write(remote(remote_address, remote_token));
-        self.post(SendWr::new(id, op, sges), flags)
+        self.post_data(id, op, sges, flags)
+    }
+
+    /// `Write` with `ND_OP_FLAG_INLINE` of `data`, which need not be in any
+    /// region (as [`QueuePair::send_inline`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_nd::*;
+    /// # fn connect(
+    /// #     (server, sqp): (&Adapter, &QueuePair),
+    /// #     (client, cqp): (&Adapter, &QueuePair),
+    /// # ) -> NdResult<(Connector, Connector)> {
+    /// #     let listener = server.create_listener()?;
+    /// #     listener.bind(std::net::SocketAddr::new(server.address(), 0))?;
+    /// #     listener.listen(1)?;
+    /// #     let (sc, cc) = (server.create_connector()?, client.create_connector()?);
+    /// #     let request = listener.get_connection_request(&sc)?;
+    /// #     let rep = cc.connect(cqp, listener.get_local_address()?, 1, 1, b"")?;
+    /// #     request.wait()?;
+    /// #     let rtu = sc.accept(sqp, 1, 1, b"")?;
+    /// #     rep.wait()?;
+    /// #     cc.complete_connect()?.wait()?;
+    /// #     rtu.wait()?;
+    /// #     Ok((sc, cc))
+    /// # }
+    /// let server = Provider.open_adapter("127.91.10.7".parse().unwrap())?;
+    /// let client = Provider.open_adapter("127.91.10.8".parse().unwrap())?;
+    /// let (scq, ccq) = (server.create_completion_queue(8)?, client.create_completion_queue(8)?);
+    /// let sqp = server.create_queue_pair(&scq, &scq, 0, QueuePairSizes::new(4, 1))?;
+    /// let cqp = client.create_queue_pair(&ccq, &ccq, 0, QueuePairSizes::new(4, 1).with_inline(16))?;
+    /// let target = server.create_memory_region()?;
+    /// target.register(64, MrFlags::ALLOW_REMOTE_WRITE).wait()?;
+    /// # let _connectors = connect((&server, &sqp), (&client, &cqp))?;
+    /// cqp.write_inline(1, b"no registration", target.address(), target.remote_token(), OpFlags::empty())?;
+    /// assert_eq!(ccq.wait_result()?.request_type, RequestType::Write);
+    /// let mut got = [0u8; 15];
+    /// target.read(0, &mut got)?;
+    /// assert_eq!(&got, b"no registration");
+    /// // More than the QP's inline size.
+    /// let err = cqp.write_inline(2, &[0; 17], target.address(), target.remote_token(), OpFlags::empty());
+    /// assert_eq!(err.unwrap_err().status, NdStatus::BUFFER_OVERFLOW);
+    /// # Ok::<(), NdError>(())
+    /// ```
+    pub fn write_inline(
+        &self,
+        context: u64,
+        data: &[u8],
+        remote_address: u64,
+        remote_token: u32,
+        flags: OpFlags,
+    ) -> NdResult<()> {
+        let flags = flags.allowed(OpFlags::TO_PEER, NdStatus::INVALID_PARAMETER_6)?;
+        self.check_inline(data.len())?;
+        let id = wr_id(RequestType::Write, context)?;
+        let op = SendOp::Write(remote(remote_address, remote_token));
+        self.post(SendWr::new_inline(id, op, data.to_vec()), flags)
     }
 
     /// ndverbs extension (ND v2 has no atomics): 8-byte FETCH & ADD on the
@@ -413,7 +622,7 @@ impl QueuePair {
     ) -> NdResult<()> {
         let allowed = OpFlags::ANY_REQUEST | OpFlags::ALLOW_READ | OpFlags::ALLOW_WRITE;
         let flags = flags.allowed(allowed, NdStatus::INVALID_PARAMETER_6)?;
-        if !matches!(self.qp.state(), QpState::Rts | QpState::Sqd) {
+        if !matches!(self.qp().state(), QpState::Rts | QpState::Sqd) {
             return Err(NdError::new(
                 NdStatus::CONNECTION_INVALID,
                 "the queue pair is not connected",
@@ -445,23 +654,26 @@ impl QueuePair {
     /// `Flush`: every outstanding request completes `ND_CANCELED`; the QP is
     /// dead afterwards.
     pub fn flush(&self) -> NdResult<()> {
-        self.qp.to_error().map_err(nd_err)
+        self.qp().to_error().map_err(nd_err)
     }
 
     /// The QP number.
     pub fn qpn(&self) -> u32 {
-        self.qp.qpn()
+        self.qp().qpn()
     }
 }
 
+/// Releasing a queue pair flushes what it has outstanding; those results
+/// carry its context like all of its others.
 impl Drop for QueuePair {
     fn drop(&mut self) {
-        for cq in [&self.cqs.0, &self.cqs.1] {
-            cq.qp_contexts
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&self.qp.qpn());
-        }
+        let _lifecycle = self.adapter.lock_qp_lifecycle();
+        let qpn = self.qpn();
+        // Destroyed first: its flushes are queued when the CQs are told.
+        drop(self.qp.take());
+        // Once per CQ: a second call for the same CQ finds nothing to do.
+        self.cqs.0.inner.release_qp(qpn);
+        self.cqs.1.inner.release_qp(qpn);
     }
 }
 
@@ -492,7 +704,7 @@ impl Drop for QueuePair {
 /// let client = Provider.open_adapter("127.91.11.2".parse().unwrap())?;
 /// let (scq, ccq) = (server.create_completion_queue(8)?, client.create_completion_queue(8)?);
 /// // One pool of receives for any number of QPs.
-/// let srq = server.create_shared_receive_queue(16, 1)?;
+/// let srq = server.create_shared_receive_queue(16, 1, 0)?;
 /// let buf = server.create_memory_region()?;
 /// buf.register(4096, MrFlags::ALLOW_LOCAL_WRITE).wait()?;
 /// for i in 0..4 {
@@ -511,22 +723,33 @@ impl Drop for QueuePair {
 /// ```
 pub struct SharedReceiveQueue {
     pub(crate) srq: Srq,
+    adapter: Adapter,
 }
 
 impl std::fmt::Debug for SharedReceiveQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SharedReceiveQueue")
+        f.debug_struct("SharedReceiveQueue")
+            .field("depth", &self.srq.depth())
+            .finish()
     }
 }
 
 impl SharedReceiveQueue {
-    pub(crate) fn create(adapter: &Adapter, depth: u32, max_sge: u32) -> NdResult<Self> {
+    pub(crate) fn create(
+        adapter: &Adapter,
+        depth: u32,
+        max_sge: u32,
+        notify_threshold: u32,
+    ) -> NdResult<Self> {
+        let srq = adapter
+            .inner
+            .pd
+            .create_srq(depth, max_sge.max(1))
+            .map_err(nd_err)?;
+        srq.set_limit(notify_threshold);
         Ok(SharedReceiveQueue {
-            srq: adapter
-                .inner
-                .pd
-                .create_srq(depth, max_sge.max(1))
-                .map_err(nd_err)?,
+            srq,
+            adapter: adapter.clone(),
         })
     }
 
@@ -534,5 +757,129 @@ impl SharedReceiveQueue {
     pub fn receive(&self, context: u64, sges: &[NdSge]) -> NdResult<()> {
         let id = wr_id(RequestType::Receive, context)?;
         self.srq.post_recv(RecvWr::new(id, sges)).map_err(post_err)
+    }
+
+    /// `Notify`: completes when fewer receives than the notify threshold are
+    /// outstanding — time to post more — at once if that is already so.
+    /// Every Notify pending then completes together; without a threshold
+    /// (0) only `CancelOverlappedRequests` (`ND_CANCELED`), releasing the
+    /// queue (`ND_CANCELED`) or removal (`ND_DEVICE_REMOVED`) ends it.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_nd::*;
+    /// # fn connect(
+    /// #     (server, sqp): (&Adapter, &QueuePair),
+    /// #     (client, cqp): (&Adapter, &QueuePair),
+    /// # ) -> NdResult<(Connector, Connector)> {
+    /// #     let listener = server.create_listener()?;
+    /// #     listener.bind(std::net::SocketAddr::new(server.address(), 0))?;
+    /// #     listener.listen(1)?;
+    /// #     let (sc, cc) = (server.create_connector()?, client.create_connector()?);
+    /// #     let request = listener.get_connection_request(&sc)?;
+    /// #     let rep = cc.connect(cqp, listener.get_local_address()?, 1, 1, b"")?;
+    /// #     request.wait()?;
+    /// #     let rtu = sc.accept(sqp, 1, 1, b"")?;
+    /// #     rep.wait()?;
+    /// #     cc.complete_connect()?.wait()?;
+    /// #     rtu.wait()?;
+    /// #     Ok((sc, cc))
+    /// # }
+    /// let server = Provider.open_adapter("127.91.11.3".parse().unwrap())?;
+    /// let client = Provider.open_adapter("127.91.11.4".parse().unwrap())?;
+    /// let (scq, ccq) = (server.create_completion_queue(8)?, client.create_completion_queue(8)?);
+    /// // Tell me when fewer than 2 receives are left.
+    /// let srq = server.create_shared_receive_queue(8, 1, 2)?;
+    /// srq.receive(1, &[])?;
+    /// srq.receive(2, &[])?;
+    /// let sqp = server.create_queue_pair_with_srq(&scq, &scq, &srq, 0, QueuePairSizes::new(4, 1))?;
+    /// let cqp = client.create_queue_pair(&ccq, &ccq, 0, QueuePairSizes::new(4, 1))?;
+    /// # let _connectors = connect((&server, &sqp), (&client, &cqp))?;
+    /// let low = srq.notify();
+    /// cqp.send(1, &[], OpFlags::empty())?; // takes one receive: 1 left
+    /// low.wait()?;
+    /// assert_eq!(scq.wait_result()?.request_context, 1);
+    /// # Ok::<(), NdError>(())
+    /// ```
+    pub fn notify(&self) -> NdPending<()> {
+        NdPending::map(self.srq.notify_limit(), |r| r.map_err(nd_err))
+    }
+
+    /// `Modify`: a new depth (0: unchanged) and notify threshold (0:
+    /// unchanged). A depth beyond `MaxSharedReceiveQueueDepth` is
+    /// `ND_INVALID_PARAMETER`; below the receives outstanding
+    /// `ND_BUFFER_OVERFLOW`. Either way nothing changes.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_nd::*;
+    /// let adapter = Provider.open_adapter("127.91.11.5".parse().unwrap())?;
+    /// let srq = adapter.create_shared_receive_queue(2, 1, 0)?;
+    /// for i in 0..2 {
+    ///     srq.receive(i, &[])?;
+    /// }
+    /// assert_eq!(srq.receive(2, &[]).unwrap_err().status, NdStatus::NO_MORE_ENTRIES);
+    /// srq.modify(4, 0)?; // deeper; the threshold stays
+    /// srq.receive(2, &[])?;
+    /// assert_eq!(srq.modify(2, 0).unwrap_err().status, NdStatus::BUFFER_OVERFLOW);
+    /// let max = adapter.query(ND_VERSION_2)?.max_shared_receive_queue_depth;
+    /// assert_eq!(srq.modify(max + 1, 0).unwrap_err().status, NdStatus::INVALID_PARAMETER);
+    /// // A threshold above the 3 outstanding: Notify completes at once.
+    /// srq.modify(0, 4)?;
+    /// srq.notify().wait()?;
+    /// # Ok::<(), NdError>(())
+    /// ```
+    pub fn modify(&self, depth: u32, notify_threshold: u32) -> NdResult<()> {
+        if self.adapter.is_removed() {
+            return Err(NdError::new(NdStatus::DEVICE_REMOVED, "adapter removed"));
+        }
+        if depth > 0 {
+            self.srq.resize(depth).map_err(nd_err)?;
+        }
+        if notify_threshold > 0 {
+            self.srq.set_limit(notify_threshold);
+        }
+        Ok(())
+    }
+
+    /// `GetNotifyAffinity`: processor group 0 and the processors Notify
+    /// requests complete on (see [`CompletionQueue::get_notify_affinity`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_nd::*;
+    /// let adapter = Provider.open_adapter("127.91.11.6".parse().unwrap())?;
+    /// let srq = adapter.create_shared_receive_queue(2, 1, 0)?;
+    /// let (group, affinity) = srq.get_notify_affinity()?;
+    /// assert_eq!(group, 0);
+    /// assert_ne!(affinity, 0);
+    /// # Ok::<(), NdError>(())
+    /// ```
+    pub fn get_notify_affinity(&self) -> NdResult<(u16, u64)> {
+        self.adapter.notify_affinity()
+    }
+
+    /// `CancelOverlappedRequests`: pending Notify requests complete
+    /// `ND_CANCELED`, in order. It is cleanup: it works after removal too.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_nd::*;
+    /// let adapter = Provider.open_adapter("127.91.11.7".parse().unwrap())?;
+    /// let srq = adapter.create_shared_receive_queue(2, 1, 1)?;
+    /// srq.receive(1, &[])?;
+    /// let (a, b) = (srq.notify(), srq.notify());
+    /// srq.cancel_overlapped_requests()?;
+    /// assert_eq!(a.wait().unwrap_err().status, NdStatus::CANCELED);
+    /// assert_eq!(b.wait().unwrap_err().status, NdStatus::CANCELED);
+    /// # Ok::<(), NdError>(())
+    /// ```
+    pub fn cancel_overlapped_requests(&self) -> NdResult<()> {
+        self.srq.cancel_limit_notifies();
+        Ok(())
     }
 }

@@ -161,6 +161,8 @@ pub struct NdError {
     pub status: NdStatus,
     /// What happened, for humans.
     pub detail: String,
+    /// For `ND_BUFFER_OVERFLOW` of a caller's buffer: the size it needs.
+    required_size: Option<usize>,
 }
 
 impl NdError {
@@ -169,8 +171,63 @@ impl NdError {
         NdError {
             status,
             detail: detail.into(),
+            required_size: None,
         }
     }
+
+    /// `ND_BUFFER_OVERFLOW` for a caller's buffer that needed `required`
+    /// bytes: ND's size protocol, where the call returns the size it needs
+    /// through its length argument ([`NdError::required_size`] here).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_nd::*;
+    /// // A call of yours with a caller-supplied buffer, the ND way.
+    /// fn name_into(buf: &mut [u8]) -> NdResult<usize> {
+    ///     let name = b"ndverbs";
+    ///     match buf.get_mut(..name.len()) {
+    ///         Some(out) => {
+    ///             out.copy_from_slice(name);
+    ///             Ok(name.len())
+    ///         }
+    ///         None => Err(NdError::buffer_overflow(name.len(), "name")),
+    ///     }
+    /// }
+    /// // Ask with no room to learn the size, then again with room.
+    /// let err = name_into(&mut []).unwrap_err();
+    /// assert_eq!((err.status, err.required_size()), (NdStatus::BUFFER_OVERFLOW, Some(7)));
+    /// let mut buf = vec![0; err.required_size().unwrap()];
+    /// assert_eq!(name_into(&mut buf)?, 7);
+    /// # Ok::<(), NdError>(())
+    /// ```
+    pub fn buffer_overflow(required: usize, detail: impl Into<String>) -> Self {
+        NdError {
+            required_size: Some(required),
+            ..NdError::new(NdStatus::BUFFER_OVERFLOW, detail)
+        }
+    }
+
+    /// The size a caller's buffer needs, for an `ND_BUFFER_OVERFLOW` of the
+    /// size protocol ([`NdError::buffer_overflow`]); `None` otherwise.
+    pub fn required_size(&self) -> Option<usize> {
+        self.required_size
+    }
+}
+
+/// ND's size protocol for a caller-supplied buffer: copies `src` to `dst`
+/// and returns its length if it fits; otherwise copies what fits and fails
+/// `ND_BUFFER_OVERFLOW` with the size needed (`GetPrivateData`).
+pub(crate) fn copy_sized(src: &[u8], dst: &mut [u8]) -> NdResult<usize> {
+    let n = src.len().min(dst.len());
+    dst[..n].copy_from_slice(&src[..n]);
+    if n < src.len() {
+        return Err(NdError::buffer_overflow(
+            src.len(),
+            format!("{} bytes needed, {} given", src.len(), dst.len()),
+        ));
+    }
+    Ok(n)
 }
 
 /// Result of ND calls.
@@ -205,5 +262,21 @@ mod tests {
             "ND_CANCELED (0xc0000120)"
         );
         assert_eq!(NdStatus(0x1234).name(), None);
+    }
+
+    #[test]
+    fn size_protocol_copies_what_fits_and_names_the_size() {
+        let mut small = [0u8; 3];
+        let e = copy_sized(b"hello", &mut small).unwrap_err();
+        assert_eq!(
+            (e.status, e.required_size()),
+            (NdStatus::BUFFER_OVERFLOW, Some(5))
+        );
+        assert_eq!(&small, b"hel");
+        let mut room = [0u8; 8];
+        assert_eq!(copy_sized(b"hello", &mut room), Ok(5));
+        assert_eq!(&room[..5], b"hello");
+        assert_eq!(copy_sized(b"", &mut []), Ok(0));
+        assert_eq!(NdError::new(NdStatus::CANCELED, "x").required_size(), None);
     }
 }

@@ -70,7 +70,7 @@ pub fn render(d: &DeviceInfo, verbose: bool, port: Option<u32>) -> String {
     if verbose {
         let l = LIMITS;
         let caps: u32 = CAPS.iter().map(|c| c.0).sum();
-        let _ = writeln!(w, "\tmax_mr_size:\t\t\t0x{:x}", 1u64 << 40);
+        let _ = writeln!(w, "\tmax_mr_size:\t\t\t0x{:x}", l.max_mr_size);
         let _ = writeln!(w, "\tpage_size_cap:\t\t\t0xfffff000");
         let _ = writeln!(w, "\tmax_qp:\t\t\t\t{}", l.max_qp);
         let _ = writeln!(w, "\tmax_qp_wr:\t\t\t{}", l.max_qp_wr);

@@ -14,6 +14,7 @@
 /// assert!(fits(&LIMITS, 1024, 4));
 /// assert!(!fits(&LIMITS, LIMITS.max_qp_wr + 1, 1));
 /// assert_eq!(LIMITS.max_msg_size, 1 << 31);
+/// assert!(LIMITS.max_mr_size >= LIMITS.max_msg_size);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceLimits {
@@ -29,6 +30,8 @@ pub struct DeviceLimits {
     pub max_qp: u32,
     /// Largest message: the IBTA's 2^31 bytes.
     pub max_msg_size: u64,
+    /// Largest memory registration, in bytes (`ibv_device_attr.max_mr_size`).
+    pub max_mr_size: u64,
     /// Outstanding RDMA READs and atomics per QP, either direction.
     pub max_qp_rd_atom: u8,
 }
@@ -41,5 +44,6 @@ pub const LIMITS: DeviceLimits = DeviceLimits {
     max_cqe: 1 << 20,
     max_qp: 1 << 17,
     max_msg_size: 1 << 31,
+    max_mr_size: 1 << 40,
     max_qp_rd_atom: crate::rc::MAX_RD_ATOMIC,
 };

@@ -77,7 +77,7 @@ pub struct DeviceAttr {
 ///
 /// ```
 /// use ndverbs_verbs::*;
-/// let dev = Device::open("127.92.31.1".parse().unwrap())?;
+/// let dev = Device::open("127.92.31.9".parse().unwrap())?;
 /// assert_eq!(dev.query().limits, LIMITS);
 /// assert!(dev.create_cq(LIMITS.max_cqe + 1).is_err());
 /// # Ok::<(), Error>(())
@@ -234,13 +234,15 @@ impl Pd {
         &self.inner.dev
     }
 
-    /// Registers `len` bytes of zeroed memory the region owns.
+    /// Registers `len` bytes of zeroed memory the region owns; more than
+    /// [`DeviceLimits::max_mr_size`] is [`ErrorKind::InvalidArgument`].
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<Mr> {
         let region = self.inner.dev.nic.reg_mr(self.inner.id, len, access)?;
         Ok(Mr::new(region, self.inner.clone()))
     }
 
-    /// Registers application memory in place.
+    /// Registers application memory in place (at most
+    /// [`DeviceLimits::max_mr_size`] bytes, as [`Pd::reg_mr`]).
     ///
     /// # Safety
     /// `ptr..ptr+len` must stay valid for reads and writes, and must not be
@@ -433,7 +435,7 @@ impl Cq {
     /// [`ErrorKind::Overflow`] (completions were lost) or
     /// [`ErrorKind::DeviceRemoved`].
     pub fn notify(&self, on: NotifyOn) -> crate::Pending<()> {
-        let p = self.inner.ring.notify(on);
+        let p = self.inner.ring.notify(on).driven_by(&self.inner.dev.nic);
         // Removal ends the waiters it finds; one registered after that would
         // wait forever. (Removal sets the flag before ending waiters.)
         if self.inner.dev.is_removed() {

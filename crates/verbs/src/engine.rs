@@ -176,7 +176,22 @@ impl<U: Send + 'static, E: Send + 'static, T: 'static> Source<T> for Mapped<U, E
     }
 }
 
+/// `InvalidArgument` for a registration larger than every device allows.
+fn check_mr_size(op: &'static str, len: usize) -> Result<()> {
+    let max = ndverbs_proto::limits::LIMITS.max_mr_size;
+    if len as u64 > max {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            op,
+            format!("{len} bytes exceed the largest registration, {max}"),
+        ));
+    }
+    Ok(())
+}
+
+/// An endpoint request of `nic` as a verbs [`Pending`].
 fn pending<U: Send + 'static, T: 'static>(
+    nic: &Nic,
     op: &'static str,
     p: ndverbs_engine::ep::EpPending<U>,
     ok: fn(U) -> T,
@@ -187,6 +202,7 @@ fn pending<U: Send + 'static, T: 'static>(
         err: ep_err,
         op,
     }))
+    .driven_by(nic)
 }
 
 fn notify_on(on: crate::NotifyOn) -> NotifyOn {
@@ -310,6 +326,7 @@ impl Nic {
 
     pub(crate) fn reg_mr(&self, pd: u32, len: usize, access: Access) -> Result<RegionRef> {
         const OP: &str = "Pd::reg_mr";
+        check_mr_size(OP, len)?;
         let buf = RegionBuf::alloc(len).map_err(|e| mem_err(OP, e))?;
         let r = self.0.reg_mr(pd, buf, access).map_err(|e| err(OP, e))?;
         Ok(RegionRef(r))
@@ -326,6 +343,7 @@ impl Nic {
         access: Access,
     ) -> Result<RegionRef> {
         const OP: &str = "Pd::reg_mr_raw";
+        check_mr_size(OP, len)?;
         // SAFETY: forwarded to the caller.
         let buf = unsafe { RegionBuf::from_raw(ptr, len) }.map_err(|e| mem_err(OP, e))?;
         let r = self.0.reg_mr(pd, buf, access).map_err(|e| err(OP, e))?;
@@ -378,6 +396,14 @@ impl Nic {
             .create_srq(pd, max_wr, max_sge)
             .map_err(|e| err("Pd::create_srq", e))?;
         Ok(SrqRef(s))
+    }
+
+    pub(crate) fn resize_srq(&self, srq: &SrqRef, max_wr: u32) -> Result<()> {
+        const OP: &str = "Srq::resize";
+        self.0.resize_srq(srq.id(), max_wr).map_err(|e| match e {
+            EngineError::Busy(s) => Error::new(ErrorKind::Overflow, OP, s),
+            e => err(OP, e),
+        })
     }
 
     pub(crate) fn destroy_srq(&self, srq: &SrqRef) -> Result<()> {
@@ -474,7 +500,7 @@ impl Nic {
             .0
             .ep_get_request(listener, into)
             .map_err(|e| err(OP, e))?;
-        Ok(pending(OP, p, |r| r))
+        Ok(pending(self, OP, p, |r| r))
     }
 
     pub(crate) fn ep_connect(
@@ -488,7 +514,7 @@ impl Nic {
             .0
             .ep_connect(ep, ident(qp), a)
             .map_err(|e| err(OP, e))?;
-        Ok(pending(OP, p, |c| c))
+        Ok(pending(self, OP, p, |c| c))
     }
 
     pub(crate) fn ep_complete_connect(&self, ep: u32, qp: QpId) -> Result<Pending<()>> {
@@ -497,13 +523,13 @@ impl Nic {
             .0
             .ep_complete_connect(ep, ident(qp))
             .map_err(|e| err(OP, e))?;
-        Ok(pending(OP, p, |()| ()))
+        Ok(pending(self, OP, p, |()| ()))
     }
 
     pub(crate) fn ep_accept(&self, ep: u32, qp: QpId, a: AcceptArgs) -> Result<Pending<()>> {
         const OP: &str = "Endpoint::accept";
         let p = self.0.ep_accept(ep, ident(qp), a).map_err(|e| err(OP, e))?;
-        Ok(pending(OP, p, |()| ()))
+        Ok(pending(self, OP, p, |()| ()))
     }
 
     pub(crate) fn ep_reject(&self, ep: u32, private_data: &[u8]) -> Result<()> {
@@ -518,17 +544,22 @@ impl Nic {
             .0
             .ep_disconnect(ep, ident(qp))
             .map_err(|e| err(OP, e))?;
-        Ok(pending(OP, p, |()| ()))
+        Ok(pending(self, OP, p, |()| ()))
     }
 
     pub(crate) fn ep_notify_disconnect(&self, ep: u32) -> Result<Pending<()>> {
         const OP: &str = "Endpoint::notify_disconnect";
         let p = self.0.ep_notify_disconnect(ep).map_err(|e| err(OP, e))?;
-        Ok(pending(OP, p, |()| ()))
+        Ok(pending(self, OP, p, |()| ()))
     }
 
     pub(crate) fn ep_cancel(&self, ep: u32) -> Result<()> {
-        self.0.ep_cancel(ep).map_err(|e| err("Endpoint::cancel", e))
+        match self.0.ep_cancel(ep) {
+            // Cancelling is cleanup, which works after removal; the removal
+            // already ended every request, so there is nothing left to do.
+            Err(EngineError::Removed) => Ok(()),
+            r => r.map_err(|e| err("Endpoint::cancel", e)),
+        }
     }
 }
 
@@ -692,5 +723,45 @@ pub(crate) struct SrqRef(Arc<SrqShared>);
 impl SrqRef {
     pub(crate) fn id(&self) -> u32 {
         self.0.id()
+    }
+
+    pub(crate) fn outstanding(&self) -> u32 {
+        self.0.outstanding()
+    }
+
+    pub(crate) fn capacity(&self) -> u32 {
+        self.0.capacity()
+    }
+
+    pub(crate) fn limit(&self) -> u32 {
+        self.0.limit()
+    }
+
+    pub(crate) fn set_limit(&self, limit: u32) {
+        self.0.set_limit(limit);
+    }
+
+    pub(crate) fn notify_limit(&self) -> Pending<()> {
+        Pending::new(Box::new(Mapped {
+            p: self.0.notify_limit(),
+            ok: |()| (),
+            err: |op, e| match e {
+                NotifyError::DeviceRemoved => Error::kind_only(ErrorKind::DeviceRemoved, op),
+                // An SRQ has no overflow: only cancellation is left.
+                NotifyError::Canceled | NotifyError::Overflow => {
+                    Error::kind_only(ErrorKind::Canceled, op)
+                }
+            },
+            op: "Srq::notify_limit",
+        }))
+    }
+
+    /// Ends every pending limit request with `kind` (`Canceled` or
+    /// `DeviceRemoved`).
+    pub(crate) fn end_limit_waiters(&self, kind: ErrorKind) {
+        self.0.end_limit_waiters(Err(match kind {
+            ErrorKind::DeviceRemoved => NotifyError::DeviceRemoved,
+            _ => NotifyError::Canceled,
+        }));
     }
 }

@@ -36,7 +36,6 @@ use std::sync::Arc;
 /// | `Access` | `EACCES` | a memory access outside a region or without the right |
 /// | `DeviceRemoved` | `ENODEV` | the device was removed: only cleanup works |
 /// | `NotConnected` | `ENOTCONN` | the endpoint has no connection |
-/// | `Disconnected` | `ECONNRESET` | this side's disconnect ended the connection before the peer's DREQ arrived |
 /// | `Rejected` | `ECONNREFUSED` | the peer rejected the connection (REJ) |
 /// | `TimedOut` | `ETIMEDOUT` | the peer did not answer in time |
 /// | `Canceled` | `ECANCELED` | the application cancelled the request |
@@ -80,8 +79,6 @@ pub enum ErrorKind {
     DeviceRemoved,
     /// The endpoint has no connection.
     NotConnected,
-    /// This side's disconnect ended the connection first.
-    Disconnected,
     /// The peer rejected the connection.
     Rejected,
     /// The peer did not answer in time.
@@ -117,7 +114,6 @@ impl ErrorKind {
             Access => libc::EACCES,
             DeviceRemoved => libc::ENODEV,
             NotConnected => libc::ENOTCONN,
-            Disconnected => libc::ECONNRESET,
             Rejected => libc::ECONNREFUSED,
             TimedOut => libc::ETIMEDOUT,
             Canceled => libc::ECANCELED,
@@ -142,7 +138,6 @@ impl ErrorKind {
             Access => "memory access refused",
             DeviceRemoved => "the device was removed",
             NotConnected => "not connected",
-            Disconnected => "disconnected by this side",
             Rejected => "rejected by the peer",
             TimedOut => "timed out",
             Canceled => "canceled",

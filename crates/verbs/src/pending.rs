@@ -6,12 +6,30 @@
 //! never made). It ends exactly once, with `Ok` or an [`Error`], and can be
 //! `.await`ed from any runtime (it keeps a `Waker`, nothing
 //! runtime-specific) or waited for by blocking.
+//!
+//! **Manual progress.** On a device opened with [`Progress::Manual`] no
+//! thread runs the engine unless the application does, so waiting runs it:
+//! [`Pending::wait`] and [`Pending::wait_timeout`] loop on
+//! [`Device::progress_wait`](crate::Device::progress_wait) until the result
+//! is there; [`Pending::try_take`] runs one engine step, without blocking,
+//! before it looks; polling the future runs one step and, while the request
+//! is still pending, asks to be polled again at once (the task stays
+//! runnable, as a busy-polling loop would: manual progress trades the idle
+//! CPU for latency). Other threads may drive the same device meanwhile; a
+//! waiter looks at its result at least every 10 ms.
 
+use crate::config::Progress;
+use crate::engine::Nic;
 use crate::{Error, Result};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// How long a waiter on a manual-progress device sleeps in the engine at
+/// most before looking at its result again (another thread driving the
+/// device may have completed it).
+const MANUAL_SLICE: Duration = Duration::from_millis(10);
 
 /// Where a pending request's result comes from (the engine's request,
 /// its outcome translated into verbs terms).
@@ -40,10 +58,41 @@ pub(crate) trait Source<T>: Send + Sync {
 /// // … until cancelled.
 /// listener.cancel()?;
 /// assert_eq!(request.wait().unwrap_err().kind(), ErrorKind::Canceled);
+///
+/// // On a manual-progress device waiting runs the engine: no other thread
+/// // needs to.
+/// let cfg = DeviceConfig { progress: Progress::Manual, ..DeviceConfig::default() };
+/// let manual = Device::open_with("127.92.21.2".parse().unwrap(), &cfg)?;
+/// let (pd, cq) = (manual.alloc_pd()?, manual.create_cq(4)?);
+/// let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq))?;
+/// qp.to_init(Access::LOCAL_WRITE)?;
+/// let (server, client) = (Endpoint::new(&dev)?, Endpoint::new(&manual)?);
+/// server.listen(7001, 1)?;
+/// let ep = Endpoint::new(&dev)?;
+/// let request = server.get_request(&ep)?;
+/// let args = ConnectArgs {
+///     remote: dev.query().addr,
+///     remote_port: 7001,
+///     local_port: 40000,
+///     responder_resources: 0,
+///     initiator_depth: 0,
+///     retry_count: 6,
+///     rnr_retry_count: 6,
+///     path_mtu: PathMtu::Mtu1024,
+///     private_data: vec![],
+/// };
+/// let rep = client.connect(&qp, args)?;
+/// // The REQ leaves when the manual device runs: waiting on the REP runs it.
+/// assert!(rep.wait_timeout(Duration::from_millis(50)).is_none());
+/// request.wait()?;
+/// ep.reject(b"")?;
+/// assert_eq!(rep.wait().unwrap_err().kind(), ErrorKind::Rejected);
 /// # Ok::<(), Error>(())
 /// ```
 pub struct Pending<T> {
     src: Box<dyn Source<T>>,
+    /// The manual-progress device whose engine a waiter runs.
+    driver: Option<Nic>,
 }
 
 impl<T> std::fmt::Debug for Pending<T> {
@@ -56,7 +105,16 @@ impl<T> std::fmt::Debug for Pending<T> {
 
 impl<T> Pending<T> {
     pub(crate) fn new(src: Box<dyn Source<T>>) -> Self {
-        Pending { src }
+        Pending { src, driver: None }
+    }
+
+    /// The same request, waited for by running `nic`'s engine if `nic` is
+    /// in manual progress.
+    pub(crate) fn driven_by(mut self, nic: &Nic) -> Self {
+        if nic.progress_mode() == Progress::Manual {
+            self.driver = Some(nic.clone());
+        }
+        self
     }
 
     /// True once the result arrived (and was not yet taken).
@@ -64,20 +122,47 @@ impl<T> Pending<T> {
         self.src.is_ready()
     }
 
-    /// Takes the result if it arrived, without blocking.
+    /// Takes the result if it arrived, without blocking (in manual progress
+    /// after one engine step, as polling a CQ does).
     pub fn try_take(&self) -> Option<Result<T>> {
+        if let Some(nic) = &self.driver {
+            nic.progress();
+        }
         self.src.try_take()
     }
 
     /// Blocks up to `timeout`; `None` if the result did not arrive in time
     /// (the request stays pending).
     pub fn wait_timeout(&self, timeout: Duration) -> Option<Result<T>> {
-        self.src.wait_timeout(timeout)
+        let Some(nic) = &self.driver else {
+            return self.src.wait_timeout(timeout);
+        };
+        let t0 = Instant::now();
+        loop {
+            if let Some(r) = self.src.try_take() {
+                return Some(r);
+            }
+            let left = timeout.saturating_sub(t0.elapsed());
+            if left.is_zero() {
+                return None;
+            }
+            if nic.progress_wait(left.min(MANUAL_SLICE)).is_err() {
+                // Removed: the removal ended every request, this one too.
+                return self.src.wait_timeout(left);
+            }
+        }
     }
 
     /// Blocks until the result arrives.
     pub fn wait(self) -> Result<T> {
-        self.src.wait()
+        if self.driver.is_none() {
+            return self.src.wait();
+        }
+        loop {
+            if let Some(r) = self.wait_timeout(Duration::from_secs(3600)) {
+                return r;
+            }
+        }
     }
 }
 
@@ -85,6 +170,14 @@ impl<T> Future for Pending<T> {
     type Output = std::result::Result<T, Error>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.src.poll(cx)
+        if let Some(nic) = &self.driver {
+            nic.progress();
+        }
+        let r = self.src.poll(cx);
+        if r.is_pending() && self.driver.is_some() {
+            // Nobody else runs the engine: be polled again to run it.
+            cx.waker().wake_by_ref();
+        }
+        r
     }
 }

@@ -397,4 +397,92 @@ impl Srq {
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
         self.inner.pd.dev.nic.post_srq_recv(&self.inner.shared, wr)
     }
+
+    /// Receives posted and not yet taken by an incoming SEND.
+    pub fn outstanding(&self) -> u32 {
+        self.inner.shared.outstanding()
+    }
+
+    /// The most receives it holds.
+    pub fn depth(&self) -> u32 {
+        self.inner.shared.capacity()
+    }
+
+    /// Changes the most receives it holds (`ibv_modify_srq` with
+    /// `IBV_SRQ_MAX_WR`): 1 to [`DeviceLimits::max_qp_wr`](crate::DeviceLimits)
+    /// ([`ErrorKind::InvalidArgument`]), and no fewer than are outstanding
+    /// ([`ErrorKind::Overflow`], nothing changes).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_verbs::*;
+    /// let dev = Device::open("127.92.10.3".parse().unwrap())?;
+    /// let srq = dev.alloc_pd()?.create_srq(1, 1)?;
+    /// srq.post_recv(RecvWr::new(1, vec![]))?;
+    /// assert_eq!(srq.post_recv(RecvWr::new(2, vec![])).unwrap_err().kind(), ErrorKind::QueueFull);
+    /// srq.resize(2)?;
+    /// srq.post_recv(RecvWr::new(2, vec![]))?;
+    /// assert_eq!((srq.outstanding(), srq.depth()), (2, 2));
+    /// assert_eq!(srq.resize(1).unwrap_err().kind(), ErrorKind::Overflow);
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn resize(&self, max_wr: u32) -> Result<()> {
+        self.inner.pd.dev.nic.resize_srq(&self.inner.shared, max_wr)
+    }
+
+    /// The limit of [`Srq::notify_limit`] (0: none).
+    pub fn limit(&self) -> u32 {
+        self.inner.shared.limit()
+    }
+
+    /// Sets the limit below which the outstanding receives complete
+    /// [`Srq::notify_limit`] requests (`srq_limit`; 0: never).
+    pub fn set_limit(&self, limit: u32) {
+        self.inner.shared.set_limit(limit);
+    }
+
+    /// A request that completes when fewer receives than [`Srq::limit`] are
+    /// outstanding (at once if that is already so): time to post more. All
+    /// requests pending then complete together. It ends with
+    /// [`ErrorKind::Canceled`] ([`Srq::cancel_limit_notifies`], or the SRQ
+    /// is dropped) or [`ErrorKind::DeviceRemoved`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_verbs::*;
+    /// let dev = Device::open("127.92.10.4".parse().unwrap())?;
+    /// let srq = dev.alloc_pd()?.create_srq(16, 1)?;
+    /// for i in 0..4 {
+    ///     srq.post_recv(RecvWr::new(i, vec![]))?;
+    /// }
+    /// srq.set_limit(2);
+    /// let low = srq.notify_limit();
+    /// assert!(!low.is_ready()); // 4 outstanding; incoming SENDs take them
+    /// srq.cancel_limit_notifies();
+    /// assert_eq!(low.wait().unwrap_err().kind(), ErrorKind::Canceled);
+    /// srq.set_limit(5);
+    /// srq.notify_limit().wait()?; // 4 < 5 already
+    /// assert_eq!(srq.limit(), 5);
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn notify_limit(&self) -> crate::Pending<()> {
+        let dev = &self.inner.pd.dev;
+        let p = self.inner.shared.notify_limit().driven_by(&dev.nic);
+        // Removal ends the requests it finds; one made after it would wait
+        // forever.
+        if dev.is_removed() {
+            self.inner
+                .shared
+                .end_limit_waiters(ErrorKind::DeviceRemoved);
+        }
+        p
+    }
+
+    /// Completes every pending [`Srq::notify_limit`] request with
+    /// [`ErrorKind::Canceled`], in order.
+    pub fn cancel_limit_notifies(&self) {
+        self.inner.shared.end_limit_waiters(ErrorKind::Canceled);
+    }
 }

@@ -20,7 +20,7 @@ use ndverbs_proto::mem::{Access, WindowBind};
 use ndverbs_proto::rc::{AttrMask, Counters, QpAttr, QpState, RcQp, RecvQueue};
 use ndverbs_wire::cma::addr_of_gid;
 use std::net::Ipv6Addr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 
 impl Nic {
@@ -137,8 +137,10 @@ impl Nic {
             max_sge,
             rq_in: ArrayQueue::new(max_wr as usize),
             outstanding: AtomicU32::new(0),
-            capacity: max_wr,
+            capacity: AtomicU32::new(max_wr),
             queued: AtomicBool::new(false),
+            limit: AtomicU32::new(0),
+            limit_waiters: Default::default(),
         });
         c.tables.srqs.insert(
             id,
@@ -149,6 +151,51 @@ impl Nic {
             },
         );
         Ok(shared)
+    }
+
+    /// Changes the most receives SRQ `id` holds (ibverbs' `IBV_SRQ_MAX_WR`):
+    /// 1 to [`LIMITS`]`.max_qp_wr` (else [`EngineError::InvalidArgument`]),
+    /// and no fewer than are outstanding (else [`EngineError::Busy`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_engine::config::Progress;
+    /// use ndverbs_engine::nic::Nic;
+    /// use ndverbs_proto::rc::RecvWr;
+    /// let a = Nic::open("127.93.8.3".parse().unwrap(), Progress::Thread)?;
+    /// let pd = a.alloc_pd()?;
+    /// let srq = a.create_srq(pd, 1, 1)?;
+    /// a.post_srq_recv(&srq, RecvWr::new(1, vec![]))?;
+    /// assert!(a.post_srq_recv(&srq, RecvWr::new(2, vec![])).is_err()); // full
+    /// a.resize_srq(srq.id(), 4)?;
+    /// for i in 2..5 {
+    ///     a.post_srq_recv(&srq, RecvWr::new(i, vec![]))?;
+    /// }
+    /// assert_eq!((srq.outstanding(), srq.capacity()), (4, 4));
+    /// assert!(a.resize_srq(srq.id(), 3).is_err()); // 4 are outstanding
+    /// # Ok::<(), ndverbs_engine::error::EngineError>(())
+    /// ```
+    pub fn resize_srq(&self, id: u32, max_wr: u32) -> Result<(), EngineError> {
+        if max_wr == 0 || max_wr > LIMITS.max_qp_wr {
+            return Err(EngineError::InvalidArgument("SRQ depth out of range"));
+        }
+        let mut c = self.core()?;
+        let Some(s) = c.tables.srqs.get_mut(&id) else {
+            return Err(EngineError::NotFound { what: "SRQ", id });
+        };
+        s.absorb_posts();
+        // Store, then count (as a post counts, then loads): a post racing
+        // the resize is either counted here or sees the new capacity.
+        let old = s.shared.capacity.swap(max_wr, Ordering::SeqCst);
+        if s.shared.outstanding.load(Ordering::SeqCst) > max_wr {
+            s.shared.capacity.store(old, Ordering::SeqCst);
+            return Err(EngineError::Busy(
+                "more receives are outstanding than the new depth",
+            ));
+        }
+        s.rq.set_capacity(max_wr);
+        Ok(())
     }
 
     /// Destroys a shared receive queue (refused while queue pairs use it).

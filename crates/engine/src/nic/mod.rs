@@ -414,6 +414,10 @@ impl Nic {
         for cq in c.tables.cqs.values() {
             cq.end_waiters(Err(crate::cq::NotifyError::DeviceRemoved));
         }
+        for s in c.tables.srqs.values() {
+            s.shared
+                .end_limit_waiters(Err(crate::cq::NotifyError::DeviceRemoved));
+        }
         c.finish_step(&self.shared, now);
     }
 }

@@ -132,11 +132,29 @@ impl Nic {
     pub fn post_srq_recv(&self, srq: &SrqShared, wr: RecvWr) -> Result<(), EngineError> {
         self.check()?;
         validate_recv(srq.max_sge, None, &wr)?;
-        if srq.outstanding.fetch_add(1, Ordering::AcqRel) >= srq.capacity
-            || srq.rq_in.push(wr).is_err()
-        {
+        // SeqCst pairs with a resize's store of the capacity then load of
+        // the count: one of them sees the other.
+        if srq.outstanding.fetch_add(1, Ordering::SeqCst) >= srq.capacity.load(Ordering::SeqCst) {
             srq.outstanding.fetch_sub(1, Ordering::AcqRel);
-            return Err(PostError::QueueFull(srq.capacity).into());
+            return Err(PostError::QueueFull(srq.capacity()).into());
+        }
+        if let Err(wr) = srq.rq_in.push(wr) {
+            // A grown SRQ holds more than its post queue: straight into the
+            // engine's queue, after what is queued for it.
+            let mut c = self.core().inspect_err(|_| {
+                srq.outstanding.fetch_sub(1, Ordering::AcqRel);
+            })?;
+            let Some(s) = c.tables.srqs.get_mut(&srq.id) else {
+                srq.outstanding.fetch_sub(1, Ordering::AcqRel);
+                return Err(EngineError::NotFound {
+                    what: "SRQ",
+                    id: srq.id,
+                });
+            };
+            s.absorb_posts();
+            s.rq.post(wr)?;
+            s.in_rq += 1;
+            return Ok(());
         }
         if !srq.queued.swap(true, Ordering::AcqRel) {
             self.shared.work.push(Work::Srq(srq.id));
@@ -196,15 +214,7 @@ impl Core {
                 }
                 Work::Srq(id) => {
                     if let Some(s) = self.tables.srqs.get_mut(&id) {
-                        s.shared.queued.store(false, Ordering::Release);
-                        while let Some(wr) = s.shared.rq_in.pop() {
-                            // Capacity is enforced at post time.
-                            if s.rq.post(wr).is_ok() {
-                                s.in_rq += 1;
-                            } else {
-                                s.shared.outstanding.fetch_sub(1, Ordering::AcqRel);
-                            }
-                        }
+                        s.absorb_posts();
                     }
                 }
             }

@@ -217,6 +217,7 @@ impl Core {
                 s.shared
                     .outstanding
                     .fetch_sub(left as u32, Ordering::AcqRel);
+                s.shared.check_limit();
             }
             s.in_rq = s.rq.len();
         }

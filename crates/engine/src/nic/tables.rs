@@ -9,11 +9,12 @@
 //! the protocol state machine and its receive queue, which only the engine
 //! touches.
 
-use crate::cq::CompletionQueue;
+use crate::cq::{CompletionQueue, NotifyError};
 use crate::ep::QpIdent;
 use crate::error::EngineError;
 use crate::keys::KeyGen;
 use crate::mr::MemTable;
+use crate::pending::{pending, Completion, Pending};
 use crossbeam_queue::ArrayQueue;
 use ndverbs_proto::rc::{
     AttrMask, Counters, ModifyError, QpAttr, QpCaps, QpState, RcQp, RecvQueue, RecvWr, SendWr,
@@ -26,7 +27,7 @@ use foldhash::HashMap;
 use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Every object of a NIC, by id.
 pub(crate) struct Tables {
@@ -329,16 +330,123 @@ pub(crate) struct SrqEntry {
 pub struct SrqShared {
     pub(super) id: u32,
     pub(super) max_sge: u32,
+    /// Posts waiting for the engine; sized for the depth the SRQ was
+    /// created with (a post that finds it full after a resize goes to the
+    /// engine's queue directly).
     pub(super) rq_in: ArrayQueue<RecvWr>,
     pub(super) outstanding: AtomicU32,
-    pub(super) capacity: u32,
+    pub(super) capacity: AtomicU32,
     pub(super) queued: AtomicBool,
+    /// The limit below which the outstanding receives complete the limit
+    /// waiters (ibverbs' `srq_limit`, ND's notify threshold); 0: none.
+    pub(super) limit: AtomicU32,
+    pub(super) limit_waiters: Mutex<Vec<Completion<Result<(), NotifyError>>>>,
 }
 
 impl SrqShared {
     /// The SRQ id.
     pub fn id(&self) -> u32 {
         self.id
+    }
+
+    /// Receives posted and not yet taken by a SEND.
+    pub fn outstanding(&self) -> u32 {
+        self.outstanding.load(Ordering::SeqCst)
+    }
+
+    /// The most receives it holds (see [`Nic::resize_srq`](super::Nic::resize_srq)).
+    pub fn capacity(&self) -> u32 {
+        self.capacity.load(Ordering::SeqCst)
+    }
+
+    /// The limit of [`SrqShared::notify_limit`] (0: none).
+    pub fn limit(&self) -> u32 {
+        self.limit.load(Ordering::Acquire)
+    }
+
+    /// Sets the limit: pending and later [`SrqShared::notify_limit`]
+    /// requests complete once fewer than `limit` receives are outstanding
+    /// (0: never).
+    pub fn set_limit(&self, limit: u32) {
+        self.limit.store(limit, Ordering::Release);
+        self.check_limit();
+    }
+
+    /// A request that completes when fewer receives than the limit are
+    /// outstanding — at once if that is already so (a receive taken between
+    /// the application's look and this call is not missed). Every request
+    /// pending at that moment completes together; destroying the SRQ
+    /// completes them [`NotifyError::Canceled`], removal
+    /// [`NotifyError::DeviceRemoved`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_engine::config::Progress;
+    /// use ndverbs_engine::cq::NotifyError;
+    /// use ndverbs_engine::nic::Nic;
+    /// use ndverbs_proto::rc::RecvWr;
+    /// let a = Nic::open("127.93.8.2".parse().unwrap(), Progress::Thread)?;
+    /// let pd = a.alloc_pd()?;
+    /// let srq = a.create_srq(pd, 8, 1)?;
+    /// for i in 0..2 {
+    ///     a.post_srq_recv(&srq, RecvWr::new(i, vec![]))?;
+    /// }
+    /// srq.set_limit(2);
+    /// let low = srq.notify_limit();
+    /// assert!(!low.is_done()); // 2 outstanding, not below 2
+    /// srq.end_limit_waiters(Err(NotifyError::Canceled));
+    /// assert_eq!(low.wait(), Err(NotifyError::Canceled));
+    /// srq.set_limit(3);
+    /// assert_eq!(srq.notify_limit().wait(), Ok(())); // already below
+    /// # Ok::<(), ndverbs_engine::error::EngineError>(())
+    /// ```
+    pub fn notify_limit(&self) -> Pending<Result<(), NotifyError>> {
+        let (p, c) = pending::<Result<(), NotifyError>>(|| Err(NotifyError::Canceled));
+        lock(&self.limit_waiters).push(c);
+        self.check_limit();
+        p
+    }
+
+    /// Completes every pending limit request, in order, with `result`.
+    pub fn end_limit_waiters(&self, result: Result<(), NotifyError>) {
+        for c in lock(&self.limit_waiters).drain(..) {
+            c.complete(result);
+        }
+    }
+
+    /// Completes the limit requests if the outstanding receives are below
+    /// the limit.
+    pub(super) fn check_limit(&self) {
+        let limit = self.limit();
+        if limit > 0 && self.outstanding() < limit {
+            let mut waiters = lock(&self.limit_waiters);
+            // Checked again under the lock a new request takes.
+            if self.outstanding() < self.limit() {
+                for c in waiters.drain(..) {
+                    c.complete(Ok(()));
+                }
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl SrqEntry {
+    /// Moves the receives the application posted into the queue.
+    pub(super) fn absorb_posts(&mut self) {
+        self.shared.queued.store(false, Ordering::Release);
+        while let Some(wr) = self.shared.rq_in.pop() {
+            // Capacity is enforced at post time.
+            if self.rq.post(wr).is_ok() {
+                self.in_rq += 1;
+            } else {
+                self.shared.outstanding.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
     }
 }
 

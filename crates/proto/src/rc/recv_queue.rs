@@ -79,6 +79,25 @@ impl RecvQueue {
         self.max_wr
     }
 
+    /// Changes the most receives the queue holds (a shared receive queue's
+    /// resize); receives already posted beyond it stay, and refuse new ones
+    /// until they are taken.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_proto::rc::{RecvQueue, RecvWr};
+    /// let mut rq = RecvQueue::new(1, 1);
+    /// rq.post(RecvWr::new(1, vec![]))?;
+    /// rq.set_capacity(2);
+    /// rq.post(RecvWr::new(2, vec![]))?;
+    /// assert_eq!((rq.len(), rq.capacity()), (2, 2));
+    /// # Ok::<(), ndverbs_proto::rc::PostError>(())
+    /// ```
+    pub fn set_capacity(&mut self, max_wr: u32) {
+        self.max_wr = max_wr;
+    }
+
     /// Takes the oldest receive.
     pub(crate) fn pop(&mut self) -> Option<RecvWr> {
         self.wrs.pop_front()

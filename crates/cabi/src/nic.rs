@@ -1,0 +1,189 @@
+//! One engine per local address per process, shared by every context, and
+//! who runs it.
+//!
+//! A device (`ndvN`) is a local address, and its engine owns UDP port 4791
+//! there, so a process opens it once: every `ibv_open_device` of the same
+//! device, and later every rdma_cm id on it, shares one [`Nic`]. It is
+//! opened on first need — the first PD or CQ — not by `ibv_open_device`,
+//! so listing and querying devices (`ibv_devinfo`) binds nothing and works
+//! next to the process that owns the address. It closes when the last
+//! context and the last object that uses it are gone.
+//!
+//! # Progress
+//!
+//! By default (`NDV_PROGRESS` unset or `adaptive`) the engine runs in verbs'
+//! manual progress mode: an application thread that polls a CQ runs the
+//! engine itself when the CQ is empty, the way `ndv perf` measures, so a
+//! busy-polling program pays no thread hand-off per packet. Programs also
+//! block (in `ibv_get_cq_event`, or in a TCP exchange while the peer's
+//! packets need answers), so a helper thread per NIC — the *pump* — takes
+//! over when nobody polls: it naps [`NAP`] at a time while polls keep
+//! coming, and otherwise sleeps in the engine's own wait (socket readable,
+//! post, timer) and runs it. A thread that blocks on a completion channel
+//! wakes the pump at once. `NDV_PROGRESS=thread` uses an engine thread
+//! instead and no pump.
+//!
+//! Configuration is read from the environment here, on purpose and once:
+//! a C program has no other way to configure the library. The `NDV_*`
+//! variables verbs knows (`NDV_PCAP`, `NDV_STAT`, `NDV_FAULTS`) come through
+//! [`DeviceConfig::from_env`], plus `NDV_PROGRESS`.
+
+use ndverbs_verbs::{Device, DeviceConfig, Progress};
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How long the pump naps while the application is polling.
+pub(crate) const NAP: Duration = Duration::from_millis(1);
+
+/// The longest the pump sleeps in the engine's wait before looking again.
+const ACTIVE_WAIT: Duration = Duration::from_millis(10);
+
+/// `NDV_PROGRESS`: `adaptive` (the default) or `thread`.
+pub const PROGRESS_ENV: &str = "NDV_PROGRESS";
+
+/// The device configuration of this process: the `NDV_*` variables, read once.
+fn config() -> Result<&'static DeviceConfig, libc::c_int> {
+    static C: OnceLock<Result<DeviceConfig, libc::c_int>> = OnceLock::new();
+    C.get_or_init(|| {
+        let mut c = DeviceConfig::from_env().map_err(|e| e.errno())?;
+        c.progress = match std::env::var(PROGRESS_ENV).as_deref() {
+            Ok("thread") => Progress::Thread,
+            Ok("adaptive") | Ok("") | Err(_) => Progress::Manual,
+            Ok(_) => return Err(libc::EINVAL),
+        };
+        Ok(c)
+    })
+    .as_ref()
+    .map_err(|e| *e)
+}
+
+/// What the application threads tell the pump.
+#[derive(Debug, Default)]
+pub(crate) struct Activity {
+    /// CQ polls so far (any CQ of the NIC).
+    polls: AtomicU64,
+    /// Threads blocked waiting for a completion event.
+    waiters: AtomicU32,
+    stop: AtomicBool,
+    nap: Mutex<()>,
+    wake: Condvar,
+}
+
+impl Activity {
+    /// A thread polled a CQ (and ran the engine if it was empty).
+    #[inline]
+    pub(crate) fn polled(&self) {
+        self.polls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A thread is about to block until a completion event: the pump must
+    /// run the engine meanwhile. Undone when the returned guard drops.
+    pub(crate) fn blocking(&self) -> BlockingGuard<'_> {
+        self.waiters.fetch_add(1, Ordering::AcqRel);
+        let _g = self.nap.lock().unwrap_or_else(|e| e.into_inner());
+        self.wake.notify_all();
+        BlockingGuard(self)
+    }
+}
+
+/// Undoes [`Activity::blocking`].
+pub(crate) struct BlockingGuard<'a>(&'a Activity);
+
+impl Drop for BlockingGuard<'_> {
+    fn drop(&mut self) {
+        self.0.waiters.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The engine of one local address in this process.
+pub(crate) struct Nic {
+    pub(crate) dev: Device,
+    pub(crate) activity: Arc<Activity>,
+    pump: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Nic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Nic").field("dev", &self.dev).finish()
+    }
+}
+
+impl Drop for Nic {
+    fn drop(&mut self) {
+        self.activity.stop.store(true, Ordering::Release);
+        self.activity.wake.notify_all();
+        if let Some(h) = self.pump.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn nics() -> &'static Mutex<HashMap<IpAddr, Weak<Nic>>> {
+    static N: OnceLock<Mutex<HashMap<IpAddr, Weak<Nic>>>> = OnceLock::new();
+    N.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+impl Nic {
+    /// The process's engine for `addr`, opened if nobody holds it.
+    pub(crate) fn get(addr: IpAddr) -> Result<Arc<Nic>, libc::c_int> {
+        let mut map = nics().lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = map.get(&addr).and_then(Weak::upgrade) {
+            return Ok(n);
+        }
+        let cfg = config()?;
+        let dev = Device::open_with(addr, cfg).map_err(|e| e.errno())?;
+        let activity = Arc::new(Activity::default());
+        let pump = (dev.progress_mode() == Progress::Manual).then(|| {
+            let (dev, act) = (dev.clone(), activity.clone());
+            std::thread::Builder::new()
+                .name(format!("ndv-pump {addr}"))
+                .spawn(move || pump(&dev, &act))
+        });
+        let pump = match pump {
+            Some(Ok(h)) => Some(h),
+            Some(Err(_)) => return Err(libc::EAGAIN),
+            None => None,
+        };
+        let nic = Arc::new(Nic {
+            dev,
+            activity,
+            pump,
+        });
+        map.insert(addr, Arc::downgrade(&nic));
+        Ok(nic)
+    }
+}
+
+/// The pump: naps while application threads poll, runs the engine when
+/// they do not or when one waits for an event (see the module docs).
+fn pump(dev: &Device, act: &Activity) {
+    let mut seen = act.polls.load(Ordering::Relaxed);
+    let mut active = false;
+    while !act.stop.load(Ordering::Acquire) {
+        let waiting = act.waiters.load(Ordering::Acquire) > 0;
+        if active || waiting {
+            if dev.progress_wait(ACTIVE_WAIT).is_err() {
+                // Removed: nothing left to run.
+                return;
+            }
+            let now = act.polls.load(Ordering::Relaxed);
+            // Back to napping once the application polls again (and nobody
+            // waits for an event).
+            active = now == seen || act.waiters.load(Ordering::Acquire) > 0;
+            seen = now;
+        } else {
+            let g = act.nap.lock().unwrap_or_else(|e| e.into_inner());
+            if act.stop.load(Ordering::Acquire) || act.waiters.load(Ordering::Acquire) > 0 {
+                continue;
+            }
+            drop(act.wake.wait_timeout(g, NAP));
+            let now = act.polls.load(Ordering::Relaxed);
+            active = now == seen;
+            seen = now;
+        }
+    }
+}

@@ -400,7 +400,9 @@ pub(crate) unsafe extern "C" fn poll_cq(
     if wc.is_null() {
         return -libc::EINVAL;
     }
-    cq.nic.activity.polled();
+    let activity = &cq.nic.activity;
+    activity.polling();
+    let _returned = activity.returning();
     let want = num_entries as usize;
     let mut buf = [NO_COMPLETION; BATCH];
     let mut done = 0;

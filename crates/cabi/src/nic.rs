@@ -16,12 +16,15 @@
 //! engine itself when the CQ is empty, the way `ndv perf` measures, so a
 //! busy-polling program pays no thread hand-off per packet. Programs also
 //! block (in `ibv_get_cq_event`, or in a TCP exchange while the peer's
-//! packets need answers), so a helper thread per NIC — the *pump* — takes
-//! over when nobody polls: it naps [`NAP`] at a time while polls keep
-//! coming, and otherwise sleeps in the engine's own wait (socket readable,
-//! post, timer) and runs it. A thread that blocks on a completion channel
-//! wakes the pump at once. `NDV_PROGRESS=thread` uses an engine thread
-//! instead and no pump.
+//! packets need answers) or spin on their own memory between polls
+//! (`ib_write_lat` waits for the peer's WRITE to land), so a helper thread
+//! per NIC — the *pump* — runs the engine whenever the application is not
+//! polling without pause: it sleeps in the engine's own wait (socket
+//! readable, post, timer) and runs it, and only naps ([`NAP`] at a time)
+//! while polls keep coming with no gap longer than [`GAP`] between one
+//! poll's return and the next call. A poll after such a gap, and a thread
+//! about to block on a completion channel, wake it at once.
+//! `NDV_PROGRESS=thread` uses an engine thread instead and no pump.
 //!
 //! Configuration is read from the environment here, on purpose and once:
 //! a C program has no other way to configure the library. The `NDV_*`
@@ -38,6 +41,14 @@ use std::time::Duration;
 
 /// How long the pump naps while the application is polling.
 pub(crate) const NAP: Duration = Duration::from_millis(1);
+
+/// The longest pause between two polls of a program that drives the engine
+/// by polling; a longer one means it does something else in between (and
+/// the pump must run the engine meanwhile).
+pub(crate) const GAP: Duration = Duration::from_micros(20);
+
+/// How long after a gap the pump keeps running the engine.
+const GAPPY_HOLD: Duration = Duration::from_millis(100);
 
 /// The longest the pump sleeps in the engine's wait before looking again.
 const ACTIVE_WAIT: Duration = Duration::from_millis(10);
@@ -66,6 +77,13 @@ fn config() -> Result<&'static DeviceConfig, libc::c_int> {
 pub(crate) struct Activity {
     /// CQ polls so far (any CQ of the NIC).
     polls: AtomicU64,
+    /// When the last poll returned (monotonic ns).
+    last_return: AtomicU64,
+    /// Until when the pump keeps running the engine because polls came
+    /// with gaps (monotonic ns).
+    gappy_until: AtomicU64,
+    /// The pump is napping (a gap must wake it).
+    napping: AtomicBool,
     /// Threads blocked waiting for a completion event.
     waiters: AtomicU32,
     stop: AtomicBool,
@@ -74,10 +92,32 @@ pub(crate) struct Activity {
 }
 
 impl Activity {
-    /// A thread polled a CQ (and ran the engine if it was empty).
+    /// A thread is about to poll a CQ (and run the engine if it is empty).
     #[inline]
-    pub(crate) fn polled(&self) {
+    pub(crate) fn polling(&self) {
+        let now = monotonic_ns();
         self.polls.fetch_add(1, Ordering::Relaxed);
+        let last = self.last_return.load(Ordering::Relaxed);
+        if now.saturating_sub(last) > GAP.as_nanos() as u64 {
+            self.gappy_until
+                .store(now + GAPPY_HOLD.as_nanos() as u64, Ordering::Relaxed);
+            if self.napping.load(Ordering::Relaxed) {
+                let _g = self.nap.lock().unwrap_or_else(|e| e.into_inner());
+                self.wake.notify_all();
+            }
+        }
+    }
+
+    /// Notes, when the returned guard drops, that a call that may have run
+    /// the engine (a poll, a post) returns to the application: pauses
+    /// between polls are measured from there.
+    #[inline]
+    pub(crate) fn returning(&self) -> Returning<'_> {
+        Returning(self)
+    }
+
+    fn gappy(&self) -> bool {
+        monotonic_ns() < self.gappy_until.load(Ordering::Relaxed)
     }
 
     /// A thread is about to block until a completion event: the pump must
@@ -87,6 +127,16 @@ impl Activity {
         let _g = self.nap.lock().unwrap_or_else(|e| e.into_inner());
         self.wake.notify_all();
         BlockingGuard(self)
+    }
+}
+
+/// Stamps the return time of a poll or post (see [`Activity::returning`]).
+pub(crate) struct Returning<'a>(&'a Activity);
+
+impl Drop for Returning<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.0.last_return.store(monotonic_ns(), Ordering::Relaxed);
     }
 }
 
@@ -158,32 +208,46 @@ impl Nic {
     }
 }
 
-/// The pump: naps while application threads poll, runs the engine when
-/// they do not or when one waits for an event (see the module docs).
+/// The pump: naps while application threads poll without pause, runs the
+/// engine otherwise (see the module docs).
 fn pump(dev: &Device, act: &Activity) {
     let mut seen = act.polls.load(Ordering::Relaxed);
-    let mut active = false;
+    let mut active = true;
     while !act.stop.load(Ordering::Acquire) {
-        let waiting = act.waiters.load(Ordering::Acquire) > 0;
-        if active || waiting {
+        let needed = || act.waiters.load(Ordering::Acquire) > 0 || act.gappy();
+        if active || needed() {
             if dev.progress_wait(ACTIVE_WAIT).is_err() {
                 // Removed: nothing left to run.
                 return;
             }
             let now = act.polls.load(Ordering::Relaxed);
-            // Back to napping once the application polls again (and nobody
-            // waits for an event).
-            active = now == seen || act.waiters.load(Ordering::Acquire) > 0;
+            // Napping again once the application polls without pause (and
+            // nobody waits for an event).
+            active = now == seen || needed();
             seen = now;
         } else {
             let g = act.nap.lock().unwrap_or_else(|e| e.into_inner());
-            if act.stop.load(Ordering::Acquire) || act.waiters.load(Ordering::Acquire) > 0 {
-                continue;
+            act.napping.store(true, Ordering::Relaxed);
+            if !act.stop.load(Ordering::Acquire) && !needed() {
+                drop(act.wake.wait_timeout(g, NAP));
             }
-            drop(act.wake.wait_timeout(g, NAP));
+            act.napping.store(false, Ordering::Relaxed);
             let now = act.polls.load(Ordering::Relaxed);
-            active = now == seen;
+            active = now == seen || needed();
             seen = now;
         }
     }
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds.
+fn monotonic_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec to write; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    (t.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(t.tv_nsec as u64)
 }

@@ -462,6 +462,8 @@ pub(crate) unsafe extern "C" fn post_send(
     let Some(qp) = fast::<Qp>(qp) else {
         return libc::EINVAL;
     };
+    // A post that ran the engine does not count as a pause between polls.
+    let _returned = qp.pd.nic.activity.returning();
     ffi::guarded(libc::EIO, || {
         let mut cur = wr;
         while !cur.is_null() {
@@ -491,6 +493,7 @@ pub(crate) unsafe extern "C" fn post_recv(
     let Some(qp) = fast::<Qp>(qp) else {
         return libc::EINVAL;
     };
+    let _returned = qp.pd.nic.activity.returning();
     ffi::guarded(libc::EIO, || {
         // SAFETY: forwarded from the caller.
         unsafe { post_recvs(wr, bad_wr, |r| qp.qp.post_recv(r).map_err(|e| e.errno())) }

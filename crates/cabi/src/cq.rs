@@ -400,9 +400,7 @@ pub(crate) unsafe extern "C" fn poll_cq(
     if wc.is_null() {
         return -libc::EINVAL;
     }
-    let activity = &cq.nic.activity;
-    activity.polling();
-    let _returned = activity.returning();
+    let _returned = cq.nic.activity.entering(true);
     let want = num_entries as usize;
     let mut buf = [NO_COMPLETION; BATCH];
     let mut done = 0;

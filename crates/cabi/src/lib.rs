@@ -20,12 +20,12 @@
 //! and the Debian programs' imports). The dynamic loader recognises the
 //! four names as one file (same inode) and maps it once, so a program that
 //! links several of them gets one copy of this library's state: one device
-//! table, one engine per local address ([`nic`]), one set of objects. That
+//! table, one engine per local address (`nic`), one set of objects. That
 //! is the plan for librdmacm: its calls live in this same object
-//! ([`rdmacm`], stubs for now) and use the contexts, PDs, CQs and QPs of
+//! (`rdmacm`, stubs for now) and use the contexts, PDs, CQs and QPs of
 //! the verbs calls directly, with no private ABI between two libraries.
 //! The vendor libraries are there only because perftest, libfabric and UCX
-//! link them and bind every symbol at load time ([`vendor`]).
+//! link them and bind every symbol at load time (`vendor`).
 //!
 //! ## The ABI
 //!
@@ -33,22 +33,24 @@
 //! turns `ibv_post_send`, `ibv_post_recv`, `ibv_post_srq_recv`,
 //! `ibv_poll_cq` and `ibv_req_notify_cq` into calls through
 //! `obj->context->ops`, so the structures must be laid out to the byte
-//! ([`abi`], whose layout assertions fail the build on a mistake) and every
+//! (`abi`, whose layout assertions fail the build on a mistake) and every
 //! object must start with its context. Everything else is an exported
-//! function with rdma-core's name, version and errno conventions ([`ffi`]).
+//! function with rdma-core's name, version and errno conventions (`ffi`).
+//!
+//! The modules (private: `cargo doc --document-private-items` shows them):
 //!
 //! | area | module |
 //! |---|---|
-//! | device list, contexts, device/port/GID/P_Key queries | [`device`] |
-//! | the engine per address, and who runs it | [`nic`] |
-//! | PDs and memory regions | [`pd`] |
-//! | registered memory the program unmaps | [`guard`] |
-//! | CQs, completion channels | [`cq`] |
-//! | QPs and the post path | [`qp`] |
-//! | SRQs | [`srq`] |
-//! | address handles | [`ah`] |
-//! | the async event descriptor | [`events`] |
-//! | names, rates, sysfs, fork, unsupported kernel-object calls | [`misc`] |
+//! | device list, contexts, device/port/GID/P_Key queries | `device` |
+//! | the engine per address, and who runs it | `nic` |
+//! | PDs and memory regions | `pd` |
+//! | registered memory the program unmaps | `guard` |
+//! | CQs, completion channels | `cq` |
+//! | QPs and the post path | `qp` |
+//! | SRQs | `srq` |
+//! | address handles | `ah` |
+//! | the async event descriptor | `events` |
+//! | names, rates, sysfs, fork, unsupported kernel-object calls | `misc` |
 //!
 //! ## Bad input
 //!
@@ -60,7 +62,7 @@
 //! — a pointer to too few bytes, an object destroyed while another thread
 //! uses it — is undefined, as it is with rdma-core. A peer's access to
 //! registered memory the program has since unmapped does not crash the
-//! program ([`guard`]).
+//! program (`guard`).
 
 #![warn(missing_docs)]
 #![allow(

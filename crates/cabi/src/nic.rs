@@ -45,10 +45,10 @@ pub(crate) const NAP: Duration = Duration::from_millis(1);
 /// The longest pause between two polls of a program that drives the engine
 /// by polling; a longer one means it does something else in between (and
 /// the pump must run the engine meanwhile).
-pub(crate) const GAP: Duration = Duration::from_micros(20);
+pub(crate) const GAP: Duration = Duration::from_micros(5);
 
 /// How long after a gap the pump keeps running the engine.
-const GAPPY_HOLD: Duration = Duration::from_millis(100);
+const GAPPY_HOLD: Duration = Duration::from_millis(2);
 
 /// The longest the pump sleeps in the engine's wait before looking again.
 const ACTIVE_WAIT: Duration = Duration::from_millis(10);
@@ -84,6 +84,8 @@ pub(crate) struct Activity {
     gappy_until: AtomicU64,
     /// The pump is napping (a gap must wake it).
     napping: AtomicBool,
+    /// There is a pump (manual progress).
+    has_pump: AtomicBool,
     /// Threads blocked waiting for a completion event.
     waiters: AtomicU32,
     stop: AtomicBool,
@@ -92,11 +94,17 @@ pub(crate) struct Activity {
 }
 
 impl Activity {
-    /// A thread is about to poll a CQ (and run the engine if it is empty).
+    /// A thread enters a call that may run the engine (a poll, which runs
+    /// it when the CQ is empty, or a post); the returned guard notes when it
+    /// returns. A pause longer than [`GAP`] since the previous such return
+    /// means the program does something else between calls: the pump must
+    /// run the engine meanwhile.
     #[inline]
-    pub(crate) fn polling(&self) {
+    pub(crate) fn entering(&self, poll: bool) -> Returning<'_> {
         let now = monotonic_ns();
-        self.polls.fetch_add(1, Ordering::Relaxed);
+        if poll {
+            self.polls.fetch_add(1, Ordering::Relaxed);
+        }
         let last = self.last_return.load(Ordering::Relaxed);
         if now.saturating_sub(last) > GAP.as_nanos() as u64 {
             self.gappy_until
@@ -106,14 +114,14 @@ impl Activity {
                 self.wake.notify_all();
             }
         }
+        Returning(self)
     }
 
-    /// Notes, when the returned guard drops, that a call that may have run
-    /// the engine (a poll, a post) returns to the application: pauses
-    /// between polls are measured from there.
+    /// Whether a pump is running the engine now (not napping): a post may
+    /// then have been queued behind its step (see [`Nic::posted`]).
     #[inline]
-    pub(crate) fn returning(&self) -> Returning<'_> {
-        Returning(self)
+    fn pump_running(&self) -> bool {
+        self.has_pump.load(Ordering::Relaxed) && !self.napping.load(Ordering::Relaxed)
     }
 
     fn gappy(&self) -> bool {
@@ -130,7 +138,7 @@ impl Activity {
     }
 }
 
-/// Stamps the return time of a poll or post (see [`Activity::returning`]).
+/// Stamps the return time of a poll or post (see [`Activity::entering`]).
 pub(crate) struct Returning<'a>(&'a Activity);
 
 impl Drop for Returning<'_> {
@@ -178,6 +186,20 @@ fn nics() -> &'static Mutex<HashMap<IpAddr, Weak<Nic>>> {
 }
 
 impl Nic {
+    /// After a post: when the pump runs the engine, the post may have found
+    /// it busy and been queued for the next step, and the pump may already
+    /// be asleep in the engine's wait, which a queued post does not end; so
+    /// this thread runs a step itself (waiting out the pump's). A program
+    /// that polls without pause runs the next step anyway.
+    #[inline]
+    pub(crate) fn posted(&self) {
+        if self.activity.pump_running() {
+            while !self.dev.try_progress() {
+                std::thread::yield_now();
+            }
+        }
+    }
+
     /// The process's engine for `addr`, opened if nobody holds it.
     pub(crate) fn get(addr: IpAddr) -> Result<Arc<Nic>, libc::c_int> {
         let mut map = nics().lock().unwrap_or_else(|e| e.into_inner());
@@ -187,7 +209,9 @@ impl Nic {
         let cfg = config()?;
         let dev = Device::open_with(addr, cfg).map_err(|e| e.errno())?;
         let activity = Arc::new(Activity::default());
-        let pump = (dev.progress_mode() == Progress::Manual).then(|| {
+        let manual = dev.progress_mode() == Progress::Manual;
+        activity.has_pump.store(manual, Ordering::Relaxed);
+        let pump = manual.then(|| {
             let (dev, act) = (dev.clone(), activity.clone());
             std::thread::Builder::new()
                 .name(format!("ndv-pump {addr}"))

@@ -462,9 +462,8 @@ pub(crate) unsafe extern "C" fn post_send(
     let Some(qp) = fast::<Qp>(qp) else {
         return libc::EINVAL;
     };
-    // A post that ran the engine does not count as a pause between polls.
-    let _returned = qp.pd.nic.activity.returning();
-    ffi::guarded(libc::EIO, || {
+    let _returned = qp.pd.nic.activity.entering(false);
+    let rc = ffi::guarded(libc::EIO, || {
         let mut cur = wr;
         while !cur.is_null() {
             // SAFETY: each request of the chain the caller passed.
@@ -481,7 +480,9 @@ pub(crate) unsafe extern "C" fn post_send(
             cur = w.next;
         }
         0
-    })
+    });
+    qp.pd.nic.posted();
+    rc
 }
 
 /// `ibv_post_recv` (the `post_recv` op).
@@ -493,11 +494,13 @@ pub(crate) unsafe extern "C" fn post_recv(
     let Some(qp) = fast::<Qp>(qp) else {
         return libc::EINVAL;
     };
-    let _returned = qp.pd.nic.activity.returning();
-    ffi::guarded(libc::EIO, || {
+    let _returned = qp.pd.nic.activity.entering(false);
+    let rc = ffi::guarded(libc::EIO, || {
         // SAFETY: forwarded from the caller.
         unsafe { post_recvs(wr, bad_wr, |r| qp.qp.post_recv(r).map_err(|e| e.errno())) }
-    })
+    });
+    qp.pd.nic.posted();
+    rc
 }
 
 /// Posts a chain of receives with `post`.

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Measures Debian's perftest through the C ABI libraries (ndv run ib_*)
+# against ndv's own perftest (ndv perf) on the same link in the same run:
+# two network namespaces joined by a veth pair, rounds interleaved, medians
+# printed. Needs root and a release build (cargo build --release -p ndv).
+#
+#   scripts/cabi-bench.sh [ROUNDS] [MTU]      defaults: 5 rounds, veth MTU 9000
+#
+# Each round runs, in this order: ndv perf write_bw, ib_write_bw, ndv perf
+# send_lat, ib_send_lat (64 KiB WRITEs, 5000 of them; 2-byte SENDs, 10000
+# round trips), server in namespace A, client in B.
+set -euo pipefail
+rounds=${1:-5}
+mtu=${2:-9000}
+here=$(cd "$(dirname "$0")/.." && pwd)
+ndv=${NDV:-$here/target/release/ndv}
+[ -x "$ndv" ] || { echo "cabi-bench: no $ndv (cargo build --release -p ndv)" >&2; exit 1; }
+command -v ib_write_bw >/dev/null || { echo "cabi-bench: perftest missing (scripts/setup.sh)" >&2; exit 1; }
+"$ndv" run --env >/dev/null   # links the libraries once, before timing anything
+
+a=ndvbench-a-$$ b=ndvbench-b-$$
+cleanup() { ip netns del "$a" 2>/dev/null || true; ip netns del "$b" 2>/dev/null || true; }
+trap cleanup EXIT
+ip netns add "$a"; ip netns add "$b"
+ip link add veth0 netns "$a" type veth peer name veth0 netns "$b"
+for ns in "$a" "$b"; do
+    ip -n "$ns" link set lo up
+    ip -n "$ns" link set veth0 mtu "$mtu" up
+done
+ip -n "$a" addr add 10.98.0.1/24 dev veth0
+ip -n "$b" addr add 10.98.0.2/24 dev veth0
+
+# run NAME SERVER-COMMAND CLIENT-COMMAND: the client's output on stdout.
+run() {
+    local port=$1; shift
+    local server=$1 client=$2
+    ip netns exec "$a" bash -c "$server" >/dev/null 2>&1 &
+    local pid=$!
+    for _ in $(seq 200); do
+        ip netns exec "$a" ss -ltnH | grep -q ":$port " && break
+        sleep 0.05
+    done
+    ip netns exec "$b" bash -c "$client" 2>/dev/null
+    wait "$pid" || true
+}
+
+# The result row's column COL (1-based) of perftest output on stdin.
+col() { awk -v c="$1" '/^ *[0-9]+ +[0-9]+ / { print $c; exit }'; }
+
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+dev="-d ndv0 -x 0"
+declare -a ndv_bw ib_bw ndv_lat ib_lat
+for r in $(seq "$rounds"); do
+    ndv_bw+=("$(run 18521 "$ndv perf write_bw -p 18521 -x 0 -n 5000" \
+        "$ndv perf write_bw -p 18521 -x 0 -n 5000 10.98.0.1" | col 4)")
+    ib_bw+=("$(run 18522 "$ndv run ib_write_bw $dev -p 18522 -n 5000" \
+        "$ndv run ib_write_bw $dev -p 18522 -n 5000 10.98.0.1" | col 4)")
+    ndv_lat+=("$(run 18523 "$ndv perf send_lat -p 18523 -x 0 -n 10000" \
+        "$ndv perf send_lat -p 18523 -x 0 -n 10000 10.98.0.1" | col 5)")
+    ib_lat+=("$(run 18524 "$ndv run ib_send_lat $dev -p 18524 -n 10000" \
+        "$ndv run ib_send_lat $dev -p 18524 -n 10000 10.98.0.1" | col 5)")
+    echo "round $r: write_bw MB/s ndv ${ndv_bw[-1]} ib ${ib_bw[-1]}; send_lat t_typical us ndv ${ndv_lat[-1]} ib ${ib_lat[-1]}" >&2
+done
+m() { printf '%s\n' "$@" | median; }
+nb=$(m "${ndv_bw[@]}") ib=$(m "${ib_bw[@]}") nl=$(m "${ndv_lat[@]}") il=$(m "${ib_lat[@]}")
+echo "| test (veth MTU $mtu, $rounds rounds, medians) | ndv perf | perftest via ndv run | ratio |"
+echo "|---|---|---|---|"
+awk -v n="$nb" -v i="$ib" 'BEGIN { printf "| write_bw 64 KiB, MB/s | %.1f | %.1f | %.2f× |\n", n, i, i / n }'
+awk -v n="$nl" -v i="$il" 'BEGIN { printf "| send_lat 2 B t_typical, µs | %.2f | %.2f | %.2f× (as speed: %.2f×) |\n", n, i, i / n, n / i }'

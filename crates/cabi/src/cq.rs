@@ -365,6 +365,7 @@ pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c
     } else {
         NotifyOn::Any
     });
+    cq.nic.activity.armed();
     0
 }
 

@@ -21,6 +21,10 @@
 //! previous handler (or the default action: the program dies as it would
 //! have).
 //!
+//! The program's own access to such memory is repaired the same way (the
+//! handler cannot tell the engine's accesses from the program's): it reads
+//! zeros instead of dying, where with a kernel provider it would have died.
+//!
 //! What this cannot do: memory the program unmapped *and mapped again* at
 //! the same address is reached like any mapped memory (a kernel's pinned
 //! pages would have kept the old contents apart); a page made inaccessible
@@ -145,6 +149,10 @@ fn install(revoke: fn(u64)) {
         let Ok((read, write)) = sys::pipe() else {
             return;
         };
+        // The handler must never block (the engine may hold its lock while
+        // it faults, and the helper needs that lock): with the pipe full,
+        // the report is dropped — the region's earlier reports still wait.
+        sys::set_nonblocking(&write);
         REPORT_FD.store(write.raw(), Ordering::Release);
         // The write end lives as long as the process (the handler may run
         // at any time).

@@ -22,8 +22,9 @@
 //! polling without pause: it sleeps in the engine's own wait (socket
 //! readable, post, timer) and runs it, and only naps ([`NAP`] at a time)
 //! while polls keep coming with no gap longer than [`GAP`] between one
-//! poll's return and the next call. A poll after such a gap, and a thread
-//! about to block on a completion channel, wake it at once.
+//! poll's return and the next call. A poll after such a gap, arming a CQ
+//! for an event, and a thread about to block on a completion channel wake
+//! it at once.
 //! `NDV_PROGRESS=thread` uses an engine thread instead and no pump.
 //!
 //! Configuration is read from the environment here, on purpose and once:
@@ -107,14 +108,27 @@ impl Activity {
         }
         let last = self.last_return.load(Ordering::Relaxed);
         if now.saturating_sub(last) > GAP.as_nanos() as u64 {
-            self.gappy_until
-                .store(now + GAPPY_HOLD.as_nanos() as u64, Ordering::Relaxed);
-            if self.napping.load(Ordering::Relaxed) {
-                let _g = self.nap.lock().unwrap_or_else(|e| e.into_inner());
-                self.wake.notify_all();
-            }
+            self.pause_at(now);
         }
         Returning(self)
+    }
+
+    /// A CQ was armed: the program means to wait for its event, often
+    /// without calling into the library again (epoll on the channel), so
+    /// the pump must run the engine now.
+    pub(crate) fn armed(&self) {
+        self.pause_at(monotonic_ns());
+    }
+
+    /// The program pauses (or is about to) at `now`: the pump runs the
+    /// engine for the next [`GAPPY_HOLD`] at least.
+    fn pause_at(&self, now: u64) {
+        self.gappy_until
+            .store(now + GAPPY_HOLD.as_nanos() as u64, Ordering::Relaxed);
+        if self.napping.load(Ordering::Relaxed) {
+            let _g = self.nap.lock().unwrap_or_else(|e| e.into_inner());
+            self.wake.notify_all();
+        }
     }
 
     /// Whether a pump is running the engine now (not napping): a post may
@@ -194,7 +208,8 @@ impl Nic {
     #[inline]
     pub(crate) fn posted(&self) {
         if self.activity.pump_running() {
-            while !self.dev.try_progress() {
+            // A removed device runs nothing (and never will).
+            while !self.dev.try_progress() && !self.dev.is_removed() {
                 std::thread::yield_now();
             }
         }

@@ -73,6 +73,15 @@ pub(crate) fn epoll_wait_one(ep: c_int, timeout_ms: c_int) -> Result<Option<u64>
     Ok((n == 1).then_some(ev.u64))
 }
 
+/// Puts `fd` in non-blocking mode.
+pub(crate) fn set_nonblocking(fd: &Fd) {
+    // SAFETY: F_GETFL/F_SETFL on a descriptor we own.
+    unsafe {
+        let fl = libc::fcntl(fd.raw(), libc::F_GETFL);
+        libc::fcntl(fd.raw(), libc::F_SETFL, fl | libc::O_NONBLOCK);
+    }
+}
+
 /// True if `fd` is in non-blocking mode (the application may switch it).
 pub(crate) fn is_nonblocking(fd: c_int) -> bool {
     // SAFETY: F_GETFL takes no argument.

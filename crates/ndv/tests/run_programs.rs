@@ -383,40 +383,54 @@ fn guest_ready() -> Option<Guest> {
     Guest::get()
 }
 
-#[test]
-fn ibv_rc_pingpong_against_rxe_both_roles() {
+/// `program` (`ibv_rc_pingpong`, `ibv_srq_pingpong`) with `extra` options
+/// between us and rxe in both roles, on TCP ports `port` and `port + 1`.
+fn pingpong_against_rxe(program: &str, extra: &str, port: u16) {
     let Some(g) = guest_ready() else { return };
+    let (p1, p2) = (port.to_string(), (port + 1).to_string());
+    let ours = |p: &str| -> Vec<String> {
+        ["-g", "0", "-p", p, "-n", "200"]
+            .into_iter()
+            .chain(extra.split_whitespace())
+            .map(String::from)
+            .collect()
+    };
     // rxe serves.
-    let job = g.spawn("timeout 60 ibv_rc_pingpong -g 1 -c -p 18921 -n 200");
-    g.wait_listening(&job, Listen::Tcp(18921));
-    let c = Running::spawn(&mut ndv_run(
-        g.netns(),
-        "ibv_rc_pingpong",
-        &["-g", "0", "-c", "-p", "18921", "-n", "200", GUEST],
-    ))
-    .wait(LIMIT);
+    let job = g.spawn(&format!("timeout 60 {program} -g 1 -p {p1} -n 200 {extra}"));
+    g.wait_listening(&job, Listen::Tcp(port));
+    let args = ours(&p1);
+    let args: Vec<&str> = args.iter().map(String::as_str).chain([GUEST]).collect();
+    let c = Running::spawn(&mut ndv_run(g.netns(), program, &args)).wait(LIMIT);
     let (ok_g, out_g) = g.wait(job);
     assert!(c.ok && ok_g, "ours:\n{}\nrxe:\n{out_g}", c.text());
     assert!(
-        out_g.contains("200 iters in ") && c.text().contains("200 iters in "),
+        out_g.contains(" iters in ") && c.text().contains(" iters in "),
         "{out_g}"
     );
     // We serve.
-    let server = Running::spawn(&mut ndv_run(
-        g.netns(),
-        "ibv_rc_pingpong",
-        &["-g", "0", "-c", "-p", "18922", "-n", "200"],
-    ));
-    wait_listening(g.netns(), 18922, &server);
+    let args = ours(&p2);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = Running::spawn(&mut ndv_run(g.netns(), program, &args));
+    wait_listening(g.netns(), port + 1, &server);
     let (ok_g, out_g) = g.run(&format!(
-        "timeout 60 ibv_rc_pingpong -g 1 -c -p 18922 -n 200 {HOST}"
+        "timeout 60 {program} -g 1 -p {p2} -n 200 {extra} {HOST}"
     ));
     let s = server.wait(LIMIT);
     assert!(s.ok && ok_g, "ours:\n{}\nrxe:\n{out_g}", s.text());
     assert!(
-        out_g.contains("200 iters in ") && s.text().contains("200 iters in "),
+        out_g.contains(" iters in ") && s.text().contains(" iters in "),
         "{out_g}"
     );
+}
+
+#[test]
+fn ibv_rc_pingpong_against_rxe_both_roles() {
+    pingpong_against_rxe("ibv_rc_pingpong", "-c", 18921);
+}
+
+#[test]
+fn ibv_srq_pingpong_against_rxe_both_roles() {
+    pingpong_against_rxe("ibv_srq_pingpong", "-q 4", 18923);
 }
 
 /// `ib_<t>` between us and rxe in both roles.
@@ -485,4 +499,24 @@ fn ib_read_bw_against_rxe_both_roles() {
 #[test]
 fn ib_atomic_lat_against_rxe_both_roles() {
     perftest_against_rxe("atomic_lat", 18934);
+}
+
+#[test]
+fn ib_send_bw_against_rxe_both_roles() {
+    perftest_against_rxe("send_bw", 18935);
+}
+
+#[test]
+fn ib_atomic_bw_against_rxe_both_roles() {
+    perftest_against_rxe("atomic_bw", 18936);
+}
+
+#[test]
+fn ib_write_lat_against_rxe_both_roles() {
+    perftest_against_rxe("write_lat", 18937);
+}
+
+#[test]
+fn ib_read_lat_against_rxe_both_roles() {
+    perftest_against_rxe("read_lat", 18938);
 }

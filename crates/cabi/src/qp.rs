@@ -301,10 +301,15 @@ pub unsafe extern "C" fn ibv_query_qp(
         a.timeout = q.timeout;
         a.retry_cnt = q.retry_cnt;
         a.rnr_retry = q.rnr_retry;
-        // SAFETY: our public struct, read.
-        let b = unsafe { &(*qp.pub_.get()).qp_base };
+        // SAFETY: our public struct; rdma-core mirrors the state it
+        // queried there (the QP may have gone to ERR on its own).
+        let qp_context = unsafe {
+            let b = &mut (*qp.pub_.get()).qp_base;
+            b.state = a.qp_state;
+            b.qp_context
+        };
         let init = ibv_qp_init_attr {
-            qp_context: b.qp_context,
+            qp_context,
             send_cq: qp.send_cq.public(),
             recv_cq: qp.recv_cq.public(),
             srq: qp.srq.map_or(std::ptr::null_mut(), |s| s.public()),

@@ -58,9 +58,9 @@ pub(crate) fn epoll_add(ep: &Fd, fd: c_int, data: u64) -> Result<(), c_int> {
 
 /// Stops watching `fd`.
 pub(crate) fn epoll_del(ep: &Fd, fd: c_int) {
-    // SAFETY: EPOLL_CTL_DEL ignores the event argument (non-NULL for old kernels).
+    // EPOLL_CTL_DEL ignores the event, but kernels before 2.6.9 want one.
     let mut ev = libc::epoll_event { events: 0, u64: 0 };
-    // SAFETY: as above.
+    // SAFETY: `ev` is a valid epoll_event for the duration of the call.
     unsafe { libc::epoll_ctl(ep.raw(), libc::EPOLL_CTL_DEL, fd, &mut ev) };
 }
 

@@ -6,10 +6,13 @@
 #
 #   scripts/cabi-bench.sh [ROUNDS] [MTU]      defaults: 5 rounds, veth MTU 9000
 #
-# Each round runs, in this order: ndv perf write_bw, ib_write_bw, ndv perf
-# send_lat, ib_send_lat (64 KiB WRITEs, 5000 of them; 2-byte SENDs, 10000
-# round trips), server in namespace A, client in B, all with the path MTU the
-# link allows (rxe's rule: the largest IB MTU within the link MTU - 80).
+# Each round runs ndv perf write_bw and ib_write_bw (64 KiB WRITEs, 40000 of
+# them), then ndv perf send_lat and ib_send_lat (2-byte SENDs, 20000 round
+# trips), the order of each pair flipping every round; server in namespace A,
+# client in B, all with the path MTU the link allows (rxe's rule: the largest
+# IB MTU within the link MTU - 80). The table gives the medians and the
+# median of the per-round ratios (each round's two runs seconds apart) with
+# their spread.
 set -euo pipefail
 rounds=${1:-5}
 mtu=${2:-9000}
@@ -55,20 +58,32 @@ for m in 512 1024 2048 4096; do [ $((mtu - 80)) -ge $m ] && ibmtu=$m; done
 dev="-d ndv0 -x 0 -m $ibmtu"
 opt="-x 0 -m $ibmtu"
 declare -a ndv_bw ib_bw ndv_lat ib_lat
+bw() { run "$1" "$2 -p $1 -n 40000" "$2 -p $1 -n 40000 10.98.0.1" | col 4; }
+lat() { run "$1" "$2 -p $1 -n 20000" "$2 -p $1 -n 20000 10.98.0.1" | col 5; }
 for r in $(seq "$rounds"); do
-    ndv_bw+=("$(run 18521 "$ndv perf write_bw -p 18521 $opt -n 5000" \
-        "$ndv perf write_bw -p 18521 $opt -n 5000 10.98.0.1" | col 4)")
-    ib_bw+=("$(run 18522 "$ndv run ib_write_bw $dev -p 18522 -n 5000" \
-        "$ndv run ib_write_bw $dev -p 18522 -n 5000 10.98.0.1" | col 4)")
-    ndv_lat+=("$(run 18523 "$ndv perf send_lat -p 18523 $opt -n 10000" \
-        "$ndv perf send_lat -p 18523 $opt -n 10000 10.98.0.1" | col 5)")
-    ib_lat+=("$(run 18524 "$ndv run ib_send_lat $dev -p 18524 -n 10000" \
-        "$ndv run ib_send_lat $dev -p 18524 -n 10000 10.98.0.1" | col 5)")
+    # The order flips every round, so drift in the machine's speed falls on
+    # both sides alike.
+    if [ $((r % 2)) = 1 ]; then
+        ndv_bw+=("$(bw 18521 "$ndv perf write_bw $opt")")
+        ib_bw+=("$(bw 18522 "$ndv run ib_write_bw $dev")")
+        ndv_lat+=("$(lat 18523 "$ndv perf send_lat $opt")")
+        ib_lat+=("$(lat 18524 "$ndv run ib_send_lat $dev")")
+    else
+        ib_bw+=("$(bw 18522 "$ndv run ib_write_bw $dev")")
+        ndv_bw+=("$(bw 18521 "$ndv perf write_bw $opt")")
+        ib_lat+=("$(lat 18524 "$ndv run ib_send_lat $dev")")
+        ndv_lat+=("$(lat 18523 "$ndv perf send_lat $opt")")
+    fi
     echo "round $r: write_bw MB/s ndv ${ndv_bw[-1]} ib ${ib_bw[-1]}; send_lat t_typical us ndv ${ndv_lat[-1]} ib ${ib_lat[-1]}" >&2
 done
 m() { printf '%s\n' "$@" | median; }
+# Per-round ratios: perftest via the libraries over ndv perf (bandwidth), ndv
+# perf over perftest via the libraries (latency: as speed).
+ratios() { local -n x=$1 y=$2; for i in "${!x[@]}"; do awk -v a="${x[$i]}" -v b="${y[$i]}" 'BEGIN { print a / b }'; done; }
+spread() { sort -g | awk '{ v[NR] = $1 } END { printf "%.2f–%.2f", v[1], v[NR] }'; }
+bw_r=$(ratios ib_bw ndv_bw) lat_r=$(ratios ndv_lat ib_lat)
 nb=$(m "${ndv_bw[@]}") ib=$(m "${ib_bw[@]}") nl=$(m "${ndv_lat[@]}") il=$(m "${ib_lat[@]}")
-echo "| test (veth MTU $mtu, path MTU $ibmtu, $rounds rounds, medians) | ndv perf | perftest via ndv run | ratio |"
+echo "| test (veth MTU $mtu, path MTU $ibmtu, $rounds rounds, medians) | ndv perf | perftest via ndv run | ratio (median of rounds, spread) |"
 echo "|---|---|---|---|"
-awk -v n="$nb" -v i="$ib" 'BEGIN { printf "| write_bw 64 KiB, MB/s | %.1f | %.1f | %.2f× |\n", n, i, i / n }'
-awk -v n="$nl" -v i="$il" 'BEGIN { printf "| send_lat 2 B t_typical, µs | %.2f | %.2f | %.2f× (as speed: %.2f×) |\n", n, i, i / n, n / i }'
+echo "| write_bw 64 KiB, MB/s | $nb | $ib | $(echo "$bw_r" | median | xargs printf '%.2f')× ($(echo "$bw_r" | spread)) |"
+echo "| send_lat 2 B t_typical, µs (ratio as speed) | $nl | $il | $(echo "$lat_r" | median | xargs printf '%.2f')× ($(echo "$lat_r" | spread)) |"

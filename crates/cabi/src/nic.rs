@@ -22,9 +22,10 @@
 //! polling without pause: it sleeps in the engine's own wait (socket
 //! readable, post, timer) and runs it, and only naps ([`NAP`] at a time)
 //! while polls keep coming with no gap longer than [`GAP`] between one
-//! poll's return and the next call. A poll after such a gap, arming a CQ
-//! for an event, and a thread about to block on a completion channel wake
-//! it at once.
+//! poll's return and the next call (seen at its next look: a program that
+//! was preempted once is not given a competing thread at once). Arming a CQ
+//! for an event and a thread about to block on a completion channel wake it
+//! at once.
 //! `NDV_PROGRESS=thread` uses an engine thread instead and no pump.
 //!
 //! Configuration is read from the environment here, on purpose and once:
@@ -78,10 +79,10 @@ fn config() -> Result<&'static DeviceConfig, libc::c_int> {
 pub(crate) struct Activity {
     /// CQ polls so far (any CQ of the NIC).
     polls: AtomicU64,
-    /// When the last poll returned (monotonic ns).
+    /// When the last poll or post returned ([`ticks`]).
     last_return: AtomicU64,
     /// Until when the pump keeps running the engine because polls came
-    /// with gaps (monotonic ns).
+    /// with gaps ([`ticks`]).
     gappy_until: AtomicU64,
     /// The pump is napping (a gap must wake it).
     napping: AtomicBool,
@@ -102,13 +103,16 @@ impl Activity {
     /// run the engine meanwhile.
     #[inline]
     pub(crate) fn entering(&self, poll: bool) -> Returning<'_> {
-        let now = monotonic_ns();
+        let now = ticks();
         if poll {
             self.polls.fetch_add(1, Ordering::Relaxed);
         }
         let last = self.last_return.load(Ordering::Relaxed);
-        if now.saturating_sub(last) > GAP.as_nanos() as u64 {
-            self.pause_at(now);
+        if now.saturating_sub(last) > clock().gap {
+            // The program is back now; the pump takes over for its next
+            // pause from its next look on (a program preempted once does
+            // not get a pump that competes with it right away).
+            self.gappy_until.store(now + clock().hold, Ordering::Relaxed);
         }
         Returning(self)
     }
@@ -117,14 +121,14 @@ impl Activity {
     /// without calling into the library again (epoll on the channel), so
     /// the pump must run the engine now.
     pub(crate) fn armed(&self) {
-        self.pause_at(monotonic_ns());
+        self.pause_at(ticks());
     }
 
     /// The program pauses (or is about to) at `now`: the pump runs the
     /// engine for the next [`GAPPY_HOLD`] at least.
     fn pause_at(&self, now: u64) {
         self.gappy_until
-            .store(now + GAPPY_HOLD.as_nanos() as u64, Ordering::Relaxed);
+            .store(now + clock().hold, Ordering::Relaxed);
         if self.napping.load(Ordering::Relaxed) {
             let _g = self.nap.lock().unwrap_or_else(|e| e.into_inner());
             self.wake.notify_all();
@@ -139,7 +143,7 @@ impl Activity {
     }
 
     fn gappy(&self) -> bool {
-        monotonic_ns() < self.gappy_until.load(Ordering::Relaxed)
+        ticks() < self.gappy_until.load(Ordering::Relaxed)
     }
 
     /// A thread is about to block until a completion event: the pump must
@@ -158,7 +162,7 @@ pub(crate) struct Returning<'a>(&'a Activity);
 impl Drop for Returning<'_> {
     #[inline]
     fn drop(&mut self) {
-        self.0.last_return.store(monotonic_ns(), Ordering::Relaxed);
+        self.0.last_return.store(ticks(), Ordering::Relaxed);
     }
 }
 
@@ -222,6 +226,7 @@ impl Nic {
             return Ok(n);
         }
         let cfg = config()?;
+        clock();
         let dev = Device::open_with(addr, cfg).map_err(|e| e.errno())?;
         let activity = Arc::new(Activity::default());
         let manual = dev.progress_mode() == Progress::Manual;
@@ -276,6 +281,42 @@ fn pump(dev: &Device, act: &Activity) {
             seen = now;
         }
     }
+}
+
+/// The time stamp counter: two of these per poll and per post tell a
+/// program that polls without pause from one that does something else in
+/// between, and the vDSO clock would cost several times as much.
+#[inline]
+fn ticks() -> u64 {
+    // SAFETY: RDTSC exists on every x86_64 processor and has no
+    // preconditions.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+/// [`GAP`] and [`GAPPY_HOLD`] in [`ticks`].
+struct Clock {
+    gap: u64,
+    hold: u64,
+}
+
+/// The tick rate, measured once against `CLOCK_MONOTONIC` (a millisecond,
+/// the first time an engine opens). The counter runs at a constant rate on
+/// every processor of the last fifteen years; the thresholds it feeds are
+/// heuristics, so a rough rate is enough.
+fn clock() -> &'static Clock {
+    static C: OnceLock<Clock> = OnceLock::new();
+    C.get_or_init(|| {
+        let (t0, n0) = (ticks(), monotonic_ns());
+        while monotonic_ns() - n0 < 1_000_000 {
+            std::hint::spin_loop();
+        }
+        let per_ns = (ticks() - t0) as f64 / (monotonic_ns() - n0) as f64;
+        let per_ns = if per_ns.is_finite() && per_ns > 0.0 { per_ns } else { 3.0 };
+        Clock {
+            gap: (GAP.as_nanos() as f64 * per_ns) as u64,
+            hold: (GAPPY_HOLD.as_nanos() as f64 * per_ns) as u64,
+        }
+    })
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds.

@@ -112,7 +112,8 @@ impl Activity {
             // The program is back now; the pump takes over for its next
             // pause from its next look on (a program preempted once does
             // not get a pump that competes with it right away).
-            self.gappy_until.store(now + clock().hold, Ordering::Relaxed);
+            self.gappy_until
+                .store(now + clock().hold, Ordering::Relaxed);
         }
         Returning(self)
     }
@@ -311,7 +312,11 @@ fn clock() -> &'static Clock {
             std::hint::spin_loop();
         }
         let per_ns = (ticks() - t0) as f64 / (monotonic_ns() - n0) as f64;
-        let per_ns = if per_ns.is_finite() && per_ns > 0.0 { per_ns } else { 3.0 };
+        let per_ns = if per_ns.is_finite() && per_ns > 0.0 {
+            per_ns
+        } else {
+            3.0
+        };
         Clock {
             gap: (GAP.as_nanos() as f64 * per_ns) as u64,
             hold: (GAPPY_HOLD.as_nanos() as f64 * per_ns) as u64,

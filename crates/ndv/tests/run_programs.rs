@@ -520,3 +520,35 @@ fn ib_write_lat_against_rxe_both_roles() {
 fn ib_read_lat_against_rxe_both_roles() {
     perftest_against_rxe("read_lat", 18938);
 }
+
+#[test]
+fn ndv_run_env_prints_the_library_path_and_links_the_four_names() {
+    let o = Command::new(NDV)
+        .args(["run", "--env"])
+        .output()
+        .expect("ndv run --env");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let line = String::from_utf8_lossy(&o.stdout).into_owned();
+    let dir = line
+        .strip_prefix("export LD_LIBRARY_PATH=")
+        .and_then(|r| r.strip_suffix("${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\n"))
+        .unwrap_or_else(|| panic!("{line}"));
+    for name in [
+        "libibverbs.so.1",
+        "librdmacm.so.1",
+        "libmlx5.so.1",
+        "libefa.so.1",
+    ] {
+        assert!(
+            std::path::Path::new(dir).join(name).exists(),
+            "{dir}/{name}"
+        );
+    }
+    // A program that is not there: ndv's error, not a crash.
+    let o = Command::new(NDV)
+        .args(["run", "--", "no-such-program-ndv"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("running no-such-program-ndv"));
+}

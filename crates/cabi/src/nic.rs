@@ -21,8 +21,8 @@
 //! per NIC — the *pump* — runs the engine whenever the application is not
 //! polling without pause: it sleeps in the engine's own wait (socket
 //! readable, post, timer) and runs it, and only naps ([`NAP`] at a time)
-//! while polls keep coming with no gap longer than [`GAP`] between one
-//! poll's return and the next call (seen at its next look: a program that
+//! while polls and posts keep coming with no gap longer than [`GAP`] between
+//! one call's return and the next call (seen at its next look: a program that
 //! was preempted once is not given a competing thread at once). Arming a CQ
 //! for an event and a thread about to block on a completion channel wake it
 //! at once.
@@ -77,8 +77,9 @@ fn config() -> Result<&'static DeviceConfig, libc::c_int> {
 /// What the application threads tell the pump.
 #[derive(Debug, Default)]
 pub(crate) struct Activity {
-    /// CQ polls so far (any CQ of the NIC).
-    polls: AtomicU64,
+    /// Polls and posts so far (any object of the NIC): while they keep
+    /// coming, the application runs the engine (a direct post runs it too).
+    calls: AtomicU64,
     /// When the last poll or post returned ([`ticks`]).
     last_return: AtomicU64,
     /// Until when the pump keeps running the engine because polls came
@@ -102,11 +103,9 @@ impl Activity {
     /// means the program does something else between calls: the pump must
     /// run the engine meanwhile.
     #[inline]
-    pub(crate) fn entering(&self, poll: bool) -> Returning<'_> {
+    pub(crate) fn entering(&self) -> Returning<'_> {
         let now = ticks();
-        if poll {
-            self.polls.fetch_add(1, Ordering::Relaxed);
-        }
+        self.calls.fetch_add(1, Ordering::Relaxed);
         let last = self.last_return.load(Ordering::Relaxed);
         if now.saturating_sub(last) > clock().gap {
             // The program is back now; the pump takes over for its next
@@ -256,7 +255,7 @@ impl Nic {
 /// The pump: naps while application threads poll without pause, runs the
 /// engine otherwise (see the module docs).
 fn pump(dev: &Device, act: &Activity) {
-    let mut seen = act.polls.load(Ordering::Relaxed);
+    let mut seen = act.calls.load(Ordering::Relaxed);
     let mut active = true;
     while !act.stop.load(Ordering::Acquire) {
         let needed = || act.waiters.load(Ordering::Acquire) > 0 || act.gappy();
@@ -265,7 +264,7 @@ fn pump(dev: &Device, act: &Activity) {
                 // Removed: nothing left to run.
                 return;
             }
-            let now = act.polls.load(Ordering::Relaxed);
+            let now = act.calls.load(Ordering::Relaxed);
             // Napping again once the application polls without pause (and
             // nobody waits for an event).
             active = now == seen || needed();
@@ -277,7 +276,7 @@ fn pump(dev: &Device, act: &Activity) {
                 drop(act.wake.wait_timeout(g, NAP));
             }
             act.napping.store(false, Ordering::Relaxed);
-            let now = act.polls.load(Ordering::Relaxed);
+            let now = act.calls.load(Ordering::Relaxed);
             active = now == seen || needed();
             seen = now;
         }

@@ -467,7 +467,7 @@ pub(crate) unsafe extern "C" fn post_send(
     let Some(qp) = fast::<Qp>(qp) else {
         return libc::EINVAL;
     };
-    let _returned = qp.pd.nic.activity.entering(false);
+    let _returned = qp.pd.nic.activity.entering();
     let rc = ffi::guarded(libc::EIO, || {
         let mut cur = wr;
         while !cur.is_null() {
@@ -499,7 +499,7 @@ pub(crate) unsafe extern "C" fn post_recv(
     let Some(qp) = fast::<Qp>(qp) else {
         return libc::EINVAL;
     };
-    let _returned = qp.pd.nic.activity.entering(false);
+    let _returned = qp.pd.nic.activity.entering();
     let rc = ffi::guarded(libc::EIO, || {
         // SAFETY: forwarded from the caller.
         unsafe { post_recvs(wr, bad_wr, |r| qp.qp.post_recv(r).map_err(|e| e.errno())) }

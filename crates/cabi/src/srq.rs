@@ -151,7 +151,7 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
     let Some(srq) = fast::<Srq>(srq) else {
         return libc::EINVAL;
     };
-    let _returned = srq.pd.nic.activity.entering(false);
+    let _returned = srq.pd.nic.activity.entering();
     let rc = ffi::guarded(libc::EIO, || {
         // SAFETY: forwarded from the caller.
         unsafe { post_recvs(wr, bad_wr, |r| srq.srq.post_recv(r).map_err(|e| e.errno())) }

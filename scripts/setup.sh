@@ -6,6 +6,10 @@
 #   python3  helper scripts (tshark comparison)
 #   nftables kernel packet drops between test namespaces (no netem here)
 #   iperf3   the TCP baseline of `ndv bench` (P1 and the -a sweep)
+#   ibverbs-utils rdmacm-utils perftest
+#            the unmodified Debian programs run over the C ABI libraries
+#            (ndverbs-cabi) and against ndv's tools
+#   libibverbs-dev  rdma-core's headers, for the C API test of ndverbs-cabi
 set -euo pipefail
 need=()
 command -v tshark >/dev/null 2>&1 || need+=(tshark)
@@ -14,6 +18,10 @@ command -v editcap >/dev/null 2>&1 || need+=(wireshark-common)
 command -v iperf3 >/dev/null 2>&1 || need+=(iperf3)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v ibv_rc_pingpong >/dev/null 2>&1 || need+=(ibverbs-utils)
+command -v rping >/dev/null 2>&1 || need+=(rdmacm-utils)
+command -v ib_write_bw >/dev/null 2>&1 || need+=(perftest)
+[ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
 if ((${#need[@]})); then
     if [ "$(id -u)" != 0 ]; then
         echo "setup: missing ${need[*]}; run as root (apt-get) to install" >&2

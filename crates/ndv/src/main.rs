@@ -25,6 +25,7 @@ mod pingpong;
 mod plot;
 mod printf;
 mod qp;
+mod run;
 mod stat;
 
 use clap::{Parser, Subcommand};
@@ -65,6 +66,9 @@ enum Command {
     Devinfo(devinfo::Args),
     /// Counters of running ndverbs processes (rxe's names), like `rdma statistic`.
     Stat(stat::Args),
+    /// Run an unmodified RDMA program (libibverbs) over ndverbs: the C ABI
+    /// libraries first on its library path.
+    Run(run::Args),
     /// Print every RoCEv2 packet (UDP port 4791) of a pcap or pcapng file.
     Decode {
         /// One JSON object per packet instead of text.
@@ -87,11 +91,13 @@ impl Command {
             Command::Devinfo(_) => "devinfo",
             Command::Stat(_) => "stat",
             Command::Decode { .. } => "decode",
+            Command::Run(_) => "run",
         }
     }
 
-    fn run(&self) -> anyhow::Result<()> {
+    fn run(&self, pcap: Option<&std::path::Path>) -> anyhow::Result<()> {
         match self {
+            Command::Run(a) => run::run(a, pcap),
             Command::Decode { json, file } => decode::run(file, *json),
             Command::Ping(a) => ping::run(a),
             Command::Devinfo(a) => devinfo::run(a),
@@ -147,7 +153,8 @@ fn error_chain(e: &anyhow::Error) -> String {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
-    let result = device::configure(cli.pcap.as_deref()).and_then(|()| cli.command.run());
+    let result =
+        device::configure(cli.pcap.as_deref()).and_then(|()| cli.command.run(cli.pcap.as_deref()));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => match e.downcast_ref::<Exit>() {

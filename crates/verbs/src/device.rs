@@ -168,6 +168,22 @@ impl Device {
         self.nic.progress();
     }
 
+    /// Runs the engine once if no other thread is running it right now;
+    /// returns whether it ran. A post made while another thread runs a step
+    /// waits for the next step; a caller that must not leave it waiting
+    /// (its own thread will not poll soon) retries until this returns true.
+    ///
+    /// ```
+    /// use ndverbs_verbs::*;
+    /// let cfg = DeviceConfig { progress: Progress::Manual, ..DeviceConfig::default() };
+    /// let dev = Device::open_with("127.92.32.1".parse().unwrap(), &cfg)?;
+    /// assert!(dev.try_progress()); // nobody else runs it
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn try_progress(&self) -> bool {
+        self.nic.progress()
+    }
+
     /// Manual progress: sleeps until a packet or a post arrives, the next
     /// timer is due or `timeout` passes, then runs the engine once — what a
     /// thread dedicated to a manual-progress device loops on.

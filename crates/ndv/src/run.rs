@@ -1,0 +1,111 @@
+//! `ndv run [--] PROGRAM [ARGS…]`: runs an unmodified RDMA program (built
+//! against rdma-core's `libibverbs.so.1`) over ndverbs.
+//!
+//! The C ABI library (crate `ndverbs-cabi`) is a static library that cargo
+//! builds next to `ndv` (`cargo build --release` builds both); `ndv run`
+//! links it into `libibverbs.so.1`, with `librdmacm.so.1`, `libmlx5.so.1`
+//! and `libefa.so.1` pointing at it, in `ndverbs-lib/` beside the `ndv`
+//! binary (again only when the static library is newer), then executes the
+//! program with that directory first on `LD_LIBRARY_PATH`. The program
+//! replaces `ndv`: its exit status and signals are its own. `ndv run --env`
+//! prints the shell line that sets the path by hand instead.
+//!
+//! `--pcap FILE` is passed on as `NDV_PCAP`, which the library honours like
+//! every `NDV_*` variable (`NDV_STAT`, `NDV_FAULTS`, and `NDV_PROGRESS`:
+//! `adaptive`, the default, or `thread`).
+
+use anyhow::{bail, Context, Result};
+use ndverbs_cabi::install;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+/// `ndv run` options.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Print the shell line that puts the libraries on LD_LIBRARY_PATH
+    /// (for `eval "$(ndv run --env)"`) instead of running a program.
+    #[arg(long)]
+    pub env: bool,
+    /// The program and its arguments.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM [ARGS]"
+    )]
+    pub command: Vec<String>,
+}
+
+/// Links the libraries if needed; returns their directory.
+pub fn libraries() -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("finding the ndv executable")?;
+    let profile = exe
+        .parent()
+        .context("the ndv executable has no directory")?;
+    let Some(staticlib) = install::find_staticlib(profile) else {
+        bail!(
+            "no {} next to {} (build it: cargo build --release, or cargo build -p ndverbs-cabi)",
+            install::STATICLIB,
+            exe.display()
+        );
+    };
+    let dir = profile.join(install::LIB_DIR);
+    install::link(&staticlib, &dir)
+        .with_context(|| format!("linking {} in {}", install::SONAME, dir.display()))?;
+    Ok(dir)
+}
+
+/// `LD_LIBRARY_PATH` with `dir` first.
+fn library_path(dir: &Path) -> std::ffi::OsString {
+    let mut p = dir.as_os_str().to_owned();
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
+        p.push(":");
+        p.push(old);
+    }
+    p
+}
+
+/// Runs `ndv run`.
+pub fn run(a: &Args, pcap: Option<&Path>) -> Result<()> {
+    let dir = libraries()?;
+    if a.env {
+        let d = dir.to_string_lossy();
+        println!(
+            "export LD_LIBRARY_PATH={}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}",
+            shell_quote(&d)
+        );
+        return Ok(());
+    }
+    let Some((program, args)) = a.command.split_first() else {
+        bail!("no program to run (ndv run [--] PROGRAM [ARGS...])");
+    };
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args).env("LD_LIBRARY_PATH", library_path(&dir));
+    if let Some(p) = pcap {
+        cmd.env(ndverbs_verbs::PCAP_ENV, p);
+    }
+    // Only returns if the program could not be started.
+    let e = cmd.exec();
+    Err(e).with_context(|| format!("running {program}"))
+}
+
+/// `s` quoted for a POSIX shell when it needs it.
+fn shell_quote(s: &str) -> String {
+    if s.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-+:,".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(shell_quote("/a/b-c/ndverbs-lib"), "/a/b-c/ndverbs-lib");
+        assert_eq!(shell_quote("/a b/it's"), r"'/a b/it'\''s'");
+    }
+}

@@ -16,6 +16,7 @@
 //! | `send_errors` | packets dropped for another send error (no route, …) |
 //! | `peer_port_unreachable` | ICMP port unreachable answers: a host with no RoCE endpoint got our packet |
 //! | `peer_errors` | other ICMP errors and path-MTU reports about our packets |
+//! | `cm_unreachable` | connects that ended at once on a port unreachable answer |
 //!
 //! | rxe counter | here |
 //! |---|---|
@@ -194,7 +195,7 @@ pub fn add(acc: &mut Counters, c: &Counters) {
     x.tx_no_room += d.tx_no_room;
 }
 
-fn cm_pairs(c: &CmCounters) -> [(&'static str, u64); 15] {
+fn cm_pairs(c: &CmCounters) -> [(&'static str, u64); 16] {
     [
         ("rx_mads", c.rx_mads),
         ("rx_malformed", c.rx_malformed),
@@ -211,6 +212,7 @@ fn cm_pairs(c: &CmCounters) -> [(&'static str, u64); 15] {
         ("tx_rej", c.tx_rej),
         ("tx_mra", c.tx_mra),
         ("tx_drep_unknown", c.tx_drep_unknown),
+        ("unreachable", c.unreachable),
     ]
 }
 

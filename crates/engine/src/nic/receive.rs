@@ -20,7 +20,7 @@
 //! **What the network says back.** `drive_link_errors` reads the reports
 //! the link keeps about packets sent earlier ([`Link::recv_error`]) when it
 //! says some wait: an ICMP port unreachable (a host with no RoCE endpoint)
-//! is counted; a
+//! is counted and ends the CM's connects waiting for a REP from there; a
 //! local refusal was already counted when its send failed; the rest is
 //! counted and logged at debug.
 
@@ -126,8 +126,21 @@ impl Core {
             }
             LinkErrorKind::PortUnreachable => {
                 bump(&shared.counters.peer_port_unreachable, 1);
-                let _ = now;
-                tracing::debug!(%peer, "ICMP port unreachable: no RoCE endpoint at the peer");
+                // The CM stops waiting for a REP that cannot come. RC QPs
+                // to that peer are only counted: their transport keeps
+                // retrying until its retry count runs out, as rxe's does
+                // (the kernel never tells rxe about ICMP either), and a
+                // peer that restarts its endpoint may still answer.
+                let ended = self.cm.handle_unreachable(peer, now);
+                if ended > 0 {
+                    tracing::warn!(
+                        %peer,
+                        connects = ended,
+                        "ICMP port unreachable: no RoCE endpoint at the peer; connect failed"
+                    );
+                } else {
+                    tracing::debug!(%peer, "ICMP port unreachable: no RoCE endpoint at the peer");
+                }
             }
             _ => {
                 bump(&shared.counters.peer_errors, 1);

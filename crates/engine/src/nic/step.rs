@@ -19,7 +19,9 @@
 //!
 //! `drive_link_errors` reads what the network said about packets sent
 //! earlier, only when the link says something waits (a send or receive met
-//! a pending socket error, or `poll` reported `POLLERR`), and counts it.
+//! a pending socket error, or `poll` reported `POLLERR`): an ICMP port
+//! unreachable from a host with no RoCE endpoint ends the connects waiting
+//! for its REP there (`CmAgent::handle_unreachable`); the rest is counted.
 //!
 //! The order inside `finish_step` is what the application can rely on: a
 //! QP's send slots are freed before its completions become visible (an

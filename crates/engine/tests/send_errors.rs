@@ -66,7 +66,11 @@ fn a_run_too_big_for_its_path_leaves_gso_on_for_other_destinations() {
 
     // 64 KiB to B: runs of 4096-byte segments, which a 1500-byte path
     // cannot carry.
-    ab.post_send(SendWr::new(1, SendOp::Write(ba.remote(0)), vec![ab.sge(0, 65536)]));
+    ab.post_send(SendWr::new(
+        1,
+        SendOp::Write(ba.remote(0)),
+        vec![ab.sge(0, 65536)],
+    ));
     let t0 = Instant::now();
     while counters.send_too_big.load(Relaxed) == 0 {
         assert!(t0.elapsed() < Duration::from_secs(10), "nothing refused");
@@ -74,7 +78,11 @@ fn a_run_too_big_for_its_path_leaves_gso_on_for_other_destinations() {
     }
     // Then 256 KiB to C while A's QP to B keeps retrying.
     let runs = counters.gso_runs.load(Relaxed);
-    ac.post_send(SendWr::new(2, SendOp::Write(ca.remote(0)), vec![ac.sge(0, 262_144)]));
+    ac.post_send(SendWr::new(
+        2,
+        SendOp::Write(ca.remote(0)),
+        vec![ac.sge(0, 262_144)],
+    ));
     assert_eq!(next_wc(&ac).status, WcStatus::Success);
     assert_eq!(ca.bytes(0, 262_144), ac.bytes(0, 262_144));
     assert!(

@@ -687,7 +687,25 @@ mod tests {
         let a = RoceSocket::bind_port("127.0.0.10".parse().unwrap(), port).unwrap();
         let b = RoceSocket::bind_port("127.0.0.11".parse().unwrap(), port).unwrap();
         let nobody: SocketAddr = SocketAddr::new("127.0.0.12".parse().unwrap(), port);
-        a.send_to(&signed(b"anyone?", &a, &b), nobody).unwrap();
+        port_unreachable(&a, &b, nobody);
+    }
+
+    /// As above over IPv6 (ICMPv6 port unreachable, `IPV6_RECVERR`).
+    #[test]
+    fn port_unreachable_is_reported_over_ipv6() {
+        let port = 48140 + (std::process::id() % 9) as u16;
+        let Ok(a) = RoceSocket::bind_port("::1".parse().unwrap(), port) else {
+            eprintln!("SKIPPED: port_unreachable_is_reported_over_ipv6 — no ::1 on this machine");
+            return;
+        };
+        let Ok(b) = RoceSocket::bind_port("::1".parse().unwrap(), port + 10) else {
+            return;
+        };
+        port_unreachable(&a, &b, SocketAddr::new("::1".parse().unwrap(), port + 20));
+    }
+
+    fn port_unreachable(a: &RoceSocket, b: &RoceSocket, nobody: SocketAddr) {
+        a.send_to(&signed(b"anyone?", a, b), nobody).unwrap();
         let t0 = std::time::Instant::now();
         let mut buf = vec![0u8; MAX_DATAGRAM];
         let report = loop {
@@ -706,9 +724,9 @@ mod tests {
         assert_eq!(a.recv_error().unwrap(), None);
         assert!(!a.errors_pending());
         // The socket still sends.
-        let pkt = signed(b"hello", &a, &b);
+        let pkt = signed(b"hello", a, b);
         a.send_to(&pkt, b.addr()).unwrap();
-        assert_eq!(recv_wait(&b, &mut buf).len, pkt.len());
+        assert_eq!(recv_wait(b, &mut buf).len, pkt.len());
     }
 
     #[test]

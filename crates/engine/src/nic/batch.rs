@@ -211,9 +211,9 @@ impl RunBatch {
 }
 
 /// Counts `packets` the link refused with `e` (`failure`) — all dropped,
-/// left to the transport's retransmission — and logs it as its kind asks:
-/// a full buffer once per process, the rest at debug (an error repeats for
-/// every packet while its cause lasts).
+/// left to the transport's retransmission — and logs it: a warning the
+/// first time per process for each kind, then at debug (an error repeats
+/// for every packet while its cause lasts).
 #[cold]
 pub(crate) fn count_refused(
     counters: &NicCounters,
@@ -229,6 +229,14 @@ pub(crate) fn count_refused(
         }
         SendFailure::NoBuffers => {
             bump(&counters.send_no_buffers, packets);
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| {
+                tracing::warn!(
+                    peer = %dst,
+                    "no kernel or device buffer for a send (ENOBUFS): packets dropped and left \
+                     to retransmission (counted in send_no_buffers)"
+                )
+            });
             tracing::debug!(peer = %dst, packets, "no buffer for the send (ENOBUFS): dropped");
         }
         SendFailure::TooBig => {
@@ -237,6 +245,15 @@ pub(crate) fn count_refused(
         }
         SendFailure::Other => {
             bump(&counters.send_errors, packets);
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| {
+                tracing::warn!(
+                    error = %e,
+                    peer = %dst,
+                    "send failed: packets dropped and left to retransmission (counted in \
+                     send_errors; later failures are logged at debug)"
+                )
+            });
             tracing::debug!(error = %e, peer = %dst, packets, "send failed: dropped");
         }
     }

@@ -35,9 +35,7 @@ impl Endpoints {
         };
         let id = self.by_cm.get(&cm_id).copied();
         match &ev {
-            CmEvent::ConnectTimeout { .. }
-            | CmEvent::AcceptTimeout { .. }
-            | CmEvent::Unreachable { .. } => {
+            CmEvent::ConnectTimeout { .. } | CmEvent::AcceptTimeout { .. } => {
                 tracing::warn!(ep = id, event = cm_event_name(&ev), "CM event")
             }
             CmEvent::DisconnectDone {

@@ -304,6 +304,43 @@ fn connect_to_an_address_without_roce_fails_fast() {
     ));
 }
 
+/// The same in manual progress: the application's own waits find the port
+/// unreachable, and once the error queue is read the link no longer polls
+/// ready — waiting sleeps again rather than returning at once for ever.
+#[test]
+fn a_port_unreachable_leaves_manual_progress_waiting_quietly() {
+    let a = side_with(
+        ndverbs_testkit::addr::v4(),
+        Progress::Manual,
+        CmTimers::LINUX,
+    );
+    let nobody = ndverbs_testkit::addr::v4();
+    let (_, conn) = cm::start_connect(&a, cargs(nobody, 7111, b""));
+    let t0 = std::time::Instant::now();
+    let r = loop {
+        if let Some(r) = conn.try_take() {
+            break r;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "connect still pending"
+        );
+        a.nic.progress_wait(Duration::from_millis(10)).unwrap();
+    };
+    assert_eq!(r, Err(EpError::PortUnreachable));
+    // Nothing left to do: five waits of 100 ms sleep about that long.
+    let t1 = std::time::Instant::now();
+    for _ in 0..5 {
+        a.nic.progress_wait(Duration::from_millis(100)).unwrap();
+    }
+    assert!(
+        t1.elapsed() >= Duration::from_millis(450),
+        "progress_wait returned at once: {:?}",
+        t1.elapsed()
+    );
+    assert!(a.nic.stats().get("peer_port_unreachable") >= 1);
+}
+
 #[test]
 fn connect_and_accept_need_a_qp_in_init() {
     let (a, b) = sides();

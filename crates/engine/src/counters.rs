@@ -51,6 +51,24 @@ pub struct NicCounters {
     pub drop_gsi: AtomicU64,
     /// Packets the socket refused to take (buffer full); recovered by retransmission.
     pub send_would_block: AtomicU64,
+    /// Packets refused for their size (`EMSGSIZE`, also a GSO run whose
+    /// segments the path cannot carry): the QP's path MTU is larger than
+    /// the interface's. Dropped; the QP's retries run out unless the path
+    /// grows.
+    pub send_too_big: AtomicU64,
+    /// Packets refused because the kernel or the device queue had no buffer
+    /// (`ENOBUFS`); transient, recovered by retransmission.
+    pub send_no_buffers: AtomicU64,
+    /// Packets refused for any other reason (no route, …); dropped and left
+    /// to retransmission.
+    pub send_errors: AtomicU64,
+    /// ICMP port unreachable answers: a host with no RoCE endpoint (nothing
+    /// on UDP 4791) got a packet of ours. A connect waiting for its REP
+    /// from there fails at once; RC traffic to it is only counted.
+    pub peer_port_unreachable: AtomicU64,
+    /// Other errors the network reported about packets sent (host or
+    /// network unreachable, fragmentation needed …).
+    pub peer_errors: AtomicU64,
     /// Calls that handed packets to the link (one system call each on a UDP
     /// socket: a `sendmmsg` of up to eight runs, or a `sendto`).
     pub send_calls: AtomicU64,

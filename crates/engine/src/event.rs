@@ -82,6 +82,15 @@ impl EventFd {
 
 /// Waits until one of `fds` is readable or `timeout` passes; returns which are.
 pub fn wait_readable(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<Vec<bool>> {
+    Ok(wait_events(fds, timeout)?
+        .into_iter()
+        .map(|ev| ev & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
+        .collect())
+}
+
+/// As [`wait_readable`], returning each descriptor's `poll` events
+/// (`POLLIN`, `POLLERR`, …; 0 when interrupted).
+pub(crate) fn wait_events(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<Vec<i16>> {
     let mut p: Vec<libc::pollfd> = fds
         .iter()
         .map(|&fd| libc::pollfd {
@@ -115,13 +124,11 @@ pub fn wait_readable(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<Vec
     if n < 0 {
         let e = io::Error::last_os_error();
         if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(vec![false; fds.len()]);
+            return Ok(vec![0; fds.len()]);
         }
         return Err(e);
     }
-    Ok(p.iter()
-        .map(|x| x.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
-        .collect())
+    Ok(p.iter().map(|x| x.revents).collect())
 }
 
 #[cfg(test)]

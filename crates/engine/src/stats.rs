@@ -3,9 +3,20 @@
 //! [`Nic::stats`](crate::nic::Nic::stats) is one snapshot of the NIC: rxe's
 //! hardware counters (`rxe_hw_counters.c`, same names, same order) summed over
 //! every queue pair the NIC has had, then every drop by cause — the NIC's
-//! (ICRC, malformed, unknown QP, …), how its packets left (link calls, GSO
-//! runs, zero-copy payloads), the queue pairs' drops ([`Drops`], prefixed
-//! `qp_`) and the connection manager's counters (prefixed `cm_`).
+//! (ICRC, malformed, unknown QP, …), sends refused by cause and what the
+//! network reported back, how its packets left (link calls, GSO runs,
+//! zero-copy payloads), the queue pairs' drops ([`Drops`], prefixed `qp_`)
+//! and the connection manager's counters (prefixed `cm_`).
+//!
+//! | NIC counter | counts |
+//! |---|---|
+//! | `send_would_block` | packets dropped: the socket's send buffer was full (retransmitted) |
+//! | `send_too_big` | packets dropped: larger than the path carries (`EMSGSIZE`; a QP path MTU above the interface's) |
+//! | `send_no_buffers` | packets dropped: no kernel or device buffer (`ENOBUFS`; retransmitted) |
+//! | `send_errors` | packets dropped for another send error (no route, …) |
+//! | `peer_port_unreachable` | ICMP port unreachable answers: a host with no RoCE endpoint got our packet |
+//! | `peer_errors` | other ICMP errors and path-MTU reports about our packets |
+//! | `cm_unreachable` | connects that ended at once on a port unreachable answer |
 //!
 //! | rxe counter | here |
 //! |---|---|
@@ -85,7 +96,7 @@ impl Stats {
         removed: bool,
     ) -> Stats {
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let mut pairs: Vec<(String, u64)> = Vec::with_capacity(52);
+        let mut pairs: Vec<(String, u64)> = Vec::with_capacity(64);
         for name in RXE_COUNTERS {
             let v = match name {
                 "sent_pkts" => ld(&nic.sent_datagrams),
@@ -106,6 +117,11 @@ impl Stats {
             ("drop_wrong_source", ld(&nic.drop_wrong_source)),
             ("drop_gsi", ld(&nic.drop_gsi)),
             ("send_would_block", ld(&nic.send_would_block)),
+            ("send_too_big", ld(&nic.send_too_big)),
+            ("send_no_buffers", ld(&nic.send_no_buffers)),
+            ("send_errors", ld(&nic.send_errors)),
+            ("peer_port_unreachable", ld(&nic.peer_port_unreachable)),
+            ("peer_errors", ld(&nic.peer_errors)),
             ("send_calls", ld(&nic.send_calls)),
             ("gso_runs", ld(&nic.gso_runs)),
             ("zero_copy_packets", ld(&nic.zero_copy_packets)),
@@ -179,7 +195,7 @@ pub fn add(acc: &mut Counters, c: &Counters) {
     x.tx_no_room += d.tx_no_room;
 }
 
-fn cm_pairs(c: &CmCounters) -> [(&'static str, u64); 15] {
+fn cm_pairs(c: &CmCounters) -> [(&'static str, u64); 16] {
     [
         ("rx_mads", c.rx_mads),
         ("rx_malformed", c.rx_malformed),
@@ -196,6 +212,7 @@ fn cm_pairs(c: &CmCounters) -> [(&'static str, u64); 15] {
         ("tx_rej", c.tx_rej),
         ("tx_mra", c.tx_mra),
         ("tx_drep_unknown", c.tx_drep_unknown),
+        ("unreachable", c.unreachable),
     ]
 }
 

@@ -257,10 +257,10 @@ fn reject_no_listener_and_timeout() {
         matches!(r, Err(EpError::Rejected { reason: 8, .. })),
         "{r:?}"
     );
-    // Nobody at all at that address (a fresh one nothing opened): REQ
-    // retries run out.
+    // Nobody at all at that address (a fresh one nothing opened): its host
+    // answers the REQ with ICMP port unreachable, and the connect ends.
     let nobody = ndverbs_testkit::addr::v4();
-    assert_eq!(connect(nobody, 7105), Err(EpError::Timeout));
+    assert_eq!(connect(nobody, 7105), Err(EpError::PortUnreachable));
     // A second Connect on a busy endpoint is refused at once.
     cm::listen(&b, 7106);
     let (ea4, _p) = cm::start_connect(&a, cargs(ib, 7106, b""));
@@ -271,6 +271,74 @@ fn reject_no_listener_and_timeout() {
     // Listening twice on one port is refused.
     let l3 = b.nic.create_ep().unwrap();
     assert!(b.nic.ep_listen(l3, 7106, 4).is_err());
+}
+
+/// A connect to an address where nothing listens on UDP 4791 ends as soon
+/// as the kernel answers "port unreachable", not after the minute of REQ
+/// retries Linux's CM timers give it; the NIC counts the answer. The
+/// endpoint may connect again.
+#[test]
+fn connect_to_an_address_without_roce_fails_fast() {
+    let (ia, ib) = ndverbs_testkit::addr::pair_v4();
+    let a = side_with(ia, Progress::Thread, CmTimers::LINUX);
+    let nobody = ndverbs_testkit::addr::v4();
+    let t0 = std::time::Instant::now();
+    let (ea, conn) = cm::start_connect(&a, cargs(nobody, 7110, b""));
+    assert_eq!(outcome(conn, "connect"), Err(EpError::PortUnreachable));
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    let s = a.nic.stats();
+    assert!(s.get("peer_port_unreachable") >= 1, "{s:?}");
+    assert_eq!(s.get("cm_unreachable"), 1);
+    assert_eq!(s.get("cm_tx_retries"), 0, "no REQ retransmitted");
+    // The same endpoint connects to a peer that is there.
+    let b = side_with(ib, Progress::Thread, CmTimers::LINUX);
+    let (eb, req) = cm::wait_request(&b, cm::listen(&b, 7110));
+    let conn = a.nic.ep_connect(ea, a.qp.ident(), cargs(ib, 7110, b""));
+    // (A refusal here would be a state the failed connect left behind.)
+    let conn = conn.unwrap();
+    done(req, "request");
+    b.nic.ep_reject(eb, b"").unwrap();
+    assert!(matches!(
+        outcome(conn, "connect"),
+        Err(EpError::Rejected { reason: 28, .. })
+    ));
+}
+
+/// The same in manual progress: the application's own waits find the port
+/// unreachable, and once the error queue is read the link no longer polls
+/// ready — waiting sleeps again rather than returning at once for ever.
+#[test]
+fn a_port_unreachable_leaves_manual_progress_waiting_quietly() {
+    let a = side_with(
+        ndverbs_testkit::addr::v4(),
+        Progress::Manual,
+        CmTimers::LINUX,
+    );
+    let nobody = ndverbs_testkit::addr::v4();
+    let (_, conn) = cm::start_connect(&a, cargs(nobody, 7111, b""));
+    let t0 = std::time::Instant::now();
+    let r = loop {
+        if let Some(r) = conn.try_take() {
+            break r;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "connect still pending"
+        );
+        a.nic.progress_wait(Duration::from_millis(10)).unwrap();
+    };
+    assert_eq!(r, Err(EpError::PortUnreachable));
+    // Nothing left to do: five waits of 100 ms sleep about that long.
+    let t1 = std::time::Instant::now();
+    for _ in 0..5 {
+        a.nic.progress_wait(Duration::from_millis(100)).unwrap();
+    }
+    assert!(
+        t1.elapsed() >= Duration::from_millis(450),
+        "progress_wait returned at once: {:?}",
+        t1.elapsed()
+    );
+    assert!(a.nic.stats().get("peer_port_unreachable") >= 1);
 }
 
 #[test]

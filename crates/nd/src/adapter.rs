@@ -284,7 +284,9 @@ pub(crate) fn nd_status(kind: ErrorKind) -> NdStatus {
         K::AddressInUse => NdStatus::ADDRESS_ALREADY_ASSOCIATED,
         K::AddressNotAvailable => NdStatus::INVALID_ADDRESS,
         K::Unreachable => NdStatus::NETWORK_UNREACHABLE,
-        K::Rejected => NdStatus::CONNECTION_REFUSED,
+        // No RoCE endpoint at the peer's host is refused as a missing
+        // listener is (REJ 8): nothing there accepts connections.
+        K::Rejected | K::PortUnreachable => NdStatus::CONNECTION_REFUSED,
         K::TimedOut => NdStatus::TIMEOUT,
         K::Canceled => NdStatus::CANCELED,
         K::ConnectionAborted => NdStatus::CONNECTION_ABORTED,

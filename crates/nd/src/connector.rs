@@ -9,7 +9,7 @@
 //!
 //! | request | outcome → status |
 //! |---|---|
-//! | Connect | REP → `ND_SUCCESS`; REQ retries exhausted → `ND_TIMEOUT` (success class: retry on the same connector); REJ → `ND_CONNECTION_REFUSED`; queue pair released → `ND_CANCELED` |
+//! | Connect | REP → `ND_SUCCESS`; REQ retries exhausted → `ND_TIMEOUT` (success class: retry on the same connector); REJ, or ICMP port unreachable from the peer's host (no RoCE endpoint) → `ND_CONNECTION_REFUSED`; queue pair released → `ND_CANCELED` |
 //! | Accept | RTU → `ND_SUCCESS`; no RTU → `ND_IO_TIMEOUT`; REJ → `ND_CONNECTION_REFUSED`; peer gone → `ND_CONNECTION_ABORTED`; queue pair released → `ND_CANCELED` |
 //! | Disconnect | DREP received or sent → `ND_SUCCESS`; DREQ timed out → `ND_TIMEOUT` — each only once the queue pair is in ERROR and its flushed requests (`ND_CANCELED`) are on the CQ; while our DREQ is outstanding nothing is flushed. The peer ended the connection with a REJ → `ND_SUCCESS` (nothing sent, the queue pair flushed). Queue pair released → `ND_CANCELED` after the DREQ/DREP. At once: never connected, still connecting (Connect pending, before CompleteConnect, Accept waiting for the RTU: nothing sent, queue pair untouched), or already disconnected → `ND_CONNECTION_INVALID` |
 //! | NotifyDisconnect | the peer's DREQ → `ND_SUCCESS` (at once if it already arrived on this connection); pending through our own Disconnect it stays pending → `ND_CANCELED` by `CancelOverlappedRequests` or release; the connection failed without a DREQ (REJ, CM timeout) → `ND_CONNECTION_ABORTED`; at once: never connected, Connect/Accept failed, or the connection ended without a DREQ → `ND_CONNECTION_INVALID` |

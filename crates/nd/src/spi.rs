@@ -128,7 +128,7 @@
 //! | `ND_TOO_MANY_ADDRESSES` | at once: no ephemeral port left (49152–65535) |
 //! | `ND_ADDRESS_ALREADY_EXISTS` | not produced |
 //! | `STATUS_CONNECTION_DISCONNECTED` | not produced: a NotifyDisconnect pending when our own Disconnect finishes stays pending (cancel it: `ND_CANCELED`) |
-//! | `ND_CONNECTION_REFUSED` | completes: Connect answered by a REJ (no listener, backlog full, the peer's Reject); Accept answered by a REJ |
+//! | `ND_CONNECTION_REFUSED` | completes: Connect answered by a REJ (no listener, backlog full, the peer's Reject), or by ICMP port unreachable from the peer's host (no RoCE endpoint there: nothing to listen at all); Accept answered by a REJ |
 //! | `STATUS_ADDRESS_ALREADY_ASSOCIATED` | at once: a second Bind of a connector or listener, a port already bound, Listen on a port already listened on |
 //! | `ND_CONNECTION_INVALID` | at once: a Send, Read, Write or Bind on a QP that is not connected; CompleteConnect before Connect; Reject with nothing to reject; GetPeerAddress with no peer, a connector's GetLocalAddress before Bind or Connect; Disconnect never connected, already disconnected, or while Connect is pending, before CompleteConnect, or while Accept waits for its RTU (nothing is sent, the QP is untouched); NotifyDisconnect on a connector that never connected, whose Connect or Accept failed, or whose connection ended without a DREQ |
 //! | `ND_CONNECTION_ACTIVE` | at once: a second Connect or Accept on a connector with one under way or done |

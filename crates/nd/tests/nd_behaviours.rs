@@ -564,6 +564,20 @@ fn disconnect_during_setup_is_connection_invalid() {
     assert_eq!(results(&a.cq, 1)[0].status, NdStatus::SUCCESS);
 }
 
+/// A Connect to an address with no RoCE endpoint at all: its host answers
+/// ICMP port unreachable, and the Connect is refused at once, as when
+/// nobody listens on the port (REJ), instead of timing out.
+#[test]
+fn connect_to_no_roce_endpoint_is_refused_at_once() {
+    let a = side(addr::v4());
+    let c = a.ad.create_connector().unwrap();
+    let nobody = SocketAddr::new(addr::v4(), 6610);
+    let t0 = Instant::now();
+    let r = c.connect(&a.qp, nobody, 1, 1, b"").unwrap().wait();
+    assert_eq!(status(r), NdStatus::CONNECTION_REFUSED);
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}
+
 #[test]
 fn notify_disconnect_statuses() {
     let (a, b) = sides();

@@ -4,7 +4,7 @@
 //! source port as rdma_cm picks it.
 
 use anyhow::{anyhow, Context, Result};
-use ndverbs_verbs::{AcceptArgs, ConnectArgs, Endpoint, PathMtu, Pending, Qp};
+use ndverbs_verbs::{AcceptArgs, ConnectArgs, Endpoint, ErrorKind, PathMtu, Pending, Qp};
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -47,9 +47,22 @@ pub fn connect(ep: &Endpoint, qp: &Qp, c: &CmConnect, limit: Option<Duration>) -
         private_data: vec![],
     };
     let rep = ep.connect(qp, args).context("rdma_connect")?;
-    wait(rep, limit, "rdma_connect")?;
+    wait(rep, limit, "rdma_connect").map_err(|e| no_endpoint(e, c.server))?;
     let rtu = ep.complete_connect(qp).context("rdma_connect")?;
     wait(rtu, limit, "rdma_connect: RTU")
+}
+
+/// `e`, or — when the server's host answered the REQ with ICMP port
+/// unreachable — the plain statement that nothing speaks RoCE there (a host
+/// that runs RoCE but has no listener on the port answers with a REJ
+/// instead, which stays `e`).
+fn no_endpoint(e: anyhow::Error, server: IpAddr) -> anyhow::Error {
+    match e.downcast_ref::<ndverbs_verbs::Error>() {
+        Some(v) if v.kind() == ErrorKind::PortUnreachable => {
+            anyhow!("{server} has no RoCE endpoint (ICMP port unreachable)")
+        }
+        _ => e,
+    }
 }
 
 /// Waits for the next connection request of `listener` and binds it to `ep`;

@@ -40,6 +40,33 @@ fn loopback() {
     check_pings(&out_s, "server ping data: ");
 }
 
+/// A client pointed at an address where nothing speaks RoCE (no socket on
+/// UDP 4791: its host answers ICMP port unreachable) ends at once with a
+/// plain message and a failure status, instead of retrying its REQ for a
+/// minute. (A host that runs RoCE without a listener on the port answers
+/// with a REJ: `rping` says "connection refused"-like things for that.)
+#[test]
+fn client_to_an_address_without_roce_fails_fast() {
+    let (nobody, c) = addr::pair_v4();
+    let (nobody, c) = (nobody.to_string(), c.to_string());
+    let t0 = std::time::Instant::now();
+    let done = Running::spawn(Command::new(NDV).args([
+        "ping", "-c", "-a", &nobody, "-I", &c, "-p", "7302", "-C", "1",
+    ]))
+    .wait(std::time::Duration::from_secs(20));
+    let took = t0.elapsed();
+    assert!(!done.timed_out, "{}", done.text());
+    assert!(!done.ok, "{}", done.text());
+    assert!(
+        done.stderr().contains(&format!(
+            "ndv ping: {nobody} has no RoCE endpoint (ICMP port unreachable)"
+        )),
+        "{}",
+        done.text()
+    );
+    assert!(took < std::time::Duration::from_secs(5), "took {took:?}");
+}
+
 /// Decodes a capture (then removes it), checking that every RoCEv2 frame
 /// carries a valid ICRC and that the connection went REQ, REP, RTU, DREQ,
 /// DREP between `client` and `server`.

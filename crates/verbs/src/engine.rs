@@ -97,6 +97,11 @@ fn ep_err(op: &'static str, e: EpError) -> Error {
         EpError::DeviceRemoved => Error::kind_only(ErrorKind::DeviceRemoved, op),
         EpError::Canceled => Error::kind_only(ErrorKind::Canceled, op),
         EpError::Timeout => Error::new(ErrorKind::TimedOut, op, "the peer did not answer in time"),
+        EpError::PortUnreachable => Error::new(
+            ErrorKind::PortUnreachable,
+            op,
+            "the peer's host answered ICMP port unreachable: no RoCE endpoint there",
+        ),
         EpError::Rejected {
             reason,
             private_data,

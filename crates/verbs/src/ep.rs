@@ -4,7 +4,9 @@
 //! listens for many. Its long-running calls return a [`Pending`], which is
 //! both a future (any runtime) and a blocking wait, and ends with an
 //! [`Error`] of kind [`ErrorKind::Rejected`] (with the peer's
-//! [`Rejection`](crate::Rejection)), [`ErrorKind::TimedOut`],
+//! [`Rejection`](crate::Rejection)), [`ErrorKind::PortUnreachable`] (a
+//! connect whose peer's host has no RoCE endpoint: it answered ICMP port
+//! unreachable), [`ErrorKind::TimedOut`],
 //! [`ErrorKind::Canceled`], [`ErrorKind::ConnectionAborted`],
 //! [`ErrorKind::InvalidState`], [`ErrorKind::NotFound`] (its QP was
 //! released) or [`ErrorKind::DeviceRemoved`] when it ends badly

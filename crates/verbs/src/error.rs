@@ -37,6 +37,7 @@ use std::sync::Arc;
 /// | `DeviceRemoved` | `ENODEV` | the device was removed: only cleanup works |
 /// | `NotConnected` | `ENOTCONN` | the endpoint has no connection |
 /// | `Rejected` | `ECONNREFUSED` | the peer rejected the connection (REJ) |
+/// | `PortUnreachable` | `ECONNREFUSED` | the peer's host answered ICMP port unreachable: no RoCE endpoint there (nothing on UDP 4791), so the connect ended without its REQ retries; `ECONNREFUSED` as the kernel reports this ICMP on a UDP socket and a TCP connect to a closed port (no [`Error::rejection`]) |
 /// | `TimedOut` | `ETIMEDOUT` | the peer did not answer in time |
 /// | `Canceled` | `ECANCELED` | the application cancelled the request |
 /// | `ConnectionAborted` | `ECONNABORTED` | the connection went away before the request finished |
@@ -81,6 +82,9 @@ pub enum ErrorKind {
     NotConnected,
     /// The peer rejected the connection.
     Rejected,
+    /// The peer's host has no RoCE endpoint: it answered ICMP port
+    /// unreachable.
+    PortUnreachable,
     /// The peer did not answer in time.
     TimedOut,
     /// Cancelled by the application.
@@ -114,7 +118,7 @@ impl ErrorKind {
             Access => libc::EACCES,
             DeviceRemoved => libc::ENODEV,
             NotConnected => libc::ENOTCONN,
-            Rejected => libc::ECONNREFUSED,
+            Rejected | PortUnreachable => libc::ECONNREFUSED,
             TimedOut => libc::ETIMEDOUT,
             Canceled => libc::ECANCELED,
             ConnectionAborted => libc::ECONNABORTED,
@@ -139,6 +143,7 @@ impl ErrorKind {
             DeviceRemoved => "the device was removed",
             NotConnected => "not connected",
             Rejected => "rejected by the peer",
+            PortUnreachable => "no RoCE endpoint at the peer (ICMP port unreachable)",
             TimedOut => "timed out",
             Canceled => "canceled",
             ConnectionAborted => "connection aborted",

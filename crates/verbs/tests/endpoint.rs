@@ -129,3 +129,27 @@ fn disconnect_and_notify_outcomes_as_kinds() {
     ea.cancel().unwrap();
     assert_eq!(ended(mine).unwrap_err().kind(), ErrorKind::Canceled);
 }
+
+/// A connect to an address with no RoCE endpoint (nothing on UDP 4791)
+/// ends with `PortUnreachable` (errno `ECONNREFUSED`, no REJ to read) as
+/// soon as the kernel answers "port unreachable", long before the REQ
+/// retries would have run out; the device counts the answer.
+#[test]
+fn a_connect_to_no_roce_endpoint_is_port_unreachable() {
+    let a = side(addr::v4());
+    let nobody = addr::v4();
+    let ea = Endpoint::new(&a.dev).unwrap();
+    let t0 = std::time::Instant::now();
+    let rep = ea.connect(&a.qp, kit::connect_args(nobody, 7510)).unwrap();
+    let e = ended(rep).unwrap_err();
+    assert!(t0.elapsed() < std::time::Duration::from_secs(5));
+    assert_eq!(
+        (e.kind(), e.errno()),
+        (ErrorKind::PortUnreachable, libc::ECONNREFUSED)
+    );
+    assert!(e.rejection().is_none());
+    assert!(e.to_string().contains("port unreachable"), "{e}");
+    let s = a.dev.stats();
+    assert!(s.get("peer_port_unreachable") >= 1);
+    assert_eq!(s.get("cm_unreachable"), 1);
+}

@@ -14,6 +14,7 @@ fn cm_event_name(ev: &CmEvent) -> &'static str {
         CmEvent::Established { .. } => "established",
         CmEvent::Rejected { .. } => "rejected",
         CmEvent::ConnectTimeout { .. } => "connect timeout",
+        CmEvent::Unreachable { .. } => "port unreachable",
         CmEvent::AcceptTimeout { .. } => "accept timeout",
         CmEvent::MraReceived { .. } => "MRA received",
         CmEvent::DreqReceived { .. } => "DREQ received",
@@ -131,6 +132,11 @@ impl Endpoints {
             CmEvent::ConnectTimeout { endpoint } | CmEvent::AcceptTimeout { endpoint } => {
                 e.state.close();
                 self.finish_setup(now, cm, endpoint, Err(EpError::Timeout));
+                self.fail_notifies(endpoint, EpError::Aborted);
+            }
+            CmEvent::Unreachable { endpoint } => {
+                e.state.close();
+                self.finish_setup(now, cm, endpoint, Err(EpError::PortUnreachable));
                 self.fail_notifies(endpoint, EpError::Aborted);
             }
             CmEvent::DreqReceived { .. } => {

@@ -57,6 +57,11 @@ pub enum EpError {
     /// The peer did not answer in time (REQ/REP retries exhausted, DREQ timeout).
     #[error("timed out")]
     Timeout,
+    /// The peer's host answered the REQ with ICMP port unreachable: no
+    /// RoCE endpoint there (nothing on UDP 4791), so the connect ended
+    /// without waiting out the REQ retries.
+    #[error("port unreachable: no RoCE endpoint at the peer's address")]
+    PortUnreachable,
     /// The peer rejected the connection.
     #[error("rejected (reason {reason})")]
     Rejected {

@@ -4,7 +4,8 @@
 //! A wrapper in the manner of smoltcp's `phy` middleware changes some of the
 //! traffic and none of the rest: capture watches what is sent and received,
 //! faults rework what arrives, and neither has a say in the link's address,
-//! its GSO support, its file descriptor or how packets leave. A [`Layer`]
+//! its GSO support, its file descriptor, how packets leave or the errors the
+//! network reports (those pass straight through). A [`Layer`]
 //! says only what it does — sees what was sent, hands out datagrams of its
 //! own, reworks what arrives; each hook defaults to "nothing" — and
 //! [`Layered`] makes it a link around any other, passing the rest straight
@@ -12,7 +13,7 @@
 //! the packet path makes no indirect call, and a hook a layer does not
 //! override compiles to nothing.
 
-use super::{Datagram, Link, Runs};
+use super::{Datagram, Link, LinkError, Runs};
 use ndverbs_proto::time::Instant;
 use std::io;
 use std::net::SocketAddr;
@@ -156,6 +157,19 @@ impl<L: Link, Y: Layer> Link for Layered<L, Y> {
             // The layer kept all of it (lost, held back, or stashed to hand
             // out in parts): around again.
         }
+    }
+
+    #[inline]
+    fn errors_pending(&self) -> bool {
+        self.link.errors_pending()
+    }
+
+    fn note_error_event(&self) {
+        self.link.note_error_event()
+    }
+
+    fn recv_error(&mut self) -> io::Result<Option<LinkError>> {
+        self.link.recv_error()
     }
 
     #[inline]

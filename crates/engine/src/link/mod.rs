@@ -8,7 +8,10 @@
 //! memory); receive one datagram, which GRO may have coalesced from several
 //! packets of one peer; and a file descriptor that polls readable when a
 //! datagram waits. Links only move bytes: the ICRC is the engine's
-//! ([`crate::icrc`]).
+//! ([`crate::icrc`]). What the network says back about packets sent earlier
+//! — ICMP port unreachable from a host with no RoCE endpoint, a path too
+//! small — comes out of [`Link::recv_error`] as a [`LinkError`], and a
+//! refused send is classified once ([`SendFailure`]).
 //!
 //! ```text
 //!        NIC core (sends runs, receives datagrams, signs and verifies ICRCs)
@@ -80,6 +83,122 @@ pub trait Link {
     /// engine does not sleep past it.
     fn poll_at(&self) -> Option<Instant> {
         None
+    }
+
+    /// Whether the link may have errors to report with
+    /// [`recv_error`](Link::recv_error): a send or receive found an error
+    /// pending, or [`note_error_event`](Link::note_error_event) was called.
+    /// Cheap: the engine asks every step.
+    fn errors_pending(&self) -> bool {
+        false
+    }
+
+    /// The file descriptor polled an error condition (`POLLERR`): errors
+    /// wait to be read with [`recv_error`](Link::recv_error).
+    fn note_error_event(&self) {}
+
+    /// The next error the network reported about packets sent earlier (see
+    /// [`LinkError`]); `Ok(None)` when none waits, which also clears
+    /// [`errors_pending`](Link::errors_pending).
+    fn recv_error(&mut self) -> io::Result<Option<LinkError>> {
+        Ok(None)
+    }
+}
+
+/// What the network said about a packet sent earlier: an ICMP error the
+/// kernel queued for the socket (`IP_RECVERR`/`IPV6_RECVERR`), or a local
+/// refusal it queued with them.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::link::{LinkError, LinkErrorKind};
+/// let e = LinkError { peer: "10.0.0.2:4791".parse().unwrap(), kind: LinkErrorKind::PortUnreachable, local: false };
+/// assert_eq!(e.to_string(), "10.0.0.2:4791: port unreachable (no RoCE endpoint)");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkError {
+    /// The destination of the packet the error is about.
+    pub peer: SocketAddr,
+    /// What happened to it.
+    pub kind: LinkErrorKind,
+    /// The kernel's own record of a send it refused (the send already
+    /// returned this error), not a report from the network.
+    pub local: bool,
+}
+
+/// The kinds of [`LinkError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkErrorKind {
+    /// ICMP (or ICMPv6) port unreachable: the peer's host has nothing on
+    /// the UDP port, so no RoCE endpoint answers there.
+    PortUnreachable,
+    /// Another ICMP error (host or network unreachable, time exceeded…),
+    /// as the errno the kernel converts it to.
+    Unreachable(i32),
+    /// A packet larger than the path carries: a local refusal or ICMP
+    /// "fragmentation needed"; the path MTU when the report gives one (0
+    /// otherwise).
+    TooBig {
+        /// The path MTU reported, or 0.
+        mtu: u32,
+    },
+    /// Anything else, by errno.
+    Other(i32),
+}
+
+impl std::fmt::Display for LinkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: ", self.peer)?;
+        match self.kind {
+            LinkErrorKind::PortUnreachable => f.write_str("port unreachable (no RoCE endpoint)"),
+            LinkErrorKind::Unreachable(e) | LinkErrorKind::Other(e) => {
+                write!(f, "{}", io::Error::from_raw_os_error(e))
+            }
+            LinkErrorKind::TooBig { mtu: 0 } => f.write_str("packet too big for the path"),
+            LinkErrorKind::TooBig { mtu } => write!(f, "packet too big for the path (MTU {mtu})"),
+        }
+    }
+}
+
+/// Why a send was refused, as the engine counts it: every refused packet
+/// is dropped and left to the transport's retransmission; what differs is
+/// the counter and what is logged.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_engine::link::SendFailure;
+/// use std::io;
+/// assert_eq!(SendFailure::of(&io::Error::from_raw_os_error(libc::EMSGSIZE)), SendFailure::TooBig);
+/// assert_eq!(SendFailure::of(&io::Error::from_raw_os_error(libc::ENOBUFS)), SendFailure::NoBuffers);
+/// assert_eq!(SendFailure::of(&io::ErrorKind::WouldBlock.into()), SendFailure::WouldBlock);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendFailure {
+    /// The send buffer is full (`EAGAIN`), after the link's short wait.
+    WouldBlock,
+    /// The kernel or the device queue had no buffer (`ENOBUFS`; a socket
+    /// with `IP_RECVERR` reports what it would otherwise drop silently):
+    /// transient, as `WouldBlock`.
+    NoBuffers,
+    /// Larger than the path carries (`EMSGSIZE`, also a GSO run whose
+    /// segments are): the QP's path MTU is larger than the interface's.
+    TooBig,
+    /// Anything else (no route, an error the network reported about an
+    /// earlier packet that this send found pending …).
+    Other,
+}
+
+impl SendFailure {
+    /// The failure `e` is.
+    pub fn of(e: &io::Error) -> SendFailure {
+        match e.raw_os_error() {
+            Some(libc::ENOBUFS) => SendFailure::NoBuffers,
+            Some(libc::EMSGSIZE) => SendFailure::TooBig,
+            _ if e.kind() == io::ErrorKind::WouldBlock => SendFailure::WouldBlock,
+            _ => SendFailure::Other,
+        }
     }
 }
 
@@ -375,6 +494,28 @@ impl Link for NicLink {
         match self {
             NicLink::Udp(l) => Link::recv(l, buf, now),
             NicLink::Memory(l) => l.recv(buf, now),
+        }
+    }
+
+    #[inline]
+    fn errors_pending(&self) -> bool {
+        match self {
+            NicLink::Udp(l) => Link::errors_pending(l),
+            NicLink::Memory(l) => l.errors_pending(),
+        }
+    }
+
+    fn note_error_event(&self) {
+        match self {
+            NicLink::Udp(l) => Link::note_error_event(l),
+            NicLink::Memory(l) => l.note_error_event(),
+        }
+    }
+
+    fn recv_error(&mut self) -> io::Result<Option<LinkError>> {
+        match self {
+            NicLink::Udp(l) => Link::recv_error(l),
+            NicLink::Memory(l) => l.recv_error(),
         }
     }
 }

@@ -10,7 +10,7 @@
 
 use crate::counters::{bump, NicCounters};
 use crate::icrc::IcrcCache;
-use crate::link::{IoPiece, Link, Run, Runs, MAX_TRANSPORT};
+use crate::link::{IoPiece, Link, Run, Runs, SendFailure, MAX_TRANSPORT};
 use ndverbs_proto::mem::{LentPayload, MAX_LENT_PIECES};
 use ndverbs_wire::icrc::ICRC_LEN;
 use std::io;
@@ -38,6 +38,8 @@ pub(crate) struct RunBatch {
     packets: usize,
     /// Most packets per run: 1 when the link has no GSO.
     max_segments: usize,
+    /// Destinations already warned about packets too big for their path.
+    too_big_warned: Vec<SocketAddr>,
 }
 
 impl RunBatch {
@@ -154,8 +156,10 @@ impl RunBatch {
     }
 
     /// Sends every run to `dst` through `link` and empties the batch.
-    /// Packets the link has no room for are dropped and counted: the
-    /// transport retransmits them.
+    /// Packets the link refuses are dropped and counted by cause
+    /// ([`SendFailure`]): the transport retransmits them. A run refused for
+    /// its size costs only its own packets (warned once per destination);
+    /// any other refusal ends the flush.
     pub(crate) fn flush(&mut self, link: &mut impl Link, counters: &NicCounters, dst: SocketAddr) {
         self.close();
         let mut done = 0;
@@ -182,18 +186,92 @@ impl RunBatch {
                     }
                 }
                 Err(e) => {
-                    if e.kind() == io::ErrorKind::WouldBlock {
-                        bump(&counters.send_would_block, self.packets as u64);
-                        warn_send_buffer_full(dst);
-                    } else {
-                        tracing::debug!(error = %e, peer = %dst, "send failed");
+                    let failure = SendFailure::of(&e);
+                    if failure == SendFailure::TooBig {
+                        // This run only: the runs after it may fit (an ACK
+                        // behind a burst of full-size packets).
+                        let r = self.runs[done];
+                        let pkts = r.packets();
+                        self.packets -= pkts;
+                        bump(&counters.send_too_big, pkts as u64);
+                        if !self.too_big_warned.contains(&dst) {
+                            self.too_big_warned.push(dst);
+                            warn_too_big(dst, r.seg, pkts);
+                        }
+                        done += 1;
+                        continue;
                     }
+                    count_refused(counters, failure, &e, self.packets as u64, dst);
                     break;
                 }
             }
         }
         self.clear();
     }
+}
+
+/// Counts `packets` the link refused with `e` (`failure`) — all dropped,
+/// left to the transport's retransmission — and logs it: a warning the
+/// first time per process for each kind, then at debug (an error repeats
+/// for every packet while its cause lasts).
+#[cold]
+pub(crate) fn count_refused(
+    counters: &NicCounters,
+    failure: SendFailure,
+    e: &io::Error,
+    packets: u64,
+    dst: SocketAddr,
+) {
+    match failure {
+        SendFailure::WouldBlock => {
+            bump(&counters.send_would_block, packets);
+            warn_send_buffer_full(dst);
+        }
+        SendFailure::NoBuffers => {
+            bump(&counters.send_no_buffers, packets);
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| {
+                tracing::warn!(
+                    peer = %dst,
+                    "no kernel or device buffer for a send (ENOBUFS): packets dropped and left \
+                     to retransmission (counted in send_no_buffers)"
+                )
+            });
+            tracing::debug!(peer = %dst, packets, "no buffer for the send (ENOBUFS): dropped");
+        }
+        SendFailure::TooBig => {
+            bump(&counters.send_too_big, packets);
+            tracing::debug!(peer = %dst, packets, "packet too big for the path: dropped");
+        }
+        SendFailure::Other => {
+            bump(&counters.send_errors, packets);
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| {
+                tracing::warn!(
+                    error = %e,
+                    peer = %dst,
+                    "send failed: packets dropped and left to retransmission (counted in \
+                     send_errors; later failures are logged at debug)"
+                )
+            });
+            tracing::debug!(error = %e, peer = %dst, packets, "send failed: dropped");
+        }
+    }
+}
+
+/// Warns, once per destination, that packets of `size` bytes (a run of
+/// `packets`) are larger than the path to `peer` carries.
+#[cold]
+fn warn_too_big(peer: SocketAddr, size: usize, packets: usize) {
+    tracing::warn!(
+        %peer,
+        packet_bytes = size,
+        packets,
+        "packets larger than the path to the peer carries (EMSGSIZE): dropped and counted in \
+         send_too_big; the queue pair's path MTU is larger than the interface MTU allows \
+         (RoCEv2 adds 58 bytes of IP/UDP/BTH/ICRC): use a smaller path MTU or raise the \
+         interface's"
+    );
 }
 
 /// Warns, once per process, that a link's send buffer was full after a

@@ -199,6 +199,9 @@ pub(crate) struct Shared {
     pub(crate) counters: NicCounters,
     /// The link's readiness descriptor (valid while the core lives).
     pub(crate) link_fd: RawFd,
+    /// The link's descriptor polled `POLLERR` while the core was not held:
+    /// the next step tells the link (`Link::note_error_event`).
+    pub(crate) link_error: AtomicBool,
     /// Packet capture (off unless switched on; see
     /// [`crate::link::capture`]), shared with the link stack.
     pub(crate) capture: Arc<CaptureSlot>,

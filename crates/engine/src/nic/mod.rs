@@ -233,6 +233,7 @@ impl Nic {
             epoch_ns: worker::monotonic_ns(),
             counters: NicCounters::default(),
             link_fd,
+            link_error: AtomicBool::new(false),
             capture,
             worker_wake_ns: AtomicU64::new(u64::MAX),
             span: tracing::debug_span!(parent: None, "nic", %local),

@@ -16,21 +16,31 @@
 //! for the next step. Datagrams that complete nothing (the bulk of a
 //! transfer into an RDMA WRITE target, ACKs) are taken in a batch, which
 //! also lets one ACK answer all of them.
+//!
+//! **What the network says back.** `drive_link_errors` reads the reports
+//! the link keeps about packets sent earlier ([`Link::recv_error`]) when it
+//! says some wait: an ICMP port unreachable (a host with no RoCE endpoint)
+//! is counted and ends the CM's connects waiting for a REP from there; a
+//! local refusal was already counted when its send failed; the rest is
+//! counted and logged at debug.
 
 use super::core::{Core, Shared};
 use crate::config::Progress;
 use crate::counters::bump;
 use crate::icrc::VerifyError;
-use crate::link::{Datagram, Link};
+use crate::link::{Datagram, Link, LinkError, LinkErrorKind};
 use ndverbs_proto::time::Instant;
 use ndverbs_wire::packet::Packet;
 use std::net::IpAddr;
+use std::sync::atomic::Ordering;
 
 /// Most datagrams one step receives with an engine thread.
 const THREAD_RX_BATCH: usize = 64;
 /// Most datagrams one manual-progress step receives (it stops earlier at a
 /// datagram that leaves something to deliver).
 const MANUAL_RX_BATCH: usize = 8;
+/// Most error reports one step reads (the rest wait for the next).
+const ERROR_BATCH: usize = 64;
 
 impl Core {
     /// Receives and dispatches a batch of datagrams; true if there were any.
@@ -70,6 +80,70 @@ impl Core {
             }
         }
         busy
+    }
+
+    /// Reads the link's error reports if it says some wait (see the module
+    /// docs); true if there were any.
+    #[inline]
+    pub(super) fn drive_link_errors(&mut self, shared: &Shared, now: Instant) -> bool {
+        if shared.link_error.load(Ordering::Relaxed) {
+            shared.link_error.store(false, Ordering::Relaxed);
+            self.io.link.note_error_event();
+        }
+        if !self.io.link.errors_pending() {
+            return false;
+        }
+        self.read_link_errors(shared, now)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn read_link_errors(&mut self, shared: &Shared, now: Instant) -> bool {
+        let mut any = false;
+        for _ in 0..ERROR_BATCH {
+            match self.io.link.recv_error() {
+                Ok(Some(e)) => {
+                    any = true;
+                    self.on_link_error(shared, now, e);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the socket's error queue failed");
+                    break;
+                }
+            }
+        }
+        any
+    }
+
+    /// One report of the network about a packet sent to `e.peer`.
+    fn on_link_error(&mut self, shared: &Shared, now: Instant, e: LinkError) {
+        let peer = e.peer.ip();
+        match e.kind {
+            _ if e.local => {
+                // Counted when the send failed (`send_too_big`, …).
+                tracing::debug!(error = %e, "send refused by the kernel");
+            }
+            LinkErrorKind::PortUnreachable => {
+                bump(&shared.counters.peer_port_unreachable, 1);
+                // The CM stops waiting for a REP that cannot come. RC QPs
+                // to that peer are only counted: their transport keeps
+                // retrying until its retry count runs out, as rxe's does
+                // (the kernel never tells rxe about ICMP either), and a
+                // peer that restarts its endpoint may still answer.
+                // (Debug only: a connect it ends fails with its own error.)
+                let ended = self.cm.handle_unreachable(peer, now);
+                tracing::debug!(
+                    %peer,
+                    connects_ended = ended,
+                    "ICMP port unreachable: no RoCE endpoint at the peer"
+                );
+            }
+            _ => {
+                bump(&shared.counters.peer_errors, 1);
+                tracing::debug!(error = %e, "the network reported an error");
+            }
+        }
     }
 
     /// Verifies and dispatches the packet at `rx[off..end]` of datagram `d`.

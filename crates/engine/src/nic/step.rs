@@ -1,9 +1,9 @@
 //! The engine loop: one step is a short list of named stages.
 //!
 //! ```text
-//! step:         drive_posts ─ drive_receive ─ drive_timers ─ drive_cm_timer ─┐
-//!                                                                             │
-//! finish_step:  drive_cm ─ drive_transmit ─ drive_completions ─               ◄┘
+//! step:         drive_posts ─ drive_receive ─ drive_link_errors ─ drive_timers ─ drive_cm_timer ─┐
+//!                                                                                               │
+//! finish_step:  drive_cm ─ drive_transmit ─ drive_completions ─                                ◄┘
 //!               drive_postponed_acks ─ drive_srq_credits ─ drive_requests
 //! ```
 //!
@@ -16,6 +16,12 @@
 //! completed (after the packets they produced are out). Control calls that
 //! change a QP (modify, destroy, endpoint requests) end with `finish_step`
 //! too, so everything they caused leaves at once.
+//!
+//! `drive_link_errors` reads what the network said about packets sent
+//! earlier, only when the link says something waits (a send or receive met
+//! a pending socket error, or `poll` reported `POLLERR`): an ICMP port
+//! unreachable from a host with no RoCE endpoint ends the connects waiting
+//! for its REP there (`CmAgent::handle_unreachable`); the rest is counted.
 //!
 //! The order inside `finish_step` is what the application can rely on: a
 //! QP's send slots are freed before its completions become visible (an
@@ -36,6 +42,7 @@ impl Core {
     pub(crate) fn step(&mut self, shared: &Shared, now: Instant) {
         let mut busy = self.drive_posts(shared, now);
         busy |= self.drive_receive(shared, now);
+        busy |= self.drive_link_errors(shared, now);
         self.drive_timers(now);
         busy |= self.drive_cm_timer(now);
         // An idle step (nothing arrived, nothing to follow up) skips the rest.

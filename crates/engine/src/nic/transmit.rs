@@ -25,12 +25,11 @@ use super::core::Core;
 use super::core::Shared;
 use crate::config::Progress;
 use crate::counters::bump;
-use crate::link::Link;
+use crate::link::{Link, SendFailure};
 use ndverbs_proto::mem::LentPayload;
 use ndverbs_proto::rc::QpState;
 use ndverbs_proto::time::Instant;
 use ndverbs_wire::ip::ROCEV2_PORT;
-use std::io;
 use std::net::{IpAddr, SocketAddr};
 
 impl Core {
@@ -139,11 +138,10 @@ impl Core {
                 bump(&shared.counters.send_calls, 1);
                 bump(&shared.counters.sent_datagrams, 1);
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                bump(&shared.counters.send_would_block, 1);
-                super::batch::warn_send_buffer_full(dst);
+            Err(e) => {
+                let failure = SendFailure::of(&e);
+                super::batch::count_refused(&shared.counters, failure, &e, 1, dst);
             }
-            Err(e) => tracing::debug!(error = %e, %peer, "send failed"),
         }
     }
 }

@@ -17,7 +17,7 @@
 use super::core::Shared;
 use super::Nic;
 use crate::error::EngineError;
-use crate::event::wait_readable;
+use crate::event::wait_events;
 use ndverbs_proto::time::Instant;
 use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
@@ -72,11 +72,7 @@ impl Nic {
             d.saturating_duration_since(self.now()).min(timeout)
         });
         if self.shared.work.is_empty() {
-            wait_readable(
-                &[self.shared.link_fd, self.shared.doorbell.fd()],
-                Some(wait),
-            )?;
-            self.shared.doorbell.drain();
+            self.shared.wait(Some(wait))?;
         }
         self.progress();
         Ok(())
@@ -87,6 +83,19 @@ impl Shared {
     /// The engine's clock: nanoseconds since the NIC opened.
     pub(crate) fn now(&self) -> Instant {
         Instant::from_nanos(monotonic_ns().saturating_sub(self.epoch_ns))
+    }
+
+    /// Sleeps until the link or the doorbell is readable, or `timeout`
+    /// passes; drains the doorbell and notes an error condition of the link
+    /// (`POLLERR`: its error queue wants reading, or `poll` would report it
+    /// again at once).
+    fn wait(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+        let ev = wait_events(&[self.link_fd, self.doorbell.fd()], timeout)?;
+        if ev.first().is_some_and(|e| e & libc::POLLERR != 0) {
+            self.link_error.store(true, Ordering::Relaxed);
+        }
+        self.doorbell.drain();
+        Ok(())
     }
 }
 
@@ -146,9 +155,8 @@ pub(super) fn worker(weak: std::sync::Weak<Shared>) {
             shared.sleeping.store(false, Ordering::SeqCst);
             continue;
         }
-        let _ = wait_readable(&[shared.link_fd, shared.doorbell.fd()], Some(wait));
+        let _ = shared.wait(Some(wait));
         shared.sleeping.store(false, Ordering::SeqCst);
-        shared.doorbell.drain();
     }
 }
 

@@ -566,6 +566,56 @@ impl CmAgent {
         }
     }
 
+    /// The network says `peer` has no endpoint: its host answered a packet
+    /// we sent to its UDP port 4791 with ICMP port unreachable (the engine
+    /// learns this from its socket's error queue). Every connect still
+    /// waiting for the REP from that address (REQ_SENT, or MRA_REQ_RCVD:
+    /// whoever sent the MRA has gone since) ends at once, back in IDLE
+    /// without a REJ, with [`CmEvent::Unreachable`] instead of retransmitting
+    /// its REQ until [`ConnectTimeout`](CmEvent::ConnectTimeout). Returns
+    /// how many connects ended.
+    ///
+    /// Nothing else reacts: a passive side or an established connection
+    /// keeps its own timers (a REP or DREQ may still be answered by a peer
+    /// that restarts), as Linux's CM, which never sees ICMP, does.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_proto::cm::*;
+    /// use ndverbs_proto::time::Instant;
+    /// let (a_ip, b_ip) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+    /// let mut a = CmAgent::new(CmConfig::new(a_ip, 0xa, 1));
+    /// let ep = a.connect(Instant::ZERO, ConnectParams::new(0x1234, b_ip, 0x11, 1))?;
+    /// assert_eq!(a.poll_transmit().map(|t| t.dst), Some(b_ip)); // the REQ
+    /// assert_eq!(a.handle_unreachable(b_ip, Instant::ZERO), 1);
+    /// assert_eq!(a.poll_event(), Some(CmEvent::Unreachable { endpoint: ep }));
+    /// assert_eq!(a.state(ep), Some(CmState::Idle));
+    /// assert!(a.poll_timeout().is_none()); // no more REQs
+    /// # Ok::<(), CmError>(())
+    /// ```
+    pub fn handle_unreachable(&mut self, peer: IpAddr, _now: Instant) -> usize {
+        if self.removed {
+            return 0;
+        }
+        let ended: Vec<EndpointId> = self
+            .endpoints
+            .values()
+            .filter(|ep| {
+                !ep.destroyed
+                    && ep.remote_addr == peer
+                    && matches!(ep.state, CmState::ReqSent | CmState::MraReqRcvd)
+            })
+            .map(|ep| ep.id)
+            .collect();
+        for &id in &ended {
+            self.reset_to_idle(id);
+            self.out.counters.unreachable += 1;
+            self.out.event(CmEvent::Unreachable { endpoint: id });
+        }
+        ended.len()
+    }
+
     // ---- transitions shared with recv.rs ---------------------------------
 
     /// Sends `msg` and arms its retransmission.

@@ -63,4 +63,7 @@ pub struct CmCounters {
     pub tx_mra: u64,
     /// DREPs sent for DREQs naming no connection.
     pub tx_drep_unknown: u64,
+    /// Connects ended early because the peer's host answered ICMP port
+    /// unreachable ([`CmAgent::handle_unreachable`](super::CmAgent::handle_unreachable)).
+    pub unreachable: u64,
 }

@@ -7,7 +7,7 @@
 //!
 //! | request | terminal events |
 //! |---|---|
-//! | `connect` | [`RepReceived`](CmEvent::RepReceived), [`Rejected`](CmEvent::Rejected), [`ConnectTimeout`](CmEvent::ConnectTimeout), [`DeviceRemoved`](CmEvent::DeviceRemoved) |
+//! | `connect` | [`RepReceived`](CmEvent::RepReceived), [`Rejected`](CmEvent::Rejected), [`ConnectTimeout`](CmEvent::ConnectTimeout), [`Unreachable`](CmEvent::Unreachable), [`DeviceRemoved`](CmEvent::DeviceRemoved) |
 //! | `accept` | [`Established`](CmEvent::Established), [`Rejected`](CmEvent::Rejected), [`AcceptTimeout`](CmEvent::AcceptTimeout), [`DeviceRemoved`](CmEvent::DeviceRemoved) |
 //! | `disconnect` | [`DisconnectDone`](CmEvent::DisconnectDone), [`DeviceRemoved`](CmEvent::DeviceRemoved) |
 //!
@@ -275,6 +275,15 @@ pub enum CmEvent {
         /// The endpoint (back in IDLE).
         endpoint: EndpointId,
     },
+    /// Active, terminal for `connect`: the peer's host answered the REQ
+    /// with ICMP port unreachable (reported by the engine through
+    /// [`CmAgent::handle_unreachable`](super::CmAgent::handle_unreachable)):
+    /// nothing listens on UDP 4791 there, so no retry would be answered. No
+    /// REJ is sent. ND: `ND_CONNECTION_REFUSED`.
+    Unreachable {
+        /// The endpoint (back in IDLE).
+        endpoint: EndpointId,
+    },
     /// Passive, terminal for `accept`: REP retries exhausted (Linux
     /// `IB_CM_REP_ERROR`). ND: `ND_IO_TIMEOUT`.
     AcceptTimeout {
@@ -337,6 +346,7 @@ impl CmEvent {
             | CmEvent::Established { endpoint }
             | CmEvent::Rejected { endpoint, .. }
             | CmEvent::ConnectTimeout { endpoint }
+            | CmEvent::Unreachable { endpoint }
             | CmEvent::AcceptTimeout { endpoint }
             | CmEvent::MraReceived { endpoint, .. }
             | CmEvent::DreqReceived { endpoint }

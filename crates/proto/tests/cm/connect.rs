@@ -590,3 +590,47 @@ fn an_agent_can_connect_to_itself() {
         "{ev:?}"
     );
 }
+
+#[test]
+fn port_unreachable_ends_a_pending_connect_at_once() {
+    let mut net = Net::new(8, Faults::default());
+    // Nothing at B answers: its host says "port unreachable" instead.
+    net.drop_next(Side::A, REQ, usize::MAX);
+    let (_, ea) = start(&mut net, 7174);
+    // A second connect, to an address that said nothing, is not touched.
+    let other = ConnectParams::new(sid(7175), ip("10.0.0.3"), 0x12, 1);
+    let eo = net.a.connect(net.now, other).unwrap();
+    net.run_for(ms(10));
+    assert_eq!(net.a.handle_unreachable(ip(B_IP), net.now), 1);
+    net.expect(Side::A, &[CmEvent::Unreachable { endpoint: ea }]);
+    assert_eq!(net.a.state(ea), Some(CmState::Idle));
+    assert_eq!(net.a.state(eo), Some(CmState::ReqSent));
+    assert_eq!(net.a.counters().unreachable, 1);
+    // No REQ retransmission for the ended connect, no REJ either; the other
+    // one keeps retrying until its own timeout.
+    net.run_for(ms(16 * 6144));
+    let to_b = |net: &Net| {
+        net.sent(Side::A, REQ)
+            .iter()
+            .filter(|s| s.dst == ip(B_IP))
+            .count()
+    };
+    assert_eq!(to_b(&net), 1);
+    assert!(net.sent(Side::A, REJ).is_empty());
+    assert_eq!(
+        net.take(Side::A),
+        vec![CmEvent::ConnectTimeout { endpoint: eo }]
+    );
+    // A late ICMP for an endpoint already ended changes nothing.
+    assert_eq!(net.a.handle_unreachable(ip(B_IP), net.now), 0);
+    assert!(net.take(Side::A).is_empty());
+}
+
+#[test]
+fn port_unreachable_leaves_established_connections_alone() {
+    let (mut net, ea, eb) = connected(9);
+    assert_eq!(net.a.handle_unreachable(ip(B_IP), net.now), 0);
+    assert_eq!(net.a.state(ea), Some(CmState::Established));
+    assert!(net.take(Side::A).is_empty());
+    assert_eq!(net.b.state(eb), Some(CmState::Established));
+}

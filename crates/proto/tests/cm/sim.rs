@@ -118,7 +118,9 @@ impl Sim {
                     self.close(side, ep, &[Kind::Accept], &e);
                     self.want_disconnect(side, ep, true);
                 }
-                CmEvent::ConnectTimeout { .. } => self.close(side, ep, &[Kind::Connect], &e),
+                CmEvent::ConnectTimeout { .. } | CmEvent::Unreachable { .. } => {
+                    self.close(side, ep, &[Kind::Connect], &e)
+                }
                 CmEvent::AcceptTimeout { .. } => self.close(side, ep, &[Kind::Accept], &e),
                 CmEvent::Rejected { .. } => {
                     if matches!(

@@ -10,7 +10,10 @@
 //!   and ID 0 (segment `i` of a GSO send: ID `i`);
 //! * `IP_PKTINFO` only for a wildcard bind (the destination address enters
 //!   the ICRC; a socket bound to one address receives only what is sent to
-//!   it, and a control message less per receive is cheaper).
+//!   it, and a control message less per receive is cheaper);
+//! * `IP_RECVERR` (`IPV6_RECVERR`): ICMP errors about what it sent — a host
+//!   with no RoCE endpoint answers "port unreachable" — are queued for it
+//!   (see *Errors* below).
 //!
 //! **Batching.** [`RoceSocket::send_runs`] sends up to
 //! [`Runs::MAX`] runs with one `sendmmsg`, each run one
@@ -19,12 +22,37 @@
 //! ([`RoceSocket::enable_gro`]) [`RoceSocket::recv_datagram`] may return
 //! several packets of one peer at once, with their segment size.
 //!
+//! **GSO refusals.** Whether the kernel does UDP GSO at all is probed once,
+//! at bind (the `UDP_SEGMENT` option); a kernel or socket that answers a
+//! GSO send with `ENOPROTOOPT`/`EOPNOTSUPP` turns it off for the socket.
+//! A run whose segment is larger than the path MTU allows — one QP with a
+//! path MTU larger than the interface's — is refused with `EMSGSIZE` by
+//! current kernels, but with `EINVAL` by older ones (before the stable
+//! updates that changed `udp_send_skb`), the answer they also give when GSO
+//! cannot be used at all (as `EIO` is for a device that cannot segment;
+//! quinn-udp takes both as "no GSO" for good). So after `EIO`/`EINVAL` the
+//! run's first packet is sent alone: refused with `EMSGSIZE`, the run was
+//! too big for that path (returned as `EMSGSIZE`, counted and dropped by
+//! the engine; other destinations keep GSO); taken, it was GSO itself that
+//! failed, and the socket sends one datagram per packet from then on.
+//!
+//! **Errors.** With `IP_RECVERR` the kernel keeps what the network reports
+//! about sent packets in the socket's error queue, with the destination
+//! they were sent to, and also sets a pending error that the next send or
+//! receive returns instead of doing its work (and `poll` reports
+//! `POLLERR`). Such a pending error is neither fatal nor about the call that
+//! returns it: the call is made again, and the socket notes that its queue
+//! wants reading ([`Link::errors_pending`]); the engine then reads it with
+//! [`RoceSocket::recv_error`]. A socket with `IP_RECVERR` also reports
+//! `ENOBUFS` from a full device queue, which it would otherwise drop
+//! silently.
+//!
 //! The system calls themselves, and all of the link's `unsafe`, are in
 //! `sys.rs`.
 
 mod sys;
 
-use super::{Datagram, Link, Runs};
+use super::{Datagram, Link, LinkError, LinkErrorKind, Runs};
 use ndverbs_proto::time::Instant;
 use ndverbs_wire::ip::ROCEV2_PORT;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -75,6 +103,9 @@ pub struct RoceSocket {
     port: u16,
     gso: AtomicBool,
     gro: bool,
+    /// A send or receive found an error pending, or the descriptor polled
+    /// `POLLERR`: the error queue wants reading.
+    errors: AtomicBool,
 }
 
 impl RoceSocket {
@@ -100,16 +131,24 @@ impl RoceSocket {
         set_buffers(&sock, fd);
         // DF (so IPv4 ID 0) always; the destination address of each
         // datagram only on a wildcard bind (see the module docs).
-        let (level, mtu_discover, pktinfo) = if local.is_ipv4() {
-            (libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PKTINFO)
+        let (level, mtu_discover, pktinfo, recverr) = if local.is_ipv4() {
+            (
+                libc::IPPROTO_IP,
+                libc::IP_MTU_DISCOVER,
+                libc::IP_PKTINFO,
+                libc::IP_RECVERR,
+            )
         } else {
             (
                 libc::IPPROTO_IPV6,
                 libc::IPV6_MTU_DISCOVER,
                 libc::IPV6_RECVPKTINFO,
+                libc::IPV6_RECVERR,
             )
         };
         setsockopt(fd, level, mtu_discover, libc::IP_PMTUDISC_DO)?;
+        // ICMP errors about our packets (see the module docs).
+        setsockopt(fd, level, recverr, 1)?;
         if local.is_unspecified() {
             setsockopt(fd, level, pktinfo, 1)?;
         }
@@ -124,6 +163,7 @@ impl RoceSocket {
             port,
             gso: gso.into(),
             gro: false,
+            errors: AtomicBool::new(false),
         })
     }
 
@@ -167,9 +207,10 @@ impl RoceSocket {
     }
 
     /// Sends one datagram (a transport packet, ICRC filled in) to `dst`.
-    /// `WouldBlock` when the socket buffer is full.
+    /// `WouldBlock` when the socket buffer is full; `EMSGSIZE` when it is
+    /// larger than the path carries.
     pub fn send_to(&self, pkt: &[u8], dst: SocketAddr) -> io::Result<()> {
-        let n = sys::sendto(self.fd(), pkt, dst)?;
+        let n = self.again_if_pending(|| sys::sendto(self.fd(), pkt, dst))?;
         if n != pkt.len() {
             return Err(io::Error::other("short UDP send"));
         }
@@ -178,32 +219,133 @@ impl RoceSocket {
 
     /// Sends up to [`Runs::MAX`] runs to `dst` with one `sendmmsg` (see
     /// [`Link::send_runs`]); returns how many runs the kernel took
-    /// (`WouldBlock` when none). After a refusal other than `WouldBlock`,
-    /// GSO is off for good: the engine then sends runs of one packet.
+    /// (`WouldBlock` when none). A run refused for its size is `EMSGSIZE`
+    /// and leaves GSO on; a refusal of GSO itself turns it off for good
+    /// (see the module docs).
     pub fn send_runs(&self, runs: Runs<'_>, dst: SocketAddr) -> io::Result<usize> {
         let runs = runs.take(Runs::MAX);
-        let r = sys::sendmmsg_gso(self.fd(), runs, dst);
-        if let Err(e) = &r {
-            if gso_refused(e) && runs.runs().iter().any(|r| r.len > r.seg) {
-                tracing::warn!(error = %e, "UDP GSO refused; sending one datagram per packet from now on");
-                self.set_gso(false);
+        let r = self.again_if_pending(|| sys::sendmmsg_gso(self.fd(), runs, dst));
+        match r {
+            // sendmmsg stops at the first message it refuses: the first run.
+            Err(e) if runs.runs().first().is_some_and(|r| r.len > r.seg) => {
+                Err(self.gso_refused(e, runs, dst))
             }
+            r => r,
         }
-        r
+    }
+
+    /// Sorts out why the GSO run `runs[0]` was refused with `e` (see the
+    /// module docs); returns the error to report.
+    #[cold]
+    fn gso_refused(&self, e: io::Error, runs: Runs<'_>, dst: SocketAddr) -> io::Error {
+        match e.raw_os_error() {
+            Some(libc::ENOPROTOOPT | libc::EOPNOTSUPP) => {
+                self.gso_off(&e, dst);
+                e
+            }
+            Some(libc::EIO | libc::EINVAL) => {
+                // Its first packet alone (signed for IPv4 ID 0, as a lone
+                // packet leaves): too big for the path, or GSO's fault?
+                let seg = runs.runs()[0].seg;
+                let mut first = Vec::with_capacity(runs.runs()[0].len);
+                runs.gather(0, &mut first);
+                first.truncate(seg);
+                match self.send_to(&first, dst) {
+                    Ok(()) => {
+                        self.gso_off(&e, dst);
+                        e
+                    }
+                    Err(alone) => alone,
+                }
+            }
+            _ => e,
+        }
+    }
+
+    #[cold]
+    fn gso_off(&self, e: &io::Error, dst: SocketAddr) {
+        if self.gso() {
+            tracing::warn!(error = %e, peer = %dst, "UDP GSO refused by the kernel or the device; sending one datagram per packet from now on");
+            self.set_gso(false);
+        }
+    }
+
+    /// Runs `call`, once more if it returned an error pending on the socket
+    /// rather than its own (see the module docs), noting that the error
+    /// queue wants reading.
+    #[inline]
+    fn again_if_pending<T>(&self, mut call: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+        match call() {
+            Err(e) if reported_error(&e) => {
+                self.errors.store(true, Ordering::Relaxed);
+                call()
+            }
+            r => r,
+        }
     }
 
     /// Receives one datagram (with GRO on, possibly several coalesced
-    /// packets) into `buf`; `Ok(None)` when nothing is waiting.
+    /// packets) into `buf`; `Ok(None)` when nothing is waiting. An error the
+    /// network reported is noted for [`RoceSocket::recv_error`] (see the
+    /// module docs), not returned.
     pub fn recv_datagram(&self, buf: &mut [u8]) -> io::Result<Option<Datagram>> {
-        match sys::recvmsg_pktinfo(self.fd(), buf) {
-            Ok((len, src, dst, seg)) => Ok(Some(Datagram {
-                src,
-                dst,
-                len,
-                seg: seg.filter(|&s| s > 0 && s < len).unwrap_or(len),
-            })),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-            Err(e) => Err(e),
+        // Each pending error is returned once: a few in a row at most.
+        for _ in 0..4 {
+            match sys::recvmsg_pktinfo(self.fd(), buf) {
+                Ok((len, src, dst, seg)) => {
+                    return Ok(Some(Datagram {
+                        src,
+                        dst,
+                        len,
+                        seg: seg.filter(|&s| s > 0 && s < len).unwrap_or(len),
+                    }))
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.raw_os_error().is_some() => {
+                    self.errors.store(true, Ordering::Relaxed);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether the error queue may hold reports (see the module docs).
+    pub fn errors_pending(&self) -> bool {
+        self.errors.load(Ordering::Relaxed)
+    }
+
+    /// The next report of the error queue: the destination of the packet it
+    /// is about and what happened; `Ok(None)` when the queue is empty.
+    pub fn recv_error(&self) -> io::Result<Option<LinkError>> {
+        loop {
+            let Some(q) = sys::recv_errqueue(self.fd())? else {
+                self.errors.store(false, Ordering::Relaxed);
+                return Ok(None);
+            };
+            const ICMP_DEST_UNREACH: u8 = 3;
+            const ICMP_PORT_UNREACH: u8 = 3;
+            const ICMPV6_DEST_UNREACH: u8 = 1;
+            const ICMPV6_PORT_UNREACH: u8 = 4;
+            let kind = match (q.origin, q.icmp, q.errno) {
+                (_, _, 0) => continue,
+                (libc::SO_EE_ORIGIN_ICMP, (ICMP_DEST_UNREACH, ICMP_PORT_UNREACH), _)
+                | (libc::SO_EE_ORIGIN_ICMP6, (ICMPV6_DEST_UNREACH, ICMPV6_PORT_UNREACH), _) => {
+                    LinkErrorKind::PortUnreachable
+                }
+                (_, _, libc::EMSGSIZE) => LinkErrorKind::TooBig { mtu: q.info },
+                (libc::SO_EE_ORIGIN_ICMP | libc::SO_EE_ORIGIN_ICMP6, _, e) => {
+                    LinkErrorKind::Unreachable(e)
+                }
+                (_, _, e) => LinkErrorKind::Other(e),
+            };
+            let local = q.origin == libc::SO_EE_ORIGIN_LOCAL;
+            return Ok(Some(LinkError {
+                peer: q.dst,
+                kind,
+                local,
+            }));
         }
     }
 }
@@ -248,14 +390,37 @@ impl Link for RoceSocket {
     fn recv(&mut self, buf: &mut [u8], _now: Instant) -> io::Result<Option<Datagram>> {
         self.recv_datagram(buf)
     }
+
+    fn errors_pending(&self) -> bool {
+        RoceSocket::errors_pending(self)
+    }
+
+    fn note_error_event(&self) {
+        self.errors.store(true, Ordering::Relaxed);
+    }
+
+    fn recv_error(&mut self) -> io::Result<Option<LinkError>> {
+        RoceSocket::recv_error(self)
+    }
 }
 
-/// Whether a failed send of GSO runs says the kernel or the device cannot
-/// segment (rather than, say, a route that went away with its link).
-fn gso_refused(e: &io::Error) -> bool {
+/// Whether a send or receive returned an error the network reported about
+/// an earlier packet (pending on the socket with `IP_RECVERR`) rather than
+/// one of its own: ICMP unreachables of every kind.
+fn reported_error(e: &io::Error) -> bool {
     matches!(
         e.raw_os_error(),
-        Some(libc::EIO | libc::EINVAL | libc::ENOPROTOOPT | libc::EOPNOTSUPP)
+        Some(
+            libc::ECONNREFUSED
+                | libc::EMSGSIZE
+                | libc::EHOSTUNREACH
+                | libc::ENETUNREACH
+                | libc::EHOSTDOWN
+                | libc::ENETDOWN
+                | libc::EPROTO
+                | libc::ENOPROTOOPT
+                | libc::EACCES
+        )
     )
 }
 
@@ -445,6 +610,123 @@ mod tests {
             .collect();
         assert_eq!(verdicts[1], Err(VerifyError::BadIcrc));
         assert_eq!(verdicts[0], Ok(Some(0)));
+    }
+
+    /// Runs of `n` packets of `size` bytes (signed for `a` → `dst`).
+    fn try_run(a: &RoceSocket, n: usize, size: usize, dst: SocketAddr) -> io::Result<usize> {
+        let bytes = run_of(&vec![size; n], a.addr(), dst);
+        let pieces = [IoPiece::of(&bytes)];
+        let run = [Run {
+            iov: (0, 1),
+            len: bytes.len(),
+            seg: size,
+        }];
+        // SAFETY: one live local buffer.
+        a.send_runs(unsafe { Runs::new(&pieces, &run) }?, dst)
+    }
+
+    /// A run whose segments a 1500-byte path cannot carry is refused with
+    /// `EMSGSIZE` (whichever errno the kernel gave), and GSO stays on: a run
+    /// that fits, to the same or another destination, is still one GSO
+    /// send. (Needs root for the namespaces: skipped otherwise.)
+    #[test]
+    fn a_run_too_big_for_the_path_is_emsgsize_and_gso_stays_on() {
+        use ndverbs_testkit::netns::Netns;
+        let Some((na, _nb)) = Netns::veth_pair("10.99.7.1/24", "10.99.7.2/24") else {
+            return;
+        };
+        let a = na
+            .run(|| RoceSocket::bind("10.99.7.1".parse().unwrap()))
+            .unwrap();
+        if !a.gso() {
+            eprintln!("SKIPPED: no UDP GSO in this kernel");
+            return;
+        }
+        let far: SocketAddr = "10.99.7.2:4791".parse().unwrap();
+        let near: SocketAddr = "127.0.0.9:4791".parse().unwrap();
+        let e = try_run(&a, 4, 4096 + 40, far).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EMSGSIZE), "{e}");
+        assert!(a.gso(), "one oversize run turned GSO off");
+        assert_eq!(try_run(&a, 4, 1040, far).unwrap(), 1);
+        assert_eq!(try_run(&a, 4, 4096 + 40, near).unwrap(), 1);
+        assert!(a.gso());
+        // Nothing listens at either end: what comes back is reported.
+        while let Some(r) = a.recv_error().unwrap() {
+            assert_eq!(r.kind, LinkErrorKind::PortUnreachable, "{r:?}");
+        }
+        assert!(!a.errors_pending());
+    }
+
+    /// A socket whose GSO sends the kernel refuses although a lone packet
+    /// passes (here: UDP checksums off, which GSO needs) falls back to one
+    /// datagram per packet for good.
+    #[test]
+    fn gso_refused_for_itself_falls_back_to_one_datagram_per_packet() {
+        let port = 48060 + (std::process::id() % 30) as u16;
+        let a = RoceSocket::bind_port("127.0.0.8".parse().unwrap(), port).unwrap();
+        let b = RoceSocket::bind_port("127.0.0.9".parse().unwrap(), port).unwrap();
+        if !a.gso() {
+            eprintln!("SKIPPED: no UDP GSO in this kernel");
+            return;
+        }
+        setsockopt(a.fd(), libc::SOL_SOCKET, libc::SO_NO_CHECK, 1).unwrap();
+        let e = try_run(&a, 3, 1040, b.addr()).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
+        assert!(!a.gso(), "GSO off after the kernel refused it");
+        // The run's first packet went out alone.
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        assert_eq!(recv_wait(&b, &mut buf).len, 1040);
+    }
+
+    /// Nothing listens on the port: the kernel's ICMP port unreachable is
+    /// reported with the destination, the pending error the next receive
+    /// would return is absorbed, and sending goes on.
+    #[test]
+    fn port_unreachable_is_reported_with_the_destination() {
+        let port = 48100 + (std::process::id() % 30) as u16;
+        let a = RoceSocket::bind_port("127.0.0.10".parse().unwrap(), port).unwrap();
+        let b = RoceSocket::bind_port("127.0.0.11".parse().unwrap(), port).unwrap();
+        let nobody: SocketAddr = SocketAddr::new("127.0.0.12".parse().unwrap(), port);
+        port_unreachable(&a, &b, nobody);
+    }
+
+    /// As above over IPv6 (ICMPv6 port unreachable, `IPV6_RECVERR`).
+    #[test]
+    fn port_unreachable_is_reported_over_ipv6() {
+        let port = 48140 + (std::process::id() % 9) as u16;
+        let Ok(a) = RoceSocket::bind_port("::1".parse().unwrap(), port) else {
+            eprintln!("SKIPPED: port_unreachable_is_reported_over_ipv6 — no ::1 on this machine");
+            return;
+        };
+        let Ok(b) = RoceSocket::bind_port("::1".parse().unwrap(), port + 10) else {
+            return;
+        };
+        port_unreachable(&a, &b, SocketAddr::new("::1".parse().unwrap(), port + 20));
+    }
+
+    fn port_unreachable(a: &RoceSocket, b: &RoceSocket, nobody: SocketAddr) {
+        a.send_to(&signed(b"anyone?", a, b), nobody).unwrap();
+        let t0 = std::time::Instant::now();
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let report = loop {
+            assert_eq!(a.recv_datagram(&mut buf).unwrap(), None);
+            if a.errors_pending() {
+                if let Some(r) = a.recv_error().unwrap() {
+                    break r;
+                }
+            }
+            assert!(t0.elapsed() < Duration::from_secs(5), "no report");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        assert_eq!(report.peer, nobody);
+        assert_eq!(report.kind, LinkErrorKind::PortUnreachable);
+        assert!(!report.local);
+        assert_eq!(a.recv_error().unwrap(), None);
+        assert!(!a.errors_pending());
+        // The socket still sends.
+        let pkt = signed(b"hello", a, b);
+        a.send_to(&pkt, b.addr()).unwrap();
+        assert_eq!(recv_wait(b, &mut buf).len, pkt.len());
     }
 
     #[test]

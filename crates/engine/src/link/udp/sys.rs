@@ -223,3 +223,88 @@ pub(super) fn wait_writable(fd: RawFd) {
     // SAFETY: one live pollfd.
     unsafe { libc::poll(&mut p, 1, 1) };
 }
+
+/// One entry of a socket's error queue (`IP_RECVERR`/`IPV6_RECVERR`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct QueuedError {
+    /// The destination of the packet the error is about (the errqueue
+    /// read's `msg_name`).
+    pub dst: SocketAddr,
+    /// `ee_errno`.
+    pub errno: i32,
+    /// `ee_origin` (`SO_EE_ORIGIN_*`).
+    pub origin: u8,
+    /// `ee_type` and `ee_code`: the ICMP type and code for ICMP origins.
+    pub icmp: (u8, u8),
+    /// `ee_info`: the MTU for `EMSGSIZE`.
+    pub info: u32,
+}
+
+/// Reads one entry of the socket's error queue (`MSG_ERRQUEUE`); `Ok(None)`
+/// when it is empty. The offending packet's bytes are not wanted: a
+/// zero-length buffer (the kernel truncates them away).
+pub(super) fn recv_errqueue(fd: RawFd) -> io::Result<Option<QueuedError>> {
+    let mut addr: MaybeUninit<libc::sockaddr_storage> = MaybeUninit::zeroed();
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 0,
+    };
+    // Room for a sock_extended_err and the offender's sockaddr_in6.
+    let mut control = [0u64; 16];
+    // SAFETY: msghdr is plain data; zeroed is a valid initial value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = addr.as_mut_ptr().cast();
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: every pointer in `msg` refers to a live buffer of the stated size.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::WouldBlock {
+            Ok(None)
+        } else {
+            Err(e)
+        };
+    }
+    // SAFETY: the kernel filled `addr` with `msg_namelen` valid bytes.
+    let dst = unsafe { sockaddr_to_std(addr.as_ptr(), msg.msg_namelen) };
+    let mut found = None;
+    // SAFETY: CMSG_* walk the control buffer the kernel filled, within
+    // msg_controllen; the IP_RECVERR message holds a sock_extended_err.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            let h = &*c;
+            if (h.cmsg_level == libc::IPPROTO_IP && h.cmsg_type == libc::IP_RECVERR)
+                || (h.cmsg_level == libc::IPPROTO_IPV6 && h.cmsg_type == libc::IPV6_RECVERR)
+            {
+                found = Some(std::ptr::read_unaligned(
+                    libc::CMSG_DATA(c).cast::<libc::sock_extended_err>(),
+                ));
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    let (Some(ee), Some(dst)) = (found, dst) else {
+        // An entry without the report or the address (a report of another
+        // kind): read, and nothing to say about it.
+        return Ok(Some(QueuedError {
+            dst: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+            errno: 0,
+            origin: 0,
+            icmp: (0, 0),
+            info: 0,
+        }));
+    };
+    Ok(Some(QueuedError {
+        dst,
+        errno: ee.ee_errno as i32,
+        origin: ee.ee_origin,
+        icmp: (ee.ee_type, ee.ee_code),
+        info: ee.ee_info,
+    }))
+}

@@ -9,6 +9,7 @@
 //! counters meet `ndv stat` ([`STAT_DIR_ENV`], see [`stat_dir`]).
 
 use crate::link::faults::FaultConfig;
+use ndverbs_proto::rc::PathMtu;
 use std::path::PathBuf;
 
 /// The directory of published counter snapshots.
@@ -108,11 +109,15 @@ pub struct NicConfig {
     pub capture: Option<PathBuf>,
     /// Publish the NIC's counters for `ndv stat` while it is open.
     pub publish_stats: bool,
+    /// The port's active MTU: the largest path MTU a queue pair may use.
+    /// The opener derives it from the interface's MTU (as rxe does); a
+    /// larger path MTU would make datagrams the link cannot carry.
+    pub active_mtu: PathMtu,
 }
 
 impl Default for NicConfig {
     /// A worker thread, Linux's CM timers, no faults, no capture, nothing
-    /// published.
+    /// published, and the active MTU of a loopback link (4096).
     fn default() -> Self {
         NicConfig {
             progress: Progress::Thread,
@@ -120,6 +125,7 @@ impl Default for NicConfig {
             faults: None,
             capture: None,
             publish_stats: false,
+            active_mtu: PathMtu::Mtu4096,
         }
     }
 }

@@ -24,10 +24,8 @@ use crate::adapter::{nd_err, nd_status, Adapter, MAX_CALLEE_DATA, MAX_CALLER_DAT
 use crate::pending::NdPending;
 use crate::qp::QueuePair;
 use crate::status::{copy_sized, NdError, NdResult, NdStatus};
-use ndverbs_verbs::{
-    AcceptArgs, ConnectArgs, Endpoint, Error, ErrorKind, PathMtu, Pending, QpId, LIMITS,
-};
-use std::net::{IpAddr, SocketAddr};
+use ndverbs_verbs::{AcceptArgs, ConnectArgs, Endpoint, Error, ErrorKind, Pending, QpId, LIMITS};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 /// RNR retries an ND connection asks of its peer: finite, so a Send that
@@ -76,15 +74,6 @@ fn read_limits(inbound: u32, outbound: u32) -> (u8, u8) {
 /// `timeout` being what its timing out means.
 fn nd_request<U: Send + 'static>(p: Pending<U>, timeout: NdStatus) -> NdPending<()> {
     NdPending::map(p, move |r| r.map(|_| ()).map_err(|e| ep_error(e, timeout)))
-}
-
-fn path_mtu_for(addr: IpAddr) -> PathMtu {
-    // Loopback has a 64 KiB MTU; real links here are 1500 bytes (rxe: 1024).
-    if addr.is_loopback() {
-        PathMtu::Mtu4096
-    } else {
-        PathMtu::Mtu1024
-    }
 }
 
 /// What a connector and a listener both are: an rdma_cm-style endpoint of
@@ -289,7 +278,8 @@ impl Connector {
             initiator_depth,
             retry_count: qp.retry_count(),
             rnr_retry_count: ND_RNR_RETRY,
-            path_mtu: path_mtu_for(remote.ip()),
+            // The port's, as rdma_cm takes it from the net device's MTU.
+            path_mtu: self.cm.adapter.device().active_mtu(),
             private_data: private_data.to_vec(),
         };
         let p = match self.cm.ep.connect(qp.id(), args) {

@@ -6,7 +6,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::memory::{Mr, Mw};
 use crate::qp::{Qp, QpInitAttr, Srq};
 use ndverbs_proto::mem::Access;
-use ndverbs_proto::rc::WorkCompletion;
+use ndverbs_proto::rc::{PathMtu, WorkCompletion};
 use ndverbs_wire::cma::gid_of;
 use std::net::{IpAddr, Ipv6Addr};
 use std::os::fd::RawFd;
@@ -126,6 +126,16 @@ impl Device {
             node_guid: node_guid(addr),
             limits: LIMITS,
         }
+    }
+
+    /// The port's active MTU: the largest path MTU its queue pairs may
+    /// use, from the interface's MTU as rxe computes it
+    /// ([`DeviceInfo::active_mtu`](crate::DeviceInfo::active_mtu)). A
+    /// modification to a larger one is refused
+    /// ([`ModifyError::PathMtuAboveActive`](crate::ModifyError)); one the
+    /// connection manager negotiates is lowered to it.
+    pub fn active_mtu(&self) -> PathMtu {
+        self.nic.active_mtu()
     }
 
     /// The GID of the port (index 0 of its GID table).

@@ -25,7 +25,7 @@ use ndverbs_engine::mr::{MemError, Region, RegionBuf};
 use ndverbs_engine::nic::{Nic as EngineNic, QpInit, QpShared, SrqShared};
 use ndverbs_proto::mem::{Access, AccessError, WindowBind};
 use ndverbs_proto::rc::{
-    AttrMask, Counters, QpAttr, QpCaps, QpState, RecvWr, SendWr, WorkCompletion,
+    AttrMask, Counters, PathMtu, QpAttr, QpCaps, QpState, RecvWr, SendWr, WorkCompletion,
 };
 use std::future::Future;
 use std::net::IpAddr;
@@ -237,6 +237,7 @@ impl Nic {
             faults: cfg.faults.map(|f| f.0),
             capture: None,
             publish_stats: cfg.publish_stats,
+            active_mtu: crate::netif::active_mtu_of(addr),
             ..NicConfig::default()
         };
         let nic = Nic(EngineNic::open_with(addr, engine_cfg).map_err(|e| err(OP, e))?);
@@ -251,6 +252,10 @@ impl Nic {
 
     pub(crate) fn local(&self) -> IpAddr {
         self.0.local()
+    }
+
+    pub(crate) fn active_mtu(&self) -> PathMtu {
+        self.0.active_mtu()
     }
 
     pub(crate) fn progress_mode(&self) -> Progress {

@@ -59,14 +59,33 @@ impl DeviceInfo {
     /// largest IB MTU that fits after 80 bytes of headers (IPv6, UDP, BTH,
     /// RETH, ICRC), 256 to 4096.
     pub fn active_mtu(&self) -> PathMtu {
-        match self.mtu.saturating_sub(80) {
-            m if m >= 4096 => PathMtu::Mtu4096,
-            m if m >= 2048 => PathMtu::Mtu2048,
-            m if m >= 1024 => PathMtu::Mtu1024,
-            m if m >= 512 => PathMtu::Mtu512,
-            _ => PathMtu::Mtu256,
-        }
+        active_mtu_for(self.mtu)
     }
+}
+
+/// The active MTU of a port on an interface of MTU `if_mtu` bytes
+/// ([`DeviceInfo::active_mtu`]).
+fn active_mtu_for(if_mtu: u32) -> PathMtu {
+    match if_mtu.saturating_sub(80) {
+        m if m >= 4096 => PathMtu::Mtu4096,
+        m if m >= 2048 => PathMtu::Mtu2048,
+        m if m >= 1024 => PathMtu::Mtu1024,
+        m if m >= 512 => PathMtu::Mtu512,
+        _ => PathMtu::Mtu256,
+    }
+}
+
+/// The active MTU of the device on `addr`: its interface's. Every address
+/// of 127/8 is on the loopback interface, listed or not (tests bind many);
+/// an address the host does not list gets Ethernet's 1500 bytes.
+pub(crate) fn active_mtu_of(addr: IpAddr) -> PathMtu {
+    let listed = Device::list().unwrap_or_default();
+    let info = listed.iter().find(|d| d.addr == addr).or_else(|| {
+        addr.is_loopback()
+            .then(|| listed.iter().find(|d| d.addr.is_loopback()))
+            .flatten()
+    });
+    active_mtu_for(info.map_or(1500, |d| d.mtu))
 }
 
 impl Device {

@@ -17,7 +17,7 @@ use crate::mr::{Region, RegionBuf};
 use crossbeam_queue::ArrayQueue;
 use ndverbs_proto::limits::LIMITS;
 use ndverbs_proto::mem::{Access, WindowBind};
-use ndverbs_proto::rc::{AttrMask, Counters, QpAttr, QpState, RcQp, RecvQueue};
+use ndverbs_proto::rc::{AttrMask, Counters, ModifyError, QpAttr, QpState, RcQp, RecvQueue};
 use ndverbs_wire::cma::addr_of_gid;
 use std::net::Ipv6Addr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
@@ -291,7 +291,17 @@ impl Nic {
         let _nic = self.shared.span.enter();
         let now = self.now();
         let mut c = self.core()?;
+        let active = c.active_mtu;
         let e = c.tables.qp_mut(qpn)?;
+        if mask.contains(AttrMask::PATH_MTU) && attr.path_mtu > active {
+            // Datagrams the link cannot carry would be refused or dropped
+            // one by one; refused here, the mistake is named once.
+            return Err(ModifyError::PathMtuAboveActive {
+                requested: attr.path_mtu,
+                active,
+            }
+            .into());
+        }
         // Pending posts are ordered before the modification.
         e.absorb_posts();
         e.modify(attr, mask)?;

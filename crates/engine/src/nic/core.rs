@@ -21,6 +21,7 @@ use crate::link::faults::FaultLink;
 use crate::link::{Datagram, Link, NicLink, Run, MAX_DATAGRAM, MAX_TRANSPORT};
 use crossbeam_queue::SegQueue;
 use ndverbs_proto::cm::CmAgent;
+use ndverbs_proto::rc::PathMtu;
 use ndverbs_proto::time::Instant;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -57,6 +58,10 @@ pub(crate) struct Core {
     /// A packet of this step left a completion or a CM packet to deliver: a
     /// manual-progress step stops receiving and returns to its caller.
     pub(crate) completion_ready: bool,
+    /// The port's active MTU ([`crate::config::NicConfig::active_mtu`]):
+    /// an application's modification above it is refused, what the CM
+    /// negotiated is lowered to it.
+    pub(crate) active_mtu: PathMtu,
 }
 
 /// The link, the packet buffers and the transmit batch.

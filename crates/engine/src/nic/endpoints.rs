@@ -76,7 +76,10 @@ impl Core {
         };
         // The QP arrives in INIT, where the application set its access
         // rights: only RTR's and RTS's own attributes change.
-        let c = RcConnection::from(s);
+        let mut c = RcConnection::from(s);
+        // A REQ may carry a larger MTU than this port's (the peer's link is
+        // wider): the path is what both ends can carry.
+        c.path_mtu = c.path_mtu.min(self.active_mtu);
         let (rtr, rtr_mask) = c.rtr();
         e.modify(&rtr, rtr_mask).map_err(QpError::Refused)?;
         e.peer = Some(s.remote_addr);

@@ -87,6 +87,7 @@ use crate::stats::Stats;
 use crossbeam_queue::SegQueue;
 use ndverbs_proto::cm::{CmAgent, CmConfig};
 use ndverbs_proto::mem::Sge;
+use ndverbs_proto::rc::PathMtu;
 use std::io;
 use std::net::IpAddr;
 use std::path::Path;
@@ -220,6 +221,7 @@ impl Nic {
             deliveries: Deliveries::default(),
             touched: Vec::new(),
             completion_ready: false,
+            active_mtu: config.active_mtu,
         };
         let shared = Arc::new(Shared {
             local,
@@ -269,6 +271,11 @@ impl Nic {
     /// The local address.
     pub fn local(&self) -> IpAddr {
         self.shared.local
+    }
+
+    /// The port's active MTU: the largest path MTU its queue pairs may use.
+    pub fn active_mtu(&self) -> PathMtu {
+        self.core_lock().active_mtu
     }
 
     /// The progress model.

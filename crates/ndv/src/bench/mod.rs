@@ -6,11 +6,15 @@
 //! | P2 | 8-byte SEND ping-pong, half round trip | raw UDP ping-pong | ≤ 1.1× (milestone 1.5×) |
 //! | P3 | connect + accept + one SEND + disconnect per second (CM) | TCP connect/accept/8 bytes/close | ≥ 0.5× |
 //! | P4 | 10,000 connected QP pairs: RSS per QP, idle CPU | — | ~0 idle CPU |
+//! | R1 | veth MTU 1500: `ndv perf write_bw -s 65536`, defaults | one iperf3 TCP stream | ≥ 1.5× (1.0×) |
+//! | R2 | veth MTU 1500: `ndv perf send_lat -s 8`, t_typical | UDP ping-pong, half round trip | ≤ 1.1× (1.5×) |
+//! | R6 | veth MTU 1500: bytes per CPU-second in R1 (both processes) | iperf3's | ≥ 1.0× |
 //!
-//! Every measurement runs two fresh processes on loopback (127.0.0.1 ↔
-//! 127.0.0.2), ndverbs and baseline alternating within each round (the order
-//! flips every round), so each ratio compares runs seconds apart on the same
-//! machine. The table shows the median ratio and the spread (min–max) over
+//! P1–P4 run two fresh processes on loopback (127.0.0.1 ↔ 127.0.0.2); R1,
+//! R2 and R6 run the tools with their defaults in two network namespaces
+//! joined by a veth pair ([`veth`], root only). ndverbs and baseline
+//! alternate within each round (the order flips every round), so each ratio
+//! compares runs seconds apart on the same machine. The table shows the median ratio and the spread (min–max) over
 //! the rounds. `-a` sweeps WRITE bandwidth over message sizes next to iperf3
 //! with the same write size and writes a CSV and an SVG plot.
 //!
@@ -20,6 +24,7 @@
 mod base;
 mod child;
 mod rdma;
+mod veth;
 
 use anyhow::{bail, Context, Result};
 use child::Peer;
@@ -42,9 +47,10 @@ pub struct Args {
     /// Queue pairs of P4 (pairs: twice as many QPs exist).
     #[arg(long, default_value_t = 10_000)]
     qps: u32,
-    /// Only these tests (comma-separated: p1,p2,p2t,p3,p3t,p4; p2t and p3t
-    /// are P2 and P3 with engine threads instead of manual progress).
-    #[arg(long, default_value = "p1,p2,p2t,p3,p3t,p4")]
+    /// Only these tests (comma-separated: p1,p2,p2t,p3,p3t,p4,r1,r2; p2t
+    /// and p3t are P2 and P3 with engine threads instead of manual
+    /// progress; r1 also gives R6).
+    #[arg(long, default_value = "p1,p2,p2t,p3,p3t,p4,r1,r2")]
     only: String,
     /// Internal: progress model of the P2 and P3 sides (manual or thread).
     #[arg(long, hide = true, default_value = "manual")]
@@ -275,6 +281,16 @@ impl Bench<'_> {
             Samples::default(),
             Samples::default(),
         ];
+        let veth = if want("r1") || want("r2") {
+            if want("r1") {
+                need_iperf3()?;
+            }
+            veth::VethPair::create()?
+        } else {
+            None
+        };
+        // R1, R6, R2.
+        let mut r = [Samples::default(), Samples::default(), Samples::default()];
         for round in 0..a.rounds {
             eprintln!("round {}/{}", round + 1, a.rounds);
             let flip = round % 2 == 1;
@@ -313,6 +329,9 @@ impl Bench<'_> {
                     }
                 }
             }
+            if let Some(v) = &veth {
+                self.veth_round(v, round, flip, &want, &mut r)?;
+            }
         }
         println!(
             "ndv bench: {} round(s), {} s per BW/rate run, {} ping-pongs per latency run",
@@ -344,19 +363,25 @@ impl Bench<'_> {
                 "≥ 0.5×",
             ),
         ];
-        for (i, (name, goal)) in rows.iter().enumerate() {
-            let x = &s[i];
-            if x.rdma.is_empty() {
-                continue;
-            }
-            let ratios: Vec<f64> = x.rdma.iter().zip(&x.base).map(|(r, b)| r / b).collect();
-            let (lo, hi) = min_max(&ratios);
-            println!(
-                "| {name} | {:.2} | {:.2} | **{:.2}×** | {lo:.2}–{hi:.2} | {goal} |",
-                median(&x.rdma),
-                median(&x.base),
-                median(&ratios),
-            );
+        for ((name, goal), x) in rows.iter().zip(&s) {
+            print_row(name, goal, x);
+        }
+        let veth_rows = [
+            (
+                "R1 veth MTU 1500: ndv perf write_bw -s 65536 (defaults), Gb/s (vs 1 iperf3 TCP stream)",
+                "≥ 1.5× (1.0×)",
+            ),
+            (
+                "R6 the same runs: GB moved per CPU-second, both processes (vs iperf3's)",
+                "≥ 1.0×",
+            ),
+            (
+                "R2 veth MTU 1500: ndv perf send_lat -s 8 t_typical, µs (vs UDP ping-pong half RTT)",
+                "≤ 1.1× (1.5×)",
+            ),
+        ];
+        for ((name, goal), x) in veth_rows.iter().zip(&r) {
+            print_row(name, goal, x);
         }
         if want("p4") {
             let r = self.p4()?;
@@ -368,6 +393,47 @@ impl Bench<'_> {
                 r[3],
                 r[4]
             );
+        }
+        Ok(())
+    }
+
+    /// One round of the veth rows, ndverbs and baseline in `flip`'s order.
+    fn veth_round(
+        &self,
+        v: &veth::VethPair,
+        round: u32,
+        flip: bool,
+        want: &dyn Fn(&str) -> bool,
+        r: &mut [Samples; 3],
+    ) -> Result<()> {
+        let a = self.args;
+        // A fresh port per run: a server of the last run may linger.
+        let port = 18900 + (round as u16 % 50) * 4;
+        for rdma in [flip, !flip] {
+            let who = if rdma { "ndverbs" } else { "baseline" };
+            if want("r1") {
+                let m = if rdma {
+                    v.write_bw(&self.exe, a.secs, port)?
+                } else {
+                    v.iperf3(a.secs, port + 1)?
+                };
+                eprintln!(
+                    "  r1 {who}: {:.3} Gb/s, {:.3} GB per CPU-second",
+                    m.value,
+                    m.bytes_per_cpu_s / 1e9
+                );
+                side_of(&mut r[0], rdma).push(m.value);
+                side_of(&mut r[1], rdma).push(m.bytes_per_cpu_s / 1e9);
+            }
+            if want("r2") {
+                let m = if rdma {
+                    v.send_lat(&self.exe, a.iters, port + 2)?
+                } else {
+                    v.udp_pingpong(&self.exe, a.iters)?
+                };
+                eprintln!("  r2 {who}: {:.3} µs", m.value);
+                side_of(&mut r[2], rdma).push(m.value);
+            }
         }
         Ok(())
     }
@@ -414,6 +480,30 @@ impl Bench<'_> {
         println!("wrote {} and {}", csv.display(), svg.display());
         Ok(())
     }
+}
+
+/// The ndverbs or the baseline samples of `x`.
+fn side_of(x: &mut Samples, rdma: bool) -> &mut Vec<f64> {
+    if rdma {
+        &mut x.rdma
+    } else {
+        &mut x.base
+    }
+}
+
+/// One table row: medians of both, the median ratio and its spread.
+fn print_row(name: &str, goal: &str, x: &Samples) {
+    if x.rdma.is_empty() {
+        return;
+    }
+    let ratios: Vec<f64> = x.rdma.iter().zip(&x.base).map(|(r, b)| r / b).collect();
+    let (lo, hi) = min_max(&ratios);
+    println!(
+        "| {name} | {:.2} | {:.2} | **{:.2}×** | {lo:.2}–{hi:.2} | {goal} |",
+        median(&x.rdma),
+        median(&x.base),
+        median(&ratios),
+    );
 }
 
 /// The numbers of a side's `result` line.

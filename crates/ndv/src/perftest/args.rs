@@ -40,9 +40,10 @@ pub struct Args {
     /// GID index (accepted for compatibility: an ndverbs device has one GID, its address).
     #[arg(short = 'x', long = "gid-index")]
     pub gid_index: Option<u32>,
-    /// Path MTU: 256, 512, 1024, 2048 or 4096.
-    #[arg(short = 'm', long, default_value_t = 1024)]
-    pub mtu: u32,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096 (default: the port's active
+    /// MTU, from the interface's).
+    #[arg(short = 'm', long)]
+    pub mtu: Option<u32>,
     /// Send queue depth (BW 128, latency 1).
     #[arg(short = 't', long = "tx-depth")]
     pub tx_depth: Option<u32>,
@@ -134,8 +135,8 @@ pub struct Plan {
     pub flow: Flow,
     /// `--report_gbits` or MB/sec.
     pub units: BwUnits,
-    /// `-m`, before the peer's preamble may lower it.
-    pub mtu: PathMtu,
+    /// `-m`, if given ([`Plan::path_mtu`] is what is used).
+    pub mtu: Option<PathMtu>,
     /// `-q`.
     pub qps: usize,
     /// READs/atomics outstanding (`-o`; 1 for SEND/WRITE).
@@ -167,9 +168,14 @@ impl Plan {
             "connection type {} is not supported: ndverbs has RC queue pairs only",
             a.connection
         );
-        let mtu = PathMtu::at_most(a.mtu as usize)
-            .filter(|m| m.bytes() == a.mtu)
-            .with_context(|| format!("invalid MTU {} (256, 512, 1024, 2048 or 4096)", a.mtu))?;
+        let mtu = a
+            .mtu
+            .map(|m| {
+                PathMtu::at_most(m as usize)
+                    .filter(|p| p.bytes() == m)
+                    .with_context(|| format!("invalid MTU {m} (256, 512, 1024, 2048 or 4096)"))
+            })
+            .transpose()?;
         let role = if a.server.is_some() {
             Role::Client
         } else {
@@ -251,6 +257,24 @@ impl Plan {
             out_reads,
             atomic,
             cm: a.rdma_cm,
+        })
+    }
+
+    /// The path MTU this side runs with (before the peer's preamble may
+    /// lower it): `-m` if given and not above the port's active MTU, else
+    /// the active MTU, as perftest's `set_mtu`.
+    pub fn path_mtu(&self, active: PathMtu) -> PathMtu {
+        self.mtu.map_or(active, |m| m.min(active))
+    }
+
+    /// What perftest prints (to stdout) when `-m` is above the port's
+    /// active MTU, or `None`.
+    pub fn mtu_lowered_message(&self, active: PathMtu) -> Option<String> {
+        self.mtu.filter(|&m| m > active).map(|_| {
+            format!(
+                "Requested mtu is higher than active mtu \nChanging to active mtu - {}\n",
+                active as u8
+            )
         })
     }
 

@@ -6,10 +6,17 @@ use super::program::{Kind, Role};
 use super::settings::BwUnits;
 use crate::plot::{Plot, Series};
 use anyhow::{Context, Result};
+use ndverbs_verbs::PathMtu;
 use std::path::Path;
 
 /// `--plot`: the result rows this side printed, as an SVG file.
-pub fn write_plot(path: &Path, a: &Args, plan: &Plan, points: &[(u64, f64)]) -> Result<()> {
+pub fn write_plot(
+    path: &Path,
+    a: &Args,
+    plan: &Plan,
+    mtu: PathMtu,
+    points: &[(u64, f64)],
+) -> Result<()> {
     if points.is_empty() {
         eprintln!(
             "--plot: this side printed no results (only the client measures {}): {} not written",
@@ -33,7 +40,7 @@ pub fn write_plot(path: &Path, a: &Args, plan: &Plan, points: &[(u64, f64)]) -> 
         "RC, {} QP{}, MTU {}, TX depth {}, {run}{}, device {} ({})",
         plan.qps,
         if plan.qps == 1 { "" } else { "s" },
-        plan.mtu.bytes(),
+        mtu.bytes(),
         plan.settings.tx_depth,
         if plan.flow.duplex {
             ", bidirectional"

@@ -143,7 +143,9 @@ impl<'a> Session<'a> {
         let psns: Vec<u32> = (0..p.qps).map(|_| random_psn()).collect();
         let my = self.my_keys(&psns);
         let mut remote = vec![PerftestDest::default(); p.qps];
-        let mut mtu_enum = mtu_enum(p.mtu.bytes()).unwrap_or(3);
+        let active = self.dev.active_mtu();
+        let my_mtu = p.path_mtu(active);
+        let mut mtu_enum = mtu_enum(my_mtu.bytes()).unwrap_or(3);
         let mut keys_done = false;
         let mut size = p.settings.size;
         let mut sizes = ALL_SIZES.iter();
@@ -156,11 +158,14 @@ impl<'a> Session<'a> {
             i += 1;
             match step {
                 Step::Preamble => {
-                    let mine = Preamble::new(p.mtu.bytes());
+                    if let Some(m) = p.mtu_lowered_message(active) {
+                        self.w(|o| o.write_all(m.as_bytes()))?;
+                    }
+                    let mine = Preamble::new(my_mtu.bytes());
                     let peer = exchange_preamble(&mut self.ctrl, role, &mine).context(EXCHANGE)?;
                     mtu_enum = peer.agreed_mtu;
                     if p.cm {
-                        self.connect_cm(PathMtu::from_enum(mtu_enum).unwrap_or(p.mtu))?;
+                        self.connect_cm(PathMtu::from_enum(mtu_enum).unwrap_or(my_mtu))?;
                     }
                 }
                 Step::PrintTestInfo => {
@@ -285,7 +290,7 @@ impl<'a> Session<'a> {
     fn connect_qps(&self, my: &[PerftestDest], remote: &[PerftestDest], mtu: u8) -> Result<()> {
         for ((qp, me), rem) in self.res.qps.iter().zip(my).zip(remote) {
             let path = RcPath {
-                mtu: PathMtu::from_enum(mtu).unwrap_or(self.plan.mtu),
+                mtu: PathMtu::from_enum(mtu).unwrap_or(self.dev.active_mtu()),
                 hop_limit: 0xff,
                 timeout: self.args.qp_timeout,
                 responder_resources: rd_atomic(me.out_reads),

@@ -24,7 +24,7 @@ mod conn;
 use crate::{cm, net};
 use anyhow::{anyhow, ensure, Context, Result};
 use conn::{BufferInfo, Conn};
-use ndverbs_verbs::{Device, Endpoint, PathMtu, SendOp, SendWr, WcOpcode};
+use ndverbs_verbs::{Device, Endpoint, SendOp, SendWr, WcOpcode};
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -205,7 +205,8 @@ fn client(a: &Args) -> Result<()> {
     let to = cm::CmConnect {
         server,
         port: a.port,
-        mtu: PathMtu::Mtu1024,
+        // rdma_cm's: the port's active MTU.
+        mtu: dev.active_mtu(),
         rd_atomic: 1,
     };
     cm::connect(&ep, &c.qp, &to, None)?;

@@ -39,9 +39,11 @@ pub struct Args {
     /// Size of each message.
     #[arg(short = 's', long, default_value_t = 4096)]
     size: u32,
-    /// Path MTU: 256, 512, 1024, 2048 or 4096.
-    #[arg(short = 'm', long, default_value_t = 1024)]
-    mtu: u32,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096 (default: the port's active
+    /// MTU, from the interface's; ibv_rc_pingpong's default is 1024, so
+    /// give `-m 1024` against it on links wider than 1500 bytes).
+    #[arg(short = 'm', long)]
+    mtu: Option<u32>,
     /// Receives posted at a time.
     #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
     rx_depth: u32,
@@ -69,9 +71,14 @@ pub struct Args {
 
 /// Runs `ndv pingpong`.
 pub fn run(args: &Args) -> Result<()> {
-    let mtu = PathMtu::at_most(args.mtu as usize)
-        .filter(|m| m.bytes() == args.mtu)
-        .with_context(|| format!("invalid MTU {} (256, 512, 1024, 2048 or 4096)", args.mtu))?;
+    let requested = args
+        .mtu
+        .map(|m| {
+            PathMtu::at_most(m as usize)
+                .filter(|p| p.bytes() == m)
+                .with_context(|| format!("invalid MTU {m} (256, 512, 1024, 2048 or 4096)"))
+        })
+        .transpose()?;
     ensure!(
         args.size > 0 && args.rx_depth >= 2 && args.iters > 0,
         "size, iters must be positive and rx-depth at least 2"
@@ -88,6 +95,17 @@ pub fn run(args: &Args) -> Result<()> {
     // Manual progress: this thread drives the engine while it polls, which on
     // a small machine beats handing every packet to an engine thread.
     let dev = crate::device::open(local_ip, Progress::Manual)?;
+    let active = dev.active_mtu();
+    let mtu = match requested {
+        Some(m) if m > active => {
+            // perftest's words for the same correction.
+            println!("Requested mtu is higher than active mtu ");
+            println!("Changing to active mtu - {}", active as u8);
+            active
+        }
+        Some(m) => m,
+        None => active,
+    };
     let ctx = Context::new(&dev, args)?;
     let my = PingpongDest {
         lid: 0,

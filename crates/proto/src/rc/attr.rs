@@ -474,6 +474,19 @@ pub enum ModifyError {
         /// Its value.
         value: u64,
     },
+    /// The path MTU is larger than the port's active MTU (what the link
+    /// can carry).
+    #[error(
+        "path MTU {} is above the port's active MTU {} (the interface's MTU cannot carry it)",
+        requested.bytes(),
+        active.bytes()
+    )]
+    PathMtuAboveActive {
+        /// The path MTU asked for.
+        requested: PathMtu,
+        /// The port's active MTU.
+        active: PathMtu,
+    },
     /// `cur_qp_state` was given and is not the current state.
     #[error("cur_qp_state {claimed:?} but the QP is in {actual:?}")]
     CurrentStateMismatch {

@@ -162,4 +162,4 @@ pub use status::{NdError, NdResult, NdStatus};
 /// How an adapter is opened ([`Provider::open_adapter_with`]) and what it
 /// reports ([`Adapter::stats`]): verbs' types, re-exported so that an ND
 /// program needs no second import.
-pub use ndverbs_verbs::{DeviceConfig, FaultConfig, Progress, Stats};
+pub use ndverbs_verbs::{AlignedBuf, DeviceConfig, FaultConfig, Progress, StableBuffer, Stats};

@@ -4,19 +4,42 @@
 //! the peer's READ/WRITE); flags follow ND: `ALLOW_REMOTE_WRITE` (0x5)
 //! includes local write, `RDMA_READ_SINK` (0x8) is local write,
 //! `DO_NOT_SECURE_VM` is accepted and ignored. Memory the region owns is
-//! reached through copies; raw registration of application memory is `unsafe`.
+//! reached through copies. Application memory is registered in place either
+//! safely, as an owned buffer the region keeps until it gives it back
+//! ([`MemoryRegion::register_buffer`]), or through `unsafe`
+//! ([`MemoryRegion::register_raw`]).
 
 use crate::adapter::{nd_err, Adapter};
 use crate::pending::NdPending;
 use crate::qp::NdSge;
 use crate::status::{NdError, NdResult, NdStatus};
-use ndverbs_verbs::{Access, Mr, Mw};
+use ndverbs_verbs::{Access, Mr, Mw, StableBuffer};
+use std::any::Any;
+use std::ops::Deref;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
 /// A region's registration, if it has one; the adapter finds it by local
 /// token (inline requests copy from it).
-pub(crate) type MrSlot = Mutex<Option<Mr>>;
+pub(crate) type MrSlot = Mutex<Option<Registered>>;
+
+/// A registration: the verbs region and, for
+/// [`MemoryRegion::register_buffer`], the buffer it was made over. The
+/// buffer lives in the slot with the region (the adapter may hold the slot
+/// a moment longer than the `MemoryRegion`) and is dropped after it: fields
+/// drop in order, so no key outlives the bytes it names.
+pub(crate) struct Registered {
+    mr: Mr,
+    buffer: Option<Box<dyn Any + Send>>,
+}
+
+impl Deref for Registered {
+    type Target = Mr;
+
+    fn deref(&self) -> &Mr {
+        &self.mr
+    }
+}
 
 bitflags::bitflags! {
     /// `ND_MR_FLAG_*`, with ND's values: what a registration allows.
@@ -113,7 +136,15 @@ impl MemoryRegion {
     }
 
     fn set(&self, r: Result<Mr, ndverbs_verbs::Error>) -> NdPending<()> {
-        let r = r.map_err(nd_err).and_then(|mr| {
+        NdPending::ready(self.set_owning(r, None))
+    }
+
+    fn set_owning(
+        &self,
+        r: Result<Mr, ndverbs_verbs::Error>,
+        buffer: Option<Box<dyn Any + Send>>,
+    ) -> NdResult<()> {
+        r.map_err(nd_err).and_then(|mr| {
             let mut slot = self.mr.lock().unwrap_or_else(|e| e.into_inner());
             if slot.is_some() {
                 return Err(NdError::new(
@@ -122,10 +153,9 @@ impl MemoryRegion {
                 ));
             }
             self.adapter.track_region(mr.lkey(), &self.mr);
-            *slot = Some(mr);
+            *slot = Some(Registered { mr, buffer });
             Ok(())
-        });
-        NdPending::ready(r)
+        })
     }
 
     /// `ND_INVALID_BUFFER_SIZE` for a length of 0 or beyond the adapter's
@@ -178,31 +208,107 @@ impl MemoryRegion {
         }
     }
 
+    /// `Register` of an owned buffer in place, without `unsafe` (see
+    /// [`ndverbs_verbs::owned`] for why this is sound): the region keeps
+    /// the buffer until [`MemoryRegion::deregister_buffer`] gives it back,
+    /// or frees it after deregistering when dropped. Lengths and flags are
+    /// checked as by [`MemoryRegion::register`] (the buffer is dropped with
+    /// the error).
+    ///
+    /// ```
+    /// use ndverbs_nd::*;
+    /// let adapter = Provider.open_adapter("127.91.8.3".parse().unwrap())?;
+    /// let mr = adapter.create_memory_region()?;
+    /// mr.register_buffer(b"hello".to_vec(), MrFlags::ALLOW_REMOTE_WRITE).wait()?;
+    /// mr.write(0, b"J")?;
+    /// let back: Vec<u8> = mr.deregister_buffer()?;
+    /// assert_eq!(back, b"Jello");
+    /// # Ok::<(), NdError>(())
+    /// ```
+    ///
+    /// Freeing the buffer while it is registered does not compile:
+    ///
+    /// ```compile_fail,E0382
+    /// use ndverbs_nd::*;
+    /// let adapter = Provider.open_adapter("127.91.8.4".parse().unwrap())?;
+    /// let mr = adapter.create_memory_region()?;
+    /// let buf = vec![0u8; 4096];
+    /// mr.register_buffer(buf, MrFlags::ALLOW_REMOTE_WRITE).wait()?;
+    /// drop(buf);
+    /// # Ok::<(), NdError>(())
+    /// ```
+    pub fn register_buffer<B: StableBuffer>(&self, mut buf: B, flags: MrFlags) -> NdPending<()> {
+        let (ptr, len) = buf.stable_bytes();
+        if let Err(e) = self.check_len(len) {
+            return NdPending::ready(Err(e));
+        }
+        let a = match flags.access() {
+            Ok(a) => a,
+            Err(e) => return NdPending::ready(Err(e)),
+        };
+        // SAFETY: the bytes are the buffer's; the slot keeps the buffer,
+        // unreferenced, until after the region is deregistered.
+        let r = unsafe { self.adapter.inner.pd.reg_mr_raw(ptr, len, a) };
+        NdPending::ready(self.set_owning(r, Some(Box::new(buf))))
+    }
+
     /// `Deregister`; `ND_DEVICE_BUSY` while a window is bound to the region.
     pub fn deregister(&self) -> NdPending<()> {
+        NdPending::ready(self.deregister_taking(|_| true).map(|_| ()))
+    }
+
+    /// `Deregister` of a region made by [`MemoryRegion::register_buffer`],
+    /// giving the buffer back. A region registered otherwise, or over
+    /// another type of buffer, is `ND_INVALID_PARAMETER` and stays
+    /// registered.
+    pub fn deregister_buffer<B: StableBuffer>(&self) -> NdResult<B> {
+        let owner = self.deregister_taking(|b| b.is_some_and(|b| b.is::<B>()))?;
+        match owner.map(|b| b.downcast::<B>()) {
+            Some(Ok(b)) => Ok(*b),
+            // Checked before deregistering.
+            _ => Err(NdError::new(
+                NdStatus::INTERNAL_ERROR,
+                "buffer type changed",
+            )),
+        }
+    }
+
+    /// Deregisters if `wanted` accepts the registration's buffer; returns it.
+    fn deregister_taking(
+        &self,
+        wanted: impl FnOnce(Option<&(dyn Any + Send)>) -> bool,
+    ) -> NdResult<Option<Box<dyn Any + Send>>> {
         let mut slot = self.mr.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(mr) = slot.take() else {
-            return NdPending::ready(Err(NdError::new(
+        let Some(reg) = slot.take() else {
+            return Err(NdError::new(
                 NdStatus::INVALID_DEVICE_STATE,
                 "not registered",
-            )));
+            ));
         };
+        if !wanted(reg.buffer.as_deref()) {
+            *slot = Some(reg);
+            return Err(NdError::new(
+                NdStatus::INVALID_PARAMETER,
+                "the region was not registered over a buffer of this type",
+            ));
+        }
+        let Registered { mr, buffer } = reg;
         let lkey = mr.lkey();
         match mr.deregister() {
             Ok(()) => {
                 self.adapter.forget_region(lkey);
-                NdPending::ready(Ok(()))
+                Ok(buffer)
             }
             Err((mr, e)) => {
-                *slot = Some(mr);
-                NdPending::ready(Err(nd_err(e)))
+                *slot = Some(Registered { mr, buffer });
+                Err(nd_err(e))
             }
         }
     }
 
     fn with<T>(&self, f: impl FnOnce(&Mr) -> T) -> NdResult<T> {
         let slot = self.mr.lock().unwrap_or_else(|e| e.into_inner());
-        slot.as_ref()
+        slot.as_deref()
             .map(f)
             .ok_or_else(|| NdError::new(NdStatus::INVALID_DEVICE_STATE, "not registered"))
     }

@@ -56,8 +56,8 @@
 //! | | Modify | [`SharedReceiveQueue::modify`] | |
 //! | | Notify | [`SharedReceiveQueue::notify`] | |
 //! | | Receive | [`SharedReceiveQueue::receive`] | |
-//! | IND2MemoryRegion | Register | [`MemoryRegion::register`] (memory it owns), [`MemoryRegion::register_raw`] (`unsafe`: the caller's memory) | completes before it returns |
-//! | | Deregister | [`MemoryRegion::deregister`] | |
+//! | IND2MemoryRegion | Register | [`MemoryRegion::register`] (memory it owns), [`MemoryRegion::register_buffer`] (the caller's owned buffer, safe), [`MemoryRegion::register_raw`] (`unsafe`: the caller's memory) | completes before it returns |
+//! | | Deregister | [`MemoryRegion::deregister`], [`MemoryRegion::deregister_buffer`] (gives the owned buffer back) | |
 //! | | GetLocalToken / GetRemoteToken | [`MemoryRegion::local_token`] / [`MemoryRegion::remote_token`] | also [`MemoryRegion::address`], and [`MemoryRegion::read`]/[`write`](MemoryRegion::write) for owned memory |
 //! | IND2MemoryWindow | GetRemoteToken | [`MemoryWindow::remote_token`] | |
 //! | IND2QueuePair | Flush | [`QueuePair::flush`] | |

@@ -157,15 +157,8 @@ pub fn connect_qps(a: &Qp, a_addr: IpAddr, b: &Qp, b_addr: IpAddr, p: &RcParams)
 /// MTU 1024, no private data. Change fields with struct update syntax.
 pub fn connect_args(remote: IpAddr, port: u16) -> ConnectArgs {
     ConnectArgs {
-        remote,
-        remote_port: port,
         local_port: 40001,
-        responder_resources: 4,
-        initiator_depth: 4,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        path_mtu: PathMtu::Mtu1024,
-        private_data: Vec::new(),
+        ..ConnectArgs::new(remote, port)
     }
 }
 

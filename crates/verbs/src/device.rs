@@ -289,6 +289,24 @@ impl Pd {
         Ok(Mr::new(region, self.inner.clone()))
     }
 
+    /// Registers an owned buffer in place, without `unsafe`: the region
+    /// owns it until [`OwnedMr::into_inner`](crate::OwnedMr::into_inner)
+    /// gives it back (see [`owned`](crate::owned) for why this is sound).
+    /// A zero or too large length is [`ErrorKind::InvalidArgument`] (the
+    /// buffer is dropped with the error).
+    pub fn reg_buf<B: crate::StableBuffer>(
+        &self,
+        buf: B,
+        access: Access,
+    ) -> Result<crate::OwnedMr<B>> {
+        crate::OwnedMr::register(buf, |ptr, len| {
+            // SAFETY: the bytes are the buffer's, which the OwnedMr keeps
+            // alive and unreferenced until after this Mr is deregistered.
+            unsafe { self.reg_mr_raw(ptr, len, access) }
+        })
+        .map_err(|(_, e)| e)
+    }
+
     /// Allocates an (unbound) memory window.
     pub fn alloc_mw(&self) -> Result<Mw> {
         let key = self.inner.dev.nic.alloc_mw(self.inner.id)?;

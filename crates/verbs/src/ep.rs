@@ -143,7 +143,24 @@ impl Endpoint {
     }
 
     /// Connects `qp` (in INIT). Completes when the peer's REP arrives.
-    pub fn connect(&self, qp: impl Into<QpId>, args: ConnectArgs) -> Result<Pending<ConnectInfo>> {
+    /// An unspecified remote address ([`ConnectArgs::default`]'s) is
+    /// [`ErrorKind::InvalidArgument`]; local port 0 takes an ephemeral one,
+    /// as rdma_cm binds an unbound id before it connects.
+    pub fn connect(
+        &self,
+        qp: impl Into<QpId>,
+        mut args: ConnectArgs,
+    ) -> Result<Pending<ConnectInfo>> {
+        if args.remote.is_unspecified() || args.remote_port == 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "Endpoint::connect",
+                "no destination: give ConnectArgs a remote address and port",
+            ));
+        }
+        if args.local_port == 0 {
+            args.local_port = ephemeral_port();
+        }
         self.dev.nic.ep_connect(self.id, qp.into(), args)
     }
 
@@ -200,4 +217,16 @@ impl Drop for Endpoint {
     fn drop(&mut self) {
         let _ = self.dev.nic.destroy_ep(self.id);
     }
+}
+
+/// A port of Linux's ephemeral range (32768–60999), a different one each
+/// call, starting at a point of the range that depends on the process.
+fn ephemeral_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 32768;
+    const COUNT: u32 = 61000 - FIRST;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let start = std::process::id().wrapping_mul(2_654_435_761) % COUNT;
+    let _ = NEXT.compare_exchange(u32::MAX, start, Ordering::Relaxed, Ordering::Relaxed);
+    (FIRST + NEXT.fetch_add(1, Ordering::Relaxed) % COUNT) as u16
 }

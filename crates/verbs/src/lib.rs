@@ -86,6 +86,7 @@ mod error;
 mod memory;
 mod netif;
 mod observe;
+pub mod owned;
 mod pending;
 mod qp;
 
@@ -96,6 +97,7 @@ pub use error::{Error, ErrorKind, Rejection, Result};
 pub use memory::{Mr, Mw};
 pub use netif::DeviceInfo;
 pub use observe::{stat_dir, Stats, RXE_COUNTERS};
+pub use owned::{AlignedBuf, OwnedMr, StableBuffer};
 pub use pending::Pending;
 pub use qp::{Qp, QpId, QpInitAttr, Srq};
 

@@ -28,12 +28,7 @@ fn ended<R: std::fmt::Debug>(p: Pending<R>) -> Result<R> {
 }
 
 fn accept_args() -> AcceptArgs {
-    AcceptArgs {
-        responder_resources: 4,
-        initiator_depth: 4,
-        rnr_retry_count: 7,
-        private_data: Vec::new(),
-    }
+    AcceptArgs::default()
 }
 
 /// `a`'s endpoint connected to `b`'s (listening on `port`) with `qa` and
@@ -152,4 +147,38 @@ fn a_connect_to_no_roce_endpoint_is_port_unreachable() {
     let s = a.dev.stats();
     assert!(s.get("peer_port_unreachable") >= 1);
     assert_eq!(s.get("cm_unreachable"), 1);
+}
+
+#[test]
+fn a_connection_in_one_call_each_with_the_defaults() {
+    let (ia, ib) = addr::pair_v4();
+    let (a, b) = (side(ia), side(ib));
+    let l = Endpoint::new(&b.dev).unwrap();
+    l.listen(7300, 4).unwrap();
+    let eb = Endpoint::new(&b.dev).unwrap();
+    let req = l.get_request(&eb).unwrap();
+    let ea = Endpoint::new(&a.dev).unwrap();
+    let rep = ea.connect(&a.qp, ConnectArgs::new(ib, 7300)).unwrap();
+    let info = ended(req).unwrap();
+    // Local port 0 took one of the ephemeral range.
+    assert!(
+        (32768..61000).contains(&info.peer_port),
+        "{}",
+        info.peer_port
+    );
+    let rtu = eb.accept(&b.qp, AcceptArgs::default()).unwrap();
+    assert_eq!(ended(rep).unwrap().read_limits, (4, 4));
+    ended(ea.complete_connect(&a.qp).unwrap()).unwrap();
+    ended(rtu).unwrap();
+    assert_eq!((a.qp.state(), b.qp.state()), (QpState::Rts, QpState::Rts));
+}
+
+#[test]
+fn a_connect_without_a_destination_is_refused() {
+    let (ia, _) = addr::pair_v4();
+    let a = side(ia);
+    let ea = Endpoint::new(&a.dev).unwrap();
+    let e = ea.connect(&a.qp, ConnectArgs::default()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    assert_eq!(a.qp.state(), QpState::Init);
 }

@@ -56,6 +56,47 @@ pub struct ConnectArgs {
     pub private_data: Vec<u8>,
 }
 
+impl ConnectArgs {
+    /// A connect to `remote:remote_port` with [`ConnectArgs::default`]'s
+    /// settings; change the rest with struct update syntax.
+    ///
+    /// ```
+    /// use ndverbs_proto::cm::ConnectArgs;
+    /// let a = ConnectArgs::new("10.0.0.2".parse().unwrap(), 7471);
+    /// assert_eq!((a.remote_port, a.local_port, a.retry_count), (7471, 0, 7));
+    /// let b = ConnectArgs { private_data: b"hi".to_vec(), ..a };
+    /// assert_eq!(b.private_data, b"hi");
+    /// ```
+    pub fn new(remote: IpAddr, remote_port: u16) -> ConnectArgs {
+        ConnectArgs {
+            remote,
+            remote_port,
+            ..ConnectArgs::default()
+        }
+    }
+}
+
+impl Default for ConnectArgs {
+    /// No destination yet (the unspecified address, port 0: a connect
+    /// refuses it), any local port, 4 READ/atomics each way, retries and
+    /// RNR retries as rdma_cm's tools use them (7), path MTU 1024 (what an
+    /// Ethernet link of 1500 bytes carries; the CM lowers a larger one to
+    /// the port's), no private data.
+    fn default() -> Self {
+        ConnectArgs {
+            remote: IpAddr::from([0u8; 4]),
+            remote_port: 0,
+            local_port: 0,
+            responder_resources: 4,
+            initiator_depth: 4,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            path_mtu: PathMtu::Mtu1024,
+            private_data: Vec::new(),
+        }
+    }
+}
+
 /// Everything an Accept needs besides the QP.
 ///
 /// # Example
@@ -81,6 +122,19 @@ pub struct AcceptArgs {
     pub rnr_retry_count: u8,
     /// Private data (at most 196 bytes).
     pub private_data: Vec<u8>,
+}
+
+impl Default for AcceptArgs {
+    /// 4 READ/atomics each way (clamped to what the peer asked for), RNR
+    /// retries forever (7), no private data.
+    fn default() -> Self {
+        AcceptArgs {
+            responder_resources: 4,
+            initiator_depth: 4,
+            rnr_retry_count: 7,
+            private_data: Vec::new(),
+        }
+    }
 }
 
 /// What a Connect learned from the REP.

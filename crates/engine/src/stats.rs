@@ -214,6 +214,11 @@ pub(crate) trait Source: Send {
     fn local(&self) -> IpAddr;
     /// A snapshot, or `None` once the NIC is gone.
     fn snapshot(&self) -> Option<Stats>;
+    /// Its live objects (published next to the counters, see
+    /// [`crate::resources`]), or `None` once the NIC is gone.
+    fn resources(&self) -> Option<crate::resources::Resources> {
+        None
+    }
 }
 
 type Published = Vec<(Box<dyn Source>, PathBuf)>;
@@ -239,6 +244,7 @@ pub(crate) fn publish(src: Box<dyn Source>) {
     if let Some(s) = src.snapshot() {
         write_snapshot(src.local(), &s, &path);
     }
+    crate::resources::publish(src.as_ref(), &path);
     let mut g = publisher().lock().unwrap_or_else(|e| e.into_inner());
     g.push((src, path));
 }
@@ -268,10 +274,12 @@ fn publish_loop() {
         list.retain(|(src, path)| match src.snapshot() {
             Some(s) => {
                 write_snapshot(src.local(), &s, path);
+                crate::resources::publish(src.as_ref(), path);
                 true
             }
             None => {
                 let _ = std::fs::remove_file(path);
+                let _ = std::fs::remove_file(crate::resources::file_beside(path));
                 false
             }
         });

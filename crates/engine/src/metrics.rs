@@ -32,10 +32,10 @@
 //! process, off unless asked for: a thread (`ndv-metrics`) with a blocking
 //! TCP listener answers HTTP/1.1 `GET /metrics` (and `HEAD`) with the
 //! exposition of every NIC that asked to be served and is still open, as
-//! [`CONTENT_TYPE`]; one request per connection (`Connection: close`), read
-//! with a timeout, at most 8 KiB of head. A request it cannot parse is a
-//! `400`, another method a `405`, another path a `404`; nothing a client
-//! sends makes it panic or stop.
+//! [`CONTENT_TYPE`]; one request per connection (`Connection: close`), at
+//! most 8 KiB of head, read within 2 seconds. A request it cannot parse,
+//! too long or too slow is a `400`, another method a `405`, another path a
+//! `404`; nothing a client sends makes it panic or stop.
 
 use crate::stats::Source;
 use std::collections::HashSet;
@@ -334,7 +334,8 @@ fn answer(mut c: TcpStream, render: &dyn Fn() -> String) -> io::Result<()> {
         match c.read(&mut buf) {
             Ok(0) => break Ask::BadRequest,
             Ok(n) => head.extend_from_slice(&buf[..n]),
-            Err(e) => return Err(e),
+            // Too slow (the timeout), or gone: answered if it still listens.
+            Err(_) => break Ask::BadRequest,
         }
     };
     let (status, body, head_only, extra) = match ask {
@@ -367,6 +368,16 @@ fn answer(mut c: TcpStream, render: &dyn Fn() -> String) -> io::Result<()> {
     }
     c.write_all(out.as_bytes())?;
     let _ = c.shutdown(std::net::Shutdown::Write);
+    // Closing with unread input would reset the connection, and the client
+    // could lose the answer: read what it still sends, for a moment.
+    c.set_read_timeout(Some(Duration::from_millis(200)))?;
+    let mut left: usize = 64 * 1024;
+    while left > 0 {
+        match c.read(&mut buf) {
+            Ok(n) if n > 0 => left = left.saturating_sub(n),
+            _ => break,
+        }
+    }
     Ok(())
 }
 

@@ -176,6 +176,7 @@ pub struct CmIdRes {
 /// assert_eq!((r.cqs[0].id, r.cqs[0].depth, r.cqs[0].entries), (cq, 32, 0));
 /// assert_eq!((r.mrs[0].lkey, r.mrs[0].length), (mr.lkey(), 8192));
 /// assert_eq!((r.cm_ids[0].state, r.cm_ids[0].local_port), ("listening", 7999));
+/// assert_eq!(r.cm_ids[0].cm_state.map(|s| s.name()), Some("LISTEN"));
 /// assert!(r.to_json(1, a.local(), 0).contains("\"access\":\"LOCAL_WRITE\""));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```

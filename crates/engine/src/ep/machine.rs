@@ -355,7 +355,11 @@ impl Endpoints {
             out.push(CmIdRes {
                 id,
                 state: e.state.name(),
-                cm_state: e.state.cm().and_then(|c| cm.state(c)),
+                cm_state: match &e.state {
+                    State::Listening(l) => Some(l.cm),
+                    s => s.cm(),
+                }
+                .and_then(|c| cm.state(c)),
                 local,
                 local_port: e.local_port,
                 peer: e.info.peer,

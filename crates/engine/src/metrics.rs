@@ -27,6 +27,13 @@
 //! snapshot is; it has a unit, so it has a `# UNIT` line and the unit as its
 //! name's suffix.
 //!
+//! Written here rather than with a metrics crate (`prometheus-client`, say):
+//! those model live instruments registered once and updated in place,
+//! while these are snapshots — this process's, or read from other
+//! processes' files — whose counter names are known only at run time, and
+//! the rules that matter for them are few. `ndv`'s tests hold the output to
+//! the format's ABNF and rules with a strict parser of their own.
+//!
 //! **The endpoint** ([`Nic::serve_metrics`](crate::nic::Nic::serve_metrics),
 //! verbs' `DeviceConfig::metrics` and `NDV_METRICS=ADDR:PORT`). One per
 //! process, off unless asked for: a thread (`ndv-metrics`) with a blocking

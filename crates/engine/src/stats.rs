@@ -19,7 +19,10 @@
 //! `<dir>/<pid>-<address>.json` and removes it when the NIC goes away;
 //! `<dir>` is [`stat_dir`](crate::config::stat_dir). `ndv stat [PID]` reads them. A file is one JSON object:
 //! `{"pid":…,"addr":"…","time_ms":…,"counters":{"sent_pkts":…,…}}`, counters
-//! in the order above.
+//! in the order above. Beside it goes `<pid>-<address>.res.json`, the NIC's
+//! live objects for `ndv res` (see [`crate::resources`]), with the same
+//! lifetime. The same counters in the OpenMetrics text format, and the
+//! process's `/metrics` endpoint: [`crate::metrics`].
 //!
 //! [`Drops`]: ndverbs_proto::rc::Drops
 

@@ -8,6 +8,7 @@
 //! counters in rxe's order, then drops by cause.
 //!
 //! * `--json`: the snapshots as published, one object per line.
+//! * `--rxe`: rxe's counters only (in every form below too).
 //! * `--openmetrics`: the OpenMetrics text exposition of every snapshot
 //!   (what a process's `NDV_METRICS` endpoint serves for its own devices):
 //!   one counter family `ndverbs_<counter>` per counter, one sample per
@@ -135,8 +136,8 @@ fn counters(v: &Value) -> Vec<(String, u64)> {
     })
 }
 
-/// The OpenMetrics exposition of `snaps`.
-pub fn openmetrics(snaps: &[(PathBuf, Value)]) -> String {
+/// The OpenMetrics exposition of `snaps` (`rxe`: rxe's counters only).
+pub fn openmetrics(snaps: &[(PathBuf, Value)], rxe: bool) -> String {
     let names = device_names();
     let series: Vec<ndverbs_verbs::MetricSeries> = snaps
         .iter()
@@ -147,7 +148,14 @@ pub fn openmetrics(snaps: &[(PathBuf, Value)]) -> String {
                 addr,
                 pid: v["pid"].as_u64()? as u32,
                 time_ms: v["time_ms"].as_u64().unwrap_or(0),
-                counters: counters(v),
+                counters: counters(v)
+                    .into_iter()
+                    .take(if rxe {
+                        ndverbs_verbs::RXE_COUNTERS.len()
+                    } else {
+                        usize::MAX
+                    })
+                    .collect(),
             })
         })
         .collect();
@@ -157,7 +165,7 @@ pub fn openmetrics(snaps: &[(PathBuf, Value)]) -> String {
 /// Runs `ndv stat`.
 pub fn run(a: &Args) -> Result<()> {
     if a.openmetrics {
-        print!("{}", openmetrics(&snapshots(a.pid)));
+        print!("{}", openmetrics(&snapshots(a.pid), a.rxe));
         return Ok(());
     }
     if a.watch {

@@ -216,6 +216,14 @@ fn openmetrics_exposition_of_every_snapshot() {
         .unwrap();
     let one = omcheck::check(&String::from_utf8(o.stdout).unwrap()).unwrap();
     assert_eq!(one[0].samples.len(), 1);
+    // Only rxe's counters.
+    let o = ndv(&dir)
+        .args(["stat", "--openmetrics", "--rxe"])
+        .output()
+        .unwrap();
+    let rxe = omcheck::check(&String::from_utf8(o.stdout).unwrap()).unwrap();
+    let got: Vec<&str> = rxe.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(got[..got.len() - 1], names[..15]);
     drop((client.kill(), server.kill()));
     let _ = std::fs::remove_dir_all(&dir);
 }

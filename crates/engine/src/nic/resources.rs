@@ -18,6 +18,9 @@ impl Nic {
         {
             let c = self.core_lock();
             let t = &c.tables;
+            r.qps.reserve(t.qps.len());
+            r.cqs.reserve(t.cqs.len());
+            r.mrs.reserve(t.mem.regions());
             // A QP holds its CQs, not their ids.
             let ids: HashMap<*const CompletionQueue, u32> =
                 t.cqs.iter().map(|(&id, q)| (Arc::as_ptr(q), id)).collect();

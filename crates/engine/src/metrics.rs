@@ -271,8 +271,15 @@ impl Responder {
                 for conn in listener.incoming() {
                     match conn {
                         Ok(c) => {
-                            if let Err(e) = answer(c, &render) {
-                                tracing::debug!(error = %e, "metrics request");
+                            // A panic (in rendering, say) costs this request,
+                            // not the endpoint.
+                            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                answer(c, &render)
+                            }));
+                            match r {
+                                Ok(Ok(())) => {}
+                                Ok(Err(e)) => tracing::debug!(error = %e, "metrics request"),
+                                Err(_) => tracing::warn!("metrics request: rendering panicked"),
                             }
                         }
                         // Out of descriptors and the like: try again shortly.
@@ -500,6 +507,39 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    proptest::proptest! {
+        /// Any bytes make an answer: parsing a request head never panics,
+        /// and only a well-formed request line gets the metrics.
+        #[test]
+        fn any_head_gets_an_answer(head in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
+            if let Ask::Metrics { .. } = parse(&head) {
+                proptest::prop_assert!(head.starts_with(b"GET /metrics") || head.starts_with(b"HEAD /metrics"));
+            }
+        }
+    }
+
+    #[test]
+    fn a_panicking_render_costs_one_request_not_the_endpoint() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let once = AtomicBool::new(false);
+        let at = Responder::start("127.0.0.1:0".parse().unwrap(), move || {
+            if !once.swap(true, Ordering::Relaxed) {
+                panic!("render failed");
+            }
+            "# EOF\n".to_string()
+        })
+        .unwrap();
+        let get = || {
+            let mut c = TcpStream::connect(at).unwrap();
+            c.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+            let mut s = String::new();
+            let _ = c.read_to_string(&mut s);
+            s
+        };
+        assert_eq!(get(), "");
+        assert!(get().starts_with("HTTP/1.1 200 OK\r\n"));
     }
 
     #[test]

@@ -16,10 +16,12 @@
 //! * [`mr`], [`cq`], [`gsi`], [`keys`], [`pending`], [`event`] — memory
 //!   regions, completion queues, QP1, unpredictable keys, pending results,
 //!   eventfd doorbells.
-//! * [`config`], [`counters`], [`stats`], [`error`] — how a NIC
-//!   is opened (and every environment variable the engine reads), its
-//!   counters and their publication, and the error of engine calls (the
-//!   limits it enforces are `ndverbs_proto::limits`).
+//! * [`config`], [`counters`], [`stats`], [`resources`], [`metrics`],
+//!   [`error`] — how a NIC is opened (and every environment variable the
+//!   engine reads), its counters, its live objects and their publication
+//!   (files for `ndv stat` and `ndv res`, an OpenMetrics endpoint), and the
+//!   error of engine calls (the limits it enforces are
+//!   `ndverbs_proto::limits`).
 
 pub mod config;
 pub mod counters;
@@ -31,7 +33,9 @@ pub mod gsi;
 pub mod icrc;
 pub mod keys;
 pub mod link;
+pub mod metrics;
 pub mod mr;
 pub mod nic;
 pub mod pending;
+pub mod resources;
 pub mod stats;

@@ -270,6 +270,11 @@ impl Region {
         self.buf.len()
     }
 
+    /// Memory windows bound to it now.
+    pub fn windows_bound(&self) -> u32 {
+        self.windows.load(Ordering::Relaxed)
+    }
+
     /// Always false: regions are never empty.
     pub fn is_empty(&self) -> bool {
         false
@@ -431,6 +436,11 @@ impl MemTable {
     /// Number of live regions.
     pub fn regions(&self) -> usize {
         self.regions.len()
+    }
+
+    /// Every live region, in no particular order.
+    pub fn each_region(&self) -> impl Iterator<Item = &Arc<Region>> {
+        self.regions.values()
     }
 
     /// Allocates an unbound window in `pd`; returns its key.

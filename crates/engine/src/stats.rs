@@ -30,7 +30,10 @@
 //! `<dir>/<pid>-<address>.json` and removes it when the NIC goes away;
 //! `<dir>` is [`stat_dir`](crate::config::stat_dir). `ndv stat [PID]` reads them. A file is one JSON object:
 //! `{"pid":…,"addr":"…","time_ms":…,"counters":{"sent_pkts":…,…}}`, counters
-//! in the order above.
+//! in the order above. Beside it goes `<pid>-<address>.res.json`, the NIC's
+//! live objects for `ndv res` (see [`crate::resources`]), with the same
+//! lifetime. The same counters in the OpenMetrics text format, and the
+//! process's `/metrics` endpoint: [`crate::metrics`].
 //!
 //! [`Drops`]: ndverbs_proto::rc::Drops
 
@@ -231,6 +234,11 @@ pub(crate) trait Source: Send {
     fn local(&self) -> IpAddr;
     /// A snapshot, or `None` once the NIC is gone.
     fn snapshot(&self) -> Option<Stats>;
+    /// Its live objects (published next to the counters, see
+    /// [`crate::resources`]), or `None` once the NIC is gone.
+    fn resources(&self) -> Option<crate::resources::Resources> {
+        None
+    }
 }
 
 type Published = Vec<(Box<dyn Source>, PathBuf)>;
@@ -256,6 +264,7 @@ pub(crate) fn publish(src: Box<dyn Source>) {
     if let Some(s) = src.snapshot() {
         write_snapshot(src.local(), &s, &path);
     }
+    crate::resources::publish(src.as_ref(), &path);
     let mut g = publisher().lock().unwrap_or_else(|e| e.into_inner());
     g.push((src, path));
 }
@@ -285,10 +294,12 @@ fn publish_loop() {
         list.retain(|(src, path)| match src.snapshot() {
             Some(s) => {
                 write_snapshot(src.local(), &s, path);
+                crate::resources::publish(src.as_ref(), path);
                 true
             }
             None => {
                 let _ = std::fs::remove_file(path);
+                let _ = std::fs::remove_file(crate::resources::file_beside(path));
                 false
             }
         });

@@ -1,6 +1,8 @@
-//! How every device a tool opens is configured, in one place: counters
-//! published for `ndv stat` (unless `NDV_STAT` says otherwise), packets
-//! captured with `--pcap` or `NDV_PCAP`, faults from `NDV_FAULTS`. The
+//! How every device a tool opens is configured, in one place: counters and
+//! live objects published for `ndv stat` and `ndv res` (unless `NDV_STAT`
+//! says otherwise), counters served at `http://ADDR:PORT/metrics` with
+//! `NDV_METRICS=ADDR:PORT`, packets captured with `--pcap` or `NDV_PCAP`,
+//! faults from `NDV_FAULTS`. The
 //! libraries read no environment of their own; `main` builds this
 //! configuration once, before any tool runs.
 

@@ -1,7 +1,8 @@
 //! `ndv`: the ndverbs command-line tools.
 //!
 //! One module per tool, each mirroring the RDMA tool users already know
-//! (perftest, `ibv_rc_pingpong`, rping, `ibv_devinfo`, `rdma statistic`)
+//! (perftest, `ibv_rc_pingpong`, rping, `ibv_devinfo`, `rdma statistic`,
+//! `rdma resource`)
 //! down to its stdout, plus the modules they share: [`net`] (addresses and
 //! the TCP exchange connection), [`qp`] and [`cm`] (RC QP set-up), [`oob`]
 //! (the C tools' text messages), [`printf`] (C number formatting), [`plot`]
@@ -25,6 +26,7 @@ mod pingpong;
 mod plot;
 mod printf;
 mod qp;
+mod res;
 mod run;
 mod stat;
 
@@ -64,8 +66,12 @@ enum Command {
     Bench(bench::Args),
     /// ibv_devinfo for ndverbs devices (one per local IP address; binds nothing).
     Devinfo(devinfo::Args),
-    /// Counters of running ndverbs processes (rxe's names), like `rdma statistic`.
+    /// Counters of running ndverbs processes (rxe's names), like `rdma statistic`;
+    /// also as OpenMetrics text (--openmetrics) or per-second rates (-w).
     Stat(stat::Args),
+    /// Live QPs, CQs, MRs and CM endpoints of running ndverbs processes, like
+    /// `rdma resource show`.
+    Res(res::Args),
     /// Run an unmodified RDMA program (libibverbs) over ndverbs: the C ABI
     /// libraries first on its library path.
     Run(run::Args),
@@ -90,6 +96,7 @@ impl Command {
             Command::Bench(_) => "bench",
             Command::Devinfo(_) => "devinfo",
             Command::Stat(_) => "stat",
+            Command::Res(_) => "res",
             Command::Decode { .. } => "decode",
             Command::Run(_) => "run",
         }
@@ -102,6 +109,7 @@ impl Command {
             Command::Ping(a) => ping::run(a),
             Command::Devinfo(a) => devinfo::run(a),
             Command::Stat(a) => stat::run(a),
+            Command::Res(a) => res::run(a),
             Command::Demo(a) => demo::run(a),
             Command::Pingpong(a) => pingpong::run(a),
             Command::Perf(a) => perftest::run(a),

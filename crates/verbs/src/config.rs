@@ -10,6 +10,7 @@
 //! [`Device::open_with`]: crate::Device::open_with
 
 use crate::error::{Error, ErrorKind, Result};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 /// `NDV_PCAP=FILE`: capture every packet to `FILE` ([`DeviceConfig::from_env`]).
@@ -30,6 +31,16 @@ pub const PCAP_ENV: &str = "NDV_PCAP";
 /// child.env(ndverbs_verbs::STAT_ENV, "1");
 /// ```
 pub const STAT_ENV: &str = "NDV_STAT";
+/// `NDV_METRICS=ADDR:PORT`: serve the counters in the OpenMetrics text
+/// format at `http://ADDR:PORT/metrics` ([`DeviceConfig::from_env`],
+/// [`DeviceConfig::metrics`]).
+///
+/// ```
+/// // A long-running child that a Prometheus server scrapes.
+/// let mut child = std::process::Command::new("ndv");
+/// child.env(ndverbs_verbs::METRICS_ENV, "127.0.0.1:9464");
+/// ```
+pub const METRICS_ENV: &str = "NDV_METRICS";
 /// `NDV_FAULTS=SPEC`: inject faults ([`DeviceConfig::from_env`], [`FaultConfig::parse`]).
 ///
 /// ```
@@ -140,14 +151,21 @@ pub struct DeviceConfig {
     pub publish_stats: bool,
     /// Inject packet faults (see [`FaultConfig`]).
     pub faults: Option<FaultConfig>,
+    /// Serve the device's counters at `http://ADDR:PORT/metrics` in the
+    /// OpenMetrics text format while it is open (see
+    /// [`Device::serve_metrics`](crate::Device::serve_metrics)): one
+    /// endpoint per process, shared by its devices.
+    pub metrics: Option<SocketAddr>,
 }
 
 impl DeviceConfig {
     /// The configuration the `NDV_*` environment variables ask for — the
     /// only place verbs reads them: [`PCAP_ENV`] (`NDV_PCAP=FILE`: capture),
-    /// [`STAT_ENV`] (`NDV_STAT=1`: publish counters) and [`FAULTS_ENV`]
-    /// (`NDV_FAULTS=SPEC`: inject faults, [`FaultConfig::parse`] syntax).
-    /// Progress is left at its default. A malformed `NDV_FAULTS` is an
+    /// [`STAT_ENV`] (`NDV_STAT=1`: publish counters), [`METRICS_ENV`]
+    /// (`NDV_METRICS=ADDR:PORT`: serve them as OpenMetrics) and
+    /// [`FAULTS_ENV`] (`NDV_FAULTS=SPEC`: inject faults,
+    /// [`FaultConfig::parse`] syntax). Progress is left at its default. A
+    /// malformed `NDV_FAULTS` or `NDV_METRICS` is an
     /// [`ErrorKind::InvalidArgument`] rather than silently ignored.
     pub fn from_env() -> Result<DeviceConfig> {
         let faults = match std::env::var(FAULTS_ENV) {
@@ -162,8 +180,19 @@ impl DeviceConfig {
             }
             _ => None,
         };
+        let metrics = match std::env::var(METRICS_ENV) {
+            Ok(at) if !at.trim().is_empty() => Some(at.trim().parse().map_err(|_| {
+                Error::new(
+                    ErrorKind::InvalidArgument,
+                    "DeviceConfig::from_env",
+                    format!("{METRICS_ENV}={at}: not an ADDR:PORT socket address"),
+                )
+            })?),
+            _ => None,
+        };
         Ok(DeviceConfig {
             progress: Progress::default(),
+            metrics,
             capture: std::env::var_os(PCAP_ENV)
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from),

@@ -28,7 +28,7 @@ use ndverbs_proto::rc::{
     AttrMask, Counters, PathMtu, QpAttr, QpCaps, QpState, RecvWr, SendWr, WorkCompletion,
 };
 use std::future::Future;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -42,6 +42,24 @@ pub(crate) const RXE_COUNTERS: [&str; 15] = ndverbs_engine::stats::RXE_COUNTERS;
 pub(crate) fn node_guid(addr: IpAddr) -> u64 {
     ndverbs_engine::nic::node_guid(addr)
 }
+
+/// The OpenMetrics text exposition of `series`.
+pub(crate) fn openmetrics(series: &[crate::observe::MetricSeries]) -> String {
+    let s: Vec<ndverbs_engine::metrics::Series> = series
+        .iter()
+        .map(|m| ndverbs_engine::metrics::Series {
+            device: m.device.clone(),
+            addr: m.addr,
+            pid: m.pid,
+            time_ms: m.time_ms,
+            counters: m.counters.clone(),
+        })
+        .collect();
+    ndverbs_engine::metrics::render(&s)
+}
+
+/// The OpenMetrics content type.
+pub(crate) const OPENMETRICS_CONTENT_TYPE: &str = ndverbs_engine::metrics::CONTENT_TYPE;
 
 /// Where published counter snapshots go.
 pub(crate) fn stat_dir() -> PathBuf {
@@ -247,6 +265,9 @@ impl Nic {
         if let Some(path) = &cfg.capture {
             nic.capture_to(OP, Some(path))?;
         }
+        if let Some(at) = cfg.metrics {
+            nic.serve_metrics(OP, at)?;
+        }
         Ok(nic)
     }
 
@@ -295,6 +316,20 @@ impl Nic {
 
     pub(crate) fn publish_stats(&self) {
         self.0.publish_stats();
+    }
+
+    /// Serves the counters at `at` under the device's name (`ndvN`, empty
+    /// when the address is none of the host's).
+    pub(crate) fn serve_metrics(&self, op: &'static str, at: SocketAddr) -> Result<SocketAddr> {
+        let local = self.local();
+        let name = crate::Device::list()
+            .ok()
+            .and_then(|l| l.into_iter().find(|d| d.addr == local))
+            .map_or(String::new(), |d| d.name);
+        self.0.serve_metrics(at, &name).map_err(|e| match e {
+            EngineError::Io(io) => Error::io_about(op, Some(format!("metrics endpoint {at}")), io),
+            e => err(op, e),
+        })
     }
 
     pub(crate) fn set_capture(&self, path: Option<&Path>) -> Result<()> {

@@ -90,13 +90,17 @@ pub mod owned;
 mod pending;
 mod qp;
 
-pub use config::{DeviceConfig, FaultConfig, Progress, FAULTS_ENV, PCAP_ENV, STAT_ENV};
+pub use config::{
+    DeviceConfig, FaultConfig, Progress, FAULTS_ENV, METRICS_ENV, PCAP_ENV, STAT_ENV,
+};
 pub use device::{node_guid, Cq, Device, DeviceAttr, DeviceLimits, NotifyOn, Pd, LIMITS};
 pub use ep::{AcceptArgs, ConnectArgs, ConnectInfo, Endpoint, EpInfo, RequestInfo};
 pub use error::{Error, ErrorKind, Rejection, Result};
 pub use memory::{Mr, Mw};
 pub use netif::DeviceInfo;
-pub use observe::{stat_dir, Stats, RXE_COUNTERS};
+pub use observe::{
+    openmetrics, stat_dir, MetricSeries, Stats, OPENMETRICS_CONTENT_TYPE, RXE_COUNTERS,
+};
 pub use owned::{AlignedBuf, OwnedMr, StableBuffer};
 pub use pending::Pending;
 pub use qp::{Qp, QpId, QpInitAttr, Srq};

@@ -1,9 +1,56 @@
-//! Looking at a device from outside: packet capture, counters, faults.
+//! Looking at a device from outside: packet capture, counters (published
+//! for `ndv stat`, served as OpenMetrics), live objects (published for
+//! `ndv res`), faults.
 
 use crate::config::FaultConfig;
 use crate::device::Device;
 use crate::error::Result;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
+
+/// The content type of the OpenMetrics text format, as a `/metrics`
+/// endpoint answers: `application/openmetrics-text; version=1.0.0; charset=utf-8`.
+pub const OPENMETRICS_CONTENT_TYPE: &str = crate::engine::OPENMETRICS_CONTENT_TYPE;
+
+/// One device of one process in an OpenMetrics exposition ([`openmetrics`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricSeries {
+    /// The device's name (`ndv0`…), empty when unknown (label `device`).
+    pub device: String,
+    /// The device's address (label `addr`).
+    pub addr: IpAddr,
+    /// The process that has it open (label `pid`).
+    pub pid: u32,
+    /// When the counters were read, in milliseconds since the Unix epoch.
+    pub time_ms: u64,
+    /// `(name, value)` in publication order, as [`Stats::pairs`].
+    pub counters: Vec<(String, u64)>,
+}
+
+/// The OpenMetrics text exposition of `series`: one counter family
+/// `ndverbs_<counter>` per counter name (samples `ndverbs_<counter>_total`,
+/// one per series, labelled `device`, `addr` and `pid`), the gauge
+/// `ndverbs_snapshot_timestamp_seconds`, then `# EOF`. What
+/// [`Device::serve_metrics`] answers and `ndv stat --openmetrics` prints.
+///
+/// ```
+/// use ndverbs_verbs::*;
+/// let dev = Device::open("127.92.31.1".parse().unwrap())?;
+/// let series = MetricSeries {
+///     device: "ndv0".into(),
+///     addr: dev.query().addr,
+///     pid: std::process::id(),
+///     time_ms: 0,
+///     counters: dev.stats().pairs().to_vec(),
+/// };
+/// let text = openmetrics(&[series]);
+/// assert!(text.starts_with("# TYPE ndverbs_sent_pkts counter\n"));
+/// assert!(text.ends_with("# EOF\n"));
+/// # Ok::<(), Error>(())
+/// ```
+pub fn openmetrics(series: &[MetricSeries]) -> String {
+    crate::engine::openmetrics(series)
+}
 
 /// Linux rxe's hardware counters, by name and in rxe's order
 /// (`rxe_hw_counters.c`): the first entries of every [`Stats`].
@@ -109,7 +156,8 @@ impl Device {
 
     /// Publishes this device's counters for `ndv stat`: a JSON snapshot in
     /// [`stat_dir`] refreshed twice a second and removed when the device is
-    /// dropped. [`DeviceConfig::publish_stats`](crate::DeviceConfig::publish_stats)
+    /// dropped, and beside it its live queue pairs, completion queues,
+    /// memory regions and endpoints for `ndv res`. [`DeviceConfig::publish_stats`](crate::DeviceConfig::publish_stats)
     /// does it from the moment the device opens.
     ///
     /// ```no_run
@@ -119,6 +167,35 @@ impl Device {
     /// ```
     pub fn publish_stats(&self) {
         self.nic.publish_stats();
+    }
+
+    /// Serves this device's counters at `http://<at>/metrics` in the
+    /// OpenMetrics text format ([`openmetrics`]) until the device is
+    /// dropped, labelled with its name (`ndvN`). One endpoint per process,
+    /// answered by one thread: the first call binds `at`, later calls (other
+    /// devices) must name the same address (else [`ErrorKind::Busy`]).
+    /// Returns the bound address (the port chosen when `at`'s is 0).
+    /// [`DeviceConfig::metrics`](crate::DeviceConfig::metrics) (and
+    /// `NDV_METRICS=ADDR:PORT` through
+    /// [`DeviceConfig::from_env`](crate::DeviceConfig::from_env)) does the
+    /// same from the moment the device opens.
+    ///
+    /// [`ErrorKind::Busy`]: crate::ErrorKind::Busy
+    ///
+    /// ```
+    /// use std::io::{Read, Write};
+    /// let dev = ndverbs_verbs::Device::open("127.92.32.1".parse().unwrap())?;
+    /// let at = dev.serve_metrics("127.92.32.1:0".parse().unwrap())?;
+    /// let mut http = std::net::TcpStream::connect(at)?;
+    /// http.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")?;
+    /// let mut answer = String::new();
+    /// http.read_to_string(&mut answer)?;
+    /// assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"));
+    /// assert!(answer.contains("addr=\"127.92.32.1\""));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn serve_metrics(&self, at: SocketAddr) -> Result<SocketAddr> {
+        self.nic.serve_metrics("Device::serve_metrics", at)
     }
 
     /// Turns fault injection on with `faults`, or off with `None`, for the

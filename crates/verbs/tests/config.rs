@@ -10,6 +10,7 @@ fn the_environment_is_read_only_when_asked() {
     std::env::set_var(PCAP_ENV, &file);
     std::env::set_var(FAULTS_ENV, "loss=0.5,seed=9");
     std::env::set_var(STAT_ENV, "0");
+    std::env::set_var(METRICS_ENV, "127.92.30.4:0");
     // Set, but not asked for: the device captures nothing.
     let plain = Device::open("127.92.30.1".parse().unwrap()).unwrap();
     assert_eq!(plain.capture_path(), None);
@@ -21,6 +22,7 @@ fn the_environment_is_read_only_when_asked() {
         Some(FaultConfig::parse("loss=0.5,seed=9").unwrap())
     );
     assert!(!cfg.publish_stats);
+    assert_eq!(cfg.metrics, Some("127.92.30.4:0".parse().unwrap()));
     assert_eq!(cfg.progress, Progress::Thread);
     let dev = Device::open_with("127.92.30.2".parse().unwrap(), &cfg).unwrap();
     assert_eq!(dev.capture_path(), Some(file.clone()));
@@ -29,6 +31,11 @@ fn the_environment_is_read_only_when_asked() {
     let e = DeviceConfig::from_env().unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
     assert!(e.to_string().contains("NDV_FAULTS"), "{e}");
+    std::env::remove_var(FAULTS_ENV);
+    std::env::set_var(METRICS_ENV, "localhost");
+    let e = DeviceConfig::from_env().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert!(e.to_string().contains("NDV_METRICS=localhost"), "{e}");
     // A capture file that cannot be written fails the open, naming it.
     let bad = DeviceConfig {
         capture: Some("/nonexistent/dir/y.pcap".into()),

@@ -5,6 +5,7 @@
 use super::request::{Job, Request};
 use super::types::{AcceptArgs, ConnectArgs, ConnectInfo, EpError, EpInfo, QpIdent, RequestInfo};
 use crate::keys::KeyGen;
+use crate::resources::CmIdRes;
 use ndverbs_proto::cm::{CmAgent, CmError, CmState, ConnectRequest, EndpointId, QpSetup};
 use ndverbs_proto::rc::ModifyError;
 use ndverbs_proto::time::Instant;
@@ -167,6 +168,23 @@ impl State {
         }
     }
 
+    /// The state's name, as `ndv res` lists it.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            State::Idle => "idle",
+            State::Listening(_) => "listening",
+            State::Connecting { .. } => "connecting",
+            State::RepReceived { .. } => "rep_received",
+            State::RequestReceived { .. } => "request_received",
+            State::Accepting { .. } => "accepting",
+            State::Connected { .. } => "connected",
+            State::Broken { .. } => "broken",
+            State::PeerDisconnected { .. } => "peer_disconnected",
+            State::Disconnecting { .. } => "disconnecting",
+            State::Closed { .. } => "closed",
+        }
+    }
+
     /// The QP attributes the CM negotiated, once known.
     pub(crate) fn setup(&self) -> Option<QpSetup> {
         match *self {
@@ -242,6 +260,11 @@ pub(crate) struct Endpoint {
     pub(crate) info: EpInfo,
     /// The CM state last reported in the logs.
     pub(crate) cm_seen: Option<CmState>,
+    /// Our rdma_cm port: the one listened on, connected from, or the
+    /// listener's for an endpoint a request was handed to (0 until known).
+    pub(crate) local_port: u16,
+    /// The QP the last request named (for `ndv res`).
+    pub(crate) qpn: Option<u32>,
 }
 
 impl Endpoint {
@@ -252,6 +275,8 @@ impl Endpoint {
             notify: Vec::new(),
             info: EpInfo::default(),
             cm_seen: None,
+            local_port: 0,
+            qpn: None,
         }
     }
 }
@@ -321,6 +346,28 @@ impl Endpoints {
     /// How many endpoints exist (created and not yet destroyed).
     pub fn endpoint_count(&self) -> usize {
         self.eps.len()
+    }
+
+    /// Every endpoint as `ndv res` lists it (see [`crate::resources`]).
+    pub(crate) fn resources(&self, cm: &CmAgent, out: &mut Vec<CmIdRes>) {
+        let local = cm.config().local_addr;
+        for (&id, e) in &self.eps {
+            out.push(CmIdRes {
+                id,
+                state: e.state.name(),
+                cm_state: match &e.state {
+                    State::Listening(l) => Some(l.cm),
+                    s => s.cm(),
+                }
+                .and_then(|c| cm.state(c)),
+                local,
+                local_port: e.local_port,
+                peer: e.info.peer,
+                peer_port: e.info.peer_port,
+                qpn: e.qpn,
+                dest_qpn: e.state.setup().map(|s| s.dest_qpn),
+            });
+        }
     }
 
     pub(crate) fn ep(&mut self, id: u32) -> Result<&mut Endpoint, Refused> {
@@ -432,6 +479,7 @@ impl Endpoints {
             e => Refused::InvalidArgument(cm_error_text(e)),
         })?;
         self.by_cm.insert(cm_id, ep);
+        self.ep(ep)?.local_port = port;
         self.ep(ep)?.state = State::Listening(Listener {
             cm: cm_id,
             backlog: backlog.max(1),
@@ -664,6 +712,7 @@ impl Endpoints {
         let Some(e) = self.eps.get_mut(&ep) else {
             return id;
         };
+        e.qpn = Some(qp.qpn);
         e.requests.push_back(Request { id, qp, span, job });
         if e.requests.len() == 1 {
             self.run(now, cm, ep);
@@ -690,6 +739,8 @@ impl Endpoints {
             peer_read_limits: (req.peer.responder_resources, req.peer.initiator_depth),
         };
         e.state = State::RequestReceived { cm: req.endpoint };
+        // The port listened on, from rdma_cm's service ID.
+        e.local_port = cma::split_service_id(req.service_id).map_or(0, |(_, port)| port);
         e.info.peer = Some(req.peer.addr);
         e.info.peer_port = peer_port;
         e.info.private_data = req.peer.private_data.clone();

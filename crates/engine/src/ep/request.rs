@@ -381,6 +381,7 @@ impl Endpoints {
                     e.info.peer = Some(remote);
                     e.info.peer_port = port;
                     e.info.dreq_received = false;
+                    e.local_port = args.local_port;
                 }
                 self.by_cm.insert(cm_id, ep);
                 tracing::debug!(peer = %remote, port, "REQ sent; waiting for the REP");

@@ -26,6 +26,7 @@
 //! | `step` | the engine loop as a list of named stages |
 //! | `receive`, `transmit`, `batch` | packets in; packets out in GSO runs, ACK postponement |
 //! | `worker` | the worker thread, manual progress, the clock |
+//! | `resources` | the live objects for `ndv res` (see [`crate::resources`]) |
 //! | `trace` | what is logged, cheaply |
 //!
 //! Objects live in tables keyed by ids (QPN for queue pairs, numbers for
@@ -61,6 +62,7 @@ mod core;
 mod endpoints;
 mod post;
 mod receive;
+mod resources;
 mod step;
 mod tables;
 mod trace;
@@ -89,7 +91,7 @@ use ndverbs_proto::cm::{CmAgent, CmConfig};
 use ndverbs_proto::mem::Sge;
 use ndverbs_proto::rc::PathMtu;
 use std::io;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -396,6 +398,29 @@ impl Nic {
         crate::stats::publish(Box::new(self.downgrade()));
     }
 
+    /// Serves this NIC's counters, labelled `device`, at
+    /// `http://<at>/metrics` in the OpenMetrics text format until the NIC
+    /// is dropped (see [`crate::metrics`]). One endpoint per process: the
+    /// first call binds `at`, later calls (other NICs) must name the same
+    /// address. Returns the bound address (the port chosen when `at`'s is 0).
+    ///
+    /// ```
+    /// # use ndverbs_engine::config::Progress;
+    /// # use ndverbs_engine::nic::Nic;
+    /// use std::io::{Read, Write};
+    /// let a = Nic::open("127.93.20.1".parse().unwrap(), Progress::Thread)?;
+    /// let at = a.serve_metrics("127.93.20.1:0".parse().unwrap(), "ndv9")?;
+    /// let mut c = std::net::TcpStream::connect(at)?;
+    /// c.write_all(b"GET /metrics HTTP/1.1\r\n\r\n")?;
+    /// let mut text = String::new();
+    /// c.read_to_string(&mut text)?;
+    /// assert!(text.contains("ndverbs_sent_pkts_total{device=\"ndv9\",addr=\"127.93.20.1\""));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn serve_metrics(&self, at: SocketAddr, device: &str) -> Result<SocketAddr, EngineError> {
+        crate::metrics::serve(at, Box::new(self.downgrade()), device.to_string())
+    }
+
     /// Removes the NIC: every queue pair goes to ERR (every outstanding
     /// request completes with a flush status), the worker stops, and every
     /// later call fails with [`EngineError::Removed`].
@@ -489,6 +514,10 @@ impl crate::stats::Source for WeakNic {
 
     fn snapshot(&self) -> Option<Stats> {
         self.upgrade().map(|n| n.stats())
+    }
+
+    fn resources(&self) -> Option<crate::resources::Resources> {
+        self.upgrade().map(|n| n.resources())
     }
 }
 

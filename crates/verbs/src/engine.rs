@@ -76,6 +76,7 @@ fn err(op: &'static str, e: EngineError) -> Error {
         EngineError::Modify(e) => Error::modify(op, e),
         EngineError::Post(e) => Error::post(op, e),
         EngineError::Mem(e) => mem_err(op, e),
+        other => Error::new(ErrorKind::Internal, op, other.to_string()),
     }
 }
 
@@ -89,6 +90,7 @@ fn mem_err(op: &'static str, e: MemError) -> Error {
         MemError::UnknownKey(_) => Error::new(ErrorKind::NotFound, op, text),
         MemError::Busy(_) => Error::new(ErrorKind::Busy, op, text),
         MemError::BadBind(a) => Error::access(op, a),
+        _ => Error::new(ErrorKind::Internal, op, text),
     }
 }
 
@@ -121,6 +123,7 @@ fn ep_err(op: &'static str, e: EpError) -> Error {
             op,
             "the engine lost the request without an outcome",
         ),
+        other => Error::new(ErrorKind::Internal, op, other.to_string()),
     }
 }
 
@@ -138,6 +141,7 @@ fn notify_err(e: NotifyError) -> Error {
         NotifyError::Canceled => Error::kind_only(ErrorKind::Canceled, OP),
         NotifyError::Overflow => Error::new(ErrorKind::Overflow, OP, "completions were lost"),
         NotifyError::DeviceRemoved => Error::kind_only(ErrorKind::DeviceRemoved, OP),
+        other => Error::new(ErrorKind::Internal, OP, other.to_string()),
     }
 }
 
@@ -262,6 +266,7 @@ impl Nic {
         match self.0.mode() {
             EngineProgress::Thread => Progress::Thread,
             EngineProgress::Manual => Progress::Manual,
+            _ => Progress::Thread,
         }
     }
 
@@ -657,6 +662,7 @@ impl CqRing {
                 ResizeError::OutOfRange(_) => {
                     Error::new(ErrorKind::InvalidArgument, OP, e.to_string())
                 }
+                _ => Error::new(ErrorKind::Internal, OP, e.to_string()),
             })
     }
 }
@@ -761,6 +767,7 @@ impl SrqRef {
                 NotifyError::Canceled | NotifyError::Overflow => {
                     Error::kind_only(ErrorKind::Canceled, op)
                 }
+                other => Error::new(ErrorKind::Internal, op, other.to_string()),
             },
             op: "Srq::notify_limit",
         }))

@@ -9,6 +9,10 @@ scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+# Every combination of the optional layers (faults, capture) builds.
+scripts/features.sh
+# Every published crate packages and builds from its package alone.
+cargo package --workspace --exclude ndverbs-testkit --allow-dirty --quiet
 # One Linux Soft-RoCE guest for the whole run (interop tests skip loudly
 # without it, and fail under CI=true).
 scripts/interop.sh up

@@ -32,6 +32,7 @@ pub const STAT_DIR_ENV: &str = "NDV_STAT_DIR";
 /// # Ok::<(), ndverbs_engine::error::EngineError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Progress {
     /// A worker thread per NIC.
     Thread,

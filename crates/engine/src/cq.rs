@@ -86,6 +86,7 @@ fn code(n: NotifyOn) -> u8 {
 /// # Ok::<(), std::io::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ResizeError {
     /// More completions are queued than the new depth holds.
     #[error("{queued} completions queued, more than the new depth {depth}")]
@@ -123,6 +124,7 @@ pub enum ResizeError {
 /// # Ok::<(), std::io::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum NotifyError {
     /// Cancelled by the application.
     #[error("canceled")]

@@ -27,6 +27,7 @@ use std::io;
 /// # Ok::<(), EngineError>(())
 /// ```
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EngineError {
     /// The NIC was removed; only cleanup works.
     #[error("the device was removed")]

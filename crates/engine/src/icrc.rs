@@ -48,6 +48,7 @@ use std::net::{IpAddr, SocketAddr};
 /// assert_eq!(icrc.verify(&pkt, peer, None), Err(VerifyError::BadIcrc));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum VerifyError {
     /// Shorter than a BTH plus ICRC.
     Runt,

@@ -61,6 +61,7 @@ pub const REGION_ALIGN: usize = 4096;
 /// # Ok::<(), MemError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum MemError {
     /// A zero-length region.
     #[error("a memory region cannot be empty")]

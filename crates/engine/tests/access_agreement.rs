@@ -360,7 +360,8 @@ impl Both {
                 key: k(key),
                 needed,
             },
-            e @ (AccessError::Misaligned(_) | AccessError::SglOverrun { .. }) => e,
+            // Misaligned, SglOverrun and any later error carry no key.
+            e => e,
         }
     }
 

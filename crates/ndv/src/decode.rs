@@ -331,7 +331,8 @@ fn write_cm_text(out: &mut impl Write, cm: &CmMessage) -> std::io::Result<()> {
             "         status {} qpn 0x{:06x} qkey 0x{:08x} service_id 0x{:016x}",
             r.status, r.qpn, r.qkey, r.service_id
         )?,
-        CmMessage::Rtu(_) | CmMessage::Drep(_) => {}
+        // RTU and DREP carry nothing more; newer messages print their name only.
+        _ => {}
     }
     Ok(())
 }

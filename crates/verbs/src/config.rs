@@ -70,6 +70,7 @@ pub const FAULTS_ENV: &str = "NDV_FAULTS";
 /// # Ok::<(), Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum Progress {
     /// An engine thread per device sleeps on its socket and runs the engine
     /// when packets, posts or timers need it.

@@ -94,6 +94,7 @@ fn err(op: &'static str, e: EngineError) -> Error {
         EngineError::Modify(e) => Error::modify(op, e),
         EngineError::Post(e) => Error::post(op, e),
         EngineError::Mem(e) => mem_err(op, e),
+        other => Error::new(ErrorKind::Internal, op, other.to_string()),
     }
 }
 
@@ -107,6 +108,7 @@ fn mem_err(op: &'static str, e: MemError) -> Error {
         MemError::UnknownKey(_) => Error::new(ErrorKind::NotFound, op, text),
         MemError::Busy(_) => Error::new(ErrorKind::Busy, op, text),
         MemError::BadBind(a) => Error::access(op, a),
+        _ => Error::new(ErrorKind::Internal, op, text),
     }
 }
 
@@ -139,6 +141,7 @@ fn ep_err(op: &'static str, e: EpError) -> Error {
             op,
             "the engine lost the request without an outcome",
         ),
+        other => Error::new(ErrorKind::Internal, op, other.to_string()),
     }
 }
 
@@ -156,6 +159,7 @@ fn notify_err(e: NotifyError) -> Error {
         NotifyError::Canceled => Error::kind_only(ErrorKind::Canceled, OP),
         NotifyError::Overflow => Error::new(ErrorKind::Overflow, OP, "completions were lost"),
         NotifyError::DeviceRemoved => Error::kind_only(ErrorKind::DeviceRemoved, OP),
+        other => Error::new(ErrorKind::Internal, OP, other.to_string()),
     }
 }
 
@@ -283,6 +287,7 @@ impl Nic {
         match self.0.mode() {
             EngineProgress::Thread => Progress::Thread,
             EngineProgress::Manual => Progress::Manual,
+            _ => Progress::Thread,
         }
     }
 
@@ -692,6 +697,7 @@ impl CqRing {
                 ResizeError::OutOfRange(_) => {
                     Error::new(ErrorKind::InvalidArgument, OP, e.to_string())
                 }
+                _ => Error::new(ErrorKind::Internal, OP, e.to_string()),
             })
     }
 }
@@ -796,6 +802,7 @@ impl SrqRef {
                 NotifyError::Canceled | NotifyError::Overflow => {
                     Error::kind_only(ErrorKind::Canceled, op)
                 }
+                other => Error::new(ErrorKind::Internal, op, other.to_string()),
             },
             op: "Srq::notify_limit",
         }))

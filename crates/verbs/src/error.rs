@@ -295,6 +295,7 @@ impl Error {
             CmError::PrivateDataTooLong { .. } | CmError::InvalidParameter(_) => {
                 ErrorKind::InvalidArgument
             }
+            _ => ErrorKind::Internal,
         };
         Error::with(kind, op, Detail::Cm(e))
     }

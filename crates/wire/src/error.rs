@@ -16,6 +16,7 @@
 /// assert_eq!(err.to_string(), "RETH: truncated (10 bytes, need 16)");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum WireError {
     /// The buffer ends before the named structure does.
     #[error("{what}: truncated ({have} bytes, need {need})")]

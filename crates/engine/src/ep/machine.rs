@@ -44,6 +44,7 @@ pub enum QpOp {
 
 /// Why a QP operation did not happen.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum QpError {
     /// No QP with the number the request named.
     Gone,
@@ -104,6 +105,7 @@ pub enum Action {
 
 /// Why a call was refused at once (nothing was queued).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Refused {
     /// No endpoint with this id.
     NoEndpoint(u32),
@@ -763,6 +765,7 @@ fn cm_error_text(e: CmError) -> &'static str {
         CmError::PrivateDataTooLong { .. } => "private data too long",
         CmError::ServiceIdBusy(_) => "service ID already listened on",
         CmError::InvalidParameter(p) => p,
+        _ => "refused by the connection manager",
     }
 }
 

@@ -47,6 +47,7 @@ use ndverbs_proto::rc::ModifyError;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EpError {
     /// The NIC was removed.
     #[error("device removed")]

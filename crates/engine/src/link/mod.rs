@@ -129,6 +129,7 @@ pub struct LinkError {
 
 /// The kinds of [`LinkError`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LinkErrorKind {
     /// ICMP (or ICMPv6) port unreachable: the peer's host has nothing on
     /// the UDP port, so no RoCE endpoint answers there.
@@ -175,6 +176,7 @@ impl std::fmt::Display for LinkError {
 /// assert_eq!(SendFailure::of(&io::ErrorKind::WouldBlock.into()), SendFailure::WouldBlock);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SendFailure {
     /// The send buffer is full (`EAGAIN`), after the link's short wait.
     WouldBlock,

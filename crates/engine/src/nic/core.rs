@@ -16,8 +16,7 @@ use crate::ep::{EpTable, Later};
 use crate::event::EventFd;
 use crate::gsi::Gsi;
 use crate::icrc::IcrcCache;
-use crate::link::capture::{CaptureLink, CaptureSlot};
-use crate::link::faults::FaultLink;
+use crate::link::capture::CaptureSlot;
 use crate::link::{Datagram, Link, NicLink, Run, MAX_DATAGRAM, MAX_TRANSPORT};
 use crossbeam_queue::SegQueue;
 use ndverbs_proto::cm::CmAgent;
@@ -31,7 +30,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
 /// The link stack of a NIC: capture around faults around the link.
-pub(crate) type Stack = CaptureLink<FaultLink<NicLink>>;
+pub(crate) type Stack = CapturedLink<FaultyLink<NicLink>>;
+
+/// The fault layer, when built in (feature `faults`).
+#[cfg(feature = "faults")]
+pub(crate) type FaultyLink<L> = crate::link::faults::FaultLink<L>;
+#[cfg(not(feature = "faults"))]
+pub(crate) type FaultyLink<L> = L;
+
+/// The capture layer, when built in (feature `capture`).
+#[cfg(feature = "capture")]
+pub(crate) type CapturedLink<L> = crate::link::capture::CaptureLink<L>;
+#[cfg(not(feature = "capture"))]
+pub(crate) type CapturedLink<L> = L;
 
 /// The engine's state: everything the worker touches, behind one lock.
 pub(crate) struct Core {

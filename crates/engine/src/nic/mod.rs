@@ -80,8 +80,8 @@ use crate::error::EngineError;
 use crate::event::EventFd;
 use crate::gsi::Gsi;
 use crate::keys::KeyGen;
-use crate::link::capture::{Capture, CaptureLayer, CaptureLink, CaptureSlot};
-use crate::link::faults::{FaultConfig, FaultCounters, FaultLayer, FaultLink};
+use crate::link::capture::{Capture, CaptureSlot};
+use crate::link::faults::{FaultConfig, FaultCounters};
 use crate::link::udp::RoceSocket;
 use crate::link::{Link, NicLink};
 use crate::mr::{MemTable, Region};
@@ -90,7 +90,6 @@ use crossbeam_queue::SegQueue;
 use ndverbs_proto::cm::{CmAgent, CmConfig};
 use ndverbs_proto::mem::Sge;
 use ndverbs_proto::rc::PathMtu;
-use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -198,14 +197,8 @@ impl Nic {
             NicLink::Udp(s) => s.enable_gro(),
             NicLink::Memory(_) => true,
         };
-        let mut faults = FaultLayer::default();
-        faults.set_config(config.faults);
         let capture = Arc::new(CaptureSlot::default());
-        let at = link.local_addr();
-        let stack = CaptureLink::new(
-            FaultLink::new(link, faults),
-            CaptureLayer::new(capture.clone(), at),
-        );
+        let stack = build_stack(link, config.faults, &capture)?;
         let link_fd = stack.fd();
         let gso = stack.gso();
         let mut keys = KeyGen::new();
@@ -243,11 +236,7 @@ impl Nic {
             span: tracing::debug_span!(parent: None, "nic", %local),
         });
         if let Some(path) = &config.capture {
-            let c = Capture::open(path, local).map_err(|e| {
-                let what = format!("capture file {}", path.display());
-                EngineError::Io(io::Error::new(e.kind(), format!("{what}: {e}")))
-            })?;
-            shared.capture.set(Some(c), local);
+            start_capture(&shared, path, local)?;
         }
         let thread = if mode == Progress::Thread {
             let s = Arc::downgrade(&shared);
@@ -335,14 +324,26 @@ impl Nic {
     /// Turns fault injection on (with `cfg`) or off (`None`) for the packets
     /// this NIC receives (see [`crate::link::faults`]); packets it holds
     /// back still arrive after it is turned off.
+    /// Without the `faults` feature, turning it on is
+    /// [`EngineError::InvalidArgument`].
     pub fn set_faults(&self, cfg: Option<FaultConfig>) -> Result<(), EngineError> {
-        self.core()?.io.link.inner_mut().layer_mut().set_config(cfg);
+        let mut c = self.core()?;
+        #[cfg(feature = "faults")]
+        fault_layer(&mut c.io.link).set_config(cfg);
+        #[cfg(not(feature = "faults"))]
+        if cfg.is_some_and(|f| !f.is_off()) {
+            return Err(NO_FAULTS);
+        }
+        let _ = &mut c;
         Ok(())
     }
 
     /// What fault injection did so far (`None` when it is off).
     pub fn fault_counters(&self) -> Option<FaultCounters> {
-        self.core_lock().io.link.inner().layer().counters()
+        #[cfg(feature = "faults")]
+        return fault_layer(&mut self.core_lock().io.link).counters();
+        #[cfg(not(feature = "faults"))]
+        None
     }
 
     /// Starts writing every packet this NIC sends and receives to the pcap
@@ -359,6 +360,10 @@ impl Nic {
     /// # Ok::<(), ndverbs_engine::error::EngineError>(())
     /// ```
     pub fn set_capture(&self, path: Option<&Path>) -> Result<(), EngineError> {
+        #[cfg(not(feature = "capture"))]
+        if path.is_some() {
+            return Err(NO_CAPTURE);
+        }
         let local = self.local();
         let c = path.map(|p| Capture::open(p, local)).transpose()?;
         self.shared.capture.set(c, local);
@@ -529,4 +534,66 @@ impl Nic {
             thread: Arc::downgrade(&self.thread),
         }
     }
+}
+
+#[cfg(not(feature = "faults"))]
+const NO_FAULTS: EngineError =
+    EngineError::InvalidArgument("fault injection is not built in (feature `faults`)");
+#[cfg(not(feature = "capture"))]
+const NO_CAPTURE: EngineError =
+    EngineError::InvalidArgument("packet capture is not built in (feature `capture`)");
+
+/// The link stack over `link`: the fault layer (configured by `faults`)
+/// and the capture layer (writing to `capture`'s file when one is set), each
+/// when built in.
+fn build_stack(
+    link: NicLink,
+    faults: Option<FaultConfig>,
+    capture: &Arc<CaptureSlot>,
+) -> Result<self::core::Stack, EngineError> {
+    #[cfg(feature = "faults")]
+    let link = {
+        let mut layer = crate::link::faults::FaultLayer::default();
+        layer.set_config(faults);
+        crate::link::faults::FaultLink::new(link, layer)
+    };
+    #[cfg(not(feature = "faults"))]
+    if faults.is_some_and(|f| !f.is_off()) {
+        return Err(NO_FAULTS);
+    }
+    #[cfg(feature = "capture")]
+    let link = {
+        let at = link.local_addr();
+        crate::link::capture::CaptureLink::new(
+            link,
+            crate::link::capture::CaptureLayer::new(capture.clone(), at),
+        )
+    };
+    #[cfg(not(feature = "capture"))]
+    let _ = capture;
+    Ok(link)
+}
+
+/// Starts the capture `NicConfig::capture` asks for.
+#[cfg(feature = "capture")]
+fn start_capture(shared: &Shared, path: &Path, local: IpAddr) -> Result<(), EngineError> {
+    let c = Capture::open(path, local).map_err(|e| {
+        let what = format!("capture file {}", path.display());
+        EngineError::Io(std::io::Error::new(e.kind(), format!("{what}: {e}")))
+    })?;
+    shared.capture.set(Some(c), local);
+    Ok(())
+}
+
+#[cfg(not(feature = "capture"))]
+fn start_capture(_: &Shared, _: &Path, _: IpAddr) -> Result<(), EngineError> {
+    Err(NO_CAPTURE)
+}
+
+/// The fault layer of the stack.
+#[cfg(feature = "faults")]
+fn fault_layer(stack: &mut self::core::Stack) -> &mut crate::link::faults::FaultLayer {
+    #[cfg(feature = "capture")]
+    let stack = stack.inner_mut();
+    stack.layer_mut()
 }

@@ -389,6 +389,7 @@ impl CmEvent {
 /// # Ok::<(), CmError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CmError {
     /// No such endpoint (never existed, or destroyed).
     #[error("unknown CM endpoint")]

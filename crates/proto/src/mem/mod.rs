@@ -235,6 +235,7 @@ impl AtomicOp {
 /// assert!(matches!(err, AccessError::OutOfBounds { .. }), "{err}");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
 pub enum AccessError {
     /// No valid region has this L_Key.
     #[error("L_Key 0x{0:08x} is not valid")]

@@ -437,6 +437,7 @@ impl Default for QpCaps {
 /// assert_eq!(qp.state(), QpState::Reset);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
 pub enum ModifyError {
     /// The IBTA does not allow this transition.
     #[error("transition {from:?} -> {to:?} is not allowed")]

@@ -96,6 +96,7 @@ use ndverbs_wire::ext::{ack_timeout_nanos, NakCode};
 /// # Ok::<(), ndverbs_proto::rc::ModifyError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum QpErrorCause {
     /// `modify` to ERR.
     Modify,

@@ -46,6 +46,7 @@ pub struct RemoteAddr {
 /// assert_eq!(SendOp::SendImm(42).wc_opcode(), WcOpcode::Send);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum SendOp {
     /// SEND.
     Send,
@@ -434,6 +435,7 @@ impl WorkCompletion {
 /// println!("{err}");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
 pub enum PostError {
     /// The QP state does not accept this queue's requests (send: RTS, SQD or
     /// ERR; receive: anything but RESET).

@@ -177,6 +177,7 @@ pub mod msg_ref {
 /// assert_eq!((reply.name(), reply.local_comm_id(), reply.remote_comm_id()), ("DREP", 2, Some(1)));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum CmMessage {
     /// Connect request.
     Req(Req),

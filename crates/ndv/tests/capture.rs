@@ -71,7 +71,9 @@ fn pingpong_capture_via_the_environment() {
     let p = tmp("pingpong");
     let (s_ip, c_ip) = addr::pair_v4();
     let (s_ip, c_ip) = (s_ip.to_string(), c_ip.to_string());
-    let common = ["pingpong", "-p", "18611", "-n", "20", "-s", "4096", "-m", "1024"];
+    let common = [
+        "pingpong", "-p", "18611", "-n", "20", "-s", "4096", "-m", "1024",
+    ];
     process::server_then_client(
         Command::new(NDV)
             .args(common)

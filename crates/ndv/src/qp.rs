@@ -129,6 +129,34 @@ pub fn connect_rc(qp: &Qp, my_psn: u32, peer: &RcPeer, path: &RcPath) -> Result<
         .with_context(|| format!("Failed to connect QP {:#x} to RTS", qp.qpn()))
 }
 
+/// The path MTU `-m` asks for, if it does: 256, 512, 1024, 2048 or 4096
+/// bytes, anything else an error naming the choices.
+pub fn requested_mtu(m: Option<u32>) -> Result<Option<PathMtu>> {
+    m.map(|m| {
+        PathMtu::at_most(m as usize)
+            .filter(|p| p.bytes() == m)
+            .with_context(|| format!("invalid MTU {m} (256, 512, 1024, 2048 or 4096)"))
+    })
+    .transpose()
+}
+
+/// The path MTU to run with: `requested` unless it is above the port's
+/// `active` one (or absent), as perftest's `set_mtu`; with perftest's words
+/// (for stdout) when it was lowered.
+pub fn run_mtu(requested: Option<PathMtu>, active: PathMtu) -> (PathMtu, Option<String>) {
+    match requested {
+        Some(m) if m > active => (
+            active,
+            Some(format!(
+                "Requested mtu is higher than active mtu \nChanging to active mtu - {}\n",
+                active as u8
+            )),
+        ),
+        Some(m) => (m, None),
+        None => (active, None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,5 +172,21 @@ mod tests {
         assert_eq!(rd_atomic(0), 1);
         assert_eq!(rd_atomic(1000), LIMITS.max_qp_rd_atom);
         assert!(random_psn() <= 0xff_ffff);
+    }
+
+    #[test]
+    fn the_run_mtu_is_the_requested_one_up_to_the_active_one() {
+        use super::{requested_mtu, run_mtu};
+        assert!(requested_mtu(Some(1500)).is_err());
+        assert_eq!(requested_mtu(None).unwrap(), None);
+        let m2048 = requested_mtu(Some(2048)).unwrap();
+        assert_eq!(run_mtu(m2048, PathMtu::Mtu4096), (PathMtu::Mtu2048, None));
+        assert_eq!(run_mtu(None, PathMtu::Mtu1024), (PathMtu::Mtu1024, None));
+        let (m, said) = run_mtu(m2048, PathMtu::Mtu1024);
+        assert_eq!(m, PathMtu::Mtu1024);
+        assert_eq!(
+            said.as_deref(),
+            Some("Requested mtu is higher than active mtu \nChanging to active mtu - 3\n")
+        );
     }
 }

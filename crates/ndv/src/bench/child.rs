@@ -131,3 +131,22 @@ impl Drop for Peer {
         }
     }
 }
+
+/// Runs one measurement between a server side already started and a client
+/// side `client` starts once the server announced itself: each learns the
+/// other's `info`, both say `ready`, the client is told `go`; returns the
+/// words of the client's `result` line after both ended well.
+pub fn measure(mut server: Peer, client: impl FnOnce() -> Result<Peer>) -> Result<Vec<String>> {
+    let si = server.expect("info")?;
+    let mut c = client()?;
+    let ci = c.expect("info")?;
+    server.send(&format!("peer {}", ci.join(" ")))?;
+    c.send(&format!("peer {}", si.join(" ")))?;
+    server.expect("ready")?;
+    c.expect("ready")?;
+    c.send("go")?;
+    let r = c.expect("result")?;
+    c.finish()?;
+    server.finish()?;
+    Ok(r)
+}

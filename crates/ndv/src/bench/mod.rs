@@ -210,18 +210,8 @@ impl Bench<'_> {
                 }
             }
         }
-        let mut s = Peer::spawn(server, &self.exe, &sa)?;
-        let si = s.expect("info")?;
-        let mut c = Peer::spawn(client, &self.exe, &ca)?;
-        let ci = c.expect("info")?;
-        s.send(&format!("peer {}", ci.join(" ")))?;
-        c.send(&format!("peer {}", si.join(" ")))?;
-        s.expect("ready")?;
-        c.expect("ready")?;
-        c.send("go")?;
-        let r = c.expect("result")?;
-        c.finish()?;
-        s.finish()?;
+        let s = Peer::spawn(server, &self.exe, &sa)?;
+        let r = child::measure(s, || Peer::spawn(client, &self.exe, &ca))?;
         parse_result(&r)
     }
 

@@ -258,17 +258,8 @@ impl VethPair {
             .collect();
             Peer::spawn(role, Path::new("ip"), &args)
         };
-        let mut s = role(&self.a, "udp-echo", A_IP, B_IP)?;
-        let si = s.expect("info")?;
-        let mut c = role(&self.b, "udp-ping", B_IP, A_IP)?;
-        c.expect("info")?;
-        c.send(&format!("peer {}", si.join(" ")))?;
-        s.expect("ready")?;
-        c.expect("ready")?;
-        c.send("go")?;
-        let r = c.expect("result")?;
-        c.finish()?;
-        s.finish()?;
+        let s = role(&self.a, "udp-echo", A_IP, B_IP)?;
+        let r = super::child::measure(s, || role(&self.b, "udp-ping", B_IP, A_IP))?;
         let median_ns: f64 = r
             .get(2)
             .and_then(|x| x.parse().ok())

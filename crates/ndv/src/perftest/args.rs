@@ -168,14 +168,7 @@ impl Plan {
             "connection type {} is not supported: ndverbs has RC queue pairs only",
             a.connection
         );
-        let mtu = a
-            .mtu
-            .map(|m| {
-                PathMtu::at_most(m as usize)
-                    .filter(|p| p.bytes() == m)
-                    .with_context(|| format!("invalid MTU {m} (256, 512, 1024, 2048 or 4096)"))
-            })
-            .transpose()?;
+        let mtu = crate::qp::requested_mtu(a.mtu)?;
         let role = if a.server.is_some() {
             Role::Client
         } else {
@@ -261,21 +254,10 @@ impl Plan {
     }
 
     /// The path MTU this side runs with (before the peer's preamble may
-    /// lower it): `-m` if given and not above the port's active MTU, else
-    /// the active MTU, as perftest's `set_mtu`.
-    pub fn path_mtu(&self, active: PathMtu) -> PathMtu {
-        self.mtu.map_or(active, |m| m.min(active))
-    }
-
-    /// What perftest prints (to stdout) when `-m` is above the port's
-    /// active MTU, or `None`.
-    pub fn mtu_lowered_message(&self, active: PathMtu) -> Option<String> {
-        self.mtu.filter(|&m| m > active).map(|_| {
-            format!(
-                "Requested mtu is higher than active mtu \nChanging to active mtu - {}\n",
-                active as u8
-            )
-        })
+    /// lower it) and perftest's message when `-m` was above the port's
+    /// `active` MTU ([`crate::qp::run_mtu`]).
+    pub fn path_mtu(&self, active: PathMtu) -> (PathMtu, Option<String>) {
+        crate::qp::run_mtu(self.mtu, active)
     }
 
     /// Bytes of one block of the buffer (`BUFF_SIZE`).

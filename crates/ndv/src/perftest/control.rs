@@ -323,7 +323,7 @@ impl Opened {
                 let to = cm::CmConnect {
                     server,
                     port: a.port,
-                    mtu: plan.path_mtu(dev.active_mtu()),
+                    mtu: plan.path_mtu(dev.active_mtu()).0,
                     rd_atomic: 0,
                 };
                 let pump = Pump::start(&dev);

@@ -133,7 +133,7 @@ pub fn run(a: &Args) -> Result<()> {
     drop(pump);
     let points = points?;
     match &a.plot {
-        Some(path) => plot::write_plot(path, a, &plan, plan.path_mtu(dev.active_mtu()), &points),
+        Some(path) => plot::write_plot(path, a, &plan, plan.path_mtu(dev.active_mtu()).0, &points),
         None => Ok(()),
     }
 }

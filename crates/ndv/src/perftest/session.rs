@@ -143,8 +143,7 @@ impl<'a> Session<'a> {
         let psns: Vec<u32> = (0..p.qps).map(|_| random_psn()).collect();
         let my = self.my_keys(&psns);
         let mut remote = vec![PerftestDest::default(); p.qps];
-        let active = self.dev.active_mtu();
-        let my_mtu = p.path_mtu(active);
+        let (my_mtu, lowered) = p.path_mtu(self.dev.active_mtu());
         let mut mtu_enum = mtu_enum(my_mtu.bytes()).unwrap_or(3);
         let mut keys_done = false;
         let mut size = p.settings.size;
@@ -158,7 +157,7 @@ impl<'a> Session<'a> {
             i += 1;
             match step {
                 Step::Preamble => {
-                    if let Some(m) = p.mtu_lowered_message(active) {
+                    if let Some(m) = &lowered {
                         self.w(|o| o.write_all(m.as_bytes()))?;
                     }
                     let mine = Preamble::new(my_mtu.bytes());

@@ -20,8 +20,7 @@ use crate::qp::{connect_rc, create_rc_qp, peer_gid, random_psn, QpSize, RcPath, 
 use anyhow::{bail, ensure, Context as _, Result};
 use exchange::PingpongDest;
 use ndverbs_verbs::{
-    Access, Cq, Device, Error, Mr, NotifyOn, PathMtu, Progress, Qp, RecvWr, SendOp, SendWr,
-    WcStatus,
+    Access, Cq, Device, Error, Mr, NotifyOn, Progress, Qp, RecvWr, SendOp, SendWr, WcStatus,
 };
 use std::io;
 use std::net::IpAddr;
@@ -71,14 +70,7 @@ pub struct Args {
 
 /// Runs `ndv pingpong`.
 pub fn run(args: &Args) -> Result<()> {
-    let requested = args
-        .mtu
-        .map(|m| {
-            PathMtu::at_most(m as usize)
-                .filter(|p| p.bytes() == m)
-                .with_context(|| format!("invalid MTU {m} (256, 512, 1024, 2048 or 4096)"))
-        })
-        .transpose()?;
+    let requested = crate::qp::requested_mtu(args.mtu)?;
     ensure!(
         args.size > 0 && args.rx_depth >= 2 && args.iters > 0,
         "size, iters must be positive and rx-depth at least 2"
@@ -95,17 +87,10 @@ pub fn run(args: &Args) -> Result<()> {
     // Manual progress: this thread drives the engine while it polls, which on
     // a small machine beats handing every packet to an engine thread.
     let dev = crate::device::open(local_ip, Progress::Manual)?;
-    let active = dev.active_mtu();
-    let mtu = match requested {
-        Some(m) if m > active => {
-            // perftest's words for the same correction.
-            println!("Requested mtu is higher than active mtu ");
-            println!("Changing to active mtu - {}", active as u8);
-            active
-        }
-        Some(m) => m,
-        None => active,
-    };
+    let (mtu, lowered) = crate::qp::run_mtu(requested, dev.active_mtu());
+    if let Some(m) = lowered {
+        print!("{m}");
+    }
     let ctx = Context::new(&dev, args)?;
     let my = PingpongDest {
         lid: 0,

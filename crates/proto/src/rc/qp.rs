@@ -211,7 +211,7 @@ impl RcQp {
                 self.resp = Responder::start(self.attr.rq_psn);
             }
             (QpState::Rtr, QpState::Rts) => {
-                self.req = Requester::start(self.attr.sq_psn);
+                self.req = Requester::start(self.attr.sq_psn, self.attr.path_mtu.bytes());
                 self.comp = Completer::start(self.attr.sq_psn, &self.p);
             }
             (QpState::Sqd, QpState::Sqd) => self.comp.set_limits(&self.p),

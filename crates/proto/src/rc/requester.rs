@@ -9,8 +9,9 @@
 //!    (*go-back-N*). A multi-packet SEND/WRITE resumes at the packet with that
 //!    PSN; a READ is re-requested in chunks (below).
 //! 2. **RNR wait.** After an RNR NAK nothing is sent until the RNR timer fires.
-//! 3. **Send window.** At most [`MAX_UNACKED_PSNS`] PSNs beyond the oldest
-//!    unacknowledged one — fewer after losses: the window halves at every
+//! 3. **Send window.** At most [`max_window`] PSNs beyond the oldest
+//!    unacknowledged one ([`MAX_UNACKED_BYTES`] of packets, and never fewer
+//!    than rxe's [`MAX_UNACKED_PSNS`]) — fewer after losses: the window halves at every
 //!    retry (down to [`MIN_WINDOW`]) and grows back by [`WINDOW_STEP`] with every
 //!    acknowledgement that makes progress. Go-back-N resends everything after a
 //!    lost packet, so on a lossy path a full window mostly buys retransmissions;
@@ -66,8 +67,28 @@ use ndverbs_wire::ext::{AtomicEth, Reth};
 use ndverbs_wire::opcode::Opcode;
 use ndverbs_wire::packet::ExtHeaders;
 
-/// Most PSNs in flight beyond the oldest unacknowledged one (rxe `RXE_MAX_UNACKED_PSNS`).
+/// Fewest PSNs the send window may reach at full size (rxe
+/// `RXE_MAX_UNACKED_PSNS`, which is its only limit).
 pub const MAX_UNACKED_PSNS: i32 = 128;
+/// Bytes the send window may reach at full size: the window is a byte
+/// budget, so a path MTU of 1024 (an Ethernet link) keeps as much data in
+/// flight as 4096 does. In PSNs: [`max_window`].
+pub const MAX_UNACKED_BYTES: u32 = 512 * 1024;
+/// Most PSNs the window may ever reach (at the smallest MTUs).
+const MAX_WINDOW_PSNS: i32 = 1024;
+
+/// The full send window in PSNs at path MTU `mtu` bytes: [`MAX_UNACKED_BYTES`]
+/// of packets, at least [`MAX_UNACKED_PSNS`].
+///
+/// ```
+/// use ndverbs_proto::rc::{max_window, MAX_UNACKED_PSNS};
+/// assert_eq!(max_window(4096), MAX_UNACKED_PSNS); // rxe's 128 at 4 KiB
+/// assert_eq!(max_window(1024), 512); // the same 512 KiB on Ethernet
+/// assert_eq!(max_window(256), 1024); // capped
+/// ```
+pub fn max_window(mtu: u32) -> i32 {
+    ((MAX_UNACKED_BYTES / mtu.max(1)) as i32).clamp(MAX_UNACKED_PSNS, MAX_WINDOW_PSNS)
+}
 /// Smallest send window after repeated losses.
 pub const MIN_WINDOW: i32 = 8;
 /// Window growth per acknowledgement that makes progress.
@@ -99,6 +120,8 @@ pub(crate) struct Requester {
     pub rnr_wait: bool,
     /// Send window in PSNs (0 until the first `start`: means the maximum).
     pub window: i32,
+    /// The full window at this QP's path MTU ([`max_window`]).
+    pub max_window: i32,
     /// The last packet sent: its PSN, and whether it was sent for the first
     /// time and occupies one PSN (a clean round-trip sample once acknowledged).
     pub last_sent: (u32, bool),
@@ -115,11 +138,13 @@ pub(crate) enum ReqOut {
 }
 
 impl Requester {
-    /// A fresh requester starting at `sq_psn` (RTR → RTS).
-    pub fn start(sq_psn: u32) -> Self {
+    /// A fresh requester starting at `sq_psn` (RTR → RTS) on a path of
+    /// MTU `mtu` bytes.
+    pub fn start(sq_psn: u32, mtu: u32) -> Self {
         Requester {
             psn: sq_psn,
             hw_psn: sq_psn,
+            max_window: max_window(mtu),
             ..Requester::default()
         }
     }
@@ -127,9 +152,18 @@ impl Requester {
     /// The current send window in PSNs.
     pub fn window(&self) -> i32 {
         if self.window == 0 {
-            MAX_UNACKED_PSNS
+            self.full_window()
         } else {
             self.window
+        }
+    }
+
+    /// The full window ([`max_window`]; rxe's before the first start).
+    fn full_window(&self) -> i32 {
+        if self.max_window == 0 {
+            MAX_UNACKED_PSNS
+        } else {
+            self.max_window
         }
     }
 
@@ -140,7 +174,7 @@ impl Requester {
 
     /// An acknowledgement made progress: widen the window.
     pub fn on_progress(&mut self) {
-        self.window = (self.window() + WINDOW_STEP).min(MAX_UNACKED_PSNS);
+        self.window = (self.window() + WINDOW_STEP).min(self.full_window());
     }
 
     /// Go-back-N: resend from the oldest WQE.

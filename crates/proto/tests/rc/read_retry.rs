@@ -16,12 +16,17 @@ use ndverbs_wire::packet::Packet;
 use std::cell::Cell;
 use std::rc::Rc;
 
-const MTU: u32 = 1024;
+/// Path MTU 4096: the full send window is then rxe's 128 PSNs
+/// (`max_window`), which the chunk sizes below are counted in.
+const MTU: u32 = 4096;
 const PSN: u32 = 0x10_0000; // A's first send PSN (Config::default)
 
 /// A pair with a `len`-byte READ source at B and a landing buffer at A.
 fn setup(len: usize) -> (Pair, Vec<u8>, MrKeys, MrKeys) {
-    let mut p = Pair::new(Config::default());
+    let mut p = Pair::new(Config {
+        mtu: PathMtu::Mtu4096,
+        ..Config::default()
+    });
     p.log = Some(Vec::new());
     let data = pattern(len as u64, len);
     let src = p.region(Side::B, 0x40_0000, data.clone(), Access::REMOTE_READ);
@@ -142,11 +147,13 @@ fn lost_response_rerequests_one_window_at_a_time() {
 
     assert_eq!((reqs[0].0, reqs[0].1.len as usize), (PSN, len));
     // The retry asks from the lost packet for one window: the full window
-    // (MAX_UNACKED_PSNS) halved by the loss.
+    // (max_window) halved by the loss.
+    let full = max_window(MTU) as u32;
+    assert_eq!(full, MAX_UNACKED_PSNS as u32);
     let chunks = check_chunks(&reqs[1..], &src, 10, len);
-    assert_eq!(chunks[0], MAX_UNACKED_PSNS as u32 / 2, "{chunks:?}");
+    assert_eq!(chunks[0], full / 2, "{chunks:?}");
     assert!(chunks.len() >= 2, "{chunks:?}");
-    assert!(chunks.iter().all(|&n| n <= MAX_UNACKED_PSNS as u32));
+    assert!(chunks.iter().all(|&n| n <= full));
     assert_eq!(p.a.qp.counters().completer_retry_err, 1);
 
     // B answered each chunk with MIDDLE … LAST, the LAST inside the READ's

@@ -123,6 +123,25 @@ pub(super) fn sendmmsg_gso(fd: RawFd, runs: Runs<'_>, dst: SocketAddr) -> io::Re
     Ok(sent as usize)
 }
 
+/// A `msghdr` for `recvmsg` into one buffer (`iov`), with room for the
+/// source address in `addr` and control messages in `control`; every
+/// pointer in it borrows from the arguments, which must outlive its use.
+fn recv_msghdr(
+    addr: &mut MaybeUninit<libc::sockaddr_storage>,
+    iov: &mut libc::iovec,
+    control: &mut [u64; 16],
+) -> libc::msghdr {
+    // SAFETY: msghdr is plain data; zeroed is a valid initial value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = addr.as_mut_ptr().cast();
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(control) as _;
+    msg
+}
+
 /// What `recvmsg_pktinfo` returns: length, source, destination, GRO segment size.
 pub(super) type RecvInfo = (usize, SocketAddr, Option<IpAddr>, Option<usize>);
 
@@ -136,14 +155,7 @@ pub(super) fn recvmsg_pktinfo(fd: RawFd, buf: &mut [u8]) -> io::Result<RecvInfo>
     };
     // Room for an in_pktinfo or in6_pktinfo and a UDP_GRO message, 8-byte aligned.
     let mut control = [0u64; 16];
-    // SAFETY: msghdr is plain data; zeroed is a valid initial value.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_name = addr.as_mut_ptr().cast();
-    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    let mut msg = recv_msghdr(&mut addr, &mut iov, &mut control);
     // SAFETY: every pointer in `msg` refers to a live buffer of the stated size.
     let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
     if n < 0 {
@@ -252,14 +264,7 @@ pub(super) fn recv_errqueue(fd: RawFd) -> io::Result<Option<QueuedError>> {
     };
     // Room for a sock_extended_err and the offender's sockaddr_in6.
     let mut control = [0u64; 16];
-    // SAFETY: msghdr is plain data; zeroed is a valid initial value.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_name = addr.as_mut_ptr().cast();
-    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    let mut msg = recv_msghdr(&mut addr, &mut iov, &mut control);
     // SAFETY: every pointer in `msg` refers to a live buffer of the stated size.
     let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
     if n < 0 {

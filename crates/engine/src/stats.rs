@@ -30,8 +30,9 @@
 //! `<dir>/<pid>-<address>.json` and removes it when the NIC goes away;
 //! `<dir>` is [`stat_dir`](crate::config::stat_dir). `ndv stat [PID]` reads them. A file is one JSON object:
 //! `{"pid":…,"addr":"…","time_ms":…,"counters":{"sent_pkts":…,…}}`, counters
-//! in the order above. Beside it goes `<pid>-<address>.res.json`, the NIC's
-//! live objects for `ndv res` (see [`crate::resources`]), with the same
+//! in the order above. Beside it goes, when `ndv res` asks for it,
+//! `<pid>-<address>.res.json`, the NIC's live objects (see
+//! [`crate::resources`]), with the same
 //! lifetime. The same counters in the OpenMetrics text format, and the
 //! process's `/metrics` endpoint: [`crate::metrics`].
 //!
@@ -264,7 +265,7 @@ pub(crate) fn publish(src: Box<dyn Source>) {
     if let Some(s) = src.snapshot() {
         write_snapshot(src.local(), &s, &path);
     }
-    crate::resources::publish(src.as_ref(), &path);
+    crate::resources::publish_if_wanted(src.as_ref(), &path);
     let mut g = publisher().lock().unwrap_or_else(|e| e.into_inner());
     g.push((src, path));
 }
@@ -294,12 +295,12 @@ fn publish_loop() {
         list.retain(|(src, path)| match src.snapshot() {
             Some(s) => {
                 write_snapshot(src.local(), &s, path);
-                crate::resources::publish(src.as_ref(), path);
+                crate::resources::publish_if_wanted(src.as_ref(), path);
                 true
             }
             None => {
                 let _ = std::fs::remove_file(path);
-                let _ = std::fs::remove_file(crate::resources::file_beside(path));
+                crate::resources::unpublish(path);
                 false
             }
         });

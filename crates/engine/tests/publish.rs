@@ -5,7 +5,7 @@
 use ndverbs_engine::config::{NicConfig, Progress};
 use ndverbs_engine::mr::RegionBuf;
 use ndverbs_engine::nic::{Nic, QpInit};
-use ndverbs_engine::resources::res_file;
+use ndverbs_engine::resources::{res_file, want_file};
 use ndverbs_engine::stats::stat_file;
 use ndverbs_proto::mem::Access;
 use ndverbs_proto::rc::QpCaps;
@@ -44,14 +44,17 @@ fn counters_and_objects_are_published_while_the_nic_lives() {
     let (stats, res) = (stat_file(pid, ip), res_file(pid, ip));
     assert_eq!(res.parent(), stats.parent());
     assert!(res.to_string_lossy().ends_with(".res.json"));
-    // Published at once: no objects yet.
-    let empty = format!("\"addr\":\"{ip}\",");
+    // The counters are published at once; the objects only when a reader
+    // asks for them (ndv res touches the request file).
     assert!(read(&stats).contains("\"counters\":{\"sent_pkts\":0,"));
-    let r = read(&res);
-    assert!(
-        r.contains(&empty) && r.contains("\"qp\":[],\"cq\":[],\"mr\":[],\"cm_id\":[]"),
-        "{r}"
-    );
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(!res.exists(), "objects published unasked");
+    std::fs::write(want_file(&stats), b"").unwrap();
+    let empty = format!("\"addr\":\"{ip}\",");
+    until("the empty object lists published", || {
+        let r = read(&res);
+        r.contains(&empty) && r.contains("\"qp\":[],\"cq\":[],\"mr\":[],\"cm_id\":[]")
+    });
     // Objects show up at the next refresh.
     let pd = nic.alloc_pd().unwrap();
     let (cq, _) = nic.create_cq(8).unwrap();
@@ -82,7 +85,9 @@ fn counters_and_objects_are_published_while_the_nic_lives() {
     });
     // The files go with the NIC.
     drop(nic);
-    until("both files removed", || !stats.exists() && !res.exists());
+    until("the files removed", || {
+        !stats.exists() && !res.exists() && !want_file(&stats).exists()
+    });
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
     assert!(left.is_empty(), "left behind: {left:?}");
     drop(quiet);

@@ -3,11 +3,13 @@
 //!
 //! A process that publishes its counters for `ndv stat` (every `ndv`
 //! command does, and applications with `DeviceConfig::publish_stats`) also
-//! publishes, beside each device's counter file, `<pid>-<addr>.res.json`:
-//! its queue pairs, completion queues, memory regions and connection
-//! endpoints, copied under the engine's lock twice a second (the format is
-//! in `ndverbs_engine::resources`). This reads them and prints one line per
-//! object, as `rdma resource show` does:
+//! publishes, on demand, beside each device's counter file,
+//! `<pid>-<addr>.res.json`: its queue pairs, completion queues, memory
+//! regions and connection endpoints, copied under the engine's lock twice a
+//! second while a reader asks (the format is in
+//! `ndverbs_engine::resources`). This asks (it touches
+//! `<pid>-<addr>.res.want`), waits for snapshots taken after the request,
+//! and prints one line per object, as `rdma resource show` does:
 //!
 //! ```text
 //! link 127.0.0.1/1 pid 4242 lqpn 1193046 rqpn 6636321 type RC state RTS peer 127.0.0.2 sq-psn 812 rq-psn 77 sq-wrs 1 rq-wrs 16 send-cq 1 recv-cq 1 pdn 1 retries 0 rnr-naks 0 seq-naks 0 dups 0 sent 1200 rcvd 1199
@@ -24,6 +26,8 @@ use crate::stat::{link, nothing, published, RES_SUFFIX};
 use anyhow::{bail, Result};
 use serde_json::Value;
 use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime};
 
 /// `ndv res` options.
 #[derive(Debug, clap::Args)]
@@ -151,9 +155,34 @@ fn line(head: &str, kind: &str, o: &Value) -> String {
     }
 }
 
+/// Asks every publishing process (or `pid`) for its objects and waits,
+/// at most [`ASK_LIMIT`], until each has written a snapshot newer than the
+/// request (a process that does not answer is left out).
+fn ask_and_wait(pid: Option<u32>) {
+    let stats = crate::stat::snapshots(pid);
+    let asked = SystemTime::now();
+    for (p, _) in &stats {
+        let _ = std::fs::write(p.with_extension("res.want"), b"");
+    }
+    let fresh = |p: &Path| {
+        std::fs::metadata(p.with_extension("res.json"))
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t >= asked)
+    };
+    let t0 = Instant::now();
+    while !stats.iter().all(|(p, _)| fresh(p)) && t0.elapsed() < ASK_LIMIT {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// How long `ndv res` waits for the processes' snapshots (they are written
+/// twice a second).
+const ASK_LIMIT: Duration = Duration::from_secs(3);
+
 /// Runs `ndv res`.
 pub fn run(a: &Args) -> Result<()> {
     let (kinds, pid) = parse(&a.what)?;
+    ask_and_wait(pid);
     let files = published(pid, RES_SUFFIX);
     if files.is_empty() {
         return Err(nothing(pid, "resources"));

@@ -24,7 +24,7 @@ use ndverbs_verbs::{Endpoint, QpId};
 use std::cell::UnsafeCell;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 /// Where an id is in its life, as far as the calls it accepts go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,6 +197,38 @@ pub(crate) fn get(p: *mut rdma_cm_id) -> Result<Arc<Shared>, c_int> {
     Ok(lookup::<Id>(p)?.shared.clone())
 }
 
+/// Every id created, for [`at_exit`].
+fn live() -> &'static Mutex<Vec<std::sync::Weak<Shared>>> {
+    static L: OnceLock<Mutex<Vec<std::sync::Weak<Shared>>>> = OnceLock::new();
+    L.get_or_init(|| {
+        // SAFETY: registers a function with no preconditions, once.
+        unsafe { libc::atexit(at_exit) };
+        Mutex::new(Vec::new())
+    })
+}
+
+/// At process exit, ends every connection still open the way closing the
+/// kernel's rdma_cm descriptor does: each endpoint sends its DREQ (or REJ,
+/// or DREP) now, so the peer hears of it instead of timing out.
+extern "C" fn at_exit() {
+    ffi::guarded((), || {
+        let ids: Vec<Arc<Shared>> = live()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect();
+        for id in ids {
+            let (ep, listeners) = {
+                let mut st = id.lock();
+                (st.ep.take(), std::mem::take(&mut st.listeners))
+            };
+            drop(ep);
+            drop(listeners);
+        }
+    })
+}
+
 /// A new id on `channel` (a private one if `None`).
 pub(crate) fn create(
     channel: Option<(Arc<ChanInner>, *mut rdma_event_channel)>,
@@ -259,6 +291,9 @@ pub(crate) fn create(
         shared,
     });
     obj.shared.public.store(p as usize, Ordering::Release);
+    let mut l = live().lock().unwrap_or_else(|e| e.into_inner());
+    l.retain(|w| w.strong_count() > 0);
+    l.push(Arc::downgrade(&obj.shared));
     Ok(obj.shared.clone())
 }
 

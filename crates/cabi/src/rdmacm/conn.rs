@@ -15,7 +15,7 @@
 //! |---|---|
 //! | a listening endpoint's request | `CONNECT_REQUEST` on a new id (on the listener's channel), private data and the peer's read limits |
 //! | connect: REP, QP in RTS, RTU sent | `ESTABLISHED` with the REP's private data |
-//! | connect: REJ | `REJECTED`, status = the REJ's reason, its private data; QP to ERR |
+//! | connect: REJ | `REJECTED`, status = the REJ's reason, its private data; QP to ERR (nobody listening, reason 8: after 2 s of REQs, see [`NO_LISTENER_RETRY`]) |
 //! | connect/accept: timeout | `UNREACHABLE`, status `-ETIMEDOUT` |
 //! | accept: RTU | `ESTABLISHED` |
 //! | the peer's DREQ, our DREQ's DREP (or its timeout) | `DISCONNECTED`, once per connection; `TIMEWAIT_EXIT` a second later |
@@ -40,7 +40,7 @@ use libc::{c_int, c_void};
 use ndverbs_verbs::{AcceptArgs, ConnectArgs, Endpoint, Error, ErrorKind, QpId, LIMITS};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Longest private data: a REQ's after the rdma_cm header, a REP's, a REJ's.
 const REQ_PRIVATE: usize = 56;
@@ -49,6 +49,23 @@ const REJ_PRIVATE: usize = 148;
 
 /// How long after a connection ends `TIMEWAIT_EXIT` comes.
 const TIMEWAIT: Duration = Duration::from_secs(1);
+
+/// The REJ reason "invalid service ID": nothing listens on the port.
+const REJ_INVALID_SERVICE_ID: u16 = 8;
+
+/// How long a REQ that finds no listener is sent again before `REJECTED`
+/// is reported. The kernel reports it at once; but servers commonly start
+/// listening right after an out-of-band exchange with their client —
+/// perftest `-R` connects its test QP the moment its exchange connection
+/// has spoken, and perftest 4.5's own retry reuses the ids it has just
+/// destroyed — so a slow server (rxe in an emulated guest) would lose
+/// every race against this library's instant address and route
+/// resolution. Within this window the client waits for the listener
+/// instead.
+const NO_LISTENER_RETRY: Duration = Duration::from_secs(2);
+
+/// The pause between those REQs.
+const RETRY_GAP: Duration = Duration::from_millis(20);
 
 /// The QP of `qp` as verbs names it.
 fn qp_id(qp: *mut ibv_qp) -> Result<QpId, c_int> {
@@ -367,6 +384,116 @@ fn new_request(
     Ok(())
 }
 
+/// Sends the REQ for `id` (on a fresh endpoint) and waits for its outcome
+/// on the event thread: ESTABLISHED once the REP came, the QP is in RTS and
+/// the RTU is sent. A REJ saying nothing listens on the port (reason 8) is
+/// answered with another REQ, every [`RETRY_GAP`], until `until`; then it
+/// is reported (see [`NO_LISTENER_RETRY`]).
+fn start_connect(
+    id: &Arc<Shared>,
+    st: &mut State,
+    qpid: QpId,
+    args: ConnectArgs,
+    until: Instant,
+) -> Result<(), c_int> {
+    let nic = st.nic.clone().ok_or(libc::ENODEV)?;
+    let ep = Endpoint::new(&nic.dev).map_err(|e| e.errno())?;
+    let pending = ep
+        .connect(qpid, args.clone())
+        .map_err(|e| e.errno())?
+        .without_progress();
+    st.ep = Some(ep);
+    st.phase = Phase::Connecting;
+    let id2 = id.clone();
+    watch::spawn(async move {
+        let r = pending.await;
+        let done = {
+            let mut st = id2.lock();
+            if !st.alive {
+                return;
+            }
+            match r {
+                Ok(info) => {
+                    let next = st
+                        .ep
+                        .as_ref()
+                        .ok_or(libc::EINVAL)
+                        .and_then(|ep| ep.complete_connect(qpid).map_err(|e| e.errno()));
+                    match next {
+                        Ok(p) => Some((p.without_progress(), info)),
+                        Err(e) => {
+                            if let Some(ep) = st.ep.as_ref() {
+                                let _ = ep.reject(&[]);
+                            }
+                            st.phase = Phase::Failed;
+                            deliver(
+                                &id2,
+                                &st,
+                                EventType::ConnectError,
+                                -e,
+                                ConnData::default(),
+                                None,
+                            );
+                            None
+                        }
+                    }
+                }
+                Err(e)
+                    if e.rejection()
+                        .is_some_and(|r| r.reason == REJ_INVALID_SERVICE_ID)
+                        && Instant::now() + RETRY_GAP < until =>
+                {
+                    let id3 = id2.clone();
+                    watch::after(RETRY_GAP, move || {
+                        let mut st = id3.lock();
+                        if !st.alive || st.phase != Phase::Connecting {
+                            return;
+                        }
+                        if let Err(e) = start_connect(&id3, &mut st, qpid, args, until) {
+                            st.phase = Phase::Failed;
+                            deliver(
+                                &id3,
+                                &st,
+                                EventType::ConnectError,
+                                -e,
+                                ConnData::default(),
+                                None,
+                            );
+                        }
+                    });
+                    None
+                }
+                Err(e) => {
+                    failed(&id2, &mut st, &e);
+                    None
+                }
+            }
+        };
+        let Some((rtu, info)) = done else { return };
+        let r = rtu.await;
+        let mut st = id2.lock();
+        if !st.alive {
+            return;
+        }
+        match r {
+            Ok(()) => {
+                mirror_state(id2.with_public(&st, |p| p.qp));
+                st.phase = Phase::Connected;
+                let conn = ConnData {
+                    private_data: info.private_data,
+                    responder_resources: info.read_limits.0,
+                    initiator_depth: info.read_limits.1,
+                    ..ConnData::default()
+                };
+                deliver(&id2, &st, EventType::Established, 0, conn, None);
+                watch_disconnect(&id2, &st);
+            }
+            Err(e) => failed(&id2, &mut st, &e),
+        }
+    });
+    Ok(())
+}
+
 /// `conn_param` or NULL.
 ///
 /// # Safety
@@ -419,76 +546,8 @@ pub unsafe extern "C" fn rdma_connect(
                 // SAFETY: the caller's private data.
                 private_data: unsafe { private_data(p, REQ_PRIVATE) }?,
             };
-            let nic = st.nic.clone().ok_or(libc::ENODEV)?;
-            let ep = Endpoint::new(&nic.dev).map_err(|e| e.errno())?;
-            let pending = ep
-                .connect(qpid, args)
-                .map_err(|e| e.errno())?
-                .without_progress();
-            st.ep = Some(ep);
             st.qp = Some(qpid);
-            st.phase = Phase::Connecting;
-            let id2 = id.clone();
-            watch::spawn(async move {
-                let r = pending.await;
-                let done = {
-                    let mut st = id2.lock();
-                    if !st.alive {
-                        return;
-                    }
-                    match r {
-                        Ok(info) => {
-                            let next =
-                                st.ep.as_ref().ok_or(libc::EINVAL).and_then(|ep| {
-                                    ep.complete_connect(qpid).map_err(|e| e.errno())
-                                });
-                            match next {
-                                Ok(p) => Some((p.without_progress(), info)),
-                                Err(e) => {
-                                    if let Some(ep) = st.ep.as_ref() {
-                                        let _ = ep.reject(&[]);
-                                    }
-                                    st.phase = Phase::Failed;
-                                    deliver(
-                                        &id2,
-                                        &st,
-                                        EventType::ConnectError,
-                                        -e,
-                                        ConnData::default(),
-                                        None,
-                                    );
-                                    None
-                                }
-                            }
-                        }
-                        Err(e) => {
-                            failed(&id2, &mut st, &e);
-                            None
-                        }
-                    }
-                };
-                let Some((rtu, info)) = done else { return };
-                let r = rtu.await;
-                let mut st = id2.lock();
-                if !st.alive {
-                    return;
-                }
-                match r {
-                    Ok(()) => {
-                        mirror_state(id2.with_public(&st, |p| p.qp));
-                        st.phase = Phase::Connected;
-                        let conn = ConnData {
-                            private_data: info.private_data,
-                            responder_resources: info.read_limits.0,
-                            initiator_depth: info.read_limits.1,
-                            ..ConnData::default()
-                        };
-                        deliver(&id2, &st, EventType::Established, 0, conn, None);
-                        watch_disconnect(&id2, &st);
-                    }
-                    Err(e) => failed(&id2, &mut st, &e),
-                }
-            });
+            start_connect(&id, &mut st, qpid, args, Instant::now() + NO_LISTENER_RETRY)?;
         }
         id::complete(&id)
     })

@@ -201,16 +201,24 @@ pub(crate) fn get(p: *mut rdma_cm_id) -> Result<Arc<Shared>, c_int> {
 fn live() -> &'static Mutex<Vec<std::sync::Weak<Shared>>> {
     static L: OnceLock<Mutex<Vec<std::sync::Weak<Shared>>>> = OnceLock::new();
     L.get_or_init(|| {
+        OWNER.store(std::process::id(), Ordering::Relaxed);
         // SAFETY: registers a function with no preconditions, once.
         unsafe { libc::atexit(at_exit) };
         Mutex::new(Vec::new())
     })
 }
 
+/// The process whose ids [`live`] lists (a forked child inherits the list,
+/// not the engines' threads).
+static OWNER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 /// At process exit, ends every connection still open the way closing the
 /// kernel's rdma_cm descriptor does: each endpoint sends its DREQ (or REJ,
 /// or DREP) now, so the peer hears of it instead of timing out.
 extern "C" fn at_exit() {
+    if OWNER.load(Ordering::Relaxed) != std::process::id() {
+        return;
+    }
     ffi::guarded((), || {
         let ids: Vec<Arc<Shared>> = live()
             .lock()

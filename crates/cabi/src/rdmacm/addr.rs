@@ -186,6 +186,16 @@ pub(crate) fn listen_port(serial: u64, port: u16) -> Result<(), c_int> {
     Ok(())
 }
 
+/// Undoes [`listen_port`] (the listen failed).
+pub(crate) fn unlisten_port(serial: u64, port: u16) {
+    let mut m = ports().lock().unwrap_or_else(|e| e.into_inner());
+    for u in m.get_mut(&port).into_iter().flatten() {
+        if u.serial == serial {
+            u.listening = false;
+        }
+    }
+}
+
 /// Gives id `serial`'s port back.
 pub(crate) fn release_port(serial: u64, port: u16) {
     let mut m = ports().lock().unwrap_or_else(|e| e.into_inner());

@@ -243,7 +243,6 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
             return Err(libc::EINVAL);
         }
         let src = st.src.ok_or(libc::EINVAL)?;
-        addr::listen_port(id.serial(), src.port())?;
         let devs = match st.dev {
             Some(d) => vec![d],
             None => devices::all()?
@@ -254,6 +253,7 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
                 })
                 .collect(),
         };
+        addr::listen_port(id.serial(), src.port())?;
         let backlog = if backlog <= 0 { 1024 } else { backlog as usize };
         let mut listeners = Vec::new();
         let mut first_err = libc::ENODEV;
@@ -270,10 +270,14 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
                 Ok(ep) => listeners.push(ep),
                 // A wildcard listener listens where it can.
                 Err(e) if st.dev.is_none() => first_err = e,
-                Err(e) => return Err(e),
+                Err(e) => {
+                    addr::unlisten_port(id.serial(), src.port());
+                    return Err(e);
+                }
             }
         }
         if listeners.is_empty() {
+            addr::unlisten_port(id.serial(), src.port());
             return Err(first_err);
         }
         st.listeners = listeners;

@@ -101,6 +101,14 @@ fn current_devices() -> Result<Vec<*mut ibv_device>, c_int> {
     Ok(out)
 }
 
+/// The devices now: the objects `ibv_get_device_list` lists.
+pub(crate) fn devices() -> Result<Vec<&'static Dev>, c_int> {
+    current_devices()?
+        .into_iter()
+        .map(|p| lookup::<Dev>(p))
+        .collect()
+}
+
 fn new_dev(index: usize, info: DeviceInfo) -> &'static Dev {
     // SAFETY: ibv_device is plain C data (integers, arrays, pointers), for
     // which all zeroes is a valid value.

@@ -95,6 +95,9 @@ pub(crate) enum Kind {
     Qp,
     Srq,
     Ah,
+    CmChannel,
+    CmEvent,
+    CmId,
 }
 
 /// One of our objects: a `#[repr(C)]` struct holding a public C struct.

@@ -20,10 +20,10 @@
 //! and the Debian programs' imports). The dynamic loader recognises the
 //! four names as one file (same inode) and maps it once, so a program that
 //! links several of them gets one copy of this library's state: one device
-//! table, one engine per local address (`nic`), one set of objects. That
-//! is the plan for librdmacm: its calls live in this same object
-//! (`rdmacm`, stubs for now) and use the contexts, PDs, CQs and QPs of
-//! the verbs calls directly, with no private ABI between two libraries.
+//! table, one engine per local address (`nic`), one set of objects.
+//! librdmacm's calls live in this same object (`rdmacm`) and use the
+//! contexts, PDs, CQs and QPs of the verbs calls directly, with no private
+//! ABI between two libraries.
 //! The vendor libraries are there only because perftest, libfabric and UCX
 //! link them and bind every symbol at load time (`vendor`).
 //!
@@ -51,6 +51,7 @@
 //! | address handles | `ah` |
 //! | the async event descriptor | `events` |
 //! | names, rates, sysfs, fork, unsupported kernel-object calls | `misc` |
+//! | librdmacm: ids, event channels, connections over verbs' endpoints | `rdmacm` |
 //!
 //! ## Bad input
 //!

@@ -117,6 +117,18 @@ impl<T> Pending<T> {
         self
     }
 
+    /// The same request, waited for without running the engine: polling
+    /// the future only registers its waker (woken when the result
+    /// arrives), and `wait`/`try_take` only look. For a caller that waits
+    /// for many requests at once on a manual-progress device another
+    /// thread runs (a plain poll of the future would run a step and ask to
+    /// be polled again at once, which spins). On a thread-progress device
+    /// it changes nothing.
+    pub fn without_progress(mut self) -> Self {
+        self.driver = None;
+        self
+    }
+
     /// True once the result arrived (and was not yet taken).
     pub fn is_ready(&self) -> bool {
         self.src.is_ready()

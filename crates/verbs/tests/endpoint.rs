@@ -182,3 +182,45 @@ fn a_connect_without_a_destination_is_refused() {
     assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
     assert_eq!(a.qp.state(), QpState::Init);
 }
+
+/// A request waited for `without_progress` on a manual-progress device:
+/// polling its future runs no engine step and does not ask to be polled
+/// again; another thread running the engine completes it and wakes it.
+#[test]
+fn a_request_without_progress_is_woken_by_whoever_runs_the_engine() {
+    use std::future::Future;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let cfg = DeviceConfig {
+        progress: Progress::Manual,
+        ..DeviceConfig::default()
+    };
+    let dev = Device::open_with(addr::v4(), &cfg).unwrap();
+    let (l, ep) = (Endpoint::new(&dev).unwrap(), Endpoint::new(&dev).unwrap());
+    l.listen(7300, 1).unwrap();
+    let mut req = Box::pin(l.get_request(&ep).unwrap().without_progress());
+    let count = Arc::new(Count(AtomicUsize::new(0)));
+    let waker = Waker::from(count.clone());
+    let mut cx = Context::from_waker(&waker);
+    assert!(req.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(
+        count.0.load(Ordering::SeqCst),
+        0,
+        "asked to be polled again"
+    );
+    // Cancelling completes it; the waiter hears of it without running anything.
+    l.cancel().unwrap();
+    dev.progress();
+    assert!(count.0.load(Ordering::SeqCst) >= 1);
+    match req.as_mut().poll(&mut cx) {
+        Poll::Ready(r) => assert_eq!(r.unwrap_err().kind(), ErrorKind::Canceled),
+        Poll::Pending => panic!("still pending"),
+    }
+}

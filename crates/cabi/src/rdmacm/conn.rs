@@ -1,0 +1,749 @@
+//! Connections: `rdma_listen`, `rdma_connect`, `rdma_accept`,
+//! `rdma_reject`, `rdma_disconnect`, `rdma_establish`, `rdma_notify`, and
+//! the events their endings become.
+//!
+//! Each call runs on a verbs [`Endpoint`] of the id's device, whose
+//! requests make the QP moves rdma-core's `cma.c` makes: the active side's
+//! QP goes to RTR and RTS when the REP arrives (before the RTU is sent),
+//! the passive side's before the REP leaves (`rdma_accept` returns with the
+//! QP in RTS), and `rdma_disconnect` moves the QP to ERR itself before the
+//! DREQ (or the DREP, if the peer's DREQ came first). What the kernel would
+//! report later comes from the requests' endings, on the event thread
+//! (`watch`):
+//!
+//! | request ends | event |
+//! |---|---|
+//! | a listening endpoint's request | `CONNECT_REQUEST` on a new id (on the listener's channel), private data and the peer's read limits |
+//! | connect: REP, QP in RTS, RTU sent | `ESTABLISHED` with the REP's private data |
+//! | connect: REJ | `REJECTED`, status = the REJ's reason, its private data; QP to ERR (nobody listening, reason 8: after 2 s of REQs, see [`NO_LISTENER_RETRY`]) |
+//! | connect/accept: timeout | `UNREACHABLE`, status `-ETIMEDOUT` |
+//! | accept: RTU | `ESTABLISHED` |
+//! | the peer's DREQ, our DREQ's DREP (or its timeout) | `DISCONNECTED`, once per connection; `TIMEWAIT_EXIT` a second later |
+//! | the device went away | `DEVICE_REMOVAL` |
+//!
+//! A listener bound to a wildcard address listens on every device of its
+//! family; each request's id gets the device it arrived on as `verbs`.
+//!
+//! Not offered: connecting or accepting without a QP on the id (the
+//! application's own QP named by `conn_param->qp_num`, and with it
+//! `CONNECT_RESPONSE` and `rdma_establish`): `EOPNOTSUPP`.
+
+use super::abi::*;
+use super::addr;
+use super::channel::{ConnData, Queued};
+use super::devices;
+use super::id::{self, deliver, Phase, Shared, State};
+use super::watch;
+use crate::abi::{ibv_qp, ibv_qp_attr, ibv_qp_init_attr, IBV_QP_STATE};
+use crate::ffi::{lookup, ret_minus1};
+use libc::{c_int, c_void};
+use ndverbs_verbs::{AcceptArgs, ConnectArgs, Endpoint, Error, ErrorKind, QpId, LIMITS};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Longest private data: a REQ's after the rdma_cm header, a REP's, a REJ's.
+const REQ_PRIVATE: usize = 56;
+const REP_PRIVATE: usize = 196;
+const REJ_PRIVATE: usize = 148;
+
+/// How long after a connection ends `TIMEWAIT_EXIT` comes.
+const TIMEWAIT: Duration = Duration::from_secs(1);
+
+/// The REJ reason "invalid service ID": nothing listens on the port.
+const REJ_INVALID_SERVICE_ID: u16 = 8;
+
+/// How long a REQ that finds no listener is sent again before `REJECTED`
+/// is reported. The kernel reports it at once; but servers commonly start
+/// listening right after an out-of-band exchange with their client —
+/// perftest `-R` connects its test QP the moment its exchange connection
+/// has spoken, and perftest 4.5's own retry reuses the ids it has just
+/// destroyed — so a slow server (rxe in an emulated guest) would lose
+/// every race against this library's instant address and route
+/// resolution. Within this window the client waits for the listener
+/// instead.
+const NO_LISTENER_RETRY: Duration = Duration::from_secs(2);
+
+/// The pause between those REQs.
+const RETRY_GAP: Duration = Duration::from_millis(20);
+
+/// The QP of `qp` as verbs names it.
+fn qp_id(qp: *mut ibv_qp) -> Result<QpId, c_int> {
+    Ok(QpId::from(&lookup::<crate::qp::Qp>(qp)?.qp))
+}
+
+/// Moves the id's QP (if any) to `state`, through the library's own
+/// `ibv_modify_qp` (which mirrors the state into `qp->state`).
+fn modify_state(qp: *mut ibv_qp, state: c_int) -> Result<(), c_int> {
+    if qp.is_null() {
+        return Ok(());
+    }
+    // SAFETY: plain C data; all zeroes is valid.
+    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+    a.qp_state = state;
+    // SAFETY: the id's QP (checked by ibv_modify_qp) and our attributes.
+    match unsafe { crate::qp::ibv_modify_qp(qp, &mut a, IBV_QP_STATE) } {
+        0 => Ok(()),
+        e => Err(e),
+    }
+}
+
+/// Refreshes `qp->state` after the engine moved the QP.
+fn mirror_state(qp: *mut ibv_qp) {
+    if qp.is_null() {
+        return;
+    }
+    // SAFETY: plain C data; all zeroes is valid.
+    let (mut a, mut i): (ibv_qp_attr, ibv_qp_init_attr) = unsafe { std::mem::zeroed() };
+    // SAFETY: the id's QP and our structs; ibv_query_qp mirrors the state.
+    unsafe { crate::qp::ibv_query_qp(qp, &mut a, IBV_QP_STATE, &mut i) };
+}
+
+/// `conn_param` checks rdma-core's `ucma_valid_param` makes.
+fn valid_param(has_qp: bool, p: Option<&rdma_conn_param>) -> Result<(), c_int> {
+    let max = LIMITS.max_qp_rd_atom;
+    match p {
+        None if !has_qp => Err(libc::EINVAL),
+        None => Ok(()),
+        Some(p) => {
+            let bad = |v: u8, all: u8| v != all && v > max;
+            if bad(p.responder_resources, RDMA_MAX_RESP_RES)
+                || bad(p.initiator_depth, RDMA_MAX_INIT_DEPTH)
+            {
+                return Err(libc::EINVAL);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The private data of `p`, at most `max` bytes (`EINVAL` beyond).
+///
+/// # Safety
+/// `p`'s private data pointer must hold its length in bytes.
+unsafe fn private_data(p: Option<&rdma_conn_param>, max: usize) -> Result<Vec<u8>, c_int> {
+    let Some(p) = p else { return Ok(Vec::new()) };
+    let n = usize::from(p.private_data_len);
+    if p.private_data.is_null() || n == 0 {
+        return Ok(Vec::new());
+    }
+    if n > max {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: the caller's private data of `n` bytes.
+    Ok(unsafe { std::slice::from_raw_parts(p.private_data as *const u8, n) }.to_vec())
+}
+
+/// What an ending request that failed means for the id: the event, or
+/// nothing if the id's requests were cancelled (it is being destroyed).
+fn failure_event(e: &Error) -> Option<(EventType, c_int, ConnData)> {
+    Some(match e.kind() {
+        ErrorKind::Canceled => return None,
+        ErrorKind::Rejected => {
+            let r = e.rejection();
+            let conn = ConnData {
+                private_data: r.map(|r| r.private_data.clone()).unwrap_or_default(),
+                ..ConnData::default()
+            };
+            (
+                EventType::Rejected,
+                c_int::from(r.map_or(28, |r| r.reason)),
+                conn,
+            )
+        }
+        ErrorKind::TimedOut => (
+            EventType::Unreachable,
+            -libc::ETIMEDOUT,
+            ConnData::default(),
+        ),
+        ErrorKind::DeviceRemoved => (EventType::DeviceRemoval, 0, ConnData::default()),
+        _ => (EventType::ConnectError, -e.errno(), ConnData::default()),
+    })
+}
+
+/// Delivers a failed attempt's event and ends the id's connection phase.
+fn failed(id: &Arc<Shared>, st: &mut State, e: &Error) {
+    let Some((ty, status, conn)) = failure_event(e) else {
+        return;
+    };
+    st.phase = Phase::Failed;
+    let qp = id.with_public(st, |p| p.qp);
+    let _ = modify_state(qp, 6);
+    deliver(id, st, ty, status, conn, None);
+}
+
+/// Watches an established connection for the peer's DREQ.
+fn watch_disconnect(id: &Arc<Shared>, st: &State) {
+    let Some(p) = st.ep.as_ref().and_then(|ep| ep.notify_disconnect().ok()) else {
+        return;
+    };
+    let p = p.without_progress();
+    let id = id.clone();
+    watch::spawn(async move {
+        let r = p.await;
+        let mut st = id.lock();
+        if !st.alive {
+            return;
+        }
+        match r {
+            Ok(()) => disconnected(&id, &mut st),
+            Err(e) if e.kind() == ErrorKind::ConnectionAborted => disconnected(&id, &mut st),
+            Err(e) if e.kind() == ErrorKind::DeviceRemoved => {
+                deliver(
+                    &id,
+                    &st,
+                    EventType::DeviceRemoval,
+                    0,
+                    ConnData::default(),
+                    None,
+                );
+            }
+            Err(_) => {}
+        }
+    });
+}
+
+/// The connection ended: DISCONNECTED (once), TIMEWAIT_EXIT later.
+fn disconnected(id: &Arc<Shared>, st: &mut State) {
+    st.phase = Phase::Disconnected;
+    if std::mem::replace(&mut st.disconnect_reported, true) {
+        return;
+    }
+    deliver(
+        id,
+        st,
+        EventType::Disconnected,
+        0,
+        ConnData::default(),
+        None,
+    );
+    let id = id.clone();
+    watch::after(TIMEWAIT, move || {
+        let st = id.lock();
+        deliver(
+            &id,
+            &st,
+            EventType::TimewaitExit,
+            0,
+            ConnData::default(),
+            None,
+        );
+    });
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
+    ret_minus1(|| {
+        let id = id::get(id)?;
+        let mut st = id.lock();
+        if st.phase == Phase::Idle {
+            addr::bind(&id, &mut st, SocketAddr::from(([0u8; 4], 0)))?;
+        }
+        if st.phase != Phase::Bound {
+            return Err(libc::EINVAL);
+        }
+        let src = st.src.ok_or(libc::EINVAL)?;
+        let devs = match st.dev {
+            Some(d) => vec![d],
+            None => devices::all()?
+                .into_iter()
+                .filter(|d| match (src.ip(), d.addr()) {
+                    (IpAddr::V4(_), a) => a.is_ipv4(),
+                    (IpAddr::V6(_), a) => !st.afonly || a.is_ipv6(),
+                })
+                .collect(),
+        };
+        addr::listen_port(id.serial(), src.port())?;
+        let backlog = if backlog <= 0 { 1024 } else { backlog as usize };
+        let mut listeners = Vec::new();
+        let mut first_err = libc::ENODEV;
+        for d in devs {
+            let r = d.ctx.nic().and_then(|nic| {
+                let ep = Endpoint::new(&nic.dev).map_err(|e| e.errno())?;
+                ep.listen(src.port(), backlog).map_err(|e| match e.kind() {
+                    ErrorKind::Busy => libc::EADDRINUSE,
+                    _ => e.errno(),
+                })?;
+                Ok(ep)
+            });
+            match r {
+                Ok(ep) => listeners.push(ep),
+                // A wildcard listener listens where it can.
+                Err(e) if st.dev.is_none() => first_err = e,
+                Err(e) => {
+                    addr::unlisten_port(id.serial(), src.port());
+                    return Err(e);
+                }
+            }
+        }
+        if listeners.is_empty() {
+            addr::unlisten_port(id.serial(), src.port());
+            return Err(first_err);
+        }
+        st.listeners = listeners;
+        st.phase = Phase::Listening;
+        for i in 0..st.listeners.len() {
+            arm_listener(&id, &st, i);
+        }
+        Ok(())
+    })
+}
+
+/// Waits for the next request on listener `i` of `id`.
+fn arm_listener(id: &Arc<Shared>, st: &State, i: usize) {
+    let Some(l) = st.listeners.get(i) else { return };
+    let Ok(child) = Endpoint::new(l.device()) else {
+        return;
+    };
+    let Ok(p) = l.get_request(&child) else { return };
+    let p = p.without_progress();
+    let id = id.clone();
+    watch::spawn(async move {
+        let r = p.await;
+        let mut st = id.lock();
+        if !st.alive {
+            return;
+        }
+        match r {
+            Ok(req) => {
+                // A request that cannot become an id is turned down: its
+                // endpoint, dropped, rejects it.
+                let _ = new_request(&id, &mut st, child, &req);
+                arm_listener(&id, &st, i);
+            }
+            Err(e) if e.kind() == ErrorKind::DeviceRemoved => {
+                deliver(
+                    &id,
+                    &st,
+                    EventType::DeviceRemoval,
+                    0,
+                    ConnData::default(),
+                    None,
+                );
+            }
+            Err(e) if e.kind() == ErrorKind::Canceled => {}
+            Err(_) => arm_listener(&id, &st, i),
+        }
+    });
+}
+
+/// A request arrived on `listen`: a new id for it, and CONNECT_REQUEST on
+/// the listener's channel.
+fn new_request(
+    listen: &Arc<Shared>,
+    lst: &mut State,
+    ep: Endpoint,
+    req: &ndverbs_verbs::RequestInfo,
+) -> Result<(), c_int> {
+    let d = devices::by_addr(req.local).inspect_err(|_| {
+        let _ = ep.reject(&[]);
+    })?;
+    let (chan_ptr, context) = listen.with_public(lst, |p| (p.channel, p.context));
+    let chan = if lst.sync {
+        None
+    } else {
+        Some((lst.channel.clone(), chan_ptr))
+    };
+    let child = id::create(chan, context, lst.ps)?;
+    let port = lst.src.map_or(0, |s| s.port());
+    {
+        let mut st = child.lock();
+        id::attach_device(&child, &mut st, d)?;
+        st.src = Some(SocketAddr::new(req.local, port));
+        st.dst = Some(SocketAddr::new(req.peer, req.peer_port));
+        st.responder_resources = req.peer_read_limits.1;
+        st.initiator_depth = req.peer_read_limits.0;
+        st.ep = Some(ep);
+        st.phase = Phase::Requested;
+        st.qp_init_attr = lst.qp_init_attr;
+        let (src, dst) = (st.src, st.dst);
+        let rec: *mut ibv_sa_path_rec = &mut *st.path_rec;
+        child.with_public(&st, |p| {
+            if let (Some(s), Some(d)) = (src, dst) {
+                p.route.addr.src = addr::to_storage(s).0;
+                p.route.addr.dst = addr::to_storage(d).0;
+                p.route.addr.ibaddr.sgid = addr::gid(s.ip());
+                p.route.addr.ibaddr.dgid = addr::gid(d.ip());
+            }
+            p.route.addr.ibaddr.pkey = 0xffffu16.to_be();
+            p.route.path_rec = rec;
+            p.route.num_paths = 1;
+        });
+    }
+    let conn = ConnData {
+        private_data: req.private_data.clone(),
+        responder_resources: req.peer_read_limits.1,
+        initiator_depth: req.peer_read_limits.0,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        ..ConnData::default()
+    };
+    lst.channel.push(Queued {
+        id: child,
+        listen_id: Some(listen.clone()),
+        ty: EventType::ConnectRequest,
+        status: 0,
+        conn,
+    });
+    Ok(())
+}
+
+/// Sends the REQ for `id` (on a fresh endpoint) and waits for its outcome
+/// on the event thread: ESTABLISHED once the REP came, the QP is in RTS and
+/// the RTU is sent. A REJ saying nothing listens on the port (reason 8) is
+/// answered with another REQ, every [`RETRY_GAP`], until `until`; then it
+/// is reported (see [`NO_LISTENER_RETRY`]).
+fn start_connect(
+    id: &Arc<Shared>,
+    st: &mut State,
+    qpid: QpId,
+    args: ConnectArgs,
+    until: Instant,
+) -> Result<(), c_int> {
+    let nic = st.nic.clone().ok_or(libc::ENODEV)?;
+    let ep = Endpoint::new(&nic.dev).map_err(|e| e.errno())?;
+    let pending = ep
+        .connect(qpid, args.clone())
+        .map_err(|e| e.errno())?
+        .without_progress();
+    st.ep = Some(ep);
+    st.phase = Phase::Connecting;
+    let id2 = id.clone();
+    watch::spawn(async move {
+        let r = pending.await;
+        let done = {
+            let mut st = id2.lock();
+            if !st.alive {
+                return;
+            }
+            match r {
+                Ok(info) => {
+                    let next = st
+                        .ep
+                        .as_ref()
+                        .ok_or(libc::EINVAL)
+                        .and_then(|ep| ep.complete_connect(qpid).map_err(|e| e.errno()));
+                    match next {
+                        Ok(p) => Some((p.without_progress(), info)),
+                        Err(e) => {
+                            if let Some(ep) = st.ep.as_ref() {
+                                let _ = ep.reject(&[]);
+                            }
+                            st.phase = Phase::Failed;
+                            deliver(
+                                &id2,
+                                &st,
+                                EventType::ConnectError,
+                                -e,
+                                ConnData::default(),
+                                None,
+                            );
+                            None
+                        }
+                    }
+                }
+                Err(e)
+                    if e.rejection()
+                        .is_some_and(|r| r.reason == REJ_INVALID_SERVICE_ID)
+                        && Instant::now() + RETRY_GAP < until =>
+                {
+                    let id3 = id2.clone();
+                    watch::after(RETRY_GAP, move || {
+                        let mut st = id3.lock();
+                        if !st.alive || st.phase != Phase::Connecting {
+                            return;
+                        }
+                        if let Err(e) = start_connect(&id3, &mut st, qpid, args, until) {
+                            st.phase = Phase::Failed;
+                            deliver(
+                                &id3,
+                                &st,
+                                EventType::ConnectError,
+                                -e,
+                                ConnData::default(),
+                                None,
+                            );
+                        }
+                    });
+                    None
+                }
+                Err(e) => {
+                    failed(&id2, &mut st, &e);
+                    None
+                }
+            }
+        };
+        let Some((rtu, info)) = done else { return };
+        let r = rtu.await;
+        let mut st = id2.lock();
+        if !st.alive {
+            return;
+        }
+        match r {
+            Ok(()) => {
+                mirror_state(id2.with_public(&st, |p| p.qp));
+                st.phase = Phase::Connected;
+                let conn = ConnData {
+                    private_data: info.private_data,
+                    responder_resources: info.read_limits.0,
+                    initiator_depth: info.read_limits.1,
+                    ..ConnData::default()
+                };
+                deliver(&id2, &st, EventType::Established, 0, conn, None);
+                watch_disconnect(&id2, &st);
+            }
+            Err(e) => failed(&id2, &mut st, &e),
+        }
+    });
+    Ok(())
+}
+
+/// `conn_param` or NULL.
+///
+/// # Safety
+/// `p` must be NULL or point to a readable `rdma_conn_param`.
+unsafe fn param<'a>(p: *const rdma_conn_param) -> Option<&'a rdma_conn_param> {
+    // SAFETY: by the caller's contract.
+    unsafe { p.as_ref() }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_connect(
+    id: *mut rdma_cm_id,
+    conn_param: *mut rdma_conn_param,
+) -> c_int {
+    ret_minus1(|| {
+        let id = id::get(id)?;
+        // SAFETY: the caller's conn_param or NULL.
+        let p = unsafe { param(conn_param) };
+        {
+            let mut st = id.lock();
+            let qp = id.with_public(&st, |p| p.qp);
+            valid_param(!qp.is_null(), p)?;
+            if st.phase != Phase::RouteResolved {
+                return Err(libc::EINVAL);
+            }
+            if qp.is_null() {
+                return Err(libc::EOPNOTSUPP);
+            }
+            let qpid = qp_id(qp)?;
+            let max = LIMITS.max_qp_rd_atom;
+            let pick = |v: Option<u8>, all: u8| match v {
+                Some(v) if v != all => v,
+                _ => max,
+            };
+            st.initiator_depth = pick(p.map(|p| p.initiator_depth), RDMA_MAX_INIT_DEPTH);
+            st.responder_resources = pick(p.map(|p| p.responder_resources), RDMA_MAX_RESP_RES);
+            let (src, dst, d) = match (st.src, st.dst, st.dev) {
+                (Some(s), Some(d), Some(dev)) => (s, d, dev),
+                _ => return Err(libc::EINVAL),
+            };
+            let args = ConnectArgs {
+                remote: dst.ip(),
+                remote_port: dst.port(),
+                local_port: src.port(),
+                responder_resources: st.responder_resources,
+                initiator_depth: st.initiator_depth,
+                retry_count: p.map_or(7, |p| p.retry_count.min(7)),
+                rnr_retry_count: p.map_or(7, |p| p.rnr_retry_count.min(7)),
+                path_mtu: d.dev.info().active_mtu(),
+                // SAFETY: the caller's private data.
+                private_data: unsafe { private_data(p, REQ_PRIVATE) }?,
+            };
+            st.qp = Some(qpid);
+            start_connect(&id, &mut st, qpid, args, Instant::now() + NO_LISTENER_RETRY)?;
+        }
+        id::complete(&id)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_accept(
+    id: *mut rdma_cm_id,
+    conn_param: *mut rdma_conn_param,
+) -> c_int {
+    ret_minus1(|| {
+        let id = id::get(id)?;
+        // SAFETY: the caller's conn_param or NULL.
+        let p = unsafe { param(conn_param) };
+        {
+            let mut st = id.lock();
+            let qp = id.with_public(&st, |p| p.qp);
+            valid_param(!qp.is_null(), p)?;
+            if st.phase != Phase::Requested {
+                return Err(libc::EINVAL);
+            }
+            if qp.is_null() {
+                return Err(libc::EOPNOTSUPP);
+            }
+            let qpid = qp_id(qp)?;
+            let max = LIMITS.max_qp_rd_atom;
+            st.initiator_depth = match p.map(|p| p.initiator_depth) {
+                Some(v) if v != RDMA_MAX_INIT_DEPTH => v,
+                _ => st.initiator_depth.min(max),
+            };
+            st.responder_resources = match p.map(|p| p.responder_resources) {
+                Some(v) if v != RDMA_MAX_RESP_RES => v,
+                _ => st.responder_resources.min(max),
+            };
+            let args = AcceptArgs {
+                responder_resources: st.responder_resources,
+                initiator_depth: st.initiator_depth,
+                rnr_retry_count: p.map_or(7, |p| p.rnr_retry_count.min(7)),
+                // SAFETY: the caller's private data.
+                private_data: unsafe { private_data(p, REP_PRIVATE) }?,
+            };
+            let ep = st.ep.as_ref().ok_or(libc::EINVAL)?;
+            let pending = ep
+                .accept(qpid, args)
+                .map_err(|e| match e.kind() {
+                    ErrorKind::InvalidState => libc::EINVAL,
+                    _ => e.errno(),
+                })?
+                .without_progress();
+            mirror_state(qp);
+            st.qp = Some(qpid);
+            st.phase = Phase::Accepting;
+            let id2 = id.clone();
+            watch::spawn(async move {
+                let r = pending.await;
+                let mut st = id2.lock();
+                if !st.alive {
+                    return;
+                }
+                match r {
+                    Ok(()) => {
+                        st.phase = Phase::Connected;
+                        deliver(
+                            &id2,
+                            &st,
+                            EventType::Established,
+                            0,
+                            ConnData::default(),
+                            None,
+                        );
+                        watch_disconnect(&id2, &st);
+                    }
+                    Err(e) => failed(&id2, &mut st, &e),
+                }
+            });
+        }
+        id::complete(&id)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_reject(
+    id: *mut rdma_cm_id,
+    private_data: *const c_void,
+    private_data_len: u8,
+) -> c_int {
+    ret_minus1(|| {
+        let id = id::get(id)?;
+        let mut st = id.lock();
+        if st.phase != Phase::Requested {
+            return Err(libc::EINVAL);
+        }
+        let n = usize::from(private_data_len);
+        if n > REJ_PRIVATE {
+            return Err(libc::EINVAL);
+        }
+        let data = if private_data.is_null() || n == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: the caller's `n` bytes.
+            unsafe { std::slice::from_raw_parts(private_data as *const u8, n) }.to_vec()
+        };
+        let ep = st.ep.as_ref().ok_or(libc::EINVAL)?;
+        ep.reject(&data).map_err(|e| e.errno())?;
+        st.phase = Phase::Failed;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_reject_ece(
+    id: *mut rdma_cm_id,
+    private_data: *const c_void,
+    private_data_len: u8,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { rdma_reject(id, private_data, private_data_len) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
+    ret_minus1(|| {
+        let id = id::get(id)?;
+        {
+            let mut st = id.lock();
+            match st.phase {
+                Phase::Idle
+                | Phase::Bound
+                | Phase::AddrResolved
+                | Phase::RouteResolved
+                | Phase::Listening => return Err(libc::EINVAL),
+                _ => {}
+            }
+            // As cma.c: the QP to ERR first (it flushes), then the DREQ.
+            let qp = id.with_public(&st, |p| p.qp);
+            modify_state(qp, 6)?;
+            let sent = match (st.ep.as_ref(), st.qp) {
+                (Some(ep), Some(qp)) => ep.disconnect(qp).ok(),
+                _ => None,
+            };
+            // Nothing to send (never connected, already over): 0, as the
+            // kernel returns when neither a DREQ nor a DREP goes out.
+            let Some(p) = sent else { return Ok(()) };
+            if matches!(st.phase, Phase::Connected | Phase::Accepting) {
+                st.phase = Phase::Disconnected;
+            }
+            let p = p.without_progress();
+            let id2 = id.clone();
+            watch::spawn(async move {
+                let r = p.await;
+                let mut st = id2.lock();
+                if !st.alive {
+                    return;
+                }
+                match r {
+                    Err(e) if e.kind() == ErrorKind::Canceled => {}
+                    Err(e) if e.kind() == ErrorKind::DeviceRemoved => {
+                        deliver(
+                            &id2,
+                            &st,
+                            EventType::DeviceRemoval,
+                            0,
+                            ConnData::default(),
+                            None,
+                        );
+                    }
+                    _ => disconnected(&id2, &mut st),
+                }
+            });
+        }
+        id::complete(&id)
+    })
+}
+
+/// Only for connections without a QP on the id, which are not offered.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
+    ret_minus1(|| {
+        id::get(id)?;
+        Err(libc::EINVAL)
+    })
+}
+
+/// The engine marks a connection established on the first packet itself.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, _event: c_int) -> c_int {
+    ret_minus1(|| {
+        let id = id::get(id)?;
+        let st = id.lock();
+        match st.phase {
+            Phase::Accepting | Phase::Connected => Ok(()),
+            _ => Err(libc::EINVAL),
+        }
+    })
+}

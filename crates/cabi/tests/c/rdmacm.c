@@ -1,0 +1,556 @@
+/*
+ * Exercises the librdmacm C API the way applications use it, built against
+ * rdma-core's headers (librdmacm-dev) and run with ndverbs' librdmacm.so.1
+ * first on the library path. Connections go from this process to itself
+ * over 127.0.0.1 (or to 127.0.0.2 where two addresses are needed). Each
+ * check prints "ok NAME" or "FAIL NAME: why" and the program exits non-zero
+ * on the first failure.
+ *
+ *   rdmacm CHECK   CHECK: errors, channel, destroy, getaddrinfo, connect, sync
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
+
+#define CHECK(name, cond, ...)                                                 \
+	do {                                                                   \
+		if (!(cond)) {                                                 \
+			printf("FAIL %s: ", name);                             \
+			printf(__VA_ARGS__);                                   \
+			printf(" (errno %d %s)\n", errno, strerror(errno));    \
+			exit(1);                                               \
+		}                                                              \
+	} while (0)
+
+/* -1 with errno e. */
+#define FAILS_WITH(name, call, e)                                              \
+	do {                                                                   \
+		errno = 0;                                                     \
+		int r_ = (call);                                               \
+		CHECK(name, r_ == -1 && errno == (e), "%s gave %d, errno %d, " \
+		      "expected -1 and %d", #call, r_, errno, (e));            \
+	} while (0)
+
+static struct sockaddr_in sin4(const char *ip, int port)
+{
+	struct sockaddr_in s;
+	memset(&s, 0, sizeof s);
+	s.sin_family = AF_INET;
+	s.sin_port = htons(port);
+	inet_pton(AF_INET, ip, &s.sin_addr);
+	return s;
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* The next event on ch, which must be `want`, within 10 s. */
+static struct rdma_cm_event *expect(struct rdma_event_channel *ch,
+				    enum rdma_cm_event_type want, const char *what)
+{
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	CHECK(what, poll(&p, 1, 10000) == 1, "no event in 10 s (waiting for %s)",
+	      rdma_event_str(want));
+	struct rdma_cm_event *e;
+	CHECK(what, rdma_get_cm_event(ch, &e) == 0, "rdma_get_cm_event");
+	CHECK(what, e->event == want, "got %s (status %d), expected %s",
+	      rdma_event_str(e->event), e->status, rdma_event_str(want));
+	return e;
+}
+
+static void check_errors(void)
+{
+	const char *n = "errors";
+	struct rdma_cm_id *id, *id2;
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	CHECK(n, ch, "rdma_create_event_channel");
+
+	FAILS_WITH(n, rdma_create_id(ch, NULL, NULL, RDMA_PS_TCP), EINVAL);
+	FAILS_WITH(n, rdma_create_id(ch, &id, NULL, 0x9999), EINVAL);
+	FAILS_WITH(n, rdma_create_id(ch, &id, NULL, RDMA_PS_UDP), EOPNOTSUPP);
+	FAILS_WITH(n, rdma_create_id((void *)&n, &id, NULL, RDMA_PS_TCP), EINVAL);
+	FAILS_WITH(n, rdma_destroy_id(NULL), EINVAL);
+	FAILS_WITH(n, rdma_destroy_id((void *)&n), EINVAL);
+	FAILS_WITH(n, rdma_get_cm_event(NULL, NULL), EINVAL);
+	FAILS_WITH(n, rdma_ack_cm_event((void *)&n), EINVAL);
+	FAILS_WITH(n, rdma_bind_addr(NULL, NULL), EINVAL);
+
+	CHECK(n, rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+	CHECK(n, id->channel == ch && id->verbs == NULL && id->ps == RDMA_PS_TCP &&
+	      id->qp_type == IBV_QPT_RC, "fresh id fields");
+	/* Wrong state for everything but binding and resolving. */
+	FAILS_WITH(n, rdma_resolve_route(id, 100), EINVAL);
+	FAILS_WITH(n, rdma_connect(id, NULL), EINVAL);
+	FAILS_WITH(n, rdma_accept(id, NULL), EINVAL);
+	FAILS_WITH(n, rdma_reject(id, NULL, 0), EINVAL);
+	FAILS_WITH(n, rdma_disconnect(id), EINVAL);
+	FAILS_WITH(n, rdma_get_request(id, &id2), EINVAL);
+	FAILS_WITH(n, rdma_bind_addr(id, NULL), EINVAL);
+	struct sockaddr_in bad = sin4("127.0.0.1", 0);
+	bad.sin_family = AF_UNIX;
+	FAILS_WITH(n, rdma_bind_addr(id, (struct sockaddr *)&bad), EAFNOSUPPORT);
+
+	/* Options: as rdma-core and the kernel take them. */
+	uint8_t tos = 32;
+	int one = 1;
+	CHECK(n, rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, 1) == 0, "TOS");
+	FAILS_WITH(n, rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, 4), EINVAL);
+	CHECK(n, rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one,
+				 sizeof one) == 0, "REUSEADDR");
+	FAILS_WITH(n, rdma_set_option(id, RDMA_OPTION_ID, 77, &one, sizeof one), ENOSYS);
+	FAILS_WITH(n, rdma_set_option(id, 99, 0, &one, sizeof one), ENOSYS);
+	FAILS_WITH(n, rdma_set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, &one,
+				      sizeof one), EINVAL);
+	FAILS_WITH(n, rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, NULL, 1), EINVAL);
+
+	/* Binding: not this host's address, then port 0 (ephemeral) and a port
+	 * in use. */
+	struct sockaddr_in far = sin4("192.0.2.1", 7500);
+	FAILS_WITH(n, rdma_bind_addr(id, (struct sockaddr *)&far), EADDRNOTAVAIL);
+	struct sockaddr_in lo = sin4("127.0.0.1", 0);
+	CHECK(n, rdma_bind_addr(id, (struct sockaddr *)&lo) == 0, "bind port 0");
+	int port = ntohs(rdma_get_src_port(id));
+	CHECK(n, port >= 32768 && port <= 60999, "ephemeral port %d", port);
+	CHECK(n, id->verbs && id->port_num == 1 && id->pd, "bound id has device, port, PD");
+	struct sockaddr_in *src = (struct sockaddr_in *)rdma_get_local_addr(id);
+	CHECK(n, src->sin_family == AF_INET && ntohs(src->sin_port) == port,
+	      "local address");
+	FAILS_WITH(n, rdma_bind_addr(id, (struct sockaddr *)&lo), EINVAL);
+	FAILS_WITH(n, rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one,
+				      sizeof one), EINVAL);
+	CHECK(n, rdma_create_id(ch, &id2, NULL, RDMA_PS_TCP) == 0, "second id");
+	struct sockaddr_in same = sin4("127.0.0.1", port);
+	FAILS_WITH(n, rdma_bind_addr(id2, (struct sockaddr *)&same), EADDRINUSE);
+	struct sockaddr_in any = sin4("0.0.0.0", port);
+	FAILS_WITH(n, rdma_bind_addr(id2, (struct sockaddr *)&any), EADDRINUSE);
+	/* A QP needs a device; the id has one. */
+	struct ibv_qp_init_attr qa = { .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+			 .max_recv_sge = 1 } };
+	FAILS_WITH(n, rdma_create_qp(id2, NULL, &qa), EINVAL);
+	FAILS_WITH(n, rdma_create_qp(id, NULL, NULL), EINVAL);
+	CHECK(n, rdma_create_qp(id, NULL, &qa) == 0, "rdma_create_qp");
+	CHECK(n, id->qp && id->qp->state == IBV_QPS_INIT && id->send_cq && id->recv_cq &&
+	      id->send_cq_channel && id->recv_cq_channel && id->qp->pd == id->pd,
+	      "QP in INIT with the default PD and CQs of its own");
+	FAILS_WITH(n, rdma_create_qp(id, NULL, &qa), EINVAL);
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT };
+	int mask = 0;
+	CHECK(n, rdma_init_qp_attr(id, &a, &mask) == 0 &&
+	      mask == (IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT) &&
+	      a.port_num == 1, "rdma_init_qp_attr INIT");
+	a.qp_state = IBV_QPS_RTR;
+	FAILS_WITH(n, rdma_init_qp_attr(id, &a, &mask), EINVAL);
+	rdma_destroy_qp(id);
+	CHECK(n, !id->qp && !id->send_cq && !id->recv_cq, "rdma_destroy_qp");
+	/* A listener's port is nobody else's, reuse or not. */
+	CHECK(n, rdma_listen(id, 0) == 0, "listen");
+	FAILS_WITH(n, rdma_listen(id, 0), EINVAL);
+	CHECK(n, rdma_destroy_id(id2) == 0, "destroy");
+	CHECK(n, rdma_destroy_id(id) == 0, "destroy");
+	/* The port is free again. */
+	CHECK(n, rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "id");
+	CHECK(n, rdma_bind_addr(id, (struct sockaddr *)&same) == 0, "rebind the port");
+	CHECK(n, rdma_destroy_id(id) == 0, "destroy");
+	/* Devices: our libibverbs contexts. */
+	int num = 0;
+	struct ibv_context **devs = rdma_get_devices(&num);
+	CHECK(n, devs && num >= 1 && devs[num] == NULL && devs[0]->device, "rdma_get_devices");
+	struct ibv_device_attr da;
+	CHECK(n, ibv_query_device(devs[0], &da) == 0, "a usable context");
+	rdma_free_devices(devs);
+	rdma_destroy_event_channel(ch);
+	printf("ok %s\n", n);
+}
+
+static void check_channel(void)
+{
+	const char *n = "channel";
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	CHECK(n, ch && ch->fd >= 0, "channel");
+	CHECK(n, fcntl(ch->fd, F_GETFD) & FD_CLOEXEC, "close-on-exec");
+	struct rdma_cm_id *id;
+	CHECK(n, rdma_create_id(ch, &id, (void *)0x1234, RDMA_PS_TCP) == 0, "id");
+	/* Non-blocking: nothing yet is EAGAIN, and poll says so. */
+	int fl = fcntl(ch->fd, F_GETFL);
+	CHECK(n, fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK) == 0, "O_NONBLOCK");
+	struct rdma_cm_event *e;
+	FAILS_WITH(n, rdma_get_cm_event(ch, &e), EAGAIN);
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	CHECK(n, poll(&p, 1, 0) == 0, "poll: nothing to read");
+	struct sockaddr_in dst = sin4("127.0.0.1", 7520);
+	CHECK(n, rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) == 0, "resolve");
+	CHECK(n, poll(&p, 1, 5000) == 1 && (p.revents & POLLIN), "poll: readable");
+	CHECK(n, rdma_get_cm_event(ch, &e) == 0, "event");
+	CHECK(n, e->event == RDMA_CM_EVENT_ADDR_RESOLVED && e->status == 0 && e->id == id &&
+	      e->id->context == (void *)0x1234 && e->listen_id == NULL, "ADDR_RESOLVED");
+	CHECK(n, id->verbs != NULL, "resolved id has its device");
+	CHECK(n, rdma_ack_cm_event(e) == 0, "ack");
+	FAILS_WITH(n, rdma_ack_cm_event(e), EINVAL);
+	FAILS_WITH(n, rdma_get_cm_event(ch, &e), EAGAIN);
+	/* Resolving twice is the wrong state; the route is next. */
+	FAILS_WITH(n, rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000), EINVAL);
+	/* Blocking again: the route's event is read by a blocking call. */
+	CHECK(n, fcntl(ch->fd, F_SETFL, fl) == 0, "blocking");
+	CHECK(n, rdma_resolve_route(id, 2000) == 0, "route");
+	CHECK(n, rdma_get_cm_event(ch, &e) == 0 && e->event == RDMA_CM_EVENT_ROUTE_RESOLVED,
+	      "ROUTE_RESOLVED");
+	CHECK(n, id->route.num_paths == 1 && id->route.path_rec &&
+	      id->route.path_rec->pkey == htobe16(0xffff), "the route");
+	CHECK(n, rdma_ack_cm_event(e) == 0, "ack");
+	/* A connect nobody listens for: REJECTED, reason 8 (invalid service ID),
+	 * moved with the id to another channel. */
+	struct ibv_qp_init_attr qa = { .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+			 .max_recv_sge = 1 } };
+	CHECK(n, rdma_create_qp(id, NULL, &qa) == 0, "QP");
+	struct rdma_conn_param cp = { .retry_count = 7, .rnr_retry_count = 7 };
+	CHECK(n, rdma_connect(id, &cp) == 0, "connect");
+	struct rdma_event_channel *ch2 = rdma_create_event_channel();
+	CHECK(n, ch2, "second channel");
+	CHECK(n, rdma_migrate_id(id, ch2) == 0 && id->channel == ch2, "migrate");
+	e = expect(ch2, RDMA_CM_EVENT_REJECTED, n);
+	CHECK(n, e->status == 8 && e->id == id, "REJECTED status %d", e->status);
+	CHECK(n, rdma_ack_cm_event(e) == 0, "ack");
+	CHECK(n, id->qp->state == IBV_QPS_ERR, "a rejected QP goes to ERR");
+	rdma_destroy_qp(id);
+	CHECK(n, rdma_destroy_id(id) == 0, "destroy");
+	rdma_destroy_event_channel(ch2);
+	rdma_destroy_event_channel(ch);
+	printf("ok %s\n", n);
+}
+
+static volatile int destroyed;
+
+static void *destroy_thread(void *id)
+{
+	rdma_destroy_id(id);
+	destroyed = 1;
+	return NULL;
+}
+
+static void check_destroy(void)
+{
+	const char *n = "destroy";
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *id;
+	CHECK(n, ch && rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "id");
+	struct sockaddr_in dst = sin4("127.0.0.1", 7521);
+	CHECK(n, rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) == 0, "resolve");
+	struct rdma_cm_event *e = expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, n);
+	/* rdma_destroy_id waits for the event to be acknowledged. */
+	pthread_t t;
+	pthread_create(&t, NULL, destroy_thread, id);
+	usleep(300 * 1000);
+	CHECK(n, !destroyed, "rdma_destroy_id returned with an event unacknowledged");
+	CHECK(n, rdma_ack_cm_event(e) == 0, "ack");
+	double t0 = now_s();
+	while (!destroyed && now_s() - t0 < 5)
+		usleep(1000);
+	CHECK(n, destroyed, "rdma_destroy_id still waiting after the ack");
+	pthread_join(t, NULL);
+	/* Events still queued for a destroyed id are dropped with it. */
+	CHECK(n, rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "id");
+	CHECK(n, rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) == 0, "resolve");
+	CHECK(n, rdma_destroy_id(id) == 0, "destroy with an event queued");
+	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
+	FAILS_WITH(n, rdma_get_cm_event(ch, &e), EAGAIN);
+	rdma_destroy_event_channel(ch);
+	printf("ok %s\n", n);
+}
+
+static void check_getaddrinfo(void)
+{
+	const char *n = "getaddrinfo";
+	struct rdma_addrinfo hints, *res;
+	memset(&hints, 0, sizeof hints);
+	hints.ai_port_space = RDMA_PS_TCP;
+	hints.ai_flags = RAI_NUMERICHOST;
+	CHECK(n, rdma_getaddrinfo("127.0.0.1", "7530", &hints, &res) == 0, "active");
+	struct sockaddr_in *d = (struct sockaddr_in *)res->ai_dst_addr;
+	CHECK(n, res->ai_family == AF_INET && res->ai_qp_type == IBV_QPT_RC &&
+	      res->ai_port_space == RDMA_PS_TCP && res->ai_dst_len == sizeof *d &&
+	      d->sin_family == AF_INET && ntohs(d->sin_port) == 7530 &&
+	      d->sin_addr.s_addr == htonl(INADDR_LOOPBACK) && !res->ai_src_addr &&
+	      !(res->ai_flags & RAI_PASSIVE) && !res->ai_next, "active result");
+	rdma_freeaddrinfo(res);
+	hints.ai_flags = RAI_PASSIVE;
+	CHECK(n, rdma_getaddrinfo(NULL, "7531", &hints, &res) == 0, "passive");
+	struct sockaddr_in *s = (struct sockaddr_in *)res->ai_src_addr;
+	CHECK(n, (res->ai_flags & RAI_PASSIVE) && s && ntohs(s->sin_port) == 7531 &&
+	      !res->ai_dst_addr, "passive result");
+	rdma_freeaddrinfo(res);
+	/* With a source address in the hints. */
+	struct sockaddr_in from = sin4("127.0.0.1", 0);
+	hints.ai_flags = RAI_NUMERICHOST;
+	hints.ai_src_addr = (struct sockaddr *)&from;
+	hints.ai_src_len = sizeof from;
+	CHECK(n, rdma_getaddrinfo("127.0.0.1", "7532", &hints, &res) == 0 &&
+	      res->ai_src_len == sizeof from && res->ai_dst_len, "source from hints");
+	rdma_freeaddrinfo(res);
+	hints.ai_src_addr = NULL;
+	hints.ai_src_len = 0;
+	/* Names are getaddrinfo's business, its errors returned as they are. */
+	int r = rdma_getaddrinfo("not-a-number", "7533", &hints, &res);
+	CHECK(n, r == EAI_NONAME, "numeric host required: %d", r);
+	errno = 0;
+	CHECK(n, rdma_getaddrinfo(NULL, NULL, NULL, &res) == -1 && errno == EINVAL,
+	      "nothing to resolve");
+	rdma_freeaddrinfo(NULL);
+	printf("ok %s\n", n);
+}
+
+/* One RC SEND of `len` bytes from a to b through their QPs. */
+static void send_across(struct rdma_cm_id *a, struct rdma_cm_id *b, const char *what)
+{
+	static char out[64] = "over rdma_cm", in[64];
+	struct ibv_mr *mo = rdma_reg_msgs(a, out, sizeof out);
+	struct ibv_mr *mi = rdma_reg_msgs(b, in, sizeof in);
+	CHECK(what, mo && mi, "rdma_reg_msgs");
+	CHECK(what, rdma_post_recv(b, NULL, in, sizeof in, mi) == 0, "post recv");
+	CHECK(what, rdma_post_send(a, NULL, out, sizeof out, mo, IBV_SEND_SIGNALED) == 0,
+	      "post send");
+	struct ibv_wc wc;
+	CHECK(what, rdma_get_send_comp(a, &wc) == 1 && wc.status == IBV_WC_SUCCESS,
+	      "send completion");
+	CHECK(what, rdma_get_recv_comp(b, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
+	      wc.byte_len == sizeof out && strcmp(in, out) == 0, "receive");
+	rdma_dereg_mr(mo);
+	rdma_dereg_mr(mi);
+}
+
+static void check_connect(void)
+{
+	const char *n = "connect";
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *listen, *cli, *srv;
+	struct rdma_cm_event *e;
+	CHECK(n, ch, "channel");
+	/* The listener bound to the wildcard address: no device of its own. */
+	CHECK(n, rdma_create_id(ch, &listen, NULL, RDMA_PS_TCP) == 0, "listen id");
+	struct sockaddr_in any = sin4("0.0.0.0", 7540);
+	CHECK(n, rdma_bind_addr(listen, (struct sockaddr *)&any) == 0, "bind");
+	CHECK(n, rdma_listen(listen, 4) == 0 && listen->verbs == NULL, "listen");
+	/* The client, with private data. */
+	CHECK(n, rdma_create_id(ch, &cli, NULL, RDMA_PS_TCP) == 0, "client id");
+	struct sockaddr_in dst = sin4("127.0.0.1", 7540);
+	CHECK(n, rdma_resolve_addr(cli, NULL, (struct sockaddr *)&dst, 2000) == 0, "resolve");
+	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, n));
+	CHECK(n, rdma_resolve_route(cli, 2000) == 0, "route");
+	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, n));
+	struct ibv_qp_init_attr qa = { .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+			 .max_recv_sge = 1 } };
+	CHECK(n, rdma_create_qp(cli, NULL, &qa) == 0, "client QP");
+	struct rdma_conn_param cp = { .private_data = "hello", .private_data_len = 6,
+		.responder_resources = 1, .initiator_depth = 1, .retry_count = 7,
+		.rnr_retry_count = 7 };
+	struct rdma_conn_param big = cp;
+	char lots[100] = { 0 };
+	big.private_data = lots;
+	big.private_data_len = 57;
+	FAILS_WITH(n, rdma_connect(cli, &big), EINVAL);
+	CHECK(n, rdma_connect(cli, &cp) == 0, "connect");
+	/* The request: a new id on the listener's channel, with the device it
+	 * arrived on, the client's private data and addresses. */
+	e = expect(ch, RDMA_CM_EVENT_CONNECT_REQUEST, n);
+	srv = e->id;
+	CHECK(n, e->listen_id == listen && srv != listen && srv->channel == ch &&
+	      srv->verbs != NULL && e->param.conn.private_data &&
+	      e->param.conn.private_data_len >= 6 &&
+	      memcmp(e->param.conn.private_data, "hello", 6) == 0 &&
+	      e->param.conn.initiator_depth == 1 && e->param.conn.responder_resources == 1,
+	      "CONNECT_REQUEST");
+	struct sockaddr_in *peer = (struct sockaddr_in *)rdma_get_peer_addr(srv);
+	CHECK(n, peer->sin_family == AF_INET && peer->sin_port == rdma_get_src_port(cli) &&
+	      rdma_get_src_port(srv) == htons(7540) && rdma_get_dst_port(cli) == htons(7540),
+	      "the request's addresses");
+	/* Accepting needs a QP (ours are on the id) and fits the REP. */
+	FAILS_WITH(n, rdma_accept(srv, NULL), EINVAL);
+	/* rdma_create_qp wrote the client's CQs back into qa, as rdma-core's. */
+	CHECK(n, qa.send_cq == cli->send_cq && qa.recv_cq == cli->recv_cq, "attributes back");
+	qa.send_cq = qa.recv_cq = NULL;
+	CHECK(n, rdma_create_qp(srv, NULL, &qa) == 0, "server QP");
+	struct rdma_conn_param ap = { .private_data = "welcome", .private_data_len = 8,
+		.responder_resources = 1, .initiator_depth = 1, .rnr_retry_count = 7 };
+	CHECK(n, rdma_accept(srv, &ap) == 0, "accept");
+	CHECK(n, srv->qp->state == IBV_QPS_RTS, "accept moves the QP to RTS before the REP");
+	CHECK(n, rdma_ack_cm_event(e) == 0, "ack");
+	/* Both ends established: the client with the REP's private data. */
+	int cli_up = 0, srv_up = 0;
+	while (!cli_up || !srv_up) {
+		e = expect(ch, RDMA_CM_EVENT_ESTABLISHED, n);
+		if (e->id == cli) {
+			CHECK(n, e->param.conn.private_data &&
+			      memcmp(e->param.conn.private_data, "welcome", 8) == 0,
+			      "REP private data");
+			cli_up = 1;
+		} else {
+			CHECK(n, e->id == srv, "ESTABLISHED for an unknown id");
+			srv_up = 1;
+		}
+		rdma_ack_cm_event(e);
+	}
+	CHECK(n, cli->qp->state == IBV_QPS_RTS, "client QP in RTS");
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTR };
+	int mask;
+	CHECK(n, rdma_init_qp_attr(cli, &a, &mask) == 0 && (mask & IBV_QP_DEST_QPN) &&
+	      a.dest_qp_num == srv->qp->qp_num, "rdma_init_qp_attr RTR after the connection");
+	send_across(cli, srv, n);
+	send_across(srv, cli, n);
+	/* A second request, turned down with private data. */
+	struct rdma_cm_id *cli2;
+	CHECK(n, rdma_create_id(ch, &cli2, NULL, RDMA_PS_TCP) == 0, "client 2");
+	CHECK(n, rdma_resolve_addr(cli2, NULL, (struct sockaddr *)&dst, 2000) == 0, "resolve");
+	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, n));
+	CHECK(n, rdma_resolve_route(cli2, 2000) == 0, "route");
+	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, n));
+	qa.send_cq = qa.recv_cq = NULL;
+	CHECK(n, rdma_create_qp(cli2, NULL, &qa) == 0, "client 2 QP");
+	CHECK(n, rdma_connect(cli2, &cp) == 0, "connect 2");
+	e = expect(ch, RDMA_CM_EVENT_CONNECT_REQUEST, n);
+	struct rdma_cm_id *srv2 = e->id;
+	CHECK(n, rdma_reject(srv2, "busy", 5) == 0, "reject");
+	FAILS_WITH(n, rdma_accept(srv2, NULL), EINVAL);
+	rdma_ack_cm_event(e);
+	e = expect(ch, RDMA_CM_EVENT_REJECTED, n);
+	CHECK(n, e->id == cli2 && e->status == 28 && e->param.conn.private_data &&
+	      memcmp(e->param.conn.private_data, "busy", 5) == 0,
+	      "REJECTED: consumer reject (28) with the private data, status %d", e->status);
+	rdma_ack_cm_event(e);
+	CHECK(n, rdma_destroy_id(srv2) == 0, "destroy");
+	rdma_destroy_qp(cli2);
+	CHECK(n, rdma_destroy_id(cli2) == 0, "destroy");
+	/* Disconnect: the QP goes to ERR at once, both ends hear of it once. */
+	CHECK(n, rdma_disconnect(cli) == 0, "disconnect");
+	CHECK(n, cli->qp->state == IBV_QPS_ERR, "disconnect moves the QP to ERR first");
+	int cli_down = 0, srv_down = 0;
+	while (!cli_down || !srv_down) {
+		e = expect(ch, RDMA_CM_EVENT_DISCONNECTED, n);
+		if (e->id == cli)
+			cli_down++;
+		else if (e->id == srv) {
+			srv_down++;
+			CHECK(n, rdma_disconnect(srv) == 0, "the passive side's disconnect");
+		}
+		rdma_ack_cm_event(e);
+	}
+	/* Later, time-wait ends (and nothing else comes). */
+	e = expect(ch, RDMA_CM_EVENT_TIMEWAIT_EXIT, n);
+	rdma_ack_cm_event(e);
+	CHECK(n, rdma_disconnect(cli) == 0, "a second disconnect does nothing");
+	rdma_destroy_qp(cli);
+	rdma_destroy_qp(srv);
+	CHECK(n, rdma_destroy_id(cli) == 0 && rdma_destroy_id(srv) == 0 &&
+	      rdma_destroy_id(listen) == 0, "destroy");
+	rdma_destroy_event_channel(ch);
+	printf("ok %s\n", n);
+}
+
+/* The synchronous API (rdma_server/rdma_client's): no channel. */
+static struct rdma_addrinfo *passive_res;
+
+static void *sync_server(void *arg)
+{
+	const char *n = "sync server";
+	struct rdma_cm_id *listen = arg, *id;
+	CHECK(n, rdma_get_request(listen, &id) == 0, "rdma_get_request");
+	CHECK(n, id->qp && id->event && id->event->event == RDMA_CM_EVENT_CONNECT_REQUEST,
+	      "a request with its QP");
+	static char in[64];
+	struct ibv_mr *mr = rdma_reg_msgs(id, in, sizeof in);
+	CHECK(n, mr && rdma_post_recv(id, NULL, in, sizeof in, mr) == 0, "recv");
+	CHECK(n, rdma_accept(id, NULL) == 0, "accept (returns once established)");
+	struct ibv_wc wc;
+	CHECK(n, rdma_get_recv_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
+	      strcmp(in, "sync") == 0, "receive");
+	CHECK(n, rdma_disconnect(id) == 0, "disconnect");
+	rdma_dereg_mr(mr);
+	rdma_destroy_ep(id);
+	return NULL;
+}
+
+static void check_sync(void)
+{
+	const char *n = "sync";
+	struct rdma_addrinfo hints, *res;
+	memset(&hints, 0, sizeof hints);
+	hints.ai_port_space = RDMA_PS_TCP;
+	hints.ai_flags = RAI_PASSIVE;
+	CHECK(n, rdma_getaddrinfo(NULL, "7550", &hints, &passive_res) == 0, "passive info");
+	struct ibv_qp_init_attr qa = { .cap = { .max_send_wr = 4, .max_recv_wr = 4,
+		.max_send_sge = 1, .max_recv_sge = 1 }, .sq_sig_all = 1 };
+	struct rdma_cm_id *listen, *id;
+	CHECK(n, rdma_create_ep(&listen, passive_res, NULL, &qa) == 0, "passive endpoint");
+	CHECK(n, listen->channel && !listen->qp, "its own channel, no QP yet");
+	CHECK(n, rdma_listen(listen, 0) == 0, "listen");
+	pthread_t t;
+	pthread_create(&t, NULL, sync_server, listen);
+	hints.ai_flags = RAI_NUMERICHOST;
+	CHECK(n, rdma_getaddrinfo("127.0.0.1", "7550", &hints, &res) == 0, "active info");
+	CHECK(n, rdma_create_ep(&id, res, NULL, &qa) == 0, "active endpoint");
+	CHECK(n, id->qp && id->verbs && id->pd && id->send_cq && id->recv_cq,
+	      "resolved, with a QP");
+	CHECK(n, rdma_connect(id, NULL) == 0, "connect (returns once established)");
+	CHECK(n, id->qp->state == IBV_QPS_RTS, "RTS");
+	static char out[64] = "sync";
+	struct ibv_mr *mr = rdma_reg_msgs(id, out, sizeof out);
+	CHECK(n, mr && rdma_post_send(id, NULL, out, sizeof out, mr, 0) == 0, "send");
+	struct ibv_wc wc;
+	CHECK(n, rdma_get_send_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "sent");
+	CHECK(n, rdma_disconnect(id) == 0, "disconnect (returns once disconnected)");
+	pthread_join(t, NULL);
+	rdma_dereg_mr(mr);
+	rdma_destroy_ep(id);
+	rdma_destroy_ep(listen);
+	rdma_freeaddrinfo(res);
+	rdma_freeaddrinfo(passive_res);
+	/* Nobody listens: a synchronous connect fails with ECONNREFUSED. */
+	qa.send_cq = qa.recv_cq = NULL;
+	CHECK(n, rdma_getaddrinfo("127.0.0.1", "7551", &hints, &res) == 0, "info");
+	CHECK(n, rdma_create_ep(&id, res, NULL, &qa) == 0, "endpoint");
+	FAILS_WITH(n, rdma_connect(id, NULL), ECONNREFUSED);
+	rdma_destroy_ep(id);
+	rdma_freeaddrinfo(res);
+	printf("ok %s\n", n);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: %s CHECK\n", argv[0]);
+		return 2;
+	}
+	setvbuf(stdout, NULL, _IONBF, 0);
+	if (strcmp(argv[1], "errors") == 0)
+		check_errors();
+	else if (strcmp(argv[1], "channel") == 0)
+		check_channel();
+	else if (strcmp(argv[1], "destroy") == 0)
+		check_destroy();
+	else if (strcmp(argv[1], "getaddrinfo") == 0)
+		check_getaddrinfo();
+	else if (strcmp(argv[1], "connect") == 0)
+		check_connect();
+	else if (strcmp(argv[1], "sync") == 0)
+		check_sync();
+	else
+		return 2;
+	return 0;
+}

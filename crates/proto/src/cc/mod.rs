@@ -63,6 +63,18 @@
 //!
 //! All the numbers are fields of [`CcConfig`] with these defaults.
 //!
+//! ## Using it with a QP
+//!
+//! A QP with a send budget ([`crate::rc::RcQp::set_send_budget`]) sends only
+//! the SEND/WRITE payload bytes the caller allows; without one it keeps
+//! rxe's 128-PSN window (the default, until the engine's wiring is measured).
+//! [`crate::rc::RcQp::take_cc_signals`] returns what the QP sent, what was
+//! acknowledged, its smallest round-trip sample and its go-back-N retries
+//! since the last call, which [`feed`] hands to the path's controller. The
+//! engine's part: one controller per destination peer, shared by the QPs to
+//! it; before draining a QP, budget = its share of `available()`; after
+//! handling packets, feed; pace with `pacing_rate()`.
+
 pub mod competitive;
 mod config;
 mod controller;
@@ -72,3 +84,22 @@ pub mod target;
 
 pub use config::CcConfig;
 pub use controller::{CcCounters, Mode, PathController};
+
+use crate::rc::CcSignals;
+use crate::time::Instant;
+
+/// Hands a QP's signals ([`crate::rc::RcQp::take_cc_signals`]) to its
+/// path's controller: the bytes sent, then the acknowledgement (with the
+/// smallest round-trip sample), then each loss (the first one carrying the
+/// abandoned bytes).
+pub fn feed(cc: &mut PathController, now: Instant, s: CcSignals) {
+    if s.sent > 0 {
+        cc.on_send(now, s.sent);
+    }
+    if s.acked > 0 || s.rtt.is_some() {
+        cc.on_ack(now, s.acked, s.rtt);
+    }
+    for i in 0..s.losses {
+        cc.on_loss(now, if i == 0 { s.abandoned } else { 0 });
+    }
+}

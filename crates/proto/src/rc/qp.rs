@@ -4,7 +4,7 @@
 use super::attr::{check_modify, rxe_default_udp_sport, rxe_udp_sport};
 use super::completer::{Completer, SendCx};
 use super::post::{validate_recv, validate_send};
-use super::requester::ReqOut;
+use super::requester::{CcSignals, ReqOut};
 use super::responder::{RespCx, Responder};
 use super::send_queue::{complete_send, SendQueue, Wqe};
 use super::wr::{WcOpcode, WcQueue};
@@ -91,6 +91,9 @@ pub struct RcQp {
     p: Params,
     sq: SendQueue,
     req: Requester,
+    /// Bytes a congestion controller lets the requester send (`None`: no
+    /// controller, rxe's PSN window alone).
+    send_budget: Option<u64>,
     comp: Completer,
     resp: Responder,
     cq: VecDeque<WorkCompletion>,
@@ -116,6 +119,7 @@ impl RcQp {
             attr,
             sq: SendQueue::default(),
             req: Requester::default(),
+            send_budget: None,
             comp: Completer::default(),
             resp: Responder::default(),
             cq: VecDeque::new(),
@@ -395,6 +399,44 @@ impl RcQp {
         }
     }
 
+    /// Attaches a send budget (congestion control): from now on SEND and
+    /// WRITE payloads go out only while they fit in `bytes`, which each
+    /// consumes, under a PSN cap of [`super::CC_MAX_UNACKED_PSNS`] instead of
+    /// rxe's 128. The caller sets it before polling — typically the QP's
+    /// share of its path controller's [`available`](crate::cc::PathController::available)
+    /// bytes — and may read what is left with [`RcQp::send_budget`]. `None`
+    /// (the default) detaches it: the requester keeps rxe's 128-PSN window.
+    ///
+    /// ```
+    /// use ndverbs_proto::cc::{self, CcConfig, PathController};
+    /// use ndverbs_proto::rc::{QpCaps, RcQp};
+    /// use ndverbs_proto::time::Instant;
+    ///
+    /// let mut qp = RcQp::new(0x11, 1, QpCaps::default());
+    /// let mut path = PathController::new(CcConfig::default());
+    /// // Before polling: the bytes the path allows this QP.
+    /// qp.set_send_budget(Some(path.available()));
+    /// // … poll_transmit, handle_packet …
+    /// // After: hand what happened to the controller.
+    /// cc::feed(&mut path, Instant::from_nanos(0), qp.take_cc_signals());
+    /// assert_eq!(qp.send_budget(), Some(64 * 1024));
+    /// ```
+    pub fn set_send_budget(&mut self, bytes: Option<u64>) {
+        self.send_budget = bytes;
+    }
+
+    /// The budget left, if one is attached.
+    pub fn send_budget(&self) -> Option<u64> {
+        self.send_budget
+    }
+
+    /// What was sent, acknowledged, sampled (the smallest round-trip sample)
+    /// and lost since the last call, for a congestion controller
+    /// ([`crate::cc::feed`]). Accumulates whether or not a budget is attached.
+    pub fn take_cc_signals(&mut self) -> CcSignals {
+        std::mem::take(&mut self.req.cc)
+    }
+
     /// When `handle_timeout` is next due.
     pub fn poll_timeout(&self) -> Option<Instant> {
         match self.state {
@@ -533,6 +575,7 @@ impl RcQp {
             mem,
             buf,
             lent,
+            &mut self.send_budget,
         ) {
             Ok(ReqOut::Sent(n)) => {
                 self.comp.on_request_sent(now, &self.p, &self.req);

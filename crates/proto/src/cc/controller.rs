@@ -386,3 +386,147 @@ impl PathController {
         self.cwnd = self.cwnd.clamp(lo, hi.max(lo));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn us(n: u64) -> Duration {
+        Duration::from_micros(n)
+    }
+
+    fn at(n: u64) -> Instant {
+        Instant::from_nanos(n * 1000)
+    }
+
+    /// A controller that left slow start at a 20-µs base with a 64 KiB window.
+    fn settled() -> PathController {
+        let mut cc = PathController::new(CcConfig::default());
+        cc.on_ack(at(20), 0, Some(us(20)));
+        // Far above the target: slow start ends with a cut.
+        cc.on_ack(at(2000), 0, Some(us(1000)));
+        assert_eq!(cc.mode(), Mode::Delay);
+        cc
+    }
+
+    #[test]
+    fn slow_start_ends_at_the_target_with_a_proportional_cut() {
+        let cc = settled();
+        // T = 20 + 250 + fs(64 pkts) = 270 µs; d = 1000 µs:
+        // 1 − 0.8·730/1000 = 0.416 → the 0.5 bound.
+        assert_eq!(cc.window(), 32 * 1024);
+        assert_eq!(cc.counters().delay_cuts, 1);
+        assert_eq!(cc.counters().mode_switches, 1);
+    }
+
+    #[test]
+    fn delay_cuts_at_most_once_per_srtt_and_grows_one_packet_per_window() {
+        let mut cc = settled();
+        let w = cc.window();
+        // srtt is now ≈ 144 µs: more samples above target within it do not cut.
+        let srtt = cc.srtt().unwrap();
+        cc.on_ack(at(2000) + srtt / 2, 0, Some(us(1000)));
+        assert_eq!(cc.window(), w);
+        cc.on_ack(at(2000) + srtt * 3, 0, Some(us(1000)));
+        assert!(cc.window() < w);
+        // Below the target: a whole window acknowledged adds one packet.
+        let w = cc.window();
+        cc.on_ack(at(10_000), w, Some(us(30)));
+        let grown = cc.window() - w;
+        assert!((1023..=1024).contains(&grown), "{grown}");
+    }
+
+    #[test]
+    fn loss_halves_once_per_srtt_and_three_in_a_row_reach_the_minimum() {
+        let mut cc = settled();
+        let t = at(10_000);
+        let w = cc.window();
+        cc.on_send(t, 10_000);
+        cc.on_loss(t, 10_000);
+        assert_eq!(cc.window(), w / 2);
+        assert_eq!(cc.in_flight(), 0);
+        cc.on_loss(t, 0);
+        assert_eq!(cc.window(), w / 2, "gated by srtt");
+        cc.on_loss(t + us(1), 0);
+        assert_eq!(cc.window(), 1024, "three in a row");
+        // Progress resets the count.
+        cc.on_ack(at(20_000), 1024, None);
+        cc.on_loss(at(30_000), 0);
+        assert!(cc.window() >= 512);
+        assert_eq!(cc.counters().losses, 4);
+    }
+
+    #[test]
+    fn a_loss_below_the_target_lowers_it_for_shallow_buffers() {
+        let mut cc = settled();
+        let before = cc.target().unwrap();
+        // A sample 120 µs above the base, then a loss: the queue target
+        // becomes 60 µs.
+        cc.on_ack(at(10_000), 0, Some(us(140)));
+        cc.on_loss(at(10_000), 0);
+        let after = cc.target().unwrap();
+        assert!(after < before);
+        assert_eq!(after - cc.base_rtt().unwrap() - cc.flow_scaling(), us(60));
+    }
+
+    #[test]
+    fn a_standing_queue_makes_it_compete_and_an_empty_one_ends_that() {
+        let mut cc = settled();
+        let mut t = 10_000;
+        // The queue holds 3 ms for many round trips: competitive.
+        while cc.mode() != Mode::Competitive {
+            t += 500;
+            cc.on_ack(at(t), 1024, Some(us(3000)));
+            assert!(t < 100_000, "never competed");
+        }
+        assert_eq!(cc.counters().competitive_entries, 1);
+        // Competing, delay does not cut; a loss cuts by 0.7.
+        let w = cc.window();
+        t += 5000;
+        cc.on_ack(at(t), 0, Some(us(3000)));
+        assert!(cc.window() >= w);
+        let w = cc.window();
+        cc.on_loss(at(t), 0);
+        assert_eq!(cc.window(), (w as f64 * 0.7) as u64);
+        // The queue empties: back to delay mode after the hold.
+        let mut n = 0;
+        while cc.mode() != Mode::Delay {
+            t += 500;
+            n += 1;
+            cc.on_ack(at(t), 1024, Some(us(25)));
+            assert!(n < 1000, "never left");
+        }
+        assert_eq!(cc.base_rtt(), Some(us(20)), "held while competing");
+    }
+
+    #[test]
+    fn pacing_only_while_congested() {
+        let mut cc = PathController::new(CcConfig::default());
+        assert_eq!(cc.pacing_rate(), None);
+        cc.on_ack(at(20), 0, Some(us(20)));
+        assert_eq!(cc.pacing_rate(), None);
+        cc.on_ack(at(2000), 0, Some(us(1000)));
+        // Cut at 2 ms: paced at 1.2·cwnd/srtt.
+        let rate = cc.pacing_rate().unwrap() as f64;
+        let want = 1.2 * cc.window() as f64 / cc.srtt().unwrap().as_secs_f64();
+        assert!((rate - want).abs() / want < 1e-6);
+        // 100 ms later without a signal: unpaced again.
+        cc.on_ack(at(103_000), 0, Some(us(25)));
+        assert_eq!(cc.pacing_rate(), None);
+    }
+
+    #[test]
+    fn cnps_cut_at_most_once_per_srtt() {
+        let mut cc = settled();
+        let w = cc.window();
+        cc.on_cnp(at(10_000));
+        assert_eq!(cc.window(), w / 2, "α starts at 1");
+        for i in 1..10 {
+            cc.on_cnp(at(10_000 + i * 10));
+        }
+        assert_eq!(cc.counters().cnp_cuts, 1);
+        assert_eq!(cc.counters().cnps, 10);
+        cc.on_cnp(at(10_000) + cc.srtt().unwrap());
+        assert_eq!(cc.counters().cnp_cuts, 2);
+    }
+}

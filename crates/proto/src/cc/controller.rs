@@ -264,6 +264,12 @@ impl PathController {
         self.clamp();
     }
 
+    /// `bytes` in flight will be neither acknowledged nor sent again (a QP
+    /// left the path): they no longer count, and nothing is learnt.
+    pub fn on_release(&mut self, bytes: u64) {
+        self.in_flight = self.in_flight.saturating_sub(bytes);
+    }
+
     /// A CNP arrived for a QP on this path: DCQCN's cut, at most once per
     /// `max(srtt, 50 µs)`.
     pub fn on_cnp(&mut self, now: Instant) {

@@ -91,7 +91,7 @@ use crate::time::Instant;
 /// Hands a QP's signals ([`crate::rc::RcQp::take_cc_signals`]) to its
 /// path's controller: the bytes sent, then the acknowledgement (with the
 /// smallest round-trip sample), then each loss (the first one carrying the
-/// abandoned bytes).
+/// abandoned bytes; without a loss they are only released).
 pub fn feed(cc: &mut PathController, now: Instant, s: CcSignals) {
     if s.sent > 0 {
         cc.on_send(now, s.sent);
@@ -101,5 +101,8 @@ pub fn feed(cc: &mut PathController, now: Instant, s: CcSignals) {
     }
     for i in 0..s.losses {
         cc.on_loss(now, if i == 0 { s.abandoned } else { 0 });
+    }
+    if s.losses == 0 && s.abandoned > 0 {
+        cc.on_release(s.abandoned);
     }
 }

@@ -215,7 +215,10 @@ impl RcQp {
                 self.resp = Responder::start(self.attr.rq_psn);
             }
             (QpState::Rtr, QpState::Rts) => {
-                self.req = Requester::start(self.attr.sq_psn);
+                self.req = Requester {
+                    cc: self.req.cc,
+                    ..Requester::start(self.attr.sq_psn)
+                };
                 self.comp = Completer::start(self.attr.sq_psn, &self.p);
             }
             (QpState::Sqd, QpState::Sqd) => self.comp.set_limits(&self.p),
@@ -227,7 +230,11 @@ impl RcQp {
 
     fn reset(&mut self) {
         self.sq = SendQueue::default();
-        self.req = Requester::default();
+        self.req.cc_release();
+        self.req = Requester {
+            cc: self.req.cc,
+            ..Requester::default()
+        };
         self.comp = Completer::default();
         self.resp = Responder::default();
         self.error = None;
@@ -247,7 +254,12 @@ impl RcQp {
             let status = w.error.unwrap_or(WcStatus::WrFlushErr);
             complete_send(&w, status, &self.p, &mut self.cq, &mut self.counters);
         }
-        self.req = Requester::default();
+        // The bytes in flight leave the path's count (take_cc_signals).
+        self.req.cc_release();
+        self.req = Requester {
+            cc: self.req.cc,
+            ..Requester::default()
+        };
         self.comp.stop_timers();
         if let Some(wr) = self.resp.on_error() {
             self.flush_one_recv(wr);
@@ -433,7 +445,19 @@ impl RcQp {
     /// What was sent, acknowledged, sampled (the smallest round-trip sample)
     /// and lost since the last call, for a congestion controller
     /// ([`crate::cc::feed`]). Accumulates whether or not a budget is attached.
+    /// Once the QP has left RTS/SQD (an error, a destroy flushing it), its
+    /// bytes still in flight come back as `abandoned` without a loss, so its
+    /// path does not count them forever.
     pub fn take_cc_signals(&mut self) -> CcSignals {
+        // Whatever the completer retired since (READ responses, NAKs) counts
+        // as acknowledged too.
+        // A QP that stopped sending (ERR, or reset) gives its bytes in
+        // flight up without a loss: they leave the path's count.
+        if matches!(self.state, QpState::Rts | QpState::Sqd) {
+            self.req.cc_progress(self.comp.psn, self.p.mtu, None);
+        } else {
+            self.req.cc_release();
+        }
         std::mem::take(&mut self.req.cc)
     }
 

@@ -120,9 +120,9 @@ pub(crate) struct Requester {
     /// Congestion signals not yet taken.
     pub cc: CcSignals,
     /// Payload bytes sent and not yet acknowledged or abandoned.
-    cc_in_flight: u64,
+    pub cc_in_flight: u64,
     /// The completer's PSN when acknowledged bytes were last counted.
-    cc_acked_psn: u32,
+    pub cc_acked_psn: u32,
 }
 
 /// What a QP's requester and completer tell a congestion controller:
@@ -142,7 +142,8 @@ pub struct CcSignals {
     pub rtt: Option<Duration>,
     /// Go-back-N retries and probes started.
     pub losses: u32,
-    /// Bytes in flight given up by those retries (they will be sent again).
+    /// Bytes in flight given up: by those retries (they will be sent
+    /// again), or because the QP stopped sending.
     pub abandoned: u64,
 }
 
@@ -180,6 +181,12 @@ impl Requester {
         if let Some(r) = rtt {
             self.cc.rtt = Some(self.cc.rtt.map_or(r, |m| m.min(r)));
         }
+    }
+
+    /// The QP stopped sending: its bytes in flight are given up, no loss.
+    pub fn cc_release(&mut self) {
+        self.cc.abandoned += self.cc_in_flight;
+        self.cc_in_flight = 0;
     }
 
     /// A go-back-N retry or probe from `comp_psn`: everything in flight

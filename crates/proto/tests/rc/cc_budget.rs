@@ -154,3 +154,21 @@ fn a_go_back_n_retry_reports_a_loss_and_feeds_a_controller() {
     assert_eq!(path.in_flight(), 0);
     assert_eq!(path.counters().losses, 1);
 }
+
+#[test]
+fn a_qp_in_error_releases_its_bytes_in_flight() {
+    let mut t = pair(64 * 1024);
+    let mut path = PathController::new(CcConfig::default());
+    t.a.set_send_budget(Some(path.available()));
+    let sent = t.a_sends(Instant::ZERO, |_| true);
+    assert_eq!(sent.len(), 64);
+    cc::feed(&mut path, Instant::ZERO, t.a.take_cc_signals());
+    assert_eq!(path.in_flight(), 64 * 1024);
+    let mut rq = RecvQueue::new(4, 1);
+    crate::qp::move_to_error(&mut t.a, &mut rq);
+    let s = t.a.take_cc_signals();
+    assert_eq!((s.losses, s.abandoned), (0, 64 * 1024));
+    cc::feed(&mut path, Instant::ZERO, s);
+    assert_eq!(path.in_flight(), 0);
+    assert_eq!(path.counters().losses, 0);
+}

@@ -38,8 +38,8 @@ pub struct CcConfig {
     pub losses_to_min: u32,
     /// Window before any signal: 64 KiB, one GSO quantum.
     pub initial_window: u64,
-    /// Smallest window in bytes (one packet; below it Swift paces at
-    /// `srtt·mss/cwnd`, which the rate output does).
+    /// Smallest window in bytes: one packet. (Swift and Falcon go down to
+    /// 0.01 packet by pacing one packet per `srtt/cwnd`; not done yet.)
     pub min_window: u64,
     /// Largest window: 1 MiB per path.
     pub max_window: u64,

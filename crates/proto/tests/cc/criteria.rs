@@ -62,9 +62,10 @@ fn c1_c3_one_flow_shallow() {
     assert!(retx <= 3.0, "retransmitted {retx:.3} %");
 }
 
-/// Today's rule for comparison (and to show the harness can tell): rxe's
-/// 128-PSN window per QP, 8 QPs into the DEEP buffer — 1 MiB in flight
-/// against 629 KB — drops and go-back-N storms.
+/// Today's requester for comparison (and to show the harness can tell):
+/// 128 PSNs per QP with its halving on loss, 8 QPs into the DEEP buffer —
+/// up to 1 MiB in flight against 629 KB — a standing multi-millisecond queue,
+/// drops and go-back-N.
 #[test]
 fn without_a_controller_eight_qps_overflow_the_deep_buffer() {
     let mut s = Sim::new(Config::gigabit(DEEP));

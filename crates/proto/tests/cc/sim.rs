@@ -18,7 +18,9 @@
 //! for an ACK and samples the round trip of the newest one an ACK covers
 //! (retransmissions are never timed: Karn). A probe (go-back-N from the
 //! oldest unacknowledged PSN) fires when nothing was acknowledged for
-//! `max(4·srtt, 1 ms)`. A host's QPs share its controller: the host sends
+//! `max(4·srtt, 1 ms)`. A host without a controller models today's
+//! requester: 128 PSNs per QP, halved at every retry (floor 8), +4 per
+//! acknowledgement that makes progress. A host's QPs share its controller: the host sends
 //! round robin over its QPs while the controller's window has room, paced by
 //! a token bucket at the controller's rate (quantum `rate × 100 µs`, 2 to 64
 //! packets) when it gives one, through a host link of `host_rate`. Each QP
@@ -43,8 +45,13 @@ use std::collections::{BinaryHeap, VecDeque};
 pub const MSS: u64 = 1024;
 /// A RoCE frame on the wire: Ethernet, IPv4, UDP, BTH, RETH/ICRC and 1024 B.
 pub const FRAME: u32 = 1082;
-/// rxe's 128-PSN window, used when a host runs without a controller.
+/// The requester's PSN window without a controller: rxe's 128, halved at
+/// every retry down to 8 and widened by 4 with every acknowledgement that
+/// makes progress (`requester.rs`: `MAX_UNACKED_PSNS`, `MIN_WINDOW`,
+/// `WINDOW_STEP`).
 pub const RXE_WINDOW: u64 = 128;
+const MIN_WINDOW: u64 = 8;
+const WINDOW_STEP: u64 = 4;
 
 /// The DEEP profile's buffer (tbf `latency 5ms` at 1 Gb/s).
 pub const DEEP: u64 = 629_000;
@@ -153,6 +160,8 @@ pub struct Flow {
     next: u64,
     fresh: u64,
     noack: u64,
+    /// The requester's own PSN window (used without a controller).
+    window: u64,
     timed: VecDeque<(u64, Instant)>,
     last_progress: Instant,
     rcv_expected: u64,
@@ -273,6 +282,7 @@ impl Sim {
             next: 0,
             fresh: 0,
             noack: 0,
+            window: RXE_WINDOW,
             timed: VecDeque::new(),
             last_progress: start,
             rcv_expected: 0,
@@ -414,16 +424,13 @@ impl Sim {
         else {
             return None;
         };
-        // The window: the controller's, or rxe's 128 PSNs per QP.
-        let cap = match cc {
-            Some(cc) => {
-                if cc.in_flight() > 0 && cc.in_flight() + MSS > cc.window() {
-                    return None;
-                }
-                cap
+        // The window: the controller's, or each QP's own PSN window.
+        let controlled = cc.is_some();
+        if let Some(cc) = cc {
+            if cc.in_flight() > 0 && cc.in_flight() + MSS > cc.window() {
+                return None;
             }
-            None => RXE_WINDOW,
-        };
+        }
         // Pacing: a token bucket at the controller's rate.
         if let Some(rate) = cc.as_deref().and_then(PathController::pacing_rate) {
             let rate = rate as f64;
@@ -447,6 +454,7 @@ impl Sim {
         for i in 0..n {
             let f = qps[(*rr + i) % n];
             let fl = &self.flows[f as usize];
+            let cap = if controlled { cap } else { fl.window };
             if now >= fl.start && now < fl.stop && fl.next - fl.una < cap {
                 pick = Some(f);
                 *rr = (*rr + i + 1) % n;
@@ -459,7 +467,7 @@ impl Sim {
         // requester's `min(64, window/2)` with the window split over the QPs).
         let share = match cc {
             Some(cc) => cc.window() / MSS / n as u64,
-            None => RXE_WINDOW,
+            None => self.flows[f as usize].window,
         };
         let every = (share / 2).clamp(1, self.cfg.ack_every);
         if let Some(cc) = cc {
@@ -575,6 +583,7 @@ impl Sim {
         let mut acked = 0;
         let mut rtt = None;
         if cum > fl.una {
+            fl.window = (fl.window + WINDOW_STEP).min(RXE_WINDOW);
             acked = (cum - fl.una) * MSS;
             fl.una = cum;
             fl.next = fl.next.max(cum);
@@ -589,6 +598,7 @@ impl Sim {
         }
         let mut abandoned = 0;
         if nak && cum < fl.next {
+            fl.window = (fl.window / 2).max(MIN_WINDOW);
             abandoned = (fl.next - cum) * MSS;
             fl.next = cum;
             fl.noack = 0;
@@ -629,6 +639,7 @@ impl Sim {
         let fl = &mut self.flows[f as usize];
         if fl.next > fl.una && now.saturating_duration_since(fl.last_progress) >= rto {
             let abandoned = (fl.next - fl.una) * MSS;
+            fl.window = (fl.window / 2).max(MIN_WINDOW);
             fl.next = fl.una;
             fl.noack = 0;
             fl.timed.clear();

@@ -62,10 +62,17 @@ impl Paths {
             return;
         };
         let mtu = u64::from(qp.query().path_mtu.bytes());
-        let path = self.paths.entry(peer).or_insert_with(|| Path {
-            cc: PathController::new(config.clone()),
-            waiting: Vec::new(),
-            reported: CcCounters::default(),
+        let path = self.paths.entry(peer).or_insert_with(|| {
+            // The packet is the unit of increase and the smallest window:
+            // the path MTU of the first QP to this peer.
+            let mut config = config.clone();
+            config.mss = mtu as u32;
+            config.min_window = config.min_window.max(mtu);
+            Path {
+                cc: PathController::new(config),
+                waiting: Vec::new(),
+                reported: CcCounters::default(),
+            }
         });
         cc::feed(&mut path.cc, now, qp.take_cc_signals());
         let mut budget = path.cc.available();

@@ -164,7 +164,7 @@ pub struct DeviceConfig {
     /// Congestion control: one controller per peer whose window bounds the
     /// bytes the QPs to that peer have in flight (delay-based with a loss
     /// backstop; see `ndverbs_proto::cc`). Off by default: each QP keeps
-    /// rxe's 128-PSN window. Pacing is not applied yet.
+    /// rxe's 128-PSN window. Pacing is not applied yet. Never sends CNPs.
     pub congestion_control: bool,
 }
 

@@ -15,9 +15,11 @@
 //! * when a path's window has room again (an ACK for another QP, a step
 //!   later), its waiting QPs are drained (`take_ready`).
 //!
-//! Not yet: pacing (the controller's rate is computed but not applied),
-//! CNPs (counted as drops by the QPs as before), deficit round robin across
-//! a path's QPs (the first drained takes what is free).
+//! A CNP from the peer for one of its QPs reaches the controller the same
+//! way (the QP still counts it in `qp_drop_not_rc`; nothing here sends
+//! CNPs). Not yet: pacing (the controller's rate is computed but not
+//! applied), deficit round robin across a path's QPs (the first drained
+//! takes what is free).
 
 use crate::counters::{bump, NicCounters};
 use ndverbs_proto::cc::{self, CcConfig, CcCounters, PathController};

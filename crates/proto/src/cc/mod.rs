@@ -69,8 +69,8 @@
 //! the SEND/WRITE payload bytes the caller allows; without one it keeps
 //! rxe's 128-PSN window (the default, until the engine's wiring is measured).
 //! [`crate::rc::RcQp::take_cc_signals`] returns what the QP sent, what was
-//! acknowledged, its smallest round-trip sample and its go-back-N retries
-//! since the last call, which [`feed`] hands to the path's controller. The
+//! acknowledged, its smallest round-trip sample, its go-back-N retries and
+//! the CNPs it received since the last call, which [`feed`] hands to the path's controller. The
 //! engine's part: one controller per destination peer, shared by the QPs to
 //! it; before draining a QP, budget = its share of `available()`; after
 //! handling packets, feed; pace with `pacing_rate()`.
@@ -91,7 +91,7 @@ use crate::time::Instant;
 /// Hands a QP's signals ([`crate::rc::RcQp::take_cc_signals`]) to its
 /// path's controller: the bytes sent, then the acknowledgement (with the
 /// smallest round-trip sample), then each loss (the first one carrying the
-/// abandoned bytes; without a loss they are only released).
+/// abandoned bytes; without a loss they are only released), then each CNP.
 pub fn feed(cc: &mut PathController, now: Instant, s: CcSignals) {
     if s.sent > 0 {
         cc.on_send(now, s.sent);
@@ -104,5 +104,8 @@ pub fn feed(cc: &mut PathController, now: Instant, s: CcSignals) {
     }
     if s.losses == 0 && s.abandoned > 0 {
         cc.on_release(s.abandoned);
+    }
+    for _ in 0..s.cnps {
+        cc.on_cnp(now);
     }
 }

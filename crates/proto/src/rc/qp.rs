@@ -349,7 +349,16 @@ impl RcQp {
         }
         let info = match pkt.info() {
             Ok(i) if i.transport == Transport::Rc => i,
-            _ => {
+            Ok(i) => {
+                // A CNP touches no PSN state (still counted here), but a
+                // congestion controller hears of it (take_cc_signals).
+                if i.transport == Transport::Cnp {
+                    self.req.cc.cnps = self.req.cc.cnps.saturating_add(1);
+                }
+                drops.not_rc += 1;
+                return;
+            }
+            Err(_) => {
                 drops.not_rc += 1;
                 return;
             }

@@ -142,6 +142,8 @@ pub struct CcSignals {
     pub rtt: Option<Duration>,
     /// Go-back-N retries and probes started.
     pub losses: u32,
+    /// CNPs received for this QP (a switch marked one of its packets).
+    pub cnps: u32,
     /// Bytes in flight given up: by those retries (they will be sent
     /// again), or because the QP stopped sending.
     pub abandoned: u64,

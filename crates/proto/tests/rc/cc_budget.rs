@@ -172,3 +172,39 @@ fn a_qp_in_error_releases_its_bytes_in_flight() {
     assert_eq!(path.in_flight(), 0);
     assert_eq!(path.counters().losses, 0);
 }
+
+#[test]
+fn a_cnp_reaches_the_controller_and_touches_no_psn_state() {
+    let mut t = pair(64 * 1024);
+    let mut path = PathController::new(CcConfig::default());
+    t.a.set_send_budget(Some(path.available()));
+    let sent = t.a_sends(Instant::ZERO, |_| false);
+    assert_eq!(sent.len(), 64);
+    cc::feed(&mut path, Instant::ZERO, t.a.take_cc_signals());
+    // A CNP for A's QP (as a peer NIC sends for a CE-marked packet).
+    let mut cnp = Packet::new(ndverbs_wire::bth::Bth::new(
+        ndverbs_wire::opcode::Opcode::CNP,
+        0x11,
+        0,
+    ));
+    cnp.ext.cnp = Some([0; 16]);
+    let mut buf = vec![0u8; 256];
+    let n = cnp.write(&mut buf).unwrap();
+    let t1 = Instant::ZERO + Duration::from_micros(10);
+    t.a.handle_packet(
+        t1,
+        &Packet::parse(&buf[..n]).unwrap(),
+        &mut t.mem_a,
+        &mut t.rq_a,
+    );
+    assert_eq!(t.a.counters().drops.not_rc, 1);
+    let s = t.a.take_cc_signals();
+    assert_eq!((s.cnps, s.acked, s.losses), (1, 0, 0));
+    let before = path.window();
+    cc::feed(&mut path, t1, s);
+    assert_eq!(path.counters().cnp_cuts, 1);
+    assert_eq!(path.window(), before / 2);
+    // The transfer still completes.
+    t.b_replies(t1);
+    assert_eq!(t.a.take_cc_signals().acked, 64 * 1024);
+}

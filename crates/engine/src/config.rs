@@ -9,6 +9,7 @@
 //! counters meet `ndv stat` ([`STAT_DIR_ENV`], see [`stat_dir`]).
 
 use crate::link::faults::FaultConfig;
+use ndverbs_proto::cc::CcConfig;
 use ndverbs_proto::rc::PathMtu;
 use std::path::PathBuf;
 
@@ -114,11 +115,16 @@ pub struct NicConfig {
     /// The opener derives it from the interface's MTU (as rxe does); a
     /// larger path MTU would make datagrams the link cannot carry.
     pub active_mtu: PathMtu,
+    /// Congestion control: one controller per peer with these parameters,
+    /// its window a send budget of the QPs to that peer (`nic/congestion.rs`).
+    /// `None` (the default): off, every QP keeps its fixed byte window.
+    pub congestion: Option<CcConfig>,
 }
 
 impl Default for NicConfig {
     /// A worker thread, Linux's CM timers, no faults, no capture, nothing
-    /// published, and the active MTU of a loopback link (4096).
+    /// published, the active MTU of a loopback link (4096), no congestion
+    /// control.
     fn default() -> Self {
         NicConfig {
             progress: Progress::Thread,
@@ -127,6 +133,7 @@ impl Default for NicConfig {
             capture: None,
             publish_stats: false,
             active_mtu: PathMtu::Mtu4096,
+            congestion: None,
         }
     }
 }

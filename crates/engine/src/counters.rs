@@ -77,6 +77,21 @@ pub struct NicCounters {
     /// Packets whose payload was sent straight from registered memory
     /// (zero-copy), not copied into the transmit buffer.
     pub zero_copy_packets: AtomicU64,
+    /// Congestion control (when on): round-trip samples its controllers took.
+    pub cc_rtt_samples: AtomicU64,
+    /// Congestion control: go-back-N retries and probes reported to it.
+    pub cc_losses: AtomicU64,
+    /// Congestion control: window cuts for delay above the target.
+    pub cc_delay_cuts: AtomicU64,
+    /// Congestion control: window cuts for loss.
+    pub cc_loss_cuts: AtomicU64,
+    /// Congestion control: window cuts for CNPs.
+    pub cc_cnp_cuts: AtomicU64,
+    /// Congestion control: mode changes (slow start, delay, competitive).
+    pub cc_mode_switches: AtomicU64,
+    /// Congestion control: entries into competitive mode (a buffer-filling
+    /// flow shares the bottleneck).
+    pub cc_competitive_entries: AtomicU64,
 }
 
 /// Adds `n` to a counter only the engine (holding the core lock) writes: a

@@ -105,6 +105,13 @@ pub fn help(counter: &str) -> String {
         "send_calls" => "Calls that handed packets to the socket (sendmmsg or sendto).",
         "gso_runs" => "Runs of several packets sent as one UDP GSO datagram.",
         "zero_copy_packets" => "Packets whose payload was sent straight from registered memory.",
+        "cc_rtt_samples" => "Congestion control: round-trip samples taken.",
+        "cc_losses" => "Congestion control: go-back-N retries and probes reported.",
+        "cc_delay_cuts" => "Congestion control: window cuts for delay above the target.",
+        "cc_loss_cuts" => "Congestion control: window cuts for loss.",
+        "cc_cnp_cuts" => "Congestion control: window cuts for CNPs.",
+        "cc_mode_switches" => "Congestion control: changes of mode.",
+        "cc_competitive_entries" => "Congestion control: entries into competitive mode.",
         _ => "",
     };
     if !known.is_empty() {

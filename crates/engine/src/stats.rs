@@ -129,6 +129,13 @@ impl Stats {
             ("send_calls", ld(&nic.send_calls)),
             ("gso_runs", ld(&nic.gso_runs)),
             ("zero_copy_packets", ld(&nic.zero_copy_packets)),
+            ("cc_rtt_samples", ld(&nic.cc_rtt_samples)),
+            ("cc_losses", ld(&nic.cc_losses)),
+            ("cc_delay_cuts", ld(&nic.cc_delay_cuts)),
+            ("cc_loss_cuts", ld(&nic.cc_loss_cuts)),
+            ("cc_cnp_cuts", ld(&nic.cc_cnp_cuts)),
+            ("cc_mode_switches", ld(&nic.cc_mode_switches)),
+            ("cc_competitive_entries", ld(&nic.cc_competitive_entries)),
         ] {
             pairs.push((n.to_string(), v));
         }

@@ -53,6 +53,10 @@ pub const METRICS_ENV: &str = "NDV_METRICS";
 /// ```
 pub const FAULTS_ENV: &str = "NDV_FAULTS";
 
+/// `NDV_CC=swift`: congestion control per peer ([`DeviceConfig::from_env`],
+/// [`DeviceConfig::congestion_control`]); `off` or unset: none.
+pub const CC_ENV: &str = "NDV_CC";
+
 /// Who runs a device's engine loop.
 ///
 /// # Example
@@ -157,6 +161,11 @@ pub struct DeviceConfig {
     /// [`Device::serve_metrics`](crate::Device::serve_metrics)): one
     /// endpoint per process, shared by its devices.
     pub metrics: Option<SocketAddr>,
+    /// Congestion control: one controller per peer whose window bounds the
+    /// bytes the QPs to that peer have in flight (delay-based with a loss
+    /// backstop; see `ndverbs_proto::cc`). Off by default: each QP keeps
+    /// its fixed window (512 KiB of packets, at least 128 PSNs). Pacing is not applied yet. Never sends CNPs.
+    pub congestion_control: bool,
 }
 
 impl DeviceConfig {
@@ -165,10 +174,22 @@ impl DeviceConfig {
     /// [`STAT_ENV`] (`NDV_STAT=1`: publish counters), [`METRICS_ENV`]
     /// (`NDV_METRICS=ADDR:PORT`: serve them as OpenMetrics) and
     /// [`FAULTS_ENV`] (`NDV_FAULTS=SPEC`: inject faults,
-    /// [`FaultConfig::parse`] syntax). Progress is left at its default. A
-    /// malformed `NDV_FAULTS` or `NDV_METRICS` is an
+    /// [`FaultConfig::parse`] syntax) and [`CC_ENV`] (`NDV_CC=swift|off`:
+    /// congestion control). Progress is left at its default. A
+    /// malformed `NDV_FAULTS`, `NDV_METRICS` or `NDV_CC` is an
     /// [`ErrorKind::InvalidArgument`] rather than silently ignored.
     pub fn from_env() -> Result<DeviceConfig> {
+        let congestion_control = match std::env::var(CC_ENV).as_deref().map(str::trim) {
+            Err(_) | Ok("" | "off") => false,
+            Ok("swift") => true,
+            Ok(other) => {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    "DeviceConfig::from_env",
+                    format!("{CC_ENV}={other}: expected swift or off"),
+                ))
+            }
+        };
         let faults = match std::env::var(FAULTS_ENV) {
             Ok(spec) if !spec.trim().is_empty() => {
                 Some(FaultConfig::parse(&spec).map_err(|e| {
@@ -199,6 +220,7 @@ impl DeviceConfig {
                 .map(PathBuf::from),
             publish_stats: std::env::var(STAT_ENV).as_deref() == Ok("1"),
             faults,
+            congestion_control,
         })
     }
 }

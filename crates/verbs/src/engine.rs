@@ -260,6 +260,9 @@ impl Nic {
             capture: None,
             publish_stats: cfg.publish_stats,
             active_mtu: crate::netif::active_mtu_of(addr),
+            congestion: cfg
+                .congestion_control
+                .then(ndverbs_proto::cc::CcConfig::default),
             ..NicConfig::default()
         };
         let nic = Nic(EngineNic::open_with(addr, engine_cfg).map_err(|e| err(OP, e))?);

@@ -9,6 +9,7 @@
 //! defines the state.
 
 use super::batch::RunBatch;
+use super::congestion::Paths;
 use super::tables::{Tables, Work};
 use crate::config::Progress;
 use crate::counters::NicCounters;
@@ -73,6 +74,8 @@ pub(crate) struct Core {
     /// an application's modification above it is refused, what the CM
     /// negotiated is lowered to it.
     pub(crate) active_mtu: PathMtu,
+    /// Congestion control: a controller per peer, when on.
+    pub(crate) paths: Paths,
 }
 
 /// The link, the packet buffers and the transmit batch.

@@ -57,6 +57,7 @@
 //! whether a level is on.
 
 mod batch;
+mod congestion;
 mod control;
 mod core;
 mod endpoints;
@@ -217,6 +218,7 @@ impl Nic {
             touched: Vec::new(),
             completion_ready: false,
             active_mtu: config.active_mtu,
+            paths: congestion::Paths::new(config.congestion.clone()),
         };
         let shared = Arc::new(Shared {
             local,

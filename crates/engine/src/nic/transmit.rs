@@ -9,6 +9,11 @@
 //! `batch.rs`). This is the only send path of queue pairs, whatever wraps
 //! the link.
 //!
+//! **Congestion control** (when configured, `congestion.rs`): each drain
+//! first feeds the QP's signals to its peer's controller and gives the QP
+//! the path's free window as its send budget; QPs that ran out wait on the
+//! path and are drained when its window has room again.
+//!
 //! **ACK postponement.** In manual progress the application runs the engine
 //! from the thread that will answer a message. When a step leaves a QP with
 //! a completion to deliver, its plain ACK waits for the next step: the
@@ -40,6 +45,12 @@ impl Core {
                 self.drain_qp(shared, now, qpn, peer, true);
             }
         }
+        // Congestion control: QPs that waited for their path's window.
+        let mut ready = Vec::new();
+        self.paths.take_ready(&mut ready);
+        for (qpn, peer) in ready {
+            self.drain_qp(shared, now, qpn, peer, true);
+        }
     }
 
     /// Sends everything queue pair `qpn` has to send to `peer` (see the
@@ -65,6 +76,10 @@ impl Core {
                 .get(&qpn)
                 .is_some_and(|e| e.qp.has_completion() && e.qp.state() != QpState::Err);
         let ack_last = postpone || due;
+        if let Some(e) = self.tables.qps.get_mut(&qpn) {
+            self.paths
+                .before_drain(now, peer, &mut e.qp, &shared.counters);
+        }
         let mut lent = LentPayload::default();
         let io = &mut self.io;
         io.batch.reset(io.link.gso());
@@ -107,6 +122,10 @@ impl Core {
         }
         let io = &mut self.io;
         io.batch.flush(&mut io.link, &shared.counters, dst);
+        if let Some(e) = self.tables.qps.get_mut(&qpn) {
+            self.paths
+                .after_drain(now, peer, qpn, &mut e.qp, &shared.counters);
+        }
     }
 
     /// Sends the ACKs the previous step postponed whose QPs had nothing

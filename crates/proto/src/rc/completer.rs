@@ -255,9 +255,11 @@ impl Completer {
         cx.req.on_progress();
         self.set_limits(cx.p);
         self.started_retry = false;
+        let mut taken = None;
         if let Some((s, t)) = self.rtt_sample {
             if psn::diff(self.psn, s) > 0 {
                 let sample = cx.now.saturating_duration_since(t);
+                taken = Some(sample);
                 match self.srtt {
                     Some(old) => {
                         let dev = sample.abs_diff(old);
@@ -272,6 +274,7 @@ impl Completer {
                 self.rtt_sample = None;
             }
         }
+        cx.req.cc_progress(self.psn, cx.p.mtu, taken);
         self.probes = 0;
         self.arm_probe(cx);
     }
@@ -300,6 +303,7 @@ impl Completer {
         }
         cx.counters.completer_retry_err += 1;
         cx.req.on_loss();
+        cx.req.cc_loss(self.psn, cx.p.mtu);
         cx.req.need_retry = true;
         self.started_retry = true;
         self.retrans_deadline = None;
@@ -315,6 +319,7 @@ impl Completer {
         }
         cx.counters.completer_retry_err += 1;
         cx.req.on_loss();
+        cx.req.cc_loss(self.psn, cx.p.mtu);
         cx.req.need_retry = true;
         self.started_retry = true;
         self.rtt_sample = None;

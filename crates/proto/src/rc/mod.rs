@@ -69,7 +69,10 @@ pub use counters::{Counters, Drops};
 pub use post::{validate_recv, validate_send};
 pub use qp::{RcQp, MAX_HEADER_LEN};
 pub use recv_queue::RecvQueue;
-pub use requester::{max_window, MAX_PKT_PER_ACK, MAX_UNACKED_BYTES, MAX_UNACKED_PSNS};
+pub use requester::{
+    max_window, CcSignals, CC_MAX_UNACKED_PSNS, MAX_PKT_PER_ACK, MAX_UNACKED_BYTES,
+    MAX_UNACKED_PSNS,
+};
 pub use responder::MAX_QUEUED_REPLIES;
 pub use wr::{
     PostError, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcQueue, WcStatus, WorkCompletion,

@@ -4,7 +4,7 @@
 use super::attr::{check_modify, rxe_default_udp_sport, rxe_udp_sport};
 use super::completer::{Completer, SendCx};
 use super::post::{validate_recv, validate_send};
-use super::requester::ReqOut;
+use super::requester::{CcSignals, ReqOut};
 use super::responder::{RespCx, Responder};
 use super::send_queue::{complete_send, SendQueue, Wqe};
 use super::wr::{WcOpcode, WcQueue};
@@ -91,6 +91,9 @@ pub struct RcQp {
     p: Params,
     sq: SendQueue,
     req: Requester,
+    /// Bytes a congestion controller lets the requester send (`None`: no
+    /// controller, rxe's PSN window alone).
+    send_budget: Option<u64>,
     comp: Completer,
     resp: Responder,
     cq: VecDeque<WorkCompletion>,
@@ -116,6 +119,7 @@ impl RcQp {
             attr,
             sq: SendQueue::default(),
             req: Requester::default(),
+            send_budget: None,
             comp: Completer::default(),
             resp: Responder::default(),
             cq: VecDeque::new(),
@@ -211,7 +215,10 @@ impl RcQp {
                 self.resp = Responder::start(self.attr.rq_psn);
             }
             (QpState::Rtr, QpState::Rts) => {
-                self.req = Requester::start(self.attr.sq_psn, self.attr.path_mtu.bytes());
+                self.req = Requester {
+                    cc: self.req.cc,
+                    ..Requester::start(self.attr.sq_psn, self.attr.path_mtu.bytes())
+                };
                 self.comp = Completer::start(self.attr.sq_psn, &self.p);
             }
             (QpState::Sqd, QpState::Sqd) => self.comp.set_limits(&self.p),
@@ -223,7 +230,11 @@ impl RcQp {
 
     fn reset(&mut self) {
         self.sq = SendQueue::default();
-        self.req = Requester::default();
+        self.req.cc_release();
+        self.req = Requester {
+            cc: self.req.cc,
+            ..Requester::default()
+        };
         self.comp = Completer::default();
         self.resp = Responder::default();
         self.error = None;
@@ -243,7 +254,12 @@ impl RcQp {
             let status = w.error.unwrap_or(WcStatus::WrFlushErr);
             complete_send(&w, status, &self.p, &mut self.cq, &mut self.counters);
         }
-        self.req = Requester::default();
+        // The bytes in flight leave the path's count (take_cc_signals).
+        self.req.cc_release();
+        self.req = Requester {
+            cc: self.req.cc,
+            ..Requester::default()
+        };
         self.comp.stop_timers();
         if let Some(wr) = self.resp.on_error() {
             self.flush_one_recv(wr);
@@ -333,7 +349,16 @@ impl RcQp {
         }
         let info = match pkt.info() {
             Ok(i) if i.transport == Transport::Rc => i,
-            _ => {
+            Ok(i) => {
+                // A CNP touches no PSN state (still counted here), but a
+                // congestion controller hears of it (take_cc_signals).
+                if i.transport == Transport::Cnp {
+                    self.req.cc.cnps = self.req.cc.cnps.saturating_add(1);
+                }
+                drops.not_rc += 1;
+                return;
+            }
+            Err(_) => {
                 drops.not_rc += 1;
                 return;
             }
@@ -393,6 +418,57 @@ impl RcQp {
         if let Err(Fatal(cause)) = comp.handle_timeout(&mut cx) {
             self.enter_error(cause);
         }
+    }
+
+    /// Attaches a send budget (congestion control): from now on SEND and
+    /// WRITE payloads go out only while they fit in `bytes`, which each
+    /// consumes, under a PSN cap of [`super::CC_MAX_UNACKED_PSNS`] instead of
+    /// the byte window ([`super::max_window`]). The caller sets it before polling — typically the QP's
+    /// share of its path controller's [`available`](crate::cc::PathController::available)
+    /// bytes — and may read what is left with [`RcQp::send_budget`]. `None`
+    /// (the default) detaches it: the requester keeps its byte window
+    /// ([`super::max_window`], at least rxe's 128 PSNs) and its halving on loss.
+    ///
+    /// ```
+    /// use ndverbs_proto::cc::{self, CcConfig, PathController};
+    /// use ndverbs_proto::rc::{QpCaps, RcQp};
+    /// use ndverbs_proto::time::Instant;
+    ///
+    /// let mut qp = RcQp::new(0x11, 1, QpCaps::default());
+    /// let mut path = PathController::new(CcConfig::default());
+    /// // Before polling: the bytes the path allows this QP.
+    /// qp.set_send_budget(Some(path.available()));
+    /// // … poll_transmit, handle_packet …
+    /// // After: hand what happened to the controller.
+    /// cc::feed(&mut path, Instant::from_nanos(0), qp.take_cc_signals());
+    /// assert_eq!(qp.send_budget(), Some(64 * 1024));
+    /// ```
+    pub fn set_send_budget(&mut self, bytes: Option<u64>) {
+        self.send_budget = bytes;
+    }
+
+    /// The budget left, if one is attached.
+    pub fn send_budget(&self) -> Option<u64> {
+        self.send_budget
+    }
+
+    /// What was sent, acknowledged, sampled (the smallest round-trip sample)
+    /// and lost since the last call, for a congestion controller
+    /// ([`crate::cc::feed`]). Accumulates whether or not a budget is attached.
+    /// Once the QP has left RTS/SQD (an error, a destroy flushing it), its
+    /// bytes still in flight come back as `abandoned` without a loss, so its
+    /// path does not count them forever.
+    pub fn take_cc_signals(&mut self) -> CcSignals {
+        // Whatever the completer retired since (READ responses, NAKs) counts
+        // as acknowledged too.
+        // A QP that stopped sending (ERR, or reset) gives its bytes in
+        // flight up without a loss: they leave the path's count.
+        if matches!(self.state, QpState::Rts | QpState::Sqd) {
+            self.req.cc_progress(self.comp.psn, self.p.mtu, None);
+        } else {
+            self.req.cc_release();
+        }
+        std::mem::take(&mut self.req.cc)
     }
 
     /// When `handle_timeout` is next due.
@@ -533,6 +609,7 @@ impl RcQp {
             mem,
             buf,
             lent,
+            &mut self.send_budget,
         ) {
             Ok(ReqOut::Sent(n)) => {
                 self.comp.on_request_sent(now, &self.p, &self.req);

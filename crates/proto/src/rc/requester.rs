@@ -17,6 +17,17 @@
 //!    lost packet, so on a lossy path a full window mostly buys retransmissions;
 //!    a smaller one keeps the waste bounded. rxe always uses the full window;
 //!    the peer cannot tell the difference.
+//!
+//!    **With a send budget** (a congestion controller attached, see
+//!    [`crate::cc`]) the caller decides instead: a SEND or WRITE packet goes
+//!    out only if its payload fits in the bytes the caller allows, which it
+//!    consumes, and the PSN window is the hard cap [`CC_MAX_UNACKED_PSNS`]
+//!    (rxe responders do not bound a requester's outstanding PSNs; 128 is
+//!    rxe's own requester limit). The packet that leaves less than one MTU of
+//!    budget asks for an ACK, so a QP stopped by its budget hears back.
+//!    READ and atomic requests carry no payload and are not charged (their
+//!    responses flow the other way). What was sent, acknowledged, sampled
+//!    and lost accumulates in [`CcSignals`] for the caller to take.
 //! 4. **Read fence.** A fenced WQE waits until every earlier READ/atomic completed.
 //! 5. **`max_rd_atomic`.** A READ or atomic needs a free slot; the slot is
 //!    returned when the completer retires it.
@@ -62,6 +73,7 @@ use super::send_queue::{npkts, Kind, SendQueue, Wqe};
 use super::wr::{SendOp, WcStatus};
 use super::{Fatal, Params, QpErrorCause};
 use crate::mem::{gather, lend, AccessError, LentPayload, Memory};
+use crate::time::Duration;
 use ndverbs_wire::bth::{psn, Bth};
 use ndverbs_wire::ext::{AtomicEth, Reth};
 use ndverbs_wire::opcode::Opcode;
@@ -93,6 +105,9 @@ pub fn max_window(mtu: u32) -> i32 {
 pub const MIN_WINDOW: i32 = 8;
 /// Window growth per acknowledgement that makes progress.
 pub const WINDOW_STEP: i32 = 4;
+/// The PSN window's hard cap while a send budget (congestion control) decides
+/// what may be sent.
+pub const CC_MAX_UNACKED_PSNS: i32 = 1024;
 /// Packets between AckReq flags at most (rxe `RXE_MAX_PKT_PER_ACK`).
 pub const MAX_PKT_PER_ACK: u32 = 64;
 /// Smallest payload lent to a zero-copy send instead of copied: below it, a
@@ -125,6 +140,36 @@ pub(crate) struct Requester {
     /// The last packet sent: its PSN, and whether it was sent for the first
     /// time and occupies one PSN (a clean round-trip sample once acknowledged).
     pub last_sent: (u32, bool),
+    /// Congestion signals not yet taken.
+    pub cc: CcSignals,
+    /// Payload bytes sent and not yet acknowledged or abandoned.
+    pub cc_in_flight: u64,
+    /// The completer's PSN when acknowledged bytes were last counted.
+    pub cc_acked_psn: u32,
+}
+
+/// What a QP's requester and completer tell a congestion controller:
+/// everything since the signals were last taken
+/// ([`crate::rc::RcQp::take_cc_signals`]).
+///
+/// Bytes are payload bytes of SEND and WRITE packets; acknowledged bytes are
+/// the PSNs acknowledged times the MTU, bounded by what is in flight (READ
+/// and atomic PSNs carry no request payload).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CcSignals {
+    /// Payload bytes sent (first transmissions and re-sends).
+    pub sent: u64,
+    /// Payload bytes acknowledged.
+    pub acked: u64,
+    /// The smallest round-trip sample taken, if any.
+    pub rtt: Option<Duration>,
+    /// Go-back-N retries and probes started.
+    pub losses: u32,
+    /// CNPs received for this QP (a switch marked one of its packets).
+    pub cnps: u32,
+    /// Bytes in flight given up: by those retries (they will be sent
+    /// again), or because the QP stopped sending.
+    pub abandoned: u64,
 }
 
 /// What one poll produced.
@@ -145,8 +190,39 @@ impl Requester {
             psn: sq_psn,
             hw_psn: sq_psn,
             max_window: max_window(mtu),
+            cc_acked_psn: sq_psn,
             ..Requester::default()
         }
+    }
+
+    /// The completer's PSN advanced to `comp_psn`, with a round-trip sample
+    /// if one was taken: count the acknowledged bytes.
+    pub fn cc_progress(&mut self, comp_psn: u32, mtu: u32, rtt: Option<Duration>) {
+        let d = psn::diff(comp_psn, self.cc_acked_psn);
+        if d > 0 {
+            let bytes = (d as u64 * u64::from(mtu)).min(self.cc_in_flight);
+            self.cc_in_flight -= bytes;
+            self.cc.acked += bytes;
+            self.cc_acked_psn = comp_psn;
+        }
+        if let Some(r) = rtt {
+            self.cc.rtt = Some(self.cc.rtt.map_or(r, |m| m.min(r)));
+        }
+    }
+
+    /// The QP stopped sending: its bytes in flight are given up, no loss.
+    pub fn cc_release(&mut self) {
+        self.cc.abandoned += self.cc_in_flight;
+        self.cc_in_flight = 0;
+    }
+
+    /// A go-back-N retry or probe from `comp_psn`: everything in flight
+    /// behind it will be sent again.
+    pub fn cc_loss(&mut self, comp_psn: u32, mtu: u32) {
+        self.cc_progress(comp_psn, mtu, None);
+        self.cc.losses += 1;
+        self.cc.abandoned += self.cc_in_flight;
+        self.cc_in_flight = 0;
     }
 
     /// The current send window in PSNs.
@@ -224,6 +300,7 @@ impl Requester {
         mem: &mut dyn Memory,
         buf: &mut [u8],
         lent: Option<&mut LentPayload>,
+        budget: &mut Option<u64>,
     ) -> Result<ReqOut, Fatal> {
         let mtu = p.mtu;
         if self.need_retry && !self.rnr_wait {
@@ -252,7 +329,12 @@ impl Requester {
         } else {
             self.hw_psn
         };
-        if psn::diff(pkt_psn, comp_psn) >= self.window() {
+        let window = if budget.is_some() {
+            CC_MAX_UNACKED_PSNS
+        } else {
+            self.window()
+        };
+        if psn::diff(pkt_psn, comp_psn) >= window {
             return Ok(ReqOut::Idle);
         }
         if draining && !w.assigned {
@@ -286,6 +368,12 @@ impl Requester {
             Kind::Send | Kind::Write => (remaining.min(mtu), offset == 0, remaining <= mtu),
             Kind::Read => (0, true, read_len == remaining),
             Kind::Atomic => (0, true, true),
+        };
+        // The congestion controller's budget: a payload must fit.
+        let left = match *budget {
+            Some(b) if u64::from(payload) > b => return Ok(ReqOut::Idle),
+            Some(b) => Some(b - u64::from(payload)),
+            None => None,
         };
         let opcode = opcode_for(&w.wr.op, first, last);
         let mut ext = ExtHeaders::default();
@@ -336,7 +424,9 @@ impl Requester {
         // Ask for an ACK at least twice per window, or a small window stalls
         // until the retransmission timer. Every READ request asks for one.
         let every = MAX_PKT_PER_ACK.min((self.window() / 2).max(1) as u32);
-        let ack_req = last || w.kind == Kind::Read || self.noack_pkts + 1 >= every;
+        // A QP about to stop for lack of budget asks for an ACK too.
+        let starved = left.is_some_and(|l| l < u64::from(mtu));
+        let ack_req = last || w.kind == Kind::Read || self.noack_pkts + 1 >= every || starved;
         let mut bth = Bth::new(opcode, p.dest_qpn, pkt_psn);
         bth.ack_req = ack_req;
         bth.se = last && w.wr.solicited && matches!(w.kind, Kind::Send | Kind::Write);
@@ -407,6 +497,11 @@ impl Requester {
         };
 
         // The packet is out: advance.
+        if left.is_some() {
+            *budget = left;
+        }
+        self.cc.sent += u64::from(payload);
+        self.cc_in_flight += u64::from(payload);
         let Some(w) = sq.wqes.get_mut(idx) else {
             return Ok(ReqOut::Sent(n));
         };

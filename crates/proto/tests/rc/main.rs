@@ -4,6 +4,7 @@ mod basic;
 #[path = "../common/captures.rs"]
 mod capture_files;
 mod captures;
+mod cc_budget;
 mod errors;
 mod faults;
 mod harness;

@@ -1,0 +1,139 @@
+//! Congestion control per peer: one [`PathController`] for every destination
+//! address, shared by the queue pairs to it (`proto::cc` has the rules).
+//!
+//! Off unless [`crate::config::NicConfig::congestion`] asks for it; off, no
+//! QP gets a send budget and each keeps its fixed window
+//! (`ndverbs_proto::rc::max_window`), bit for bit as before. On:
+//!
+//! * before `drain_qp` sends a QP's packets, the QP's signals since its last
+//!   drain (bytes acknowledged, the smallest RTT sample, retries) go to its
+//!   path's controller, and the QP gets the path's free window as its send
+//!   budget — at least one packet when nothing is in flight, so a window
+//!   below the path MTU never stalls;
+//! * after, what it sent goes to the controller too; a QP that stopped with
+//!   less than a packet of budget left waits on the path;
+//! * when a path's window has room again (an ACK for another QP, a step
+//!   later), its waiting QPs are drained (`take_ready`).
+//!
+//! A CNP from the peer for one of its QPs reaches the controller the same
+//! way (the QP still counts it in `qp_drop_not_rc`; nothing here sends
+//! CNPs). Not yet: pacing (the controller's rate is computed but not
+//! applied), deficit round robin across a path's QPs (the first drained
+//! takes what is free).
+
+use crate::counters::{bump, NicCounters};
+use ndverbs_proto::cc::{self, CcConfig, CcCounters, PathController};
+use ndverbs_proto::rc::RcQp;
+use ndverbs_proto::time::Instant;
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+/// One destination's controller and the QPs waiting for its window.
+struct Path {
+    cc: PathController,
+    waiting: Vec<u32>,
+    /// The controller's counters last added to the NIC's.
+    reported: CcCounters,
+}
+
+/// The controllers of a NIC, by peer address (`None`: congestion control off).
+#[derive(Default)]
+pub(crate) struct Paths {
+    config: Option<CcConfig>,
+    paths: HashMap<IpAddr, Path>,
+}
+
+impl Paths {
+    /// Controllers with `config`, or none.
+    pub(crate) fn new(config: Option<CcConfig>) -> Self {
+        Paths {
+            config,
+            paths: HashMap::new(),
+        }
+    }
+
+    /// Feeds the QP's signals to its path and sets its send budget.
+    pub(crate) fn before_drain(
+        &mut self,
+        now: Instant,
+        peer: IpAddr,
+        qp: &mut RcQp,
+        c: &NicCounters,
+    ) {
+        let Some(config) = &self.config else {
+            return;
+        };
+        let mtu = u64::from(qp.query().path_mtu.bytes());
+        let path = self.paths.entry(peer).or_insert_with(|| {
+            // The packet is the unit of increase and the smallest window:
+            // the path MTU of the first QP to this peer.
+            let mut config = config.clone();
+            config.mss = mtu as u32;
+            config.min_window = config.min_window.max(mtu);
+            Path {
+                cc: PathController::new(config),
+                waiting: Vec::new(),
+                reported: CcCounters::default(),
+            }
+        });
+        cc::feed(&mut path.cc, now, qp.take_cc_signals());
+        let mut budget = path.cc.available();
+        if path.cc.in_flight() == 0 {
+            budget = budget.max(mtu);
+        }
+        qp.set_send_budget(Some(budget));
+        report(path, c);
+    }
+
+    /// Feeds what the QP sent; a QP out of budget waits on its path.
+    pub(crate) fn after_drain(
+        &mut self,
+        now: Instant,
+        peer: IpAddr,
+        qpn: u32,
+        qp: &mut RcQp,
+        c: &NicCounters,
+    ) {
+        if self.config.is_none() {
+            return;
+        }
+        let Some(path) = self.paths.get_mut(&peer) else {
+            return;
+        };
+        cc::feed(&mut path.cc, now, qp.take_cc_signals());
+        let mtu = u64::from(qp.query().path_mtu.bytes());
+        if qp.send_budget().is_some_and(|b| b < mtu) && !path.waiting.contains(&qpn) {
+            path.waiting.push(qpn);
+        }
+        report(path, c);
+    }
+
+    /// The waiting QPs of every path whose window has room again.
+    pub(crate) fn take_ready(&mut self, out: &mut Vec<(u32, IpAddr)>) {
+        if self.config.is_none() {
+            return;
+        }
+        for (&peer, path) in &mut self.paths {
+            if !path.waiting.is_empty() && (path.cc.available() > 0 || path.cc.in_flight() == 0) {
+                out.extend(path.waiting.drain(..).map(|q| (q, peer)));
+            }
+        }
+    }
+}
+
+/// Adds what the controller did since the last report to the NIC's counters.
+fn report(path: &mut Path, c: &NicCounters) {
+    let now = path.cc.counters();
+    let was = path.reported;
+    bump(&c.cc_rtt_samples, now.rtt_samples - was.rtt_samples);
+    bump(&c.cc_losses, now.losses - was.losses);
+    bump(&c.cc_delay_cuts, now.delay_cuts - was.delay_cuts);
+    bump(&c.cc_loss_cuts, now.loss_cuts - was.loss_cuts);
+    bump(&c.cc_cnp_cuts, now.cnp_cuts - was.cnp_cuts);
+    bump(&c.cc_mode_switches, now.mode_switches - was.mode_switches);
+    bump(
+        &c.cc_competitive_entries,
+        now.competitive_entries - was.competitive_entries,
+    );
+    path.reported = now;
+}

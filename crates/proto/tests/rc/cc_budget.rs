@@ -1,0 +1,213 @@
+//! The requester's send budget (congestion control's hook) and the signals
+//! it reports: without a budget nothing changes (rxe's 128 PSNs); with one,
+//! payload bytes are spent from it and the QP reports what it sent, what was
+//! acknowledged, its round-trip samples and its retries.
+
+use ndverbs_proto::cc::{self, CcConfig, PathController};
+use ndverbs_proto::mem::testing::VecMemory;
+use ndverbs_proto::mem::Access;
+use ndverbs_proto::rc::*;
+use ndverbs_proto::time::{Duration, Instant};
+use ndverbs_wire::packet::Packet;
+
+struct Two {
+    a: RcQp,
+    b: RcQp,
+    mem_a: VecMemory,
+    mem_b: VecMemory,
+    rq_a: RecvQueue,
+    rq_b: RecvQueue,
+    buf: Vec<u8>,
+}
+
+/// A connected pair with one WRITE of `len` bytes posted at A.
+fn pair(len: u32) -> Two {
+    let caps = QpCaps::default();
+    let (mut a, mut b) = (RcQp::new(0x11, 1, caps), RcQp::new(0x22, 1, caps));
+    let to_b = RcConnection {
+        rq_psn: 500,
+        sq_psn: 100,
+        ..RcConnection::new(0x22)
+    };
+    let to_a = RcConnection {
+        rq_psn: 100,
+        sq_psn: 500,
+        ..RcConnection::new(0x11)
+    };
+    for (attr, mask) in to_b.steps() {
+        a.modify(&attr, mask).unwrap();
+    }
+    for (attr, mask) in to_a.steps() {
+        b.modify(&attr, mask).unwrap();
+    }
+    let (mut mem_a, mut mem_b) = (VecMemory::new(), VecMemory::new());
+    let src = mem_a.register_bytes(1, 0x1000, vec![7; len as usize], Access::NONE);
+    let dst = mem_b.register(
+        1,
+        0x10_0000,
+        len,
+        Access::REMOTE_WRITE | Access::LOCAL_WRITE,
+    );
+    let at = RemoteAddr {
+        va: dst.addr,
+        rkey: dst.rkey,
+    };
+    a.post_send(SendWr::new(1, SendOp::Write(at), vec![src.sge(0, len)]))
+        .unwrap();
+    let buf = vec![0u8; a.max_packet_len()];
+    Two {
+        a,
+        b,
+        mem_a,
+        mem_b,
+        rq_a: RecvQueue::new(4, 1),
+        rq_b: RecvQueue::new(4, 1),
+        buf,
+    }
+}
+
+impl Two {
+    /// Everything A sends now: (PSN, AckReq) of each packet, delivered to B
+    /// unless `drop` says otherwise.
+    fn a_sends(&mut self, now: Instant, mut drop: impl FnMut(u32) -> bool) -> Vec<(u32, bool)> {
+        let mut out = Vec::new();
+        while let Some(n) = self.a.poll_transmit(now, &mut self.mem_a, &mut self.buf) {
+            let p = Packet::parse(&self.buf[..n]).unwrap();
+            out.push((p.bth.psn, p.bth.ack_req));
+            if !drop(p.bth.psn) {
+                self.b
+                    .handle_packet(now, &p, &mut self.mem_b, &mut self.rq_b);
+            }
+        }
+        out
+    }
+
+    /// B's replies, delivered to A.
+    fn b_replies(&mut self, now: Instant) {
+        while let Some(n) = self.b.poll_transmit(now, &mut self.mem_b, &mut self.buf) {
+            let p = Packet::parse(&self.buf[..n]).unwrap();
+            self.a
+                .handle_packet(now, &p, &mut self.mem_a, &mut self.rq_a);
+        }
+    }
+}
+
+#[test]
+fn without_a_budget_the_window_is_the_fixed_byte_window() {
+    // Path MTU 1024 (RcConnection's default): 512 PSNs, 512 KiB.
+    let window = max_window(1024) as usize;
+    assert!(window > MAX_UNACKED_PSNS as usize);
+    let mut t = pair(2 * window as u32 * 1024);
+    assert_eq!(t.a.send_budget(), None);
+    let sent = t.a_sends(Instant::ZERO, |_| false);
+    assert_eq!(sent.len(), window);
+    // The signals accumulate all the same.
+    assert_eq!(t.a.take_cc_signals().sent, window as u64 * 1024);
+}
+
+#[test]
+fn a_budget_limits_payload_bytes_and_asks_for_an_ack_when_spent() {
+    let mut t = pair(512 * 1024);
+    let t0 = Instant::ZERO;
+    t.a.set_send_budget(Some(10 * 1024 + 500));
+    let sent = t.a_sends(t0, |_| false);
+    assert_eq!(sent.len(), 10, "{sent:?}");
+    assert_eq!(t.a.send_budget(), Some(500));
+    // The packet that spent the budget asks for an ACK.
+    assert!(sent.last().unwrap().1);
+    let t1 = t0 + Duration::from_micros(20);
+    t.b_replies(t1);
+    let s = t.a.take_cc_signals();
+    assert_eq!((s.sent, s.acked, s.losses), (10 * 1024, 10 * 1024, 0));
+    assert_eq!(s.rtt, Some(Duration::from_micros(20)));
+    assert_eq!(t.a.take_cc_signals(), CcSignals::default());
+    // A large budget goes past rxe's 128 PSNs, up to the hard cap.
+    t.a.set_send_budget(Some(u64::MAX));
+    let sent = t.a_sends(t1, |_| false);
+    assert_eq!(sent.len(), 502);
+    t.a.set_send_budget(None);
+}
+
+#[test]
+fn a_budget_caps_at_the_hard_psn_limit() {
+    let mut t = pair(2048 * 1024);
+    t.a.set_send_budget(Some(u64::MAX));
+    let sent = t.a_sends(Instant::ZERO, |_| true);
+    assert_eq!(sent.len(), CC_MAX_UNACKED_PSNS as usize);
+}
+
+#[test]
+fn a_go_back_n_retry_reports_a_loss_and_feeds_a_controller() {
+    let mut t = pair(64 * 1024);
+    let mut path = PathController::new(CcConfig::default());
+    let t0 = Instant::ZERO;
+    t.a.set_send_budget(Some(path.available()));
+    // The fifth packet is lost: B answers the sixth with a sequence NAK.
+    let sent = t.a_sends(t0, |psn| psn == 104);
+    assert_eq!(sent.len(), 64);
+    let t1 = t0 + Duration::from_micros(30);
+    t.b_replies(t1);
+    let s = t.a.take_cc_signals();
+    assert_eq!(s.losses, 1);
+    assert_eq!(s.acked, 4 * 1024);
+    assert_eq!(s.abandoned, 60 * 1024);
+    let before = path.window();
+    cc::feed(&mut path, t1, s);
+    assert!(path.window() < before);
+    assert_eq!(path.in_flight(), 0);
+    assert_eq!(path.counters().losses, 1);
+}
+
+#[test]
+fn a_qp_in_error_releases_its_bytes_in_flight() {
+    let mut t = pair(64 * 1024);
+    let mut path = PathController::new(CcConfig::default());
+    t.a.set_send_budget(Some(path.available()));
+    let sent = t.a_sends(Instant::ZERO, |_| true);
+    assert_eq!(sent.len(), 64);
+    cc::feed(&mut path, Instant::ZERO, t.a.take_cc_signals());
+    assert_eq!(path.in_flight(), 64 * 1024);
+    let mut rq = RecvQueue::new(4, 1);
+    crate::qp::move_to_error(&mut t.a, &mut rq);
+    let s = t.a.take_cc_signals();
+    assert_eq!((s.losses, s.abandoned), (0, 64 * 1024));
+    cc::feed(&mut path, Instant::ZERO, s);
+    assert_eq!(path.in_flight(), 0);
+    assert_eq!(path.counters().losses, 0);
+}
+
+#[test]
+fn a_cnp_reaches_the_controller_and_touches_no_psn_state() {
+    let mut t = pair(64 * 1024);
+    let mut path = PathController::new(CcConfig::default());
+    t.a.set_send_budget(Some(path.available()));
+    let sent = t.a_sends(Instant::ZERO, |_| false);
+    assert_eq!(sent.len(), 64);
+    cc::feed(&mut path, Instant::ZERO, t.a.take_cc_signals());
+    // A CNP for A's QP (as a peer NIC sends for a CE-marked packet).
+    let mut cnp = Packet::new(ndverbs_wire::bth::Bth::new(
+        ndverbs_wire::opcode::Opcode::CNP,
+        0x11,
+        0,
+    ));
+    cnp.ext.cnp = Some([0; 16]);
+    let mut buf = vec![0u8; 256];
+    let n = cnp.write(&mut buf).unwrap();
+    let t1 = Instant::ZERO + Duration::from_micros(10);
+    t.a.handle_packet(
+        t1,
+        &Packet::parse(&buf[..n]).unwrap(),
+        &mut t.mem_a,
+        &mut t.rq_a,
+    );
+    assert_eq!(t.a.counters().drops.not_rc, 1);
+    let s = t.a.take_cc_signals();
+    assert_eq!((s.cnps, s.acked, s.losses), (1, 0, 0));
+    let before = path.window();
+    cc::feed(&mut path, t1, s);
+    assert_eq!(path.counters().cnp_cuts, 1);
+    assert_eq!(path.window(), before / 2);
+    // The transfer still completes.
+    t.b_replies(t1);
+    assert_eq!(t.a.take_cc_signals().acked, 64 * 1024);
+}

@@ -8,62 +8,14 @@
 //! In each namespace the veth address is the first device (`ndv0`): the
 //! device list is in address order and 10.99.0.x sorts before 127.0.0.1.
 
+mod programs;
+
 use ndverbs_testkit::guest::{Guest, Listen, GUEST, HOST};
 use ndverbs_testkit::netns::Netns;
 use ndverbs_testkit::process::{self, Finished, Running, LIMIT};
-use ndverbs_testkit::skip;
+use programs::{both_ok, installed, ndv_run, ndv_tool, rows, veth, A, B, NDV};
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-const NDV: &str = env!("CARGO_BIN_EXE_ndv");
-
-/// The server's and the client's address on the veth pair.
-const A: &str = "10.99.0.1";
-const B: &str = "10.99.0.2";
-
-/// Whether the Debian programs are installed (they have no `--version`
-/// to try); otherwise the skip rule.
-#[track_caller]
-fn installed(programs: &[&str]) -> bool {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let missing: Vec<&str> = programs
-        .iter()
-        .copied()
-        .filter(|p| !std::env::split_paths(&path).any(|d| d.join(p).is_file()))
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    skip::skip(format!(
-        "{} not installed (scripts/setup.sh installs ibverbs-utils and perftest)",
-        missing.join(", ")
-    ));
-    false
-}
-
-/// Two namespaces joined by veth (A: server side, B: client side), or
-/// `None` after the skip rule (no root, or the Debian programs missing).
-#[track_caller]
-fn veth(programs: &[&str]) -> Option<(Netns, Netns)> {
-    if !installed(programs) {
-        return None;
-    }
-    Netns::veth_pair(&format!("{A}/24"), &format!("{B}/24"))
-}
-
-/// `ndv run -- PROGRAM ARGS` inside `ns`.
-fn ndv_run(ns: &Netns, program: &str, args: &[&str]) -> Command {
-    let mut c = ns.command(NDV);
-    c.args(["run", "--", program]).args(args);
-    c
-}
-
-/// `ndv TOOL ARGS` inside `ns`.
-fn ndv_tool(ns: &Netns, args: &[&str]) -> Command {
-    let mut c = ns.command(NDV);
-    c.args(args);
-    c
-}
 
 /// Waits until TCP `port` listens in `ns` (where `server` runs); fails the
 /// test with the server's output when it exits first or takes too long.
@@ -103,26 +55,6 @@ fn server_then_client(
     let c = Running::spawn(client).wait(LIMIT);
     let s = s.wait(LIMIT);
     (c, s)
-}
-
-/// Both ended well; panics with both outputs otherwise.
-#[track_caller]
-fn both_ok(c: &Finished, s: &Finished) -> (String, String) {
-    let (tc, ts) = (c.text(), s.text());
-    assert!(c.ok && s.ok, "client:\n{tc}\nserver:\n{ts}");
-    (tc, ts)
-}
-
-/// The result rows of perftest output (a blank, then a digit).
-fn rows(out: &str) -> Vec<Vec<f64>> {
-    out.lines()
-        .filter(|l| l.starts_with(' ') && l[1..].starts_with(|c: char| c.is_ascii_digit()))
-        .map(|l| {
-            l.split_whitespace()
-                .map(|w| w.parse().unwrap_or(f64::NAN))
-                .collect()
-        })
-        .collect()
 }
 
 /// perftest measures its CPU clock before it reports and gives up when the

@@ -20,55 +20,22 @@
 //! own reasons anyway (its CPU clock check on a busy host, or its broken
 //! retry) is tried again.
 
+mod programs;
+
 mod pcapcheck;
 
 use ndverbs_testkit::guest::{Guest, Listen, GUEST, HOST};
 use ndverbs_testkit::netns::Netns;
 use ndverbs_testkit::process::{self, Finished, Running, LIMIT};
-use ndverbs_testkit::skip;
+use programs::{both_ok, installed, ndv_run, ndv_tool, rows, veth, A, NDV};
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-const NDV: &str = env!("CARGO_BIN_EXE_ndv");
-
-/// The server's and the client's address on the veth pair.
-const A: &str = "10.99.0.1";
-const B: &str = "10.99.0.2";
 
 const PINGS: [&str; 3] = [
     "rdma-ping-0: ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqr",
     "rdma-ping-1: BCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrs",
     "rdma-ping-2: CDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrst",
 ];
-
-/// Whether the Debian programs are installed; otherwise the skip rule.
-#[track_caller]
-fn installed(programs: &[&str]) -> bool {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let missing: Vec<&str> = programs
-        .iter()
-        .copied()
-        .filter(|p| !std::env::split_paths(&path).any(|d| d.join(p).is_file()))
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    skip::skip(format!(
-        "{} not installed (scripts/setup.sh installs rdmacm-utils and perftest)",
-        missing.join(", ")
-    ));
-    false
-}
-
-/// Two namespaces joined by veth (A: server side, B: client side), or
-/// `None` after the skip rule.
-#[track_caller]
-fn veth(programs: &[&str]) -> Option<(Netns, Netns)> {
-    if !installed(programs) {
-        return None;
-    }
-    Netns::veth_pair(&format!("{A}/24"), &format!("{B}/24"))
-}
 
 /// The guest, or `None` after the skip rule.
 #[track_caller]
@@ -77,20 +44,6 @@ fn guest(programs: &[&str]) -> Option<Guest> {
         return None;
     }
     Guest::get()
-}
-
-/// `ndv run -- PROGRAM ARGS` inside `ns`.
-fn ndv_run(ns: &Netns, program: &str, args: &[&str]) -> Command {
-    let mut c = ns.command(NDV);
-    c.args(["run", "--", program]).args(args);
-    c
-}
-
-/// `ndv ARGS` inside `ns`.
-fn ndv_tool(ns: &Netns, args: &[&str]) -> Command {
-    let mut c = ns.command(NDV);
-    c.args(args);
-    c
 }
 
 /// Waits until a server in `ns` has bound UDP 4791 on `addr` (see the
@@ -135,14 +88,6 @@ fn server_then_client(
     (c, s)
 }
 
-/// Both ended well; panics with both outputs otherwise.
-#[track_caller]
-fn both_ok(c: &Finished, s: &Finished) -> (String, String) {
-    let (tc, ts) = (c.text(), s.text());
-    assert!(c.ok && s.ok, "client:\n{tc}\nserver:\n{ts}");
-    (tc, ts)
-}
-
 #[track_caller]
 fn check_pings(out: &str, prefix: &str) {
     for p in PINGS {
@@ -151,18 +96,6 @@ fn check_pings(out: &str, prefix: &str) {
             "missing {prefix}{p} in:\n{out}"
         );
     }
-}
-
-/// The result rows of perftest output (a blank, then a digit).
-fn rows(out: &str) -> Vec<Vec<f64>> {
-    out.lines()
-        .filter(|l| l.starts_with(' ') && l[1..].starts_with(|c: char| c.is_ascii_digit()))
-        .map(|l| {
-            l.split_whitespace()
-                .map(|w| w.parse().unwrap_or(f64::NAN))
-                .collect()
-        })
-        .collect()
 }
 
 /// A perftest run that failed for perftest's own reasons (see the module

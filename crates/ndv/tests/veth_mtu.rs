@@ -3,23 +3,14 @@
 //! they run at the active MTU, and a larger `-m` is lowered to it with
 //! perftest's message instead of producing nothing.
 
+mod programs;
+
 use ndverbs_testkit::netns::Netns;
 use ndverbs_testkit::process::{self, LIMIT};
+use programs::rows;
 
-const NDV: &str = env!("CARGO_BIN_EXE_ndv");
+use programs::NDV;
 const LOWERED: &str = "Requested mtu is higher than active mtu \nChanging to active mtu - 3\n";
-
-/// A perftest BW row: size, iterations, peak, average, msg rate.
-fn bw_rows(out: &str) -> Vec<Vec<f64>> {
-    out.lines()
-        .filter(|l| l.starts_with(' ') && l[1..].starts_with(|c: char| c.is_ascii_digit()))
-        .map(|l| {
-            l.split_whitespace()
-                .map(|w| w.parse().unwrap_or(f64::NAN))
-                .collect()
-        })
-        .collect()
-}
 
 /// `ndv perf write_bw` with `extra` on both sides, A serving B; returns
 /// (client output, server output).
@@ -42,7 +33,7 @@ fn perf_runs_at_the_active_mtu_by_default() {
         assert!(out.contains(" Mtu             : 1024[B]"), "{out}");
         assert!(!out.contains("Requested mtu"), "{out}");
     }
-    let r = bw_rows(&c);
+    let r = rows(&c);
     assert_eq!(r.len(), 1, "{c}");
     assert!(r[0][1] == 300.0 && r[0][3] > 0.0, "{c}");
 }
@@ -56,7 +47,7 @@ fn perf_lowers_a_larger_mtu_to_the_active_one_with_perftests_message() {
         assert!(out.contains(LOWERED), "{out}");
         assert!(out.contains(" Mtu             : 1024[B]"), "{out}");
     }
-    let r = bw_rows(&c);
+    let r = rows(&c);
     assert_eq!(r.len(), 1, "{c}");
     assert!(r[0][1] == 300.0 && r[0][3] > 0.0, "{c}");
 }

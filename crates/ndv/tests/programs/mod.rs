@@ -1,0 +1,80 @@
+//! What the tests of unmodified Debian programs over `ndv run` share: the
+//! skip rule for programs not installed, the two namespaces joined by veth,
+//! `ndv run` and `ndv` commands inside a namespace, and perftest's result
+//! rows.
+#![allow(dead_code)]
+
+use ndverbs_testkit::netns::Netns;
+use ndverbs_testkit::process::Finished;
+use ndverbs_testkit::skip;
+use std::process::Command;
+
+pub const NDV: &str = env!("CARGO_BIN_EXE_ndv");
+
+/// The server's and the client's address on the veth pair.
+pub const A: &str = "10.99.0.1";
+pub const B: &str = "10.99.0.2";
+
+/// Whether the Debian programs are installed (they have no `--version`
+/// to try); otherwise the skip rule.
+#[track_caller]
+pub fn installed(programs: &[&str]) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let missing: Vec<&str> = programs
+        .iter()
+        .copied()
+        .filter(|p| !std::env::split_paths(&path).any(|d| d.join(p).is_file()))
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    skip::skip(format!(
+        "{} not installed (scripts/setup.sh installs ibverbs-utils, rdmacm-utils and perftest)",
+        missing.join(", ")
+    ));
+    false
+}
+
+/// Two namespaces joined by veth (A: server side, B: client side), or
+/// `None` after the skip rule (no root, or the Debian programs missing).
+#[track_caller]
+pub fn veth(programs: &[&str]) -> Option<(Netns, Netns)> {
+    if !installed(programs) {
+        return None;
+    }
+    Netns::veth_pair(&format!("{A}/24"), &format!("{B}/24"))
+}
+
+/// `ndv run -- PROGRAM ARGS` inside `ns`.
+pub fn ndv_run(ns: &Netns, program: &str, args: &[&str]) -> Command {
+    let mut c = ns.command(NDV);
+    c.args(["run", "--", program]).args(args);
+    c
+}
+
+/// `ndv ARGS` inside `ns`.
+pub fn ndv_tool(ns: &Netns, args: &[&str]) -> Command {
+    let mut c = ns.command(NDV);
+    c.args(args);
+    c
+}
+
+/// Both ended well; panics with both outputs otherwise.
+#[track_caller]
+pub fn both_ok(c: &Finished, s: &Finished) -> (String, String) {
+    let (tc, ts) = (c.text(), s.text());
+    assert!(c.ok && s.ok, "client:\n{tc}\nserver:\n{ts}");
+    (tc, ts)
+}
+
+/// The result rows of perftest output (a blank, then a digit), as numbers.
+pub fn rows(out: &str) -> Vec<Vec<f64>> {
+    out.lines()
+        .filter(|l| l.starts_with(' ') && l[1..].starts_with(|c: char| c.is_ascii_digit()))
+        .map(|l| {
+            l.split_whitespace()
+                .map(|w| w.parse().unwrap_or(f64::NAN))
+                .collect()
+        })
+        .collect()
+}

@@ -10,6 +10,7 @@
 #            the unmodified Debian programs run over the C ABI libraries
 #            (ndverbs-cabi) and against ndv's tools
 #   libibverbs-dev  rdma-core's headers, for the C API test of ndverbs-cabi
+#   python3-pyverbs rdma-core's Python binding, run over the C ABI libraries
 set -euo pipefail
 need=()
 command -v tshark >/dev/null 2>&1 || need+=(tshark)
@@ -22,6 +23,7 @@ command -v ibv_rc_pingpong >/dev/null 2>&1 || need+=(ibverbs-utils)
 command -v rping >/dev/null 2>&1 || need+=(rdmacm-utils)
 command -v ib_write_bw >/dev/null 2>&1 || need+=(perftest)
 [ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
+[ -d /usr/lib/python3/dist-packages/pyverbs ] || need+=(python3-pyverbs)
 if ((${#need[@]})); then
     if [ "$(id -u)" != 0 ]; then
         echo "setup: missing ${need[*]}; run as root (apt-get) to install" >&2

@@ -1,6 +1,7 @@
 //! Stand-ins for the vendor libraries `libmlx5.so.1` and `libefa.so.1`.
 //!
-//! perftest, libfabric and UCX link these directly, and everything Debian
+//! perftest, libfabric, UCX and pyverbs (whose mlx5 and efa modules load
+//! whatever the device) link these directly, and everything Debian
 //! builds is bound at load time (`BIND_NOW`), so every symbol they import
 //! must exist with its version even though no ndverbs device is an mlx5 or
 //! EFA device and the calls are never made on their paths. (The real
@@ -84,3 +85,88 @@ pub extern "C" fn mlx5dv_devx_free_uar() {}
 
 #[no_mangle]
 pub extern "C" fn mlx5dv_devx_destroy_event_channel() {}
+
+// What rdma-core 44's Python binding (python3-pyverbs) imports besides:
+null_with_eopnotsupp!(
+    efadv_create_driver_qp,
+    mlx5dv_dr_action_create_dest_ibv_qp,
+    mlx5dv_dr_action_create_dest_table,
+    mlx5dv_dr_action_create_dest_vport,
+    mlx5dv_dr_action_create_drop,
+    mlx5dv_dr_action_create_flow_counter,
+    mlx5dv_dr_action_create_modify_header,
+    mlx5dv_dr_action_create_packet_reformat,
+    mlx5dv_dr_action_create_tag,
+    mlx5dv_dr_domain_create,
+    mlx5dv_dr_matcher_create,
+    mlx5dv_dr_rule_create,
+    mlx5dv_dr_table_create,
+    mlx5dv_alloc_var,
+    mlx5dv_pp_alloc,
+    mlx5dv_dr_action_create_default_miss,
+    mlx5dv_dr_action_create_dest_devx_tir,
+    mlx5dv_dr_action_create_dest_array,
+    mlx5dv_dr_action_create_flow_sampler,
+    mlx5dv_dr_action_create_pop_vlan,
+    mlx5dv_dr_action_create_push_vlan,
+    mlx5dv_sched_leaf_create,
+    mlx5dv_sched_node_create,
+    mlx5dv_devx_umem_reg_ex,
+    mlx5dv_dm_map_op_addr,
+    mlx5dv_dr_action_create_dest_ib_port,
+    mlx5dv_get_vfio_device_list,
+    mlx5dv_devx_alloc_msi_vector,
+    mlx5dv_devx_create_eq,
+    mlx5dv_crypto_login_create,
+    mlx5dv_create_flow,
+    mlx5dv_create_flow_matcher,
+    mlx5dv_create_flow_action_packet_reformat,
+);
+
+eopnotsupp!(
+    mlx5dv_query_device,
+    mlx5dv_dr_action_destroy,
+    mlx5dv_dr_domain_destroy,
+    mlx5dv_dr_domain_sync,
+    mlx5dv_dr_matcher_destroy,
+    mlx5dv_dr_rule_destroy,
+    mlx5dv_dr_table_destroy,
+    mlx5dv_dump_dr_domain,
+    mlx5dv_modify_qp_lag_port,
+    mlx5dv_query_qp_lag_port,
+    mlx5dv_modify_qp_sched_elem,
+    mlx5dv_modify_qp_udp_sport,
+    mlx5dv_sched_leaf_destroy,
+    mlx5dv_sched_leaf_modify,
+    mlx5dv_sched_node_destroy,
+    mlx5dv_sched_node_modify,
+    mlx5dv_reserved_qpn_alloc,
+    mlx5dv_reserved_qpn_dealloc,
+    _mlx5dv_query_port,
+    _mlx5dv_mkey_check,
+    mlx5dv_map_ah_to_qp,
+    mlx5dv_qp_cancel_posted_send_wrs,
+    mlx5dv_crypto_login_query_state,
+    mlx5dv_crypto_logout,
+    mlx5dv_dci_stream_id_reset,
+    mlx5dv_dek_query,
+    mlx5dv_dr_matcher_set_layout,
+    mlx5dv_vfio_get_events_fd,
+    mlx5dv_vfio_process_events,
+    mlx5dv_devx_destroy_eq,
+    mlx5dv_devx_free_msi_vector,
+    mlx5dv_crypto_login_destroy,
+    mlx5dv_crypto_login_query,
+    mlx5dv_get_clock_info,
+    mlx5dv_destroy_flow_matcher,
+    mlx5dv_devx_query_eqn,
+);
+
+#[no_mangle]
+pub extern "C" fn mlx5dv_free_var() {}
+
+#[no_mangle]
+pub extern "C" fn mlx5dv_pp_free() {}
+
+#[no_mangle]
+pub extern "C" fn mlx5dv_dr_domain_allow_duplicate_rules() {}

@@ -90,6 +90,23 @@ fn every_import_of_the_debian_programs_is_defined_with_its_version() {
     }
 }
 
+/// Debian's pyverbs (rdma-core's Python binding) loads its provider
+/// modules (mlx5, efa) whatever the device, so their imports must bind too.
+#[test]
+fn every_import_of_pyverbs_is_defined_with_its_version() {
+    let ours = version_script();
+    let imports: Vec<(String, String)> = testdata("pyverbs44-imports.txt")
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(s, v)| (s.to_string(), v.to_string()))
+        .collect();
+    assert!(imports.len() > 150, "{} imports read", imports.len());
+    for (sym, ver) in &imports {
+        assert_eq!(ours.get(sym), Some(ver), "{sym}@{ver}");
+    }
+}
+
 #[test]
 fn rdma_core_nodes_hold_only_what_rdma_core_puts_there() {
     let rdma_core = rdma_core_exports();

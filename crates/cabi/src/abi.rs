@@ -287,8 +287,11 @@ pub struct ibv_device_attr_ex {
     /// `odp_caps`, `completion_timestamp_mask`, `hca_core_clock`.
     pub _odp_and_clock: [u32; 11],
     pub device_cap_flags_ex: u64,
-    /// `tso_caps` … `phys_port_cnt_ex`.
-    pub _rest: [u8; 112],
+    /// `tso_caps` … `xrc_odp_caps`.
+    pub _caps: [u8; 108],
+    /// The port count when it exceeds `orig_attr.phys_port_cnt`'s byte;
+    /// equal to it otherwise.
+    pub phys_port_cnt_ex: u32,
 }
 
 #[repr(C)]
@@ -651,7 +654,7 @@ mod layout {
     check!(ibv_global_route, 24);
     check!(ibv_port_attr, 52, port_cap_flags2 @ 48);
     check!(ibv_device_attr, 232, node_guid @ 64, max_pkeys @ 224, phys_port_cnt @ 227);
-    check!(ibv_device_attr_ex, 400, comp_mask @ 232, device_cap_flags_ex @ 280);
+    check!(ibv_device_attr_ex, 400, comp_mask @ 232, device_cap_flags_ex @ 280, phys_port_cnt_ex @ 396);
     check!(ibv_async_event, 16);
     check!(ibv_gid_entry, 32);
     check!(ibv_gid, 16);

@@ -435,10 +435,11 @@ unsafe extern "C" fn query_device_ex(
         let orig_attr = device_attr(&ctx.dev.info());
         let ex = ibv_device_attr_ex {
             device_cap_flags_ex: u64::from(orig_attr.device_cap_flags),
+            phys_port_cnt_ex: u32::from(orig_attr.phys_port_cnt),
             orig_attr,
             comp_mask: 0,
             _odp_and_clock: [0; 11],
-            _rest: [0; 112],
+            _caps: [0; 108],
         };
         let n = attr_size.min(std::mem::size_of::<ibv_device_attr_ex>());
         // SAFETY: the caller's struct of attr_size bytes; `n` is no more

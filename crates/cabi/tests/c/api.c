@@ -146,8 +146,9 @@ static void check_devices(void)
 	      da.max_qp_rd_atom >= 1 && da.vendor_id == 0xffffff, "query_device");
 	struct ibv_device_attr_ex dx;
 	CHECK("devices", ibv_query_device_ex(c1, NULL, &dx) == 0 &&
-	      dx.orig_attr.max_cqe == da.max_cqe && dx.odp_caps.general_caps == 0,
-	      "query_device_ex");
+	      dx.orig_attr.max_cqe == da.max_cqe && dx.odp_caps.general_caps == 0 &&
+	      dx.phys_port_cnt_ex == da.phys_port_cnt,
+	      "query_device_ex (phys_port_cnt_ex as phys_port_cnt below 256 ports)");
 	struct ibv_port_attr pa;
 	memset(&pa, 0xff, sizeof pa);
 	CHECK("devices", ibv_query_port(c1, 1, &pa) == 0 && pa.state == IBV_PORT_ACTIVE &&

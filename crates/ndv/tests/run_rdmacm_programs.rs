@@ -560,6 +560,32 @@ fn rping_against_rxe_both_roles() {
     check_pings(&out_g, "ping data: ");
 }
 
+/// `rping -q` (each side's own QP, moved by itself) against rxe's: the
+/// kernel's rdma_cm hands out the attributes on its side, ours on ours.
+#[test]
+fn rping_self_created_qp_against_rxe_both_roles() {
+    let Some(g) = guest(&["rping"]) else { return };
+    let (c, (ok_g, out_g)) = rxe_serves(
+        &g,
+        &format!("rping -s -q -a {GUEST} -p 7423 -C 3 -v"),
+        7423,
+        "rping",
+        &["-c", "-q", "-a", GUEST, "-p", "7423", "-C", "3", "-v", "-V"],
+    );
+    assert!(c.ok && ok_g, "ours:\n{}\nrxe:\n{out_g}", c.text());
+    check_pings(&c.text(), "ping data: ");
+    check_pings(&out_g, "server ping data: ");
+    let (s, (ok_g, out_g)) = we_serve(
+        &g,
+        "rping",
+        &["-s", "-q", "-a", HOST, "-p", "7424", "-C", "3", "-v"],
+        &format!("rping -c -q -a {HOST} -p 7424 -C 3 -v -V"),
+    );
+    assert!(s.ok && ok_g, "ours:\n{}\nrxe:\n{out_g}", s.text());
+    check_pings(&s.text(), "server ping data: ");
+    check_pings(&out_g, "ping data: ");
+}
+
 /// rping from us to rxe, captured by our library (`NDV_PCAP`) and by
 /// tcpdump on the link: both hold the rdma_cm exchange (REQ, REP, RTU,
 /// DREQ, and on the wire the DREP) and the SEND/READ/WRITE traffic with

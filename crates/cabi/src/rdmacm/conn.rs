@@ -422,8 +422,9 @@ fn new_request(
         private_data: req.private_data.clone(),
         responder_resources: req.peer_read_limits.1,
         initiator_depth: req.peer_read_limits.0,
-        retry_count: 7,
-        rnr_retry_count: 7,
+        retry_count: req.qp.retry_cnt,
+        rnr_retry_count: req.qp.rnr_retry,
+        qp_num: req.qp.dest_qpn,
         ..ConnData::default()
     };
     lst.channel.push(Queued {
@@ -474,6 +475,8 @@ fn start_connect(
                         private_data: info.private_data,
                         responder_resources: info.read_limits.0,
                         initiator_depth: info.read_limits.1,
+                        rnr_retry_count: info.qp.rnr_retry,
+                        qp_num: info.qp.dest_qpn,
                         ..ConnData::default()
                     };
                     deliver(&id2, &st, EventType::ConnectResponse, 0, conn, None);
@@ -550,6 +553,8 @@ fn start_connect(
                     private_data: info.private_data,
                     responder_resources: info.read_limits.0,
                     initiator_depth: info.read_limits.1,
+                    rnr_retry_count: info.qp.rnr_retry,
+                    qp_num: info.qp.dest_qpn,
                     ..ConnData::default()
                 };
                 deliver(&id2, &st, EventType::Established, 0, conn, None);

@@ -598,7 +598,8 @@ static void check_ownqp(void)
 	/* The server sets its own QP up from the request, then accepts. */
 	e = expect(ch, RDMA_CM_EVENT_CONNECT_REQUEST, n);
 	srv = e->id;
-	CHECK(n, srv->qp == NULL && srv->verbs, "a request without a QP");
+	CHECK(n, srv->qp == NULL && srv->verbs && e->param.conn.qp_num == c.qp->qp_num,
+	      "a request without a QP, naming the client's");
 	own_qp(&s, srv, n);
 	struct ibv_qp_attr srtr, srts, crtr, crts;
 	own_to_rts(&s, srv, &srtr, &srts, n);
@@ -616,8 +617,9 @@ static void check_ownqp(void)
 	/* The client hears CONNECT_RESPONSE, moves its QP and establishes. */
 	e = expect(ch, RDMA_CM_EVENT_CONNECT_RESPONSE, n);
 	CHECK(n, e->id == cli && e->status == 0 && e->param.conn.private_data &&
-	      memcmp(e->param.conn.private_data, "yours", 6) == 0,
-	      "CONNECT_RESPONSE with the REP's private data");
+	      memcmp(e->param.conn.private_data, "yours", 6) == 0 &&
+	      e->param.conn.qp_num == s.qp->qp_num,
+	      "CONNECT_RESPONSE with the REP's private data and QP number");
 	rdma_ack_cm_event(e);
 	CHECK(n, c.qp->state == IBV_QPS_INIT, "the client's QP untouched");
 	own_to_rts(&c, cli, &crtr, &crts, n);

@@ -137,6 +137,17 @@ pub(crate) fn publish<T: Object>(obj: T) -> (&'static T, *mut T::Public) {
     (obj, p)
 }
 
+/// The public pointers of every live object of kind `T`.
+pub(crate) fn all_of<T: Object>() -> Vec<*mut T::Public> {
+    registry()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|(_, k)| **k == T::KIND)
+        .map(|(p, _)| *p as *mut T::Public)
+        .collect()
+}
+
 /// The live object of kind `T` behind the public pointer `p`, or `EINVAL`
 /// (NULL, never handed out, already destroyed, another kind).
 pub(crate) fn lookup<T: Object>(p: *const T::Public) -> Result<&'static T, c_int> {

@@ -251,7 +251,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
     })
 }
 
-fn ah_attr_of(av: &AddressVector) -> ibv_ah_attr {
+pub(crate) fn ah_attr_of(av: &AddressVector) -> ibv_ah_attr {
     ibv_ah_attr {
         grh: ibv_global_route {
             dgid: ibv_gid { raw: av.dgid },

@@ -101,3 +101,8 @@ fn connect_accept_reject_and_disconnect_with_private_data() {
 fn synchronous_endpoints_without_a_channel() {
     run("sync");
 }
+
+#[test]
+fn application_qp_with_qp_num_init_qp_attr_and_establish() {
+    run("ownqp");
+}

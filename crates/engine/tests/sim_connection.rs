@@ -523,8 +523,8 @@ impl Node {
             return Err(QpError::Gone);
         }
         match op {
-            QpOp::CheckInit if self.qp.state() == QpState::Init => Ok(()),
-            QpOp::CheckInit => Err(QpError::NotInit),
+            QpOp::CheckInit | QpOp::CheckReady if self.qp.state() == QpState::Init => Ok(()),
+            QpOp::CheckInit | QpOp::CheckReady => Err(QpError::NotInit),
             QpOp::ToRts(s) => self.apply_setup(s).map_err(QpError::Refused),
             QpOp::ToError => {
                 self.move_to_error();

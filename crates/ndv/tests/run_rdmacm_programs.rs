@@ -1,5 +1,6 @@
 //! Debian 12's rdma_cm programs, unmodified, over ndverbs through `ndv run`
-//! (the `ndverbs-cabi` libraries, librdmacm included): `rping`, `ucmatose`,
+//! (the `ndverbs-cabi` libraries, librdmacm included): `rping` (also with
+//! `-q`, its own QP moved by itself), `ucmatose`,
 //! `rdma_server`/`rdma_client`, `cmtime` and perftest's eight tests with
 //! `-R` — each against itself between two network namespaces joined by a
 //! veth pair, against ndv's own tools where one speaks its protocol
@@ -172,6 +173,40 @@ fn rping_itself_over_veth_bound_and_wildcard_server() {
     let (tc, ts) = both_ok(&c, &s);
     check_pings(&tc, "ping data: ");
     check_pings(&ts, "server ping data: ");
+}
+
+/// `rping -q`: each side creates its QP with `ibv_create_qp`, names it in
+/// `conn_param->qp_num` and moves it itself with `rdma_init_qp_attr` (the
+/// server before `rdma_accept`, the client on `CONNECT_RESPONSE`, then
+/// `rdma_establish`); against itself, and against a plain rping both ways.
+#[test]
+fn rping_self_created_qp_itself_and_with_a_plain_rping() {
+    let Some((a, b)) = veth(&["rping"]) else {
+        return;
+    };
+    for (port, server_q, client_q) in [
+        ("7408", true, true),
+        ("7409", true, false),
+        ("7410", false, true),
+    ] {
+        let mut server = vec!["-s", "-a", A, "-p", port, "-C", "3", "-v"];
+        let mut client = vec!["-c", "-a", A, "-p", port, "-C", "3", "-v", "-V"];
+        if server_q {
+            server.push("-q");
+        }
+        if client_q {
+            client.push("-q");
+        }
+        let (c, s) = server_then_client(
+            &a,
+            A,
+            &mut ndv_run(&a, "rping", &server),
+            &mut ndv_run(&b, "rping", &client),
+        );
+        let (tc, ts) = both_ok(&c, &s);
+        check_pings(&tc, "ping data: ");
+        check_pings(&ts, "server ping data: ");
+    }
 }
 
 #[test]
@@ -452,6 +487,32 @@ fn rping_against_rxe_both_roles() {
         "rping",
         &["-s", "-a", HOST, "-p", "7412", "-C", "3", "-v"],
         &format!("rping -c -a {HOST} -p 7412 -C 3 -v -V"),
+    );
+    assert!(s.ok && ok_g, "ours:\n{}\nrxe:\n{out_g}", s.text());
+    check_pings(&s.text(), "server ping data: ");
+    check_pings(&out_g, "ping data: ");
+}
+
+/// `rping -q` (each side's own QP, moved by itself) against rxe's: the
+/// kernel's rdma_cm hands out the attributes on its side, ours on ours.
+#[test]
+fn rping_self_created_qp_against_rxe_both_roles() {
+    let Some(g) = guest(&["rping"]) else { return };
+    let (c, (ok_g, out_g)) = rxe_serves(
+        &g,
+        &format!("rping -s -q -a {GUEST} -p 7423 -C 3 -v"),
+        7423,
+        "rping",
+        &["-c", "-q", "-a", GUEST, "-p", "7423", "-C", "3", "-v", "-V"],
+    );
+    assert!(c.ok && ok_g, "ours:\n{}\nrxe:\n{out_g}", c.text());
+    check_pings(&c.text(), "ping data: ");
+    check_pings(&out_g, "server ping data: ");
+    let (s, (ok_g, out_g)) = we_serve(
+        &g,
+        "rping",
+        &["-s", "-q", "-a", HOST, "-p", "7424", "-C", "3", "-v"],
+        &format!("rping -c -q -a {HOST} -p 7424 -C 3 -v -V"),
     );
     assert!(s.ok && ok_g, "ours:\n{}\nrxe:\n{out_g}", s.text());
     check_pings(&s.text(), "server ping data: ");

@@ -18,14 +18,24 @@
 //! a newer QP that took a released one's number.
 //!
 //! The argument and result types ([`ConnectArgs`], [`AcceptArgs`],
-//! [`RequestInfo`], [`ConnectInfo`], [`EpInfo`]) are the connection
-//! manager's (`ndverbs_proto::cm`), one level above its message parameters.
+//! [`RequestInfo`], [`ConnectInfo`], [`EpInfo`], and the [`QpSetup`] a
+//! request or a REP implies) are the connection manager's
+//! (`ndverbs_proto::cm`), one level above its message parameters.
+//!
+//! Accept and CompleteConnect move the QP from INIT to RTR and RTS
+//! themselves. A QP the application already moved to RTR or RTS with the
+//! attributes [`RequestInfo::qp`] or [`ConnectInfo::qp`] report (what
+//! rdma_cm's `rdma_init_qp_attr` hands out when the application brings its
+//! own QP) is left where it is, and the REP or the RTU still goes out; one
+//! moved for another connection (peer QPN or PSNs not the negotiated ones)
+//! fails the request with [`ErrorKind::InvalidState`] before anything is
+//! sent.
 
 use crate::device::Device;
 use crate::error::{Error, ErrorKind, Result};
 use crate::pending::Pending;
 use crate::qp::QpId;
-pub use ndverbs_proto::cm::{AcceptArgs, ConnectArgs, ConnectInfo, EpInfo, RequestInfo};
+pub use ndverbs_proto::cm::{AcceptArgs, ConnectArgs, ConnectInfo, EpInfo, QpSetup, RequestInfo};
 
 /// A connection endpoint. Dropping it destroys it (the CM endpoint ends the
 /// Linux way: REJ, DREQ or DREP as its state demands).

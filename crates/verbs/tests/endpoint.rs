@@ -224,3 +224,73 @@ fn a_request_without_progress_is_woken_by_whoever_runs_the_engine() {
         Poll::Pending => panic!("still pending"),
     }
 }
+
+/// rdma_cm's `qp_num` mode on real QPs: each side moves its QP to RTS
+/// itself with what the request and the REP report; Accept and
+/// CompleteConnect leave it there and still send the REP and the RTU. A QP
+/// moved for another connection is refused before the REP, and the request
+/// is still there for one moved for this one.
+#[test]
+fn qps_moved_by_the_application_connect_and_carry_a_send() {
+    let (a, b) = (side(addr::v4()), side(addr::v4()));
+    let moved = |qp: &Qp, s: &QpSetup| {
+        let c = RcConnection::from(s);
+        for (attr, mask) in [c.rtr(), c.rts()] {
+            qp.modify(&attr, mask).unwrap();
+        }
+    };
+    let l = Endpoint::new(&b.dev).unwrap();
+    l.listen(7503, 4).unwrap();
+    let eb = Endpoint::new(&b.dev).unwrap();
+    let req = l.get_request(&eb).unwrap();
+    let ea = Endpoint::new(&a.dev).unwrap();
+    let rep = ea
+        .connect(&a.qp, kit::connect_args(b.addr(), 7503))
+        .unwrap();
+    let req = ended(req).unwrap();
+    assert_eq!(
+        (req.qp.dest_qpn, req.qp.remote_addr),
+        (a.qp.qpn(), a.addr())
+    );
+
+    // Another connection's PSN: refused, nothing sent.
+    let other = b.pd.create_qp(&QpInitAttr::new(&b.cq, &b.cq)).unwrap();
+    let (init, m) = RcParams::default().init();
+    other.modify(&init, m).unwrap();
+    moved(
+        &other,
+        &QpSetup {
+            rq_psn: req.qp.rq_psn ^ 1,
+            ..req.qp
+        },
+    );
+    let e = ended(eb.accept(&other, accept_args()).unwrap()).unwrap_err();
+    assert_eq!(
+        (e.kind(), e.errno()),
+        (ErrorKind::InvalidState, libc::EINVAL)
+    );
+
+    moved(&b.qp, &req.qp);
+    let rtu = eb.accept(&b.qp, accept_args()).unwrap();
+    assert_eq!(b.qp.state(), QpState::Rts);
+    let info = ended(rep).unwrap();
+    assert_eq!(
+        (info.qp.dest_qpn, info.qp.sq_psn, info.qp.rq_psn),
+        (b.qp.qpn(), req.qp.rq_psn, req.qp.sq_psn)
+    );
+    assert_eq!(
+        a.qp.state(),
+        QpState::Init,
+        "untouched until the application moves it"
+    );
+    moved(&a.qp, &info.qp);
+    ended(ea.complete_connect(&a.qp).unwrap()).unwrap();
+    ended(rtu).unwrap();
+
+    b.qp.post_recv(RecvWr::new(1, b.mr.sge(0, 64))).unwrap();
+    a.qp.post_send(SendWr::new(2, SendOp::Send, a.mr.sge(0, 64)))
+        .unwrap();
+    assert_eq!(kit::wc_ok(&a.cq).wr_id, 2);
+    let wc = kit::wc_ok(&b.cq);
+    assert_eq!((wc.wr_id, wc.byte_len), (1, 64));
+}

@@ -39,6 +39,7 @@ pub enum EventType {
     AddrError = 1,
     RouteResolved = 2,
     ConnectRequest = 4,
+    ConnectResponse = 5,
     ConnectError = 6,
     Unreachable = 7,
     Rejected = 8,

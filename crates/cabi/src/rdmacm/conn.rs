@@ -15,6 +15,7 @@
 //! |---|---|
 //! | a listening endpoint's request | `CONNECT_REQUEST` on a new id (on the listener's channel), private data and the peer's read limits |
 //! | connect: REP, QP in RTS, RTU sent | `ESTABLISHED` with the REP's private data |
+//! | connect with the application's own QP: REP | `CONNECT_RESPONSE` with the REP's private data |
 //! | connect: REJ | `REJECTED`, status = the REJ's reason, its private data; QP to ERR (nobody listening, reason 8: after 2 s of REQs, see [`NO_LISTENER_RETRY`]) |
 //! | connect/accept: timeout | `UNREACHABLE`, status `-ETIMEDOUT` |
 //! | accept: RTU | `ESTABLISHED` |
@@ -24,9 +25,35 @@
 //! A listener bound to a wildcard address listens on every device of its
 //! family; each request's id gets the device it arrived on as `verbs`.
 //!
-//! Not offered: connecting or accepting without a QP on the id (the
-//! application's own QP named by `conn_param->qp_num`, and with it
-//! `CONNECT_RESPONSE` and `rdma_establish`): `EOPNOTSUPP`.
+//! ## The application's own QP
+//!
+//! Without a QP on the id, `rdma_connect` and `rdma_accept` take the QP
+//! `conn_param->qp_num` names: an RC QP the application created on a
+//! context of the id's device with this library's `ibv_create_qp` (any
+//! other number is `EINVAL`; the kernel would not look). As with rdma-core
+//! and the kernel, the application moves that QP itself, with the
+//! attributes `rdma_init_qp_attr` hands out (`qp`):
+//!
+//! - active: `rdma_connect` wants the QP in INIT (the engine checks it
+//!   before the REQ leaves, as for the id's); the REP is reported as
+//!   `CONNECT_RESPONSE` instead of `ESTABLISHED`; the application moves
+//!   the QP to RTR and RTS and calls `rdma_establish`, which sends the RTU
+//!   and returns with the connection up (no event follows). `rdma_establish`
+//!   is `EINVAL` on an id with a QP, before `CONNECT_RESPONSE` and after
+//!   the RTU.
+//! - passive: after `CONNECT_REQUEST` the application moves its QP to RTR
+//!   and RTS (the request fixes our starting PSN) and calls `rdma_accept`,
+//!   which leaves it there and sends the REP; `ESTABLISHED` comes with the
+//!   RTU.
+//!
+//! The endpoint requests take a QP found in RTR or RTS as moved by the
+//! application, if it was moved for this connection (its peer QPN and
+//! PSNs), and fail otherwise before anything is sent (`rdma_establish`
+//! returns `EINVAL`; an accept ends in `CONNECT_ERROR`).
+//! Two differences from the kernel, which never touches such a QP: one
+//! still in INIT at `rdma_accept` or `rdma_establish` is moved to RTS as
+//! the id's would be, and `rdma_disconnect` moves it to ERR (rping `-q`
+//! does so itself first).
 
 use super::abi::*;
 use super::addr;
@@ -70,6 +97,26 @@ const RETRY_GAP: Duration = Duration::from_millis(20);
 /// The QP of `qp` as verbs names it.
 fn qp_id(qp: *mut ibv_qp) -> Result<QpId, c_int> {
     Ok(QpId::from(&lookup::<crate::qp::Qp>(qp)?.qp))
+}
+
+/// The application's QP numbered `qp_num` on device `d` (`conn_param->qp_num`
+/// on an id without a QP): an RC QP this library created on a context of
+/// that device, else `EINVAL`.
+fn app_qp(d: &devices::CmDev, qp_num: u32) -> Result<(QpId, *mut ibv_qp), c_int> {
+    for p in crate::ffi::all_of::<crate::qp::Qp>() {
+        let Ok(q) = lookup::<crate::qp::Qp>(p) else {
+            continue;
+        };
+        // SAFETY: a live QP of ours: its public struct is readable.
+        let (num, ctx, ty) = unsafe { ((*p).qp_num, (*p).context, (*p).qp_type) };
+        if num != qp_num || ty != crate::abi::IBV_QPT_RC {
+            continue;
+        }
+        if lookup::<crate::device::Ctx>(ctx).is_ok_and(|c| std::ptr::eq(c.dev, d.dev)) {
+            return Ok((QpId::from(&q.qp), p));
+        }
+    }
+    Err(libc::EINVAL)
 }
 
 /// Moves the id's QP (if any) to `state`, through the library's own
@@ -356,6 +403,7 @@ fn new_request(
         st.ep = Some(ep);
         st.phase = Phase::Requested;
         st.qp_init_attr = lst.qp_init_attr;
+        st.setup = Some(req.qp);
         let (src, dst) = (st.src, st.dst);
         let rec: *mut ibv_sa_path_rec = &mut *st.path_rec;
         child.with_public(&st, |p| {
@@ -374,8 +422,9 @@ fn new_request(
         private_data: req.private_data.clone(),
         responder_resources: req.peer_read_limits.1,
         initiator_depth: req.peer_read_limits.0,
-        retry_count: 7,
-        rnr_retry_count: 7,
+        retry_count: req.qp.retry_cnt,
+        rnr_retry_count: req.qp.rnr_retry,
+        qp_num: req.qp.dest_qpn,
         ..ConnData::default()
     };
     lst.channel.push(Queued {
@@ -417,7 +466,24 @@ fn start_connect(
                 return;
             }
             match r {
+                Ok(info) if !st.app_qp.is_null() => {
+                    // The application moves its QP and calls
+                    // rdma_establish (which sends the RTU).
+                    st.setup = Some(info.qp);
+                    st.phase = Phase::ConnectResponse;
+                    let conn = ConnData {
+                        private_data: info.private_data,
+                        responder_resources: info.read_limits.0,
+                        initiator_depth: info.read_limits.1,
+                        rnr_retry_count: info.qp.rnr_retry,
+                        qp_num: info.qp.dest_qpn,
+                        ..ConnData::default()
+                    };
+                    deliver(&id2, &st, EventType::ConnectResponse, 0, conn, None);
+                    None
+                }
                 Ok(info) => {
+                    st.setup = Some(info.qp);
                     let next = st
                         .ep
                         .as_ref()
@@ -487,6 +553,8 @@ fn start_connect(
                     private_data: info.private_data,
                     responder_resources: info.read_limits.0,
                     initiator_depth: info.read_limits.1,
+                    rnr_retry_count: info.qp.rnr_retry,
+                    qp_num: info.qp.dest_qpn,
                     ..ConnData::default()
                 };
                 deliver(&id2, &st, EventType::Established, 0, conn, None);
@@ -523,10 +591,12 @@ pub unsafe extern "C" fn rdma_connect(
             if st.phase != Phase::RouteResolved {
                 return Err(libc::EINVAL);
             }
-            if qp.is_null() {
-                return Err(libc::EOPNOTSUPP);
-            }
-            let qpid = qp_id(qp)?;
+            let (qpid, own) = match (qp.is_null(), p, st.dev) {
+                (false, _, _) => (qp_id(qp)?, std::ptr::null_mut()),
+                (true, Some(p), Some(d)) => app_qp(&d, p.qp_num)?,
+                _ => return Err(libc::EINVAL),
+            };
+            st.app_qp = own;
             let max = LIMITS.max_qp_rd_atom;
             let pick = |v: Option<u8>, all: u8| match v {
                 Some(v) if v != all => v,
@@ -573,10 +643,11 @@ pub unsafe extern "C" fn rdma_accept(
             if st.phase != Phase::Requested {
                 return Err(libc::EINVAL);
             }
-            if qp.is_null() {
-                return Err(libc::EOPNOTSUPP);
-            }
-            let qpid = qp_id(qp)?;
+            let (qpid, own) = match (qp.is_null(), p, st.dev) {
+                (false, _, _) => (qp_id(qp)?, std::ptr::null_mut()),
+                (true, Some(p), Some(d)) => app_qp(&d, p.qp_num)?,
+                _ => return Err(libc::EINVAL),
+            };
             let max = LIMITS.max_qp_rd_atom;
             st.initiator_depth = match p.map(|p| p.initiator_depth) {
                 Some(v) if v != RDMA_MAX_INIT_DEPTH => v,
@@ -593,6 +664,7 @@ pub unsafe extern "C" fn rdma_accept(
                 // SAFETY: the caller's private data.
                 private_data: unsafe { private_data(p, REP_PRIVATE) }?,
             };
+            let (rr, depth) = (args.responder_resources, args.initiator_depth);
             let ep = st.ep.as_ref().ok_or(libc::EINVAL)?;
             let pending = ep
                 .accept(qpid, args)
@@ -601,8 +673,17 @@ pub unsafe extern "C" fn rdma_accept(
                     _ => e.errno(),
                 })?
                 .without_progress();
+            // The engine moved a QP it found in INIT (ours or the
+            // application's): `qp->state` says so.
             mirror_state(qp);
+            mirror_state(own);
             st.qp = Some(qpid);
+            st.app_qp = own;
+            // What the REP said: the read limits clamped to the offer.
+            if let Some(s) = st.setup.as_mut() {
+                s.max_dest_rd_atomic = s.max_dest_rd_atomic.min(rr);
+                s.max_rd_atomic = s.max_rd_atomic.min(depth);
+            }
             st.phase = Phase::Accepting;
             let id2 = id.clone();
             watch::spawn(async move {
@@ -726,12 +807,41 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     })
 }
 
-/// Only for connections without a QP on the id, which are not offered.
+/// The active side's last step when the application moves its own QP:
+/// after `CONNECT_RESPONSE` (and the application's moves to RTR and RTS),
+/// sends the RTU. As rdma-core's: `EINVAL` on an id with a QP of its own,
+/// and (the kernel's) before `CONNECT_RESPONSE` or after the RTU. No event
+/// follows; the connection is up when it returns.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
     ret_minus1(|| {
-        id::get(id)?;
-        Err(libc::EINVAL)
+        let id = id::get(id)?;
+        let pending = {
+            let st = id.lock();
+            if !id.with_public(&st, |p| p.qp).is_null() || st.phase != Phase::ConnectResponse {
+                return Err(libc::EINVAL);
+            }
+            let (Some(ep), Some(qp)) = (st.ep.as_ref(), st.qp) else {
+                return Err(libc::EINVAL);
+            };
+            ep.complete_connect(qp)
+                .map_err(|e| e.errno())?
+                .without_progress()
+        };
+        // The QP phase and the RTU run within the call (the endpoint has
+        // nothing else queued); the wait only collects the outcome.
+        let r = pending.wait_timeout(Duration::from_secs(10));
+        let mut st = id.lock();
+        match r {
+            Some(Ok(())) => {
+                mirror_state(st.app_qp);
+                st.phase = Phase::Connected;
+                watch_disconnect(&id, &st);
+                Ok(())
+            }
+            Some(Err(e)) => Err(e.errno()),
+            None => Err(libc::ETIMEDOUT),
+        }
     })
 }
 

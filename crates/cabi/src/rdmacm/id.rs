@@ -16,11 +16,11 @@ use super::abi::*;
 use super::addr::{self, PortSpace};
 use super::channel::{self, ChanInner, Channel, ConnData, Queued};
 use super::devices::{self, CmDev};
-use crate::abi::ibv_qp_init_attr;
+use crate::abi::{ibv_qp, ibv_qp_init_attr};
 use crate::ffi::{self, lookup, ret_minus1, Kind, Object};
 use crate::nic::Nic;
 use libc::{c_int, c_void};
-use ndverbs_verbs::{Endpoint, QpId};
+use ndverbs_verbs::{Endpoint, QpId, QpSetup};
 use std::cell::UnsafeCell;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -36,6 +36,9 @@ pub(crate) enum Phase {
     Listening,
     /// REQ sent, waiting for the REP.
     Connecting,
+    /// The REP arrived for a connection whose QP the application moves
+    /// itself (`CONNECT_RESPONSE` reported): `rdma_establish` comes next.
+    ConnectResponse,
     /// A request handed to the application (passive side), not answered.
     Requested,
     /// REP sent, waiting for the RTU.
@@ -72,6 +75,12 @@ pub(crate) struct State {
     pub(crate) listeners: Vec<Endpoint>,
     /// The QP the connection runs on (the id's, or the application's).
     pub(crate) qp: Option<QpId>,
+    /// The application's own QP (`conn_param->qp_num`), which it moves to
+    /// RTR and RTS itself; NULL when the connection runs on the id's.
+    pub(crate) app_qp: *mut ibv_qp,
+    /// The QP attributes the connection implies, once a request or a REP
+    /// told them (what `rdma_init_qp_attr` reports for RTR and RTS).
+    pub(crate) setup: Option<QpSetup>,
     pub(crate) reuseaddr: bool,
     pub(crate) afonly: bool,
     pub(crate) tos: u8,
@@ -276,6 +285,8 @@ pub(crate) fn create(
         ep: None,
         listeners: Vec::new(),
         qp: None,
+        app_qp: std::ptr::null_mut(),
+        setup: None,
         reuseaddr: false,
         afonly: false,
         tos: 0,

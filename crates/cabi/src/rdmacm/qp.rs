@@ -11,13 +11,18 @@
 //! rights there are what the CM would give a connection (local write,
 //! remote write, read and atomics), since the engine's connection steps
 //! keep INIT's rights.
+//!
+//! `rdma_init_qp_attr` answers as the kernel's CM does, for the id's QP or
+//! for an application's own (`conn`): INIT always, RTR and RTS once a
+//! request or the REP has told what the connection implies.
 
 use super::abi::*;
-use super::id;
+use super::id::{self, Phase};
 use crate::abi::*;
 use crate::cq::{ibv_create_cq, ibv_destroy_cq};
 use crate::ffi::{lookup, ret_minus1};
 use libc::{c_int, c_void};
+use ndverbs_verbs::RcConnection;
 
 const IBV_QP_RQ_PSN: c_int = 1 << 12;
 const IBV_QP_SQ_PSN: c_int = 1 << 16;
@@ -274,9 +279,19 @@ pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
     })
 }
 
-/// What a QP needs for `attr->qp_state`: INIT's attributes always; RTR's
-/// and RTS's once the connection has set them on the id's QP (they are
-/// read back from it).
+/// What a QP needs for `attr->qp_state`, as the kernel's rdma_cm answers
+/// (`cma.c`'s `rdma_init_qp_attr` over `cm.c`'s `ib_cm_init_qp_attr`):
+///
+/// | state | attributes (mask) | when |
+/// |---|---|---|
+/// | INIT | `qp_access_flags`, `pkey_index` 0, `port_num` 1 (+ STATE, ACCESS_FLAGS, PKEY_INDEX, PORT) | always; the rights are none before a connection exists, then remote write, plus remote read and atomics if the connection's responder resources are not 0 |
+/// | RTR | `path_mtu`, `dest_qp_num`, `rq_psn` (our starting PSN), `max_dest_rd_atomic`, `min_rnr_timer` 0, `ah_attr` (the peer's GID, hop limit, traffic class, flow label) (+ STATE, AV, PATH_MTU, DEST_QPN, RQ_PSN, MAX_DEST_RD_ATOMIC, MIN_RNR_TIMER) | once a request (passive) or the REP (active) told them, until the connection ends |
+/// | RTS | `sq_psn` (the peer's starting PSN), `timeout`, `retry_cnt`, `rnr_retry`, `max_rd_atomic` (+ STATE, SQ_PSN, TIMEOUT, RETRY_CNT, RNR_RETRY, MAX_QP_RD_ATOMIC) | as RTR |
+///
+/// Before the request is accepted, the read limits are the peer's offer;
+/// after, what the REP said. Anything else is `EINVAL` (the kernel answers
+/// RTR and RTS before a connection with INIT's attributes, which no move
+/// to RTR takes).
 #[no_mangle]
 pub unsafe extern "C" fn rdma_init_qp_attr(
     id: *mut rdma_cm_id,
@@ -288,60 +303,62 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
         if qp_attr.is_null() || qp_attr_mask.is_null() {
             return Err(libc::EINVAL);
         }
-        let (verbs, qp) = id.with_public(&id.lock(), |p| (p.verbs, p.qp));
+        let st = id.lock();
+        let verbs = id.with_public(&st, |p| p.verbs);
         if verbs.is_null() {
             return Err(libc::EINVAL);
         }
+        let (connected, setup) = match st.phase {
+            Phase::Connecting => (true, None),
+            Phase::Requested | Phase::Accepting | Phase::ConnectResponse | Phase::Connected => {
+                (true, st.setup)
+            }
+            Phase::Disconnected | Phase::Failed => return Err(libc::EINVAL),
+            _ => (false, None),
+        };
         // SAFETY: the caller's attributes (checked non-NULL).
         let a = unsafe { &mut *qp_attr };
-        let mask = match a.qp_state {
-            1 => {
+        let mask = match (a.qp_state, setup) {
+            (1, _) => {
                 a.pkey_index = 0;
                 a.port_num = 1;
-                a.qp_access_flags = CM_ACCESS;
+                let responder = setup.map_or(st.responder_resources, |s| s.max_dest_rd_atomic);
+                a.qp_access_flags = match (connected, responder) {
+                    (false, _) => 0,
+                    (true, 0) => IBV_ACCESS_REMOTE_WRITE,
+                    (true, _) => {
+                        IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
+                    }
+                };
                 IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT
             }
-            s @ (2 | 3) => {
-                if qp.is_null() {
-                    return Err(libc::EINVAL);
-                }
-                // SAFETY: plain C data.
-                let (mut q, mut i): (ibv_qp_attr, ibv_qp_init_attr) = unsafe { std::mem::zeroed() };
-                // SAFETY: the id's QP and our structs.
-                let rc = unsafe { crate::qp::ibv_query_qp(qp, &mut q, 0, &mut i) };
-                if rc != 0 {
-                    return Err(rc);
-                }
-                if q.qp_state < 3 {
-                    return Err(libc::EINVAL);
-                }
-                if s == 2 {
-                    a.path_mtu = q.path_mtu;
-                    a.dest_qp_num = q.dest_qp_num;
-                    a.rq_psn = q.rq_psn;
-                    a.max_dest_rd_atomic = q.max_dest_rd_atomic;
-                    a.min_rnr_timer = q.min_rnr_timer;
-                    a.ah_attr = q.ah_attr;
-                    IBV_QP_STATE
-                        | IBV_QP_AV
-                        | IBV_QP_PATH_MTU
-                        | IBV_QP_DEST_QPN
-                        | IBV_QP_RQ_PSN
-                        | IBV_QP_MAX_DEST_RD_ATOMIC
-                        | IBV_QP_MIN_RNR_TIMER
-                } else {
-                    a.sq_psn = q.sq_psn;
-                    a.timeout = q.timeout;
-                    a.retry_cnt = q.retry_cnt;
-                    a.rnr_retry = q.rnr_retry;
-                    a.max_rd_atomic = q.max_rd_atomic;
-                    IBV_QP_STATE
-                        | IBV_QP_SQ_PSN
-                        | IBV_QP_TIMEOUT
-                        | IBV_QP_RETRY_CNT
-                        | IBV_QP_RNR_RETRY
-                        | IBV_QP_MAX_QP_RD_ATOMIC
-                }
+            (2, Some(s)) => {
+                a.path_mtu = c_int::from(s.path_mtu);
+                a.dest_qp_num = s.dest_qpn;
+                a.rq_psn = s.rq_psn;
+                a.max_dest_rd_atomic = s.max_dest_rd_atomic;
+                a.min_rnr_timer = s.min_rnr_timer;
+                a.ah_attr = crate::qp::ah_attr_of(&RcConnection::from(&s).av);
+                IBV_QP_STATE
+                    | IBV_QP_AV
+                    | IBV_QP_PATH_MTU
+                    | IBV_QP_DEST_QPN
+                    | IBV_QP_RQ_PSN
+                    | IBV_QP_MAX_DEST_RD_ATOMIC
+                    | IBV_QP_MIN_RNR_TIMER
+            }
+            (3, Some(s)) => {
+                a.sq_psn = s.sq_psn;
+                a.timeout = s.timeout;
+                a.retry_cnt = s.retry_cnt;
+                a.rnr_retry = s.rnr_retry;
+                a.max_rd_atomic = s.max_rd_atomic;
+                IBV_QP_STATE
+                    | IBV_QP_SQ_PSN
+                    | IBV_QP_TIMEOUT
+                    | IBV_QP_RETRY_CNT
+                    | IBV_QP_RNR_RETRY
+                    | IBV_QP_MAX_QP_RD_ATOMIC
             }
             _ => return Err(libc::EINVAL),
         };

@@ -6,7 +6,7 @@
  * check prints "ok NAME" or "FAIL NAME: why" and the program exits non-zero
  * on the first failure.
  *
- *   rdmacm CHECK   CHECK: errors, channel, destroy, getaddrinfo, connect, sync
+ *   rdmacm CHECK   CHECK: errors, channel, destroy, getaddrinfo, connect, sync, ownqp
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -463,6 +463,198 @@ static void check_connect(void)
 	printf("ok %s\n", n);
 }
 
+/* An application's own QP (rping -q's way): created with ibv_create_qp on
+ * the id's context and moved to INIT with no rights. */
+struct own {
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	char buf[64];
+	struct ibv_mr *mr;
+};
+
+static void own_qp(struct own *o, struct rdma_cm_id *id, const char *what)
+{
+	o->pd = ibv_alloc_pd(id->verbs);
+	o->cq = o->pd ? ibv_create_cq(id->verbs, 8, NULL, NULL, 0) : NULL;
+	CHECK(what, o->pd && o->cq, "PD and CQ");
+	struct ibv_qp_init_attr ia = { .send_cq = o->cq, .recv_cq = o->cq,
+		.qp_type = IBV_QPT_RC, .cap = { .max_send_wr = 4, .max_recv_wr = 4,
+		.max_send_sge = 1, .max_recv_sge = 1 } };
+	o->qp = ibv_create_qp(o->pd, &ia);
+	CHECK(what, o->qp, "ibv_create_qp");
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = id->port_num };
+	CHECK(what, ibv_modify_qp(o->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				  IBV_QP_ACCESS_FLAGS) == 0, "to INIT");
+	o->mr = ibv_reg_mr(o->pd, o->buf, sizeof o->buf, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(what, o->mr, "ibv_reg_mr");
+}
+
+static void own_free(struct own *o)
+{
+	ibv_dereg_mr(o->mr);
+	ibv_destroy_qp(o->qp);
+	ibv_destroy_cq(o->cq);
+	ibv_dealloc_pd(o->pd);
+}
+
+/* INIT, RTR and RTS from rdma_init_qp_attr, checking the masks. */
+static void own_to_rts(struct own *o, struct rdma_cm_id *id, struct ibv_qp_attr *rtr,
+		       struct ibv_qp_attr *rts, const char *what)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT };
+	int mask;
+	CHECK(what, rdma_init_qp_attr(id, &a, &mask) == 0 &&
+	      mask == (IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT) &&
+	      a.qp_access_flags == (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+				    IBV_ACCESS_REMOTE_ATOMIC), "INIT attributes: access %x",
+	      a.qp_access_flags);
+	CHECK(what, ibv_modify_qp(o->qp, &a, mask) == 0, "INIT to INIT");
+	memset(rtr, 0, sizeof *rtr);
+	rtr->qp_state = IBV_QPS_RTR;
+	CHECK(what, rdma_init_qp_attr(id, rtr, &mask) == 0 &&
+	      mask == (IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+		       IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) &&
+	      rtr->ah_attr.is_global && rtr->ah_attr.grh.hop_limit &&
+	      rtr->path_mtu >= IBV_MTU_256 && rtr->max_dest_rd_atomic == 1,
+	      "RTR attributes: mask %x", mask);
+	CHECK(what, ibv_modify_qp(o->qp, rtr, mask) == 0, "to RTR");
+	memset(rts, 0, sizeof *rts);
+	rts->qp_state = IBV_QPS_RTS;
+	CHECK(what, rdma_init_qp_attr(id, rts, &mask) == 0 &&
+	      mask == (IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+		       IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC) &&
+	      rts->retry_cnt == 7 && rts->rnr_retry == 7 && rts->max_rd_atomic == 1 &&
+	      rts->timeout, "RTS attributes: mask %x", mask);
+	CHECK(what, ibv_modify_qp(o->qp, rts, mask) == 0, "to RTS");
+	CHECK(what, o->qp->state == IBV_QPS_RTS, "in RTS");
+}
+
+/* One SEND from a's QP to b's, polled from their CQs. */
+static void own_send(struct own *a, struct own *b, const char *text, const char *what)
+{
+	struct ibv_sge rs = { (uintptr_t)b->buf, sizeof b->buf, b->mr->lkey };
+	struct ibv_recv_wr rwr = { .wr_id = 2, .sg_list = &rs, .num_sge = 1 }, *rbad;
+	CHECK(what, ibv_post_recv(b->qp, &rwr, &rbad) == 0, "post recv");
+	snprintf(a->buf, sizeof a->buf, "%s", text);
+	struct ibv_sge ss = { (uintptr_t)a->buf, sizeof a->buf, a->mr->lkey };
+	struct ibv_send_wr swr = { .wr_id = 1, .sg_list = &ss, .num_sge = 1,
+		.opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *sbad;
+	CHECK(what, ibv_post_send(a->qp, &swr, &sbad) == 0, "post send");
+	int sent = 0, got = 0;
+	double t0 = now_s();
+	while ((!sent || !got) && now_s() - t0 < 10) {
+		struct ibv_wc wc;
+		if (ibv_poll_cq(a->cq, 1, &wc) == 1) {
+			CHECK(what, wc.status == IBV_WC_SUCCESS && wc.wr_id == 1, "send wc %d",
+			      wc.status);
+			sent = 1;
+		}
+		if (ibv_poll_cq(b->cq, 1, &wc) == 1) {
+			CHECK(what, wc.status == IBV_WC_SUCCESS && wc.wr_id == 2 &&
+			      wc.byte_len == sizeof b->buf, "recv wc %d", wc.status);
+			got = 1;
+		}
+	}
+	CHECK(what, sent && got && strcmp(b->buf, text) == 0, "SEND across (%d %d)", sent, got);
+}
+
+static void check_ownqp(void)
+{
+	const char *n = "ownqp";
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *listen, *cli, *srv;
+	struct rdma_cm_event *e;
+	CHECK(n, ch, "channel");
+	CHECK(n, rdma_create_id(ch, &listen, NULL, RDMA_PS_TCP) == 0, "listen id");
+	struct sockaddr_in at = sin4("127.0.0.1", 7560);
+	CHECK(n, rdma_bind_addr(listen, (struct sockaddr *)&at) == 0, "bind");
+	CHECK(n, rdma_listen(listen, 4) == 0, "listen");
+	CHECK(n, rdma_create_id(ch, &cli, NULL, RDMA_PS_TCP) == 0, "client id");
+	CHECK(n, rdma_resolve_addr(cli, NULL, (struct sockaddr *)&at, 2000) == 0, "resolve");
+	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, n));
+	CHECK(n, rdma_resolve_route(cli, 2000) == 0, "route");
+	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, n));
+	struct own c, s;
+	own_qp(&c, cli, n);
+	/* Before the connection: INIT without rights, nothing for RTR, and
+	 * nothing to establish. */
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT };
+	int mask;
+	CHECK(n, rdma_init_qp_attr(cli, &a, &mask) == 0 && a.qp_access_flags == 0,
+	      "INIT before the connection");
+	a.qp_state = IBV_QPS_RTR;
+	FAILS_WITH(n, rdma_init_qp_attr(cli, &a, &mask), EINVAL);
+	FAILS_WITH(n, rdma_establish(cli), EINVAL);
+	/* A qp_num that is no QP of ours; no conn_param at all. */
+	struct rdma_conn_param cp = { .private_data = "own", .private_data_len = 4,
+		.responder_resources = 1, .initiator_depth = 1, .retry_count = 7,
+		.rnr_retry_count = 7, .qp_num = c.qp->qp_num ^ 0x800000 };
+	FAILS_WITH(n, rdma_connect(cli, &cp), EINVAL);
+	FAILS_WITH(n, rdma_connect(cli, NULL), EINVAL);
+	cp.qp_num = c.qp->qp_num;
+	CHECK(n, rdma_connect(cli, &cp) == 0, "connect with qp_num");
+	FAILS_WITH(n, rdma_establish(cli), EINVAL);
+	/* The server sets its own QP up from the request, then accepts. */
+	e = expect(ch, RDMA_CM_EVENT_CONNECT_REQUEST, n);
+	srv = e->id;
+	CHECK(n, srv->qp == NULL && srv->verbs && e->param.conn.qp_num == c.qp->qp_num,
+	      "a request without a QP, naming the client's");
+	own_qp(&s, srv, n);
+	struct ibv_qp_attr srtr, srts, crtr, crts;
+	own_to_rts(&s, srv, &srtr, &srts, n);
+	CHECK(n, srtr.dest_qp_num == c.qp->qp_num, "the server's peer is the client's QP");
+	struct rdma_conn_param ap = { .private_data = "yours", .private_data_len = 6,
+		.responder_resources = 1, .initiator_depth = 1, .rnr_retry_count = 7,
+		.qp_num = 0xabcdef };
+	if (ap.qp_num == s.qp->qp_num)
+		ap.qp_num ^= 1;
+	FAILS_WITH(n, rdma_accept(srv, &ap), EINVAL);
+	ap.qp_num = s.qp->qp_num;
+	CHECK(n, rdma_accept(srv, &ap) == 0, "accept with qp_num");
+	CHECK(n, s.qp->state == IBV_QPS_RTS, "the server's QP stays as it moved it");
+	rdma_ack_cm_event(e);
+	/* The client hears CONNECT_RESPONSE, moves its QP and establishes. */
+	e = expect(ch, RDMA_CM_EVENT_CONNECT_RESPONSE, n);
+	CHECK(n, e->id == cli && e->status == 0 && e->param.conn.private_data &&
+	      memcmp(e->param.conn.private_data, "yours", 6) == 0 &&
+	      e->param.conn.qp_num == s.qp->qp_num,
+	      "CONNECT_RESPONSE with the REP's private data and QP number");
+	rdma_ack_cm_event(e);
+	CHECK(n, c.qp->state == IBV_QPS_INIT, "the client's QP untouched");
+	own_to_rts(&c, cli, &crtr, &crts, n);
+	CHECK(n, crtr.dest_qp_num == s.qp->qp_num && crts.sq_psn == srtr.rq_psn &&
+	      srts.sq_psn == crtr.rq_psn, "each side sends from the PSN the other expects");
+	CHECK(n, rdma_establish(cli) == 0, "rdma_establish");
+	FAILS_WITH(n, rdma_establish(cli), EINVAL);
+	e = expect(ch, RDMA_CM_EVENT_ESTABLISHED, n);
+	CHECK(n, e->id == srv, "the server is established by the RTU");
+	rdma_ack_cm_event(e);
+	own_send(&c, &s, "client to server", n);
+	own_send(&s, &c, "server to client", n);
+	/* rping -q's disconnect: its QP to ERR, then rdma_disconnect. */
+	a.qp_state = IBV_QPS_ERR;
+	CHECK(n, ibv_modify_qp(c.qp, &a, IBV_QP_STATE) == 0, "client QP to ERR");
+	CHECK(n, rdma_disconnect(cli) == 0, "disconnect");
+	int cli_down = 0, srv_down = 0;
+	while (!cli_down || !srv_down) {
+		e = expect(ch, RDMA_CM_EVENT_DISCONNECTED, n);
+		if (e->id == cli)
+			cli_down++;
+		else if (e->id == srv) {
+			srv_down++;
+			CHECK(n, rdma_disconnect(srv) == 0, "the passive side's disconnect");
+		}
+		rdma_ack_cm_event(e);
+	}
+	own_free(&c);
+	own_free(&s);
+	CHECK(n, rdma_destroy_id(cli) == 0 && rdma_destroy_id(srv) == 0 &&
+	      rdma_destroy_id(listen) == 0, "destroy");
+	rdma_destroy_event_channel(ch);
+	printf("ok %s\n", n);
+}
+
 /* The synchronous API (rdma_server/rdma_client's): no channel. */
 static struct rdma_addrinfo *passive_res;
 
@@ -550,6 +742,8 @@ int main(int argc, char **argv)
 		check_connect();
 	else if (strcmp(argv[1], "sync") == 0)
 		check_sync();
+	else if (strcmp(argv[1], "ownqp") == 0)
+		check_ownqp();
 	else
 		return 2;
 	return 0;

@@ -36,7 +36,18 @@ pub enum QpOp {
     /// it on from there): any other state would fail only after the CM
     /// exchange began, leaving the peer waiting for a REP that never comes.
     CheckInit,
-    /// INIT → RTR → RTS with what the CM negotiated.
+    /// Accept's check: is the QP in INIT, or already past it (RTR, RTS:
+    /// the application moved it itself, see [`QpOp::ToRts`])?
+    CheckReady,
+    /// INIT → RTR → RTS with what the CM negotiated. A QP the application
+    /// already moved to RTR or RTS itself (rdma_cm's `conn_param->qp_num`
+    /// mode, with the attributes [`ConnectInfo::qp`] or
+    /// [`RequestInfo::qp`] gave it) is left where it is, provided it was
+    /// moved for this connection: its peer QPN and receive PSN (and in RTS
+    /// its send PSN) are the negotiated ones, else
+    /// [`QpError::OtherConnection`]. The rest (MTU, read limits, timeouts)
+    /// is the application's choice, as with Linux, which never touches
+    /// such a QP.
     ToRts(QpSetup),
     /// To ERR, which flushes every outstanding work request.
     ToError,
@@ -52,6 +63,9 @@ pub enum QpError {
     NotInit,
     /// The QP refused the transition.
     Refused(ModifyError),
+    /// [`QpOp::ToRts`]: the application moved the QP past INIT for another
+    /// connection (peer QPN or PSNs differ from the negotiated ones).
+    OtherConnection,
 }
 
 /// How a request ended, typed by what it returns.
@@ -132,7 +146,9 @@ pub(crate) enum State {
     /// Active: the REP arrived; CompleteConnect (or Reject) comes next.
     RepReceived { cm: EndpointId, setup: QpSetup },
     /// Passive: a connection request was handed over; Accept or Reject.
-    RequestReceived { cm: EndpointId },
+    /// `psn` is our starting PSN, chosen when the request was handed over
+    /// (the application may set its QP up with it before accepting).
+    RequestReceived { cm: EndpointId, psn: u32 },
     /// Passive: the REP is out; the Accept waits for the RTU.
     Accepting { cm: EndpointId, setup: QpSetup },
     /// Connected.
@@ -160,7 +176,7 @@ impl State {
             State::Idle | State::Listening(_) => None,
             State::Connecting { cm }
             | State::RepReceived { cm, .. }
-            | State::RequestReceived { cm }
+            | State::RequestReceived { cm, .. }
             | State::Accepting { cm, .. }
             | State::Connected { cm, .. }
             | State::Broken { cm, .. }
@@ -730,6 +746,9 @@ impl Endpoints {
         new_ep: u32,
         req: &ConnectRequest,
     ) -> Option<RequestInfo> {
+        self.eps.get(&new_ep)?;
+        let psn = self.keys.psn();
+        let qp = cm.request_qp_setup(req.endpoint, psn).ok()?;
         let e = self.eps.get_mut(&new_ep)?;
         let peer_port = req.cma.map_or(0, |h| h.src_port);
         let info = RequestInfo {
@@ -739,8 +758,12 @@ impl Endpoints {
             service_id: req.service_id,
             private_data: req.peer.private_data.clone(),
             peer_read_limits: (req.peer.responder_resources, req.peer.initiator_depth),
+            qp,
         };
-        e.state = State::RequestReceived { cm: req.endpoint };
+        e.state = State::RequestReceived {
+            cm: req.endpoint,
+            psn,
+        };
         // The port listened on, from rdma_cm's service ID.
         e.local_port = cma::split_service_id(req.service_id).map_or(0, |(_, port)| port);
         e.info.peer = Some(req.peer.addr);
@@ -786,5 +809,6 @@ pub(crate) fn connect_info(private_data: &[u8], qp: &QpSetup) -> ConnectInfo {
     ConnectInfo {
         private_data: private_data.to_vec(),
         read_limits: (qp.max_dest_rd_atomic, qp.max_rd_atomic),
+        qp: *qp,
     }
 }

@@ -11,7 +11,20 @@
 //! |---|---|
 //! | Connect | QP: is it in INIT? CM: send REQ, park until REP / REJ / timeout |
 //! | CompleteConnect | QP: INIT → RTR → RTS from the REP; CM: send RTU |
-//! | Accept | QP: is it in INIT? INIT → RTR → RTS; CM: send REP, park until RTU / REJ / timeout |
+//! | Accept | QP: is it in INIT (or moved on by the application)? INIT → RTR → RTS; CM: send REP, park until RTU / REJ / timeout |
+//!
+//! **A QP the application moves itself.** rdma_cm lets an application
+//! bring its own QP and move it to RTR and RTS itself, with the attributes
+//! the request ([`RequestInfo::qp`], our starting PSN chosen when the
+//! request is handed over) or the REP ([`ConnectInfo::qp`]) imply, before
+//! it accepts or completes the connection. CompleteConnect and Accept take
+//! such a QP as it is: a QP found in RTR or RTS is not moved, provided it
+//! was moved for this connection — its peer QPN and receive PSN (and, in
+//! RTS, its send PSN) are the negotiated ones; the rest (MTU, read limits,
+//! timeouts) is the application's choice, as under Linux, whose CM never
+//! touches such a QP. One moved for another connection fails the request
+//! ([`EpError::InvalidState`]) before the REP or the RTU goes out. A QP in
+//! INIT is moved as always; Connect still wants INIT.
 //! | Disconnect | CM: DREQ (park until DREP / DREQ timeout) or DREP (done at once), nothing after the peer's REJ; QP: → ERR, which flushes every outstanding work request; its QPN stays reserved through time-wait |
 //!
 //! NotifyDisconnect does not queue: it parks until a DREQ arrives (and never

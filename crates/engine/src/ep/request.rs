@@ -144,6 +144,9 @@ impl QpError {
             QpError::Gone => EpError::NoQp(qpn),
             QpError::NotInit => EpError::InvalidState("the QP is not in INIT"),
             QpError::Refused(e) => EpError::Modify(e),
+            QpError::OtherConnection => {
+                EpError::InvalidState("the QP was moved for another connection")
+            }
         }
     }
 }
@@ -246,7 +249,7 @@ impl Endpoints {
                 }
                 *phase = AcceptPhase::CheckingQp;
                 let span = req.span.clone();
-                self.qp_op(&req, QpOp::CheckInit, span);
+                self.qp_op(&req, QpOp::CheckReady, span);
                 Step::Wait(req)
             }
             Job::Disconnect(DisconnectPhase::Queued) => {
@@ -409,11 +412,13 @@ impl Endpoints {
                 if let Err(e) = result {
                     return self.fail(req, e);
                 }
-                let Some(cm_id) = self.eps.get(&ep).and_then(|e| e.state.cm()) else {
+                let Some((cm_id, psn)) = self.eps.get(&ep).and_then(|e| match e.state {
+                    State::RequestReceived { cm, psn } => Some((cm, psn)),
+                    _ => None,
+                }) else {
                     let e = EpError::InvalidState("Accept without a connection request");
                     return self.fail(req, e);
                 };
-                let psn = self.keys.psn();
                 let mut a = AcceptParams::new(qpn, psn);
                 a.responder_resources = args.responder_resources;
                 a.initiator_depth = args.initiator_depth;

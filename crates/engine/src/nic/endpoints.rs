@@ -4,8 +4,8 @@
 
 use super::{Core, Nic};
 use crate::ep::{
-    AcceptArgs, Action, ConnectArgs, ConnectInfo, EpInfo, EpPending, QpError, QpIdent, QpOp,
-    Refused, RequestInfo,
+    AcceptArgs, Action, ConnectArgs, ConnectInfo, EpInfo, EpPending, Outcome, QpError, QpIdent,
+    QpOp, Refused, RequestInfo,
 };
 use crate::error::EngineError;
 use ndverbs_proto::cm::{CmEvent, QpSetup};
@@ -30,7 +30,17 @@ impl Core {
                         .machine
                         .handle_qp_result(now, &mut self.cm, request, r);
                 }
-                Action::Complete { request, outcome } => {
+                Action::Complete {
+                    request,
+                    mut outcome,
+                } => {
+                    // What the application moves its own QP with names a
+                    // path MTU this port carries, as `qp_to_rts` uses.
+                    match &mut outcome {
+                        Outcome::Connect(Ok(i)) => self.lower_mtu(&mut i.qp),
+                        Outcome::Request(Ok(i)) => self.lower_mtu(&mut i.qp),
+                        _ => {}
+                    }
                     self.eps
                         .waiters
                         .complete(request, outcome, &mut self.deliveries.later)
@@ -64,16 +74,47 @@ impl Core {
                 Some(e) if e.qp.state() == QpState::Init => Ok(()),
                 Some(_) => Err(QpError::NotInit),
             },
+            QpOp::CheckReady => match self.tables.qp_ident(qp) {
+                None => Err(QpError::Gone),
+                Some(e) if matches!(e.qp.state(), QpState::Init | QpState::Rtr | QpState::Rts) => {
+                    Ok(())
+                }
+                Some(_) => Err(QpError::NotInit),
+            },
             QpOp::ToRts(s) => self.qp_to_rts(qp, &s),
             QpOp::ToError => self.qp_to_error(qp),
         }
     }
 
-    /// Applies what the CM negotiated to QP `qp`: INIT → RTR → RTS.
+    /// Lowers a negotiated path MTU to what this port carries: a REQ may
+    /// carry a larger one than ours (the peer's link is wider), and the
+    /// path is what both ends can carry.
+    fn lower_mtu(&self, s: &mut QpSetup) {
+        let ours = self.active_mtu as u8;
+        if s.path_mtu > ours {
+            s.path_mtu = ours;
+        }
+    }
+
+    /// Applies what the CM negotiated to QP `qp`: INIT → RTR → RTS. A QP
+    /// the application already moved to RTR or RTS itself stays where it
+    /// is, if it was moved for this connection ([`QpOp::ToRts`]).
     fn qp_to_rts(&mut self, qp: QpIdent, s: &QpSetup) -> Result<(), QpError> {
         let Some(e) = self.tables.qp_ident(qp) else {
             return Err(QpError::Gone);
         };
+        let state = e.qp.state();
+        if matches!(state, QpState::Rtr | QpState::Rts) {
+            let a = e.qp.query();
+            let same = a.dest_qp_num == s.dest_qpn
+                && a.rq_psn == s.rq_psn
+                && (state == QpState::Rtr || a.sq_psn == s.sq_psn);
+            if !same {
+                return Err(QpError::OtherConnection);
+            }
+            e.peer = Some(s.remote_addr);
+            return Ok(());
+        }
         // The QP arrives in INIT, where the application set its access
         // rights: only RTR's and RTS's own attributes change.
         let mut c = RcConnection::from(s);

@@ -315,6 +315,18 @@ impl CmAgent {
         self.accept_checks(id, a).map(|(qp, _, _)| qp)
     }
 
+    /// The QP attributes a connection request implies before it is
+    /// accepted, with our QP starting at `starting_psn`: the read limits
+    /// are the peer's offer (its initiator depth is our responder
+    /// resources, its responder resources our initiator depth), as Linux's
+    /// CM reports them for a request not yet answered.
+    pub fn request_qp_setup(&self, id: EndpointId, starting_psn: u32) -> Result<QpSetup, CmError> {
+        let mut a = AcceptParams::new(2, starting_psn);
+        a.responder_resources = u8::MAX;
+        a.initiator_depth = u8::MAX;
+        self.accept_qp_setup(id, &a)
+    }
+
     /// Passive: sends the REP (read limits clamped to the peer's offer) and
     /// retransmits it until RTU ([`Established`](CmEvent::Established)),
     /// REJ or [`AcceptTimeout`](CmEvent::AcceptTimeout).

@@ -7,7 +7,7 @@
 //! it separately, and the endpoint never holds it). The engine's endpoint
 //! requests take them; the verbs and ND surfaces hand them to applications.
 
-use super::CmState;
+use super::{CmState, QpSetup};
 use crate::rc::PathMtu;
 use std::net::IpAddr;
 
@@ -147,7 +147,13 @@ impl Default for AcceptArgs {
 ///     // (inbound, outbound): what the peer may READ from us, and we from it.
 ///     info.read_limits.1
 /// }
-/// let info = ConnectInfo { private_data: b"token=42".to_vec(), read_limits: (1, 2) };
+/// # fn setup() -> ndverbs_proto::cm::QpSetup {
+/// #     ndverbs_proto::cm::QpSetup { remote_addr: "10.0.0.2".parse().unwrap(), dest_qpn: 0x22,
+/// #         rq_psn: 1, sq_psn: 2, path_mtu: 3, max_rd_atomic: 2, max_dest_rd_atomic: 1,
+/// #         retry_cnt: 7, rnr_retry: 7, min_rnr_timer: 0, timeout: 14, flow_label: 0,
+/// #         hop_limit: 64, traffic_class: 0 }
+/// # }
+/// let info = ConnectInfo { private_data: b"token=42".to_vec(), read_limits: (1, 2), qp: setup() };
 /// assert_eq!(reads_in_flight(&info), 2);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,6 +162,10 @@ pub struct ConnectInfo {
     pub private_data: Vec<u8>,
     /// Negotiated READ/atomic limits: (inbound, outbound).
     pub read_limits: (u8, u8),
+    /// The QP attributes the connection implies (what CompleteConnect moves
+    /// the QP to RTR and RTS with; an application that moves the QP itself
+    /// uses these, as rdma_cm's `rdma_init_qp_attr` hands them out).
+    pub qp: QpSetup,
 }
 
 /// A connection request handed to the application.
@@ -175,6 +185,10 @@ pub struct ConnectInfo {
 ///     service_id: (0x0106 << 16) | 7471,
 ///     private_data: b"hello".to_vec(),
 ///     peer_read_limits: (1, 1),
+///     qp: ndverbs_proto::cm::QpSetup { remote_addr: "10.0.0.1".parse().unwrap(), dest_qpn: 0x11,
+///         rq_psn: 2, sq_psn: 1, path_mtu: 3, max_rd_atomic: 1, max_dest_rd_atomic: 1,
+///         retry_cnt: 7, rnr_retry: 7, min_rnr_timer: 0, timeout: 14, flow_label: 0,
+///         hop_limit: 64, traffic_class: 0 },
 /// };
 /// assert!(welcome(&req));
 /// ```
@@ -192,6 +206,13 @@ pub struct RequestInfo {
     pub private_data: Vec<u8>,
     /// The peer's (responder resources, initiator depth).
     pub peer_read_limits: (u8, u8),
+    /// The QP attributes the request implies before it is accepted: our
+    /// starting PSN (chosen now; the Accept's REP carries it), the peer's
+    /// QPN, PSN, path and retry counts, and the read limits the peer
+    /// offered (an Accept may lower them). An application that moves its QP
+    /// to RTS itself before accepting uses these (rdma_cm's
+    /// `rdma_init_qp_attr` on a request).
+    pub qp: QpSetup,
 }
 
 /// What an endpoint knows about itself.

@@ -191,7 +191,9 @@ fn request_phases_refuse_what_does_not_fit() {
     let qa2 = p.a.qp();
     p.a.connect(ea, qa2, p.b.ip()).unwrap();
     p.pump();
-    p.b.qps.insert(qb, QpState::Rtr);
+    // (RTR and RTS are taken: the application may have moved it itself,
+    // see `qps_the_application_moved_itself_are_left_in_rts`.)
+    p.b.qps.insert(qb, QpState::Err);
     let accept = p.b.accept(eb, qb).unwrap();
     assert_eq!(
         p.b.result(accept),
@@ -352,4 +354,72 @@ fn waiting_get_requests_are_served_in_the_order_they_were_made() {
         (p.b.state_name(e1), p.b.state_name(e2)),
         ("RequestReceived".into(), "RequestReceived".into())
     );
+}
+
+/// rdma_cm's `qp_num` mode: each side moves its QP to RTS itself with the
+/// attributes the request (B) and the REP (A) report; Accept and
+/// CompleteConnect leave such a QP where it is and still send the REP and
+/// the RTU. The PSN B's request reports is the one its REP carries.
+#[test]
+fn qps_the_application_moved_itself_are_left_in_rts() {
+    let (mut p, c, connect) = Pair::requested();
+    let req = p.b.request_result(c.get).unwrap().unwrap();
+    assert_eq!((req.qp.dest_qpn, req.qp.remote_addr), (c.qa.qpn, p.a.ip()));
+    assert_eq!(
+        (req.qp.max_dest_rd_atomic, req.qp.max_rd_atomic),
+        (2, 4),
+        "before the Accept, the read limits are the peer's offer"
+    );
+    p.b.move_to_rts(c.qb, &req.qp);
+    let accept = p.b.accept(c.eb, c.qb).unwrap();
+    assert_eq!(p.b.ops_on(c.qb), [Op::CheckInit, Op::ToRts]);
+    assert_eq!(p.b.state_name(c.eb), "Accepting");
+    p.pump();
+    let info = p.a.connect_result(connect).unwrap().unwrap();
+    assert_eq!(
+        (info.qp.dest_qpn, info.qp.sq_psn, info.qp.rq_psn),
+        (c.qb.qpn, req.qp.rq_psn, req.qp.sq_psn),
+        "each side's send PSN is the other's receive PSN"
+    );
+    p.a.move_to_rts(c.qa, &info.qp);
+    let complete = p.a.complete_connect(c.ea, c.qa).unwrap();
+    p.pump();
+    assert_eq!(p.a.result(complete), Some(Ok(())));
+    assert_eq!(p.b.result(accept), Some(Ok(())));
+    assert_eq!(p.states(&c), ["Connected", "Connected"]);
+    assert_eq!(
+        (p.sent(Who::A), p.sent(Who::B)),
+        (vec![REQ, RTU], vec![REP])
+    );
+}
+
+/// A QP moved to RTS for another connection is refused before the REP
+/// leaves (Accept) or the RTU does (CompleteConnect).
+#[test]
+fn a_qp_moved_for_another_connection_is_refused() {
+    let (mut p, c, _connect) = Pair::requested();
+    let mut req = p.b.request_result(c.get).unwrap().unwrap();
+    req.qp.rq_psn ^= 1;
+    p.b.move_to_rts(c.qb, &req.qp);
+    let accept = p.b.accept(c.eb, c.qb).unwrap();
+    p.pump();
+    assert!(matches!(
+        p.b.result(accept),
+        Some(Err(EpError::InvalidState(_)))
+    ));
+    assert_eq!(p.sent(Who::B), Vec::<u16>::new(), "no REP");
+
+    let (mut p, c, connect) = Pair::requested();
+    p.b.accept(c.eb, c.qb).unwrap();
+    p.pump();
+    let mut info = p.a.connect_result(connect).unwrap().unwrap();
+    info.qp.dest_qpn ^= 1;
+    p.a.move_to_rts(c.qa, &info.qp);
+    let complete = p.a.complete_connect(c.ea, c.qa).unwrap();
+    p.pump();
+    assert!(matches!(
+        p.a.result(complete),
+        Some(Err(EpError::InvalidState(_)))
+    ));
+    assert_eq!(p.sent(Who::A), vec![REQ], "no RTU");
 }

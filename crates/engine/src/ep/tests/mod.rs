@@ -41,7 +41,7 @@ pub(super) enum Op {
 impl Op {
     fn of(op: &QpOp) -> Op {
         match op {
-            QpOp::CheckInit => Op::CheckInit,
+            QpOp::CheckInit | QpOp::CheckReady => Op::CheckInit,
             QpOp::ToRts(_) => Op::ToRts,
             QpOp::ToError => Op::ToError,
         }
@@ -68,6 +68,9 @@ pub(super) struct Side {
     /// Destroy this QP just before the machine's next operation of this
     /// kind on it (the application released it between phases).
     pub vanish: Option<(QpIdent, Op)>,
+    /// QPs the application moved past INIT itself: (peer QPN, receive
+    /// PSN, send PSN).
+    pub moved: BTreeMap<QpIdent, (u32, u32, u32)>,
 }
 
 impl Side {
@@ -88,6 +91,7 @@ impl Side {
             done: BTreeMap::new(),
             ops: Vec::new(),
             vanish: None,
+            moved: BTreeMap::new(),
         }
     }
 
@@ -110,6 +114,13 @@ impl Side {
         };
         self.qps.insert(id, QpState::Init);
         id
+    }
+
+    /// The application moves QP `qp` to RTS itself with `s`'s attributes
+    /// (rdma_cm's `qp_num` mode).
+    pub fn move_to_rts(&mut self, qp: QpIdent, s: &ndverbs_proto::cm::QpSetup) {
+        self.qps.insert(qp, QpState::Rts);
+        self.moved.insert(qp, (s.dest_qpn, s.rq_psn, s.sq_psn));
     }
 
     /// The application releases QP `qp` and creates a new one, which gets
@@ -173,6 +184,21 @@ impl Side {
         match op {
             QpOp::CheckInit if *state == QpState::Init => Ok(()),
             QpOp::CheckInit => Err(QpError::NotInit),
+            QpOp::CheckReady if matches!(*state, QpState::Init | QpState::Rtr | QpState::Rts) => {
+                Ok(())
+            }
+            QpOp::CheckReady => Err(QpError::NotInit),
+            QpOp::ToRts(s) if matches!(*state, QpState::Rtr | QpState::Rts) => {
+                let rts = *state == QpState::Rts;
+                match self.moved.get(&qp) {
+                    Some(&(qpn, rq, sq))
+                        if (qpn, rq) == (s.dest_qpn, s.rq_psn) && (!rts || sq == s.sq_psn) =>
+                    {
+                        Ok(())
+                    }
+                    _ => Err(QpError::OtherConnection),
+                }
+            }
             QpOp::ToRts(_) if *state == QpState::Init => {
                 *state = QpState::Rts;
                 Ok(())

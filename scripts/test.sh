@@ -11,7 +11,12 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 # Every combination of the optional layers (faults, capture) builds.
 scripts/features.sh
-# Every published crate packages and builds from its package alone.
+# Every published crate packages and builds from its package alone. Cargo
+# unpacks the packages it verifies into its registry cache by name and
+# version and never refreshes a version it has unpacked: ours are dropped
+# first, or a rerun would verify against an earlier run's sources.
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+rm -rf "$cargo_home"/registry/src/*/ndverbs-* "$cargo_home"/registry/src/*/ndv-0.*
 cargo package --workspace --exclude ndverbs-testkit --allow-dirty --quiet
 # One Linux Soft-RoCE guest for the whole run (interop tests skip loudly
 # without it, and fail under CI=true).

@@ -146,6 +146,27 @@ fn mirror_state(qp: *mut ibv_qp) {
     unsafe { crate::qp::ibv_query_qp(qp, &mut a, IBV_QP_STATE, &mut i) };
 }
 
+/// The QP a connect (in `RouteResolved`) or an accept (in `Requested`)
+/// moves: the id's own (`qp`, from `rdma_create_qp`) or, with none, the
+/// application's QP `conn_param->qp_num` names (also returned as its
+/// `ibv_qp`, else NULL). `conn_param` and the id's phase are checked first.
+fn qp_to_move(
+    qp: *mut ibv_qp,
+    p: Option<&rdma_conn_param>,
+    st: &State,
+    phase: Phase,
+) -> Result<(QpId, *mut ibv_qp), c_int> {
+    valid_param(!qp.is_null(), p)?;
+    if st.phase != phase {
+        return Err(libc::EINVAL);
+    }
+    match (qp.is_null(), p, st.dev) {
+        (false, _, _) => Ok((qp_id(qp)?, std::ptr::null_mut())),
+        (true, Some(p), Some(d)) => app_qp(&d, p.qp_num),
+        _ => Err(libc::EINVAL),
+    }
+}
+
 /// `conn_param` checks rdma-core's `ucma_valid_param` makes.
 fn valid_param(has_qp: bool, p: Option<&rdma_conn_param>) -> Result<(), c_int> {
     let max = LIMITS.max_qp_rd_atom;
@@ -587,15 +608,7 @@ pub unsafe extern "C" fn rdma_connect(
         {
             let mut st = id.lock();
             let qp = id.with_public(&st, |p| p.qp);
-            valid_param(!qp.is_null(), p)?;
-            if st.phase != Phase::RouteResolved {
-                return Err(libc::EINVAL);
-            }
-            let (qpid, own) = match (qp.is_null(), p, st.dev) {
-                (false, _, _) => (qp_id(qp)?, std::ptr::null_mut()),
-                (true, Some(p), Some(d)) => app_qp(&d, p.qp_num)?,
-                _ => return Err(libc::EINVAL),
-            };
+            let (qpid, own) = qp_to_move(qp, p, &st, Phase::RouteResolved)?;
             st.app_qp = own;
             let max = LIMITS.max_qp_rd_atom;
             let pick = |v: Option<u8>, all: u8| match v {
@@ -639,15 +652,7 @@ pub unsafe extern "C" fn rdma_accept(
         {
             let mut st = id.lock();
             let qp = id.with_public(&st, |p| p.qp);
-            valid_param(!qp.is_null(), p)?;
-            if st.phase != Phase::Requested {
-                return Err(libc::EINVAL);
-            }
-            let (qpid, own) = match (qp.is_null(), p, st.dev) {
-                (false, _, _) => (qp_id(qp)?, std::ptr::null_mut()),
-                (true, Some(p), Some(d)) => app_qp(&d, p.qp_num)?,
-                _ => return Err(libc::EINVAL),
-            };
+            let (qpid, own) = qp_to_move(qp, p, &st, Phase::Requested)?;
             let max = LIMITS.max_qp_rd_atom;
             st.initiator_depth = match p.map(|p| p.initiator_depth) {
                 Some(v) if v != RDMA_MAX_INIT_DEPTH => v,

@@ -37,6 +37,9 @@ NDV_KFAULT_MIB=${NDV_KFAULT_MIB:-1024} cargo test --release -p ndverbs-engine --
 NDV_SIM_SEEDS=${NDV_SIM_SEEDS:-10000} cargo test --release -p ndverbs-engine --test sim_connection -- --nocapture
 NDV_FLOOD_PACKETS=${NDV_FLOOD_PACKETS:-1000000} cargo test --release -p ndverbs-engine --test hostile_flood -- --nocapture
 NDV_SOAK_CYCLES=${NDV_SOAK_CYCLES:-20000} cargo test --release -p ndverbs-nd --test soak -- --nocapture
+# Congestion control in the engine, alone (it reads CPU contention as
+# queueing): bulk WRITEs and a READ, then 5 % loss, through one controller.
+cargo test --release -p ndverbs-engine --test memory_link congestion_control -- --ignored
 # Congestion control on the virtual bottleneck: coexistence with a CUBIC flow
 # for the criterion's 30 s in release (the debug run above uses 4 s).
 NDV_CC_COEXIST_S=${NDV_CC_COEXIST_S:-30} cargo test --release -p ndverbs-proto --test cc c5 -- --nocapture

@@ -252,7 +252,12 @@ fn faults_wrap_a_memory_link_too() {
 /// send budget. Bulk WRITEs from two QPs and a READ complete, the
 /// controller took round-trip samples, and through 5 % loss it is told of
 /// the retries.
+// Run alone, in release, by scripts/test.sh: beside other tests on a small
+// machine, scheduling delays read as queueing make the delay-based
+// controller fall to a packet per round trip (BENCHMARKS.md), and the
+// megabytes here then take longer than the time limit.
 #[test]
+#[ignore = "timing-sensitive: scripts/test.sh runs it alone in release"]
 fn congestion_control_carries_bulk_traffic() {
     let config = NicConfig {
         congestion: Some(CcConfig::default()),

@@ -137,30 +137,8 @@ fn new_dev(index: usize, info: DeviceInfo) -> &'static Dev {
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
-    let r = ret_ptr(|| {
-        let devs = current_devices()?;
-        // malloc'd, so ibv_free_device_list frees what C allocated.
-        // SAFETY: calloc of (n + 1) pointers; checked for NULL below.
-        let arr = unsafe { libc::calloc(devs.len() + 1, std::mem::size_of::<*mut ibv_device>()) }
-            as *mut *mut ibv_device;
-        if arr.is_null() {
-            return Err(libc::ENOMEM);
-        }
-        for (i, d) in devs.iter().enumerate() {
-            // SAFETY: `arr` holds devs.len() + 1 slots; the last stays NULL.
-            unsafe { *arr.add(i) = *d };
-        }
-        if !num_devices.is_null() {
-            // SAFETY: a non-NULL num_devices is the caller's int to write.
-            unsafe { *num_devices = devs.len() as c_int };
-        }
-        Ok(arr)
-    });
-    if r.is_null() && !num_devices.is_null() {
-        // SAFETY: as above.
-        unsafe { *num_devices = 0 };
-    }
-    r
+    // malloc'd, so ibv_free_device_list frees what C allocated.
+    ffi::c_list(num_devices, current_devices)
 }
 
 #[no_mangle]

@@ -240,3 +240,36 @@ pub(crate) fn put_cstr(dst: &mut [libc::c_char], s: &str) {
 pub(crate) fn cstr(s: &'static std::ffi::CStr) -> *const libc::c_char {
     s.as_ptr()
 }
+
+/// A NULL-terminated array of `items` in `malloc`'d memory (so the C
+/// caller's `free` releases it), with its length written to `num` when
+/// non-NULL; on failure `num` is 0 and the result NULL with `errno` set —
+/// what `ibv_get_device_list` and `rdma_get_devices` return.
+pub(crate) fn c_list<T>(
+    num: *mut c_int,
+    items: impl FnOnce() -> Result<Vec<*mut T>, c_int>,
+) -> *mut *mut T {
+    let r = ret_ptr(|| {
+        let items = items()?;
+        // SAFETY: calloc of (n + 1) pointers, checked for NULL.
+        let arr =
+            unsafe { libc::calloc(items.len() + 1, std::mem::size_of::<*mut T>()) } as *mut *mut T;
+        if arr.is_null() {
+            return Err(libc::ENOMEM);
+        }
+        for (i, p) in items.iter().enumerate() {
+            // SAFETY: within the n + 1 slots; the last stays NULL.
+            unsafe { *arr.add(i) = *p };
+        }
+        if !num.is_null() {
+            // SAFETY: a non-NULL `num` is the caller's int to write.
+            unsafe { *num = items.len() as c_int };
+        }
+        Ok(arr)
+    });
+    if r.is_null() && !num.is_null() {
+        // SAFETY: as above.
+        unsafe { *num = 0 };
+    }
+    r
+}

@@ -8,68 +8,25 @@
 
 mod common;
 
-use common::{lib_dir, profile_dir};
-use ndverbs_testkit::{netns::Netns, skip};
+use common::{c_program, run_c_check};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
-/// `tests/c/rdmacm.c` built, or `None` after the skip rule (no compiler or
-/// no librdmacm-dev).
+/// `tests/c/rdmacm.c` built, or `None` after the skip rule.
 fn program() -> Option<&'static Path> {
     static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let r = BIN.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/rdmacm.c");
-        let out = profile_dir().join("cabi-rdmacm-test");
-        let tmp = profile_dir().join(format!(".cabi-rdmacm-test.{}", std::process::id()));
-        let o = Command::new("cc")
-            .args(["-O1", "-Wall", "-Werror", "-o"])
-            .arg(&tmp)
-            .arg(&src)
-            .args(["-lrdmacm", "-libverbs", "-lpthread"])
-            .output()
-            .map_err(|e| format!("cc: {e}"))?;
-        if !o.status.success() {
-            return Err(format!(
-                "building tests/c/rdmacm.c needs gcc and librdmacm-dev (scripts/setup.sh): {}",
-                String::from_utf8_lossy(&o.stderr)
-            ));
-        }
-        std::fs::rename(&tmp, &out).map_err(|e| e.to_string())?;
-        Ok(out)
-    });
-    skip::or_skip(
-        r.as_ref().map(PathBuf::as_path),
-        "the rdma_cm C test program",
+    c_program(
+        &BIN,
+        "rdmacm",
+        &["-lrdmacm", "-libverbs", "-lpthread"],
+        "librdmacm-dev",
     )
 }
 
 /// Runs `rdmacm CHECK` in a fresh namespace and checks it passed.
 #[track_caller]
 fn run(check: &str) {
-    let Some(prog) = program() else { return };
-    if !skip::require_root("network namespaces") {
-        return;
-    }
-    let Some(ns) = skip::or_skip(Netns::new(), "a network namespace") else {
-        return;
-    };
-    let out = ns
-        .command("timeout")
-        .arg("60")
-        .arg(prog)
-        .arg(check)
-        .env("LD_LIBRARY_PATH", lib_dir())
-        .output()
-        .expect("running the rdma_cm C test");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "rdmacm {check}: {}\n{text}",
-        out.status
-    );
-    assert!(text.contains(&format!("ok {check}")), "{text}");
+    run_c_check(program(), check);
 }
 
 #[test]

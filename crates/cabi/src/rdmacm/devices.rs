@@ -12,7 +12,7 @@
 
 use crate::abi::{ibv_context, ibv_pd};
 use crate::device::{self, Ctx, Dev};
-use crate::ffi::{self, lookup, ret_ptr};
+use crate::ffi::{self, lookup};
 use crate::pd::ibv_alloc_pd;
 use libc::{c_int, c_void};
 use std::collections::HashMap;
@@ -120,30 +120,10 @@ pub(crate) fn init() -> Result<(), c_int> {
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut ibv_context {
-    let r = ret_ptr(|| {
-        let devs = all()?;
-        // malloc'd: rdma_free_devices frees what C allocated.
-        // SAFETY: calloc of (n + 1) pointers, checked for NULL.
-        let arr = unsafe { libc::calloc(devs.len() + 1, std::mem::size_of::<*mut ibv_context>()) }
-            as *mut *mut ibv_context;
-        if arr.is_null() {
-            return Err(libc::ENOMEM);
-        }
-        for (i, d) in devs.iter().enumerate() {
-            // SAFETY: within the n + 1 slots; the last stays NULL.
-            unsafe { *arr.add(i) = d.verbs() };
-        }
-        if !num_devices.is_null() {
-            // SAFETY: the caller's int.
-            unsafe { *num_devices = devs.len() as c_int };
-        }
-        Ok(arr)
-    });
-    if r.is_null() && !num_devices.is_null() {
-        // SAFETY: as above.
-        unsafe { *num_devices = 0 };
-    }
-    r
+    // malloc'd: rdma_free_devices frees what C allocated.
+    ffi::c_list(num_devices, || {
+        Ok(all()?.iter().map(|d| d.verbs()).collect())
+    })
 }
 
 #[no_mangle]

@@ -205,8 +205,11 @@ fn check_perftest(t: &str, out: &str, side: &str, iters: f64) {
     assert_eq!(&r[0][..2], &[size, iters], "{side}:\n{out}");
     if t.ends_with("bw") {
         // The passive servers of READ/WRITE/atomics print the client's
-        // result; the SEND receiver has no peak.
-        assert!(r[0][3] > 0.0, "{side}:\n{out}");
+        // result; the SEND receiver has no peak. The message rate, not the
+        // average bandwidth: perftest prints MB/s with two decimals, and 200
+        // atomics of 8 bytes from an emulated guest on a busy host round to
+        // 0.00 MB/s, while the rate has six.
+        assert!(r[0][4] > 0.0, "{side}:\n{out}");
     } else {
         assert!(
             r[0][2] > 0.0 && r[0][2] <= r[0][4] && r[0][4] <= r[0][3],

@@ -1,8 +1,8 @@
 //! The interop guest: a Linux Soft-RoCE (rxe) peer in a small VM, for tests
 //! that check this stack against the kernel's RoCE and rdma-core's tools.
 //!
-//! The guest is booted once per test run by `scripts/interop.sh up` (the
-//! harness lives in `../shared/interop`, or `NDV_INTEROP_DIR`; its README
+//! The guest is booted once per test run by `scripts/interop.sh up`, which
+//! runs the repository's own harness (`interop/guest.sh`; `interop/README.md`
 //! describes it). The kit only finds it: [`Guest::get`] returns `None` after
 //! the skip rule ([`crate::skip`]) when it is not running, so interop tests
 //! pass with a `SKIPPED` line on a machine without it and fail under
@@ -46,7 +46,7 @@ pub const LISTEN_LIMIT: Duration = Duration::from_secs(60);
 
 /// The running guest, held exclusively (see the module docs).
 pub struct Guest {
-    run_guest: PathBuf,
+    harness: PathBuf,
     netns: Netns,
     _lock: std::fs::File,
 }
@@ -69,15 +69,12 @@ pub enum Listen {
     RdmaCm(u16),
 }
 
-fn harness_dir() -> PathBuf {
-    std::env::var_os("NDV_INTEROP_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../../shared/interop"
-            ))
-        })
+/// The harness's control script, in this repository.
+fn harness_script() -> PathBuf {
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../interop/guest.sh"
+    ))
 }
 
 fn text(o: &Output) -> String {
@@ -105,17 +102,10 @@ impl Guest {
     /// The guest, or `None` after the skip rule when it is not running.
     #[track_caller]
     pub fn get() -> Option<Guest> {
-        let run_guest = harness_dir().join("run-guest.sh");
-        if !run_guest.exists() {
-            skip::skip(format!(
-                "the interop guest is not running: no harness at {} (scripts/interop.sh up)",
-                run_guest.display()
-            ));
-            return None;
-        }
+        let harness = harness_script();
         let lock = lock();
-        let up = Command::new(&run_guest)
-            .args(["guest", "true"])
+        let up = Command::new(&harness)
+            .arg("status")
             .output()
             .is_ok_and(|o| o.status.success());
         if !up {
@@ -124,7 +114,7 @@ impl Guest {
         }
         let ns = std::env::var("NDV_NETNS").unwrap_or_else(|_| "ndv-interop".into());
         Some(Guest {
-            run_guest,
+            harness,
             netns: Netns::existing(&ns),
             _lock: lock,
         })
@@ -138,14 +128,14 @@ impl Guest {
     /// Runs `cmd` in the guest (bash) and waits for it: (success, stdout and
     /// stderr).
     pub fn run(&self, cmd: &str) -> (bool, String) {
-        let o = self.harness(&["guest", cmd]);
+        let o = self.harness(&["run", cmd]);
         (o.status.success(), text(&o))
     }
 
     /// Starts `cmd` in the guest in the background.
     pub fn spawn(&self, cmd: &str) -> GuestJob {
-        let o = self.harness(&["guest-bg", cmd]);
-        assert!(o.status.success(), "guest-bg {cmd}: {}", text(&o));
+        let o = self.harness(&["bg", cmd]);
+        assert!(o.status.success(), "bg {cmd}: {}", text(&o));
         GuestJob {
             id: String::from_utf8_lossy(&o.stdout).trim().to_string(),
             cmd: cmd.to_string(),
@@ -188,24 +178,10 @@ impl Guest {
         }
     }
 
-    /// The output of `job` if it has ended (read from the harness's shared
-    /// folder; `None` while it runs or where the folder is not found).
+    /// The output of `job` if it has ended, `None` while it runs.
     fn finished_output(&self, job: &GuestJob) -> Option<String> {
-        let run = std::env::var_os("NDV_RUN")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                let out = std::env::var_os("NDV_OUT")
-                    .map(PathBuf::from)
-                    .unwrap_or_else(|| "/var/tmp/ndv-interop".into());
-                match std::env::var("NDV_ID").ok().filter(|id| id != "0") {
-                    Some(id) => out.join(format!("run{id}")),
-                    None => out.join("run"),
-                }
-            });
-        let jobs = run.join("share/jobs");
-        jobs.join(format!("{}.rc", job.id)).exists().then(|| {
-            std::fs::read_to_string(jobs.join(format!("{}.out", job.id))).unwrap_or_default()
-        })
+        let o = self.harness(&["poll", &job.id]);
+        (o.status.code() != Some(3)).then(|| text(&o))
     }
 
     /// Starts a capture of the interop link (tcpdump in the namespace, with
@@ -213,10 +189,10 @@ impl Guest {
     #[track_caller]
     pub fn capture(&self, path: &std::path::Path, filter: &[&str]) -> GuestCapture<'_> {
         let p = path.to_string_lossy();
-        let mut args = vec!["pcap-start", &p];
+        let mut args = vec!["capture", &p];
         args.extend_from_slice(filter);
         let o = self.harness(&args);
-        assert!(o.status.success(), "pcap-start: {}", text(&o));
+        assert!(o.status.success(), "capture: {}", text(&o));
         // tcpdump writes the file header once it listens.
         let t0 = Instant::now();
         while !std::fs::metadata(path).is_ok_and(|m| m.len() >= 24) {
@@ -230,10 +206,10 @@ impl Guest {
     }
 
     fn harness(&self, args: &[&str]) -> Output {
-        Command::new(&self.run_guest)
+        Command::new(&self.harness)
             .args(args)
             .output()
-            .unwrap_or_else(|e| panic!("{}: {e}", self.run_guest.display()))
+            .unwrap_or_else(|e| panic!("{}: {e}", self.harness.display()))
     }
 }
 
@@ -252,7 +228,7 @@ impl GuestCapture<'_> {
 impl Drop for GuestCapture<'_> {
     fn drop(&mut self) {
         std::thread::sleep(Duration::from_millis(1500));
-        let _ = self.guest.harness(&["pcap-stop"]);
+        let _ = self.guest.harness(&["capture-stop"]);
     }
 }
 

@@ -112,6 +112,21 @@ impl Stats {
     }
 }
 
+/// With the `serde` feature: a map from counter name to value, in the order
+/// of [`Stats::pairs`] (the same object as [`Stats::to_json`]).
+#[cfg(feature = "serde")]
+impl serde::Serialize for Stats {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let pairs = self.pairs();
+        let mut map = s.serialize_map(Some(pairs.len()))?;
+        for (name, value) in pairs {
+            map.serialize_entry(name, value)?;
+        }
+        map.end()
+    }
+}
+
 impl Device {
     /// Writes every RoCEv2 packet this device sends and receives to the pcap
     /// file `path` (raw IP with the IP and UDP headers rebuilt as on the wire,

@@ -27,3 +27,8 @@ fn extended_cqs_poll_with_the_cq_ex_api_and_refuse_what_they_cannot_fill() {
 fn extended_qps_post_with_the_wr_api_and_refuse_what_the_engine_lacks() {
     run_c_check(extended_program(), "qp_ex");
 }
+
+#[test]
+fn rereg_mr_moves_a_region_to_other_memory_pd_or_rights_under_new_keys() {
+    run_c_check(extended_program(), "rereg");
+}

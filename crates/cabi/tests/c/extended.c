@@ -3,11 +3,11 @@
  * headers (so ibv_create_cq_ex, ibv_create_qp_ex, ibv_start_poll and the
  * ibv_wr_* calls are verbs.h's inlines reaching our verbs_context and
  * struct slots) and run with ndverbs' libibverbs.so.1 first on the library
- * path. One device (ndv0), two RC QPs connected to each other in this
- * process. Each check prints "ok NAME" or "FAIL NAME: why" and the program
- * exits non-zero on the first failure.
+ * path; ibv_rereg_mr (an exported call) too. One device (ndv0), RC QPs
+ * connected to each other in this process. Each check prints "ok NAME" or
+ * "FAIL NAME: why" and the program exits non-zero on the first failure.
  *
- *   extended CHECK      CHECK: cq_ex, qp_ex
+ *   extended CHECK      CHECK: cq_ex, qp_ex, rereg
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -542,6 +542,131 @@ static void check_qp_ex(void)
 	printf("ok qp_ex\n");
 }
 
+/* A connected pair of plain RC QPs on one new CQ each. */
+static void new_pair(struct ibv_cq *cq[2], struct ibv_qp *qp[2])
+{
+	for (int i = 0; i < 2; i++) {
+		cq[i] = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+		CHECK("pair", cq[i], "create cq");
+		struct ibv_qp_init_attr ia = {
+			.send_cq = cq[i], .recv_cq = cq[i],
+			.cap = { .max_send_wr = 8, .max_recv_wr = 8,
+				 .max_send_sge = 1, .max_recv_sge = 1 },
+			.qp_type = IBV_QPT_RC,
+		};
+		qp[i] = ibv_create_qp(pd, &ia);
+		CHECK("pair", qp[i], "create qp");
+	}
+	connect_qps(qp);
+}
+
+static void free_pair(struct ibv_cq *cq[2], struct ibv_qp *qp[2])
+{
+	for (int i = 0; i < 2; i++) {
+		CHECK("pair", ibv_destroy_qp(qp[i]) == 0, "destroy qp");
+		CHECK("pair", ibv_destroy_cq(cq[i]) == 0, "destroy cq");
+	}
+}
+
+/* An RDMA WRITE of `len` bytes from src (lkey) to raddr/rkey; the status. */
+static int write_status(struct ibv_qp *qp, struct ibv_cq *cq, void *src, uint32_t lkey,
+			void *raddr, uint32_t rkey, uint32_t len)
+{
+	struct ibv_sge s = { (uintptr_t)src, len, lkey };
+	struct ibv_send_wr w = { .wr_id = 1, .sg_list = &s, .num_sge = 1,
+				 .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED,
+				 .wr.rdma = { (uintptr_t)raddr, rkey } }, *b;
+	CHECK("write", ibv_post_send(qp, &w, &b) == 0, "post write");
+	return wait_wc(cq, "write").status;
+}
+
+static void check_rereg(void)
+{
+	struct ibv_cq *cq[2];
+	struct ibv_qp *qp[2];
+	new_pair(cq, qp);
+	char *src = aligned_alloc(4096, 4096), *b1 = aligned_alloc(4096, 4096),
+	     *b2 = aligned_alloc(4096, 4096);
+	memset(b1, 0, 4096);
+	memset(b2, 0, 4096);
+	strcpy(src, "rereg payload");
+	struct ibv_mr *smr = ibv_reg_mr(pd, src, 4096, IBV_ACCESS_LOCAL_WRITE);
+	int rw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+	struct ibv_mr *mr = ibv_reg_mr(pd, b1, 4096, rw);
+	CHECK("rereg", smr && mr, "reg");
+	uint32_t lkey = mr->lkey, rkey = mr->rkey;
+
+	/* rdma-core's input checks: -1 (IBV_REREG_MR_ERR_INPUT), EINVAL. */
+	errno = 0;
+	CHECK("rereg", ibv_rereg_mr(mr, 1 << 3, NULL, NULL, 0, 0) == IBV_REREG_MR_ERR_INPUT &&
+	      errno == EINVAL, "unknown flag");
+	CHECK("rereg", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, b2, 0, 0) ==
+	      IBV_REREG_MR_ERR_INPUT, "translation without length");
+	CHECK("rereg", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd, NULL, 0, rw) ==
+	      IBV_REREG_MR_ERR_INPUT, "access without its flag");
+	CHECK("rereg", ibv_rereg_mr(NULL, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, rw) ==
+	      IBV_REREG_MR_ERR_INPUT && errno == EINVAL, "NULL region");
+	/* The kernel's: -4 (IBV_REREG_MR_ERR_CMD) with its errno. */
+	errno = 0;
+	CHECK("rereg", ibv_rereg_mr(mr, 0, NULL, NULL, 0, 0) == IBV_REREG_MR_ERR_CMD &&
+	      errno == EINVAL, "no flag");
+	CHECK("rereg", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, (struct ibv_pd *)src, NULL, 0,
+				    0) == IBV_REREG_MR_ERR_CMD && errno == EINVAL, "not a PD");
+	CHECK("rereg", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+				    IBV_ACCESS_REMOTE_WRITE) == IBV_REREG_MR_ERR_CMD &&
+	      errno == EINVAL, "remote write without local write");
+	CHECK("rereg", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+				    IBV_ACCESS_ON_DEMAND) == IBV_REREG_MR_ERR_CMD &&
+	      errno == EOPNOTSUPP, "on demand");
+	/* Refused calls changed nothing: same keys, still writable remotely. */
+	CHECK("rereg", mr->lkey == lkey && mr->rkey == rkey && mr->addr == b1 && mr->pd == pd,
+	      "refusals changed the region");
+	CHECK("rereg", write_status(qp[0], cq[0], src, smr->lkey, b1, mr->rkey, 14) ==
+	      IBV_WC_SUCCESS && strcmp(b1, "rereg payload") == 0, "write before");
+
+	/* New translation: the region is b2 now, under new keys. */
+	CHECK("rereg", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, b2, 4096, 0) == 0,
+	      "translation");
+	CHECK("rereg", mr->addr == b2 && mr->length == 4096 && mr->rkey != rkey, "new struct");
+	CHECK("rereg", write_status(qp[0], cq[0], src, smr->lkey, b2 + 100, mr->rkey, 14) ==
+	      IBV_WC_SUCCESS && strcmp(b2 + 100, "rereg payload") == 0, "write to b2");
+	/* The old key is dead. */
+	CHECK("rereg", write_status(qp[0], cq[0], src, smr->lkey, b1, rkey, 14) ==
+	      IBV_WC_REM_ACCESS_ERR, "old rkey");
+	free_pair(cq, qp);
+
+	/* Another PD: the region is in use there, and out of reach of QPs in
+	 * the first. */
+	struct ibv_pd *pd2 = ibv_alloc_pd(ctx);
+	CHECK("rereg", pd2, "alloc pd");
+	CHECK("rereg", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd2, NULL, 0, 0) == 0, "pd");
+	CHECK("rereg", mr->pd == pd2 && mr->addr == b2, "pd in struct");
+	CHECK("rereg", ibv_dealloc_pd(pd2) == EBUSY, "dealloc pd2 in use");
+	new_pair(cq, qp);
+	CHECK("rereg", write_status(qp[0], cq[0], src, smr->lkey, b2, mr->rkey, 14) ==
+	      IBV_WC_REM_ACCESS_ERR, "write into a region of another PD");
+	free_pair(cq, qp);
+
+	/* Back to the first PD, without remote write. */
+	CHECK("rereg", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS, pd,
+				    NULL, 0, IBV_ACCESS_LOCAL_WRITE) == 0, "pd and access");
+	CHECK("rereg", ibv_dealloc_pd(pd2) == 0, "dealloc pd2 unused");
+	new_pair(cq, qp);
+	CHECK("rereg", write_status(qp[0], cq[0], src, smr->lkey, b2, mr->rkey, 14) ==
+	      IBV_WC_REM_ACCESS_ERR, "write without the right");
+	free_pair(cq, qp);
+	/* And with it again. */
+	CHECK("rereg", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, rw) == 0,
+	      "access back");
+	new_pair(cq, qp);
+	memset(b2, 0, 4096);
+	CHECK("rereg", write_status(qp[0], cq[0], src, smr->lkey, b2, mr->rkey, 14) ==
+	      IBV_WC_SUCCESS && strcmp(b2, "rereg payload") == 0, "write with the right back");
+	free_pair(cq, qp);
+	CHECK("rereg", ibv_dereg_mr(mr) == 0 && ibv_dereg_mr(smr) == 0, "dereg");
+	printf("ok rereg\n");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -554,6 +679,8 @@ int main(int argc, char **argv)
 		check_cq_ex();
 	else if (strcmp(argv[1], "qp_ex") == 0)
 		check_qp_ex();
+	else if (strcmp(argv[1], "rereg") == 0)
+		check_rereg();
 	else
 		return 2;
 	return 0;

@@ -309,12 +309,13 @@ const IBV_REREG_MR_ERR_CMD: c_int = -4;
 /// flags without `IBV_REREG_MR_CHANGE_ACCESS`. Then what the kernel does
 /// (`IBV_REREG_MR_ERR_CMD`, -4, with its errno): no flag at all, a PD of
 /// another context or not a PD, access flags or memory `ibv_reg_mr` would
-/// refuse. The new registration is made before the old one is dropped, so
-/// a refusal leaves the region as it was (rdma-core says it "shouldn't be
-/// used"; here it still works). On success the region has new keys, as a
-/// kernel's re-registration may give (`lkey`, `rkey` in the struct), and
-/// the struct's `pd`, `addr` and `length` say what it is now; the old keys
-/// stop working at once, so requests posted with them fail their checks.
+/// refuse, a region whose memory went away (`EFAULT`, see [`crate::guard`]).
+/// A refusal leaves the region as it was (rdma-core says it "shouldn't be
+/// used"; here it still works). On success the keys stay what they were,
+/// as with rxe, so a peer keeps the R_Key it has, and the struct's `pd`,
+/// `addr` and `length` say what the region is now; requests checked from
+/// then on see the new memory, PD and rights (a receive posted with the
+/// old address now falls outside the region).
 #[no_mangle]
 pub unsafe extern "C" fn ibv_rereg_mr(
     mr: *mut ibv_mr,
@@ -390,29 +391,28 @@ fn rereg(
     let rights = rights(new_access)?;
     guard::check_mapped(new_addr as usize, new_len, new_access & WRITE_RIGHTS != 0)?;
     let ptr = NonNull::new(new_addr as *mut u8).ok_or(libc::EFAULT)?;
-    // SAFETY: as in `reg`: the range is mapped (writable when a write right
-    // is asked) now, and guard watches it from here on.
-    let fresh = unsafe { new_pd.pd.reg_mr_raw(ptr, new_len, rights) }.map_err(|e| e.errno())?;
     {
         let mut slot = m.mr.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(old) = slot.take() {
-            if let Err((old, e)) = old.deregister() {
+        // A region revoked because its memory went away has no keys left
+        // to keep.
+        let old = slot.take().ok_or(libc::EFAULT)?;
+        // SAFETY: as in `reg`: the range is mapped (writable when a write
+        // right is asked) now, and guard watches it from here on.
+        match unsafe { old.rereg_raw(&new_pd.pd, ptr, new_len, rights) } {
+            Ok(fresh) => *slot = Some(fresh),
+            Err((old, e)) => {
                 *slot = Some(old);
-                // `fresh` is dropped, which deregisters it.
                 return Err(e.errno());
             }
         }
-        // SAFETY: our public struct, whose keys and description the
-        // application reads after this returns.
+        // SAFETY: our public struct, whose description the application
+        // reads after this returns (the keys stay what they were).
         unsafe {
             let p = m.pub_.get();
-            (*p).lkey = fresh.lkey();
-            (*p).rkey = fresh.rkey();
             (*p).pd = ffi::public(new_pd);
             (*p).addr = new_addr;
             (*p).length = new_len;
         }
-        *slot = Some(fresh);
     }
     if translation {
         guard::unwatch(m.id);

@@ -624,15 +624,17 @@ static void check_rereg(void)
 	CHECK("rereg", write_status(qp[0], cq[0], src, smr->lkey, b1, mr->rkey, 14) ==
 	      IBV_WC_SUCCESS && strcmp(b1, "rereg payload") == 0, "write before");
 
-	/* New translation: the region is b2 now, under new keys. */
+	/* New translation: the region is b2 now, under the same keys (a peer
+	 * keeps the R_Key it has, as with rxe). */
 	CHECK("rereg", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, b2, 4096, 0) == 0,
 	      "translation");
-	CHECK("rereg", mr->addr == b2 && mr->length == 4096 && mr->rkey != rkey, "new struct");
+	CHECK("rereg", mr->addr == b2 && mr->length == 4096 && mr->rkey == rkey &&
+	      mr->lkey == lkey, "new struct");
 	CHECK("rereg", write_status(qp[0], cq[0], src, smr->lkey, b2 + 100, mr->rkey, 14) ==
 	      IBV_WC_SUCCESS && strcmp(b2 + 100, "rereg payload") == 0, "write to b2");
-	/* The old key is dead. */
+	/* The old memory is out of the region. */
 	CHECK("rereg", write_status(qp[0], cq[0], src, smr->lkey, b1, rkey, 14) ==
-	      IBV_WC_REM_ACCESS_ERR, "old rkey");
+	      IBV_WC_REM_ACCESS_ERR, "old address");
 	free_pair(cq, qp);
 
 	/* Another PD: the region is in use there, and out of reach of QPs in

@@ -54,6 +54,20 @@ impl Nic {
         Ok(c.tables.mem.register(pd, buf, access)?)
     }
 
+    /// Re-registers region `lkey` as `buf` in `pd` with `access`, under the
+    /// same keys (see [`MemTable::reregister`](crate::mr::MemTable::reregister)).
+    pub fn rereg_mr(
+        &self,
+        lkey: u32,
+        pd: u32,
+        buf: RegionBuf,
+        access: Access,
+    ) -> Result<Arc<Region>, EngineError> {
+        let mut c = self.core()?;
+        c.tables.check_pd(pd)?;
+        Ok(c.tables.mem.reregister(lkey, pd, buf, access)?)
+    }
+
     /// Deregisters memory (refused while windows are bound to it).
     pub fn dereg_mr(&self, lkey: u32) -> Result<(), EngineError> {
         // Works after removal too: it is cleanup.

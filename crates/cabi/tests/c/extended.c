@@ -271,12 +271,58 @@ static void check_cq_ex(void)
 	ibv_end_poll(cq[0]);
 	/* A CQ in use by a QP stays. */
 	CHECK("cq_ex", ibv_destroy_cq(ibv_cq_ex_to_cq(cq[0])) == EBUSY, "destroy in use");
+	ibv_dereg_mr(mr);
+	free(buf);
 	for (int i = 0; i < 2; i++) {
 		CHECK("cq_ex", ibv_destroy_qp(qp[i]) == 0, "destroy qp");
 		CHECK("cq_ex", ibv_destroy_cq(ibv_cq_ex_to_cq(cq[i])) == 0, "destroy cq");
 	}
-	ibv_dereg_mr(mr);
-	free(buf);
+
+	/* Completion events: an extended CQ on a channel, armed through
+	 * ibv_cq_ex_to_cq, says it fired, then polls with the extended API. */
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	CHECK("cq_ex", ch, "channel");
+	struct ibv_cq_init_attr_ex ca = { .cqe = 16, .cq_context = (void *)9, .channel = ch,
+					  .wc_flags = IBV_WC_EX_WITH_BYTE_LEN };
+	struct ibv_cq_ex *ecq = ibv_create_cq_ex(ctx, &ca);
+	CHECK("cq_ex", ecq && ecq->channel == ch, "create on a channel");
+	struct ibv_cq *pcq[2] = { ibv_cq_ex_to_cq(ecq), ibv_create_cq(ctx, 16, NULL, NULL, 0) };
+	CHECK("cq_ex", pcq[1], "plain cq");
+	for (int i = 0; i < 2; i++) {
+		struct ibv_qp_init_attr ia = {
+			.send_cq = pcq[i], .recv_cq = pcq[i],
+			.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+				 .max_recv_sge = 1, .max_inline_data = 16 },
+			.qp_type = IBV_QPT_RC,
+		};
+		qp[i] = ibv_create_qp(pd, &ia);
+		CHECK("cq_ex", qp[i], "qp on the channel's CQ");
+	}
+	connect_qps(qp);
+	CHECK("cq_ex", ibv_req_notify_cq(ibv_cq_ex_to_cq(ecq), 0) == 0, "arm");
+	char msg[] = "evented";
+	struct ibv_sge es = { (uintptr_t)msg, 8, 0 };
+	struct ibv_send_wr ew = { .wr_id = 77, .sg_list = &es, .num_sge = 1,
+				  .opcode = IBV_WR_RDMA_WRITE,
+				  .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE }, *eb;
+	/* A WRITE to a bad key: it completes (in error) without a receiver. */
+	ew.wr.rdma.remote_addr = 4096;
+	ew.wr.rdma.rkey = 1;
+	CHECK("cq_ex", ibv_post_send(qp[0], &ew, &eb) == 0, "post");
+	struct ibv_cq *evcq;
+	void *evctx;
+	CHECK("cq_ex", ibv_get_cq_event(ch, &evcq, &evctx) == 0 && evcq == ibv_cq_ex_to_cq(ecq) &&
+	      evctx == (void *)9, "the event names the extended CQ");
+	ibv_ack_cq_events(evcq, 1);
+	poll_ex(ecq, 0, "cq_ex evented");
+	CHECK("cq_ex", ecq->wr_id == 77 && ecq->status == IBV_WC_REM_ACCESS_ERR,
+	      "evented completion %d", ecq->status);
+	ibv_end_poll(ecq);
+	for (int i = 0; i < 2; i++) {
+		CHECK("cq_ex", ibv_destroy_qp(qp[i]) == 0, "destroy qp");
+		CHECK("cq_ex", ibv_destroy_cq(pcq[i]) == 0, "destroy cq");
+	}
+	CHECK("cq_ex", ibv_destroy_comp_channel(ch) == 0, "destroy channel");
 	printf("ok cq_ex\n");
 }
 

@@ -32,3 +32,8 @@ fn extended_qps_post_with_the_wr_api_and_refuse_what_the_engine_lacks() {
 fn rereg_mr_moves_a_region_to_other_memory_pd_or_rights_under_new_keys() {
     run_c_check(extended_program(), "rereg");
 }
+
+#[test]
+fn threads_share_an_extended_qp_and_cq_and_each_completion_is_seen_once() {
+    run_c_check(extended_program(), "threads");
+}

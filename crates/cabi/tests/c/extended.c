@@ -7,10 +7,11 @@
  * connected to each other in this process. Each check prints "ok NAME" or
  * "FAIL NAME: why" and the program exits non-zero on the first failure.
  *
- *   extended CHECK      CHECK: cq_ex, qp_ex, rereg
+ *   extended CHECK      CHECK: cq_ex, qp_ex, rereg, threads
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -588,6 +589,104 @@ static void check_qp_ex(void)
 	printf("ok qp_ex\n");
 }
 
+/* Several threads posting batches to one extended QP and polling one
+ * extended CQ: every request completes once, seen by exactly one poller. */
+#define T_POSTERS 2
+#define T_BATCHES 100
+#define T_PER_BATCH 2
+#define T_TOTAL (T_POSTERS * T_BATCHES * T_PER_BATCH)
+
+static struct ibv_qp_ex *t_qpx;
+static struct ibv_cq_ex *t_cq;
+static struct ibv_mr *t_mr;
+static char *t_buf;
+static int t_seen[T_TOTAL];
+static int t_done;
+
+static void *t_post(void *arg)
+{
+	int who = (int)(uintptr_t)arg;
+	for (int b = 0; b < T_BATCHES; b++) {
+		ibv_wr_start(t_qpx);
+		for (int k = 0; k < T_PER_BATCH; k++) {
+			int id = (who * T_BATCHES + b) * T_PER_BATCH + k;
+			t_qpx->wr_id = id;
+			t_qpx->wr_flags = IBV_SEND_SIGNALED;
+			ibv_wr_rdma_write(t_qpx, t_mr->rkey, (uintptr_t)(t_buf + 8 * (id % 512)));
+			ibv_wr_set_inline_data(t_qpx, &id, sizeof id);
+		}
+		int r = ibv_wr_complete(t_qpx);
+		CHECK("threads", r == 0, "wr_complete %d", r);
+	}
+	return NULL;
+}
+
+static void *t_poll(void *arg)
+{
+	(void)arg;
+	struct ibv_poll_cq_attr pa = { 0 };
+	double t0 = now_s();
+	while (__atomic_load_n(&t_done, __ATOMIC_SEQ_CST) < T_TOTAL) {
+		CHECK("threads", now_s() - t0 < 20, "only %d completions in 20 s", t_done);
+		if (ibv_start_poll(t_cq, &pa) != 0)
+			continue;
+		int r = 0;
+		while (r == 0) {
+			uint64_t id = t_cq->wr_id;
+			CHECK("threads", t_cq->status == IBV_WC_SUCCESS && id < T_TOTAL &&
+			      ibv_wc_read_opcode(t_cq) == IBV_WC_RDMA_WRITE,
+			      "completion %lu status %d", (unsigned long)id, t_cq->status);
+			__atomic_fetch_add(&t_seen[id], 1, __ATOMIC_SEQ_CST);
+			__atomic_fetch_add(&t_done, 1, __ATOMIC_SEQ_CST);
+			r = ibv_next_poll(t_cq);
+		}
+		CHECK("threads", r == ENOENT, "next_poll %d", r);
+		ibv_end_poll(t_cq);
+	}
+	return NULL;
+}
+
+static void check_threads(void)
+{
+	struct ibv_cq *rcq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	t_cq = cq_ex(IBV_WC_STANDARD_FLAGS, 0, 0, 2 * T_TOTAL);
+	CHECK("threads", rcq && t_cq, "cqs");
+	struct ibv_qp_init_attr_ex a = {
+		.send_cq = ibv_cq_ex_to_cq(t_cq), .recv_cq = rcq,
+		.cap = { .max_send_wr = T_TOTAL, .max_recv_wr = 1, .max_send_sge = 1,
+			 .max_recv_sge = 1, .max_inline_data = 16 },
+		.qp_type = IBV_QPT_RC, .comp_mask = PD_OPS, .pd = pd,
+		.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE,
+	};
+	struct ibv_qp *qp[2];
+	qp[0] = ibv_create_qp_ex(ctx, &a);
+	a.send_cq = rcq;
+	a.send_ops_flags = IBV_QP_EX_WITH_SEND;
+	qp[1] = ibv_create_qp_ex(ctx, &a);
+	CHECK("threads", qp[0] && qp[1], "qps");
+	t_qpx = ibv_qp_to_qp_ex(qp[0]);
+	connect_qps(qp);
+	t_buf = aligned_alloc(4096, 4096);
+	t_mr = ibv_reg_mr(pd, t_buf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	CHECK("threads", t_mr, "reg");
+	pthread_t th[2 * T_POSTERS];
+	for (int i = 0; i < T_POSTERS; i++) {
+		pthread_create(&th[i], NULL, t_post, (void *)(uintptr_t)i);
+		pthread_create(&th[T_POSTERS + i], NULL, t_poll, NULL);
+	}
+	for (int i = 0; i < 2 * T_POSTERS; i++)
+		pthread_join(th[i], NULL);
+	for (int i = 0; i < T_TOTAL; i++)
+		CHECK("threads", t_seen[i] == 1, "request %d completed %d times", i, t_seen[i]);
+	CHECK("threads", t_done == T_TOTAL, "%d completions", t_done);
+	for (int i = 0; i < 2; i++)
+		CHECK("threads", ibv_destroy_qp(qp[i]) == 0, "destroy qp");
+	CHECK("threads", ibv_destroy_cq(ibv_cq_ex_to_cq(t_cq)) == 0 && ibv_destroy_cq(rcq) == 0,
+	      "destroy cqs");
+	ibv_dereg_mr(t_mr);
+	printf("ok threads\n");
+}
+
 /* A connected pair of plain RC QPs on one new CQ each. */
 static void new_pair(struct ibv_cq *cq[2], struct ibv_qp *qp[2])
 {
@@ -729,6 +828,8 @@ int main(int argc, char **argv)
 		check_qp_ex();
 	else if (strcmp(argv[1], "rereg") == 0)
 		check_rereg();
+	else if (strcmp(argv[1], "threads") == 0)
+		check_threads();
 	else
 		return 2;
 	return 0;

@@ -215,19 +215,31 @@ pub struct ibv_context {
     pub abi_compat: *mut c_void,
 }
 
+pub type CreateCqExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex;
+pub type CreateQpExFn = unsafe extern "C" fn(
+    *mut ibv_context,
+    *mut crate::rdmacm::abi::ibv_qp_init_attr_ex,
+) -> *mut ibv_qp;
+
 /// `struct verbs_context`: op slots that grow towards lower addresses, then
-/// `sz` and the `ibv_context` applications hold. Only `query_port` and
-/// `query_device_ex` are filled; every other slot stays NULL, which the
-/// inlines of `verbs.h` turn into `EOPNOTSUPP` or a fallback.
+/// `sz` and the `ibv_context` applications hold. `query_port`,
+/// `create_cq_ex`, `query_device_ex` and `create_qp_ex` are filled; every
+/// other slot stays NULL, which the inlines of `verbs.h` turn into
+/// `EOPNOTSUPP` or a fallback.
 #[repr(C)]
 pub struct verbs_context {
     pub query_port: Option<QueryPortExFn>,
-    /// `advise_mr` … `create_cq_ex`.
-    pub _ops_before_priv: [usize; 25],
+    /// `advise_mr` … `query_rt_values`.
+    pub _ops_before_cq_ex: [usize; 24],
+    pub create_cq_ex: Option<CreateCqExFn>,
     pub priv_: *mut c_void,
     pub query_device_ex: Option<QueryDeviceExFn>,
-    /// `ibv_destroy_flow` … `_ABI_placeholder3`.
-    pub _ops_after: [usize; 11],
+    /// `ibv_destroy_flow` … `open_qp`.
+    pub _ops_before_qp_ex: [usize; 5],
+    pub create_qp_ex: Option<CreateQpExFn>,
+    /// `get_srq_num` … `_ABI_placeholder3`.
+    pub _ops_after: [usize; 5],
     pub sz: usize,
     pub context: ibv_context,
 }
@@ -480,17 +492,123 @@ pub struct ibv_qp {
     pub events_completed: u32,
 }
 
+pub type QpExFn = unsafe extern "C" fn(*mut ibv_qp_ex);
+
 /// `struct ibv_qp_ex`: a QP with the `ibv_wr_*` post API. Every QP is
-/// allocated this large so the API can be added without moving anything;
-/// until then `ibv_qp_to_qp_ex` returns NULL, as rdma-core does for a QP its
-/// provider did not create extended.
+/// allocated this large; `ibv_qp_to_qp_ex` returns it only for a QP created
+/// with `ibv_create_qp_ex` (`qp_ex`), as rdma-core does for a QP its
+/// provider did not create extended. The `wr_*` slots are called by
+/// `verbs.h` inlines without a NULL check.
 #[repr(C)]
 pub struct ibv_qp_ex {
     pub qp_base: ibv_qp,
     pub comp_mask: u64,
     pub wr_id: u64,
     pub wr_flags: c_uint,
-    pub _wr_ops: [usize; 21],
+    pub wr_atomic_cmp_swp: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64, u64)>,
+    pub wr_atomic_fetch_add: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64)>,
+    pub wr_bind_mw: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, u32, *const c_void)>,
+    pub wr_local_inv: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    pub wr_rdma_read: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
+    pub wr_rdma_write: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
+    pub wr_rdma_write_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32)>,
+    pub wr_send: Option<QpExFn>,
+    pub wr_send_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    pub wr_send_inv: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    pub wr_send_tso: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, u16, u16)>,
+    pub wr_set_ud_addr: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_ah, u32, u32)>,
+    pub wr_set_xrc_srqn: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    pub wr_set_inline_data: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, usize)>,
+    pub wr_set_inline_data_list:
+        Option<unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_data_buf)>,
+    pub wr_set_sge: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32)>,
+    pub wr_set_sge_list: Option<unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_sge)>,
+    pub wr_start: Option<QpExFn>,
+    pub wr_complete: Option<unsafe extern "C" fn(*mut ibv_qp_ex) -> c_int>,
+    pub wr_abort: Option<QpExFn>,
+    pub wr_atomic_write: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, *const c_void)>,
+}
+
+// enum ibv_qp_init_attr_mask (`IBV_QP_INIT_ATTR_PD` and
+// `struct ibv_qp_init_attr_ex` are librdmacm's too: `rdmacm::abi`)
+pub const IBV_QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
+pub const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
+
+// enum ibv_qp_create_send_ops_flags
+pub const IBV_QP_EX_WITH_RDMA_WRITE: u64 = 1;
+pub const IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM: u64 = 1 << 1;
+pub const IBV_QP_EX_WITH_SEND: u64 = 1 << 2;
+pub const IBV_QP_EX_WITH_SEND_WITH_IMM: u64 = 1 << 3;
+pub const IBV_QP_EX_WITH_RDMA_READ: u64 = 1 << 4;
+pub const IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP: u64 = 1 << 5;
+pub const IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD: u64 = 1 << 6;
+pub const IBV_QP_EX_WITH_SEND_WITH_INV: u64 = 1 << 9;
+
+/// `struct ibv_data_buf`: one buffer of `ibv_wr_set_inline_data_list`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_data_buf {
+    pub addr: *mut c_void,
+    pub length: usize,
+}
+
+// enum ibv_create_cq_wc_flags
+pub const IBV_WC_EX_WITH_BYTE_LEN: u64 = 1;
+pub const IBV_WC_EX_WITH_IMM: u64 = 1 << 1;
+pub const IBV_WC_EX_WITH_QP_NUM: u64 = 1 << 2;
+pub const IBV_WC_EX_WITH_SRC_QP: u64 = 1 << 3;
+pub const IBV_WC_EX_WITH_SLID: u64 = 1 << 4;
+pub const IBV_WC_EX_WITH_SL: u64 = 1 << 5;
+pub const IBV_WC_EX_WITH_DLID_PATH_BITS: u64 = 1 << 6;
+/// `IBV_WC_STANDARD_FLAGS`: the seven above.
+pub const IBV_WC_STANDARD_FLAGS: u64 = (1 << 7) - 1;
+
+// enum ibv_cq_init_attr_mask, enum ibv_create_cq_attr_flags
+pub const IBV_CQ_INIT_ATTR_MASK_FLAGS: u32 = 1;
+pub const IBV_CQ_INIT_ATTR_MASK_PD: u32 = 1 << 1;
+pub const IBV_CREATE_CQ_ATTR_SINGLE_THREADED: u32 = 1;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_cq_init_attr_ex {
+    pub cqe: u32,
+    pub cq_context: *mut c_void,
+    pub channel: *mut ibv_comp_channel,
+    pub comp_vector: u32,
+    pub wc_flags: u64,
+    pub comp_mask: u32,
+    pub flags: u32,
+    pub parent_domain: *mut ibv_pd,
+}
+
+/// `struct ibv_cq_ex`: an `ibv_cq`, then the current completion's status
+/// and `wr_id` (read by applications as fields) and the polling functions
+/// (called by `verbs.h` inlines without a NULL check). Every CQ is
+/// allocated this large; the tail is filled for CQs made by
+/// `ibv_create_cq_ex` (`cq_ex`).
+#[repr(C)]
+pub struct ibv_cq_ex {
+    pub cq: ibv_cq,
+    pub comp_mask: u32,
+    pub status: c_int,
+    pub wr_id: u64,
+    pub start_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex, *mut c_void) -> c_int>,
+    pub next_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> c_int>,
+    pub end_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex)>,
+    pub read_opcode: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> c_int>,
+    pub read_vendor_err: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    pub read_byte_len: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    pub read_imm_data: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    pub read_qp_num: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    pub read_src_qp: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    pub read_wc_flags: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> c_uint>,
+    pub read_slid: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    pub read_sl: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u8>,
+    pub read_dlid_path_bits: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u8>,
+    /// `read_completion_ts` … `read_completion_wallclock_ns`: capabilities
+    /// ndverbs refuses at creation (timestamps, VLANs, flow tags, tag
+    /// matching), so NULL as in rxe.
+    pub _read_unsupported: [usize; 5],
 }
 
 #[repr(C)]
@@ -628,8 +746,8 @@ mod layout {
         req_notify_cq @ 96, post_srq_recv @ 160, post_send @ 200, post_recv @ 208);
     check!(ibv_context, 328, device @ 0, ops @ 8, cmd_fd @ 264, async_fd @ 268,
         num_comp_vectors @ 272, mutex @ 280, abi_compat @ 320);
-    check!(verbs_context, 648, query_port @ 0, priv_ @ 208, query_device_ex @ 216, sz @ 312,
-        context @ 320);
+    check!(verbs_context, 648, query_port @ 0, create_cq_ex @ 200, priv_ @ 208,
+        query_device_ex @ 216, create_qp_ex @ 264, sz @ 312, context @ 320);
     check!(ibv_pd, 16);
     check!(ibv_mr, 48, lkey @ 36, rkey @ 40);
     check!(ibv_ah, 24);
@@ -638,7 +756,14 @@ mod layout {
         mutex @ 32, cond @ 72, comp_events_completed @ 120, async_events_completed @ 124);
     check!(ibv_qp, 160, handle @ 48, qp_num @ 52, state @ 56, qp_type @ 60, mutex @ 64,
         events_completed @ 152);
-    check!(ibv_qp_ex, 352, comp_mask @ 160, wr_id @ 168, wr_flags @ 176, _wr_ops @ 184);
+    check!(ibv_qp_ex, 352, comp_mask @ 160, wr_id @ 168, wr_flags @ 176,
+        wr_atomic_cmp_swp @ 184, wr_send @ 240, wr_set_inline_data @ 288, wr_set_sge @ 304,
+        wr_start @ 320, wr_complete @ 328, wr_abort @ 336, wr_atomic_write @ 344);
+    check!(ibv_cq_init_attr_ex, 56, cq_context @ 8, channel @ 16, comp_vector @ 24,
+        wc_flags @ 32, comp_mask @ 40, flags @ 44, parent_domain @ 48);
+    check!(ibv_cq_ex, 288, comp_mask @ 128, status @ 132, wr_id @ 136, start_poll @ 144,
+        read_dlid_path_bits @ 240, _read_unsupported @ 248);
+    check!(ibv_data_buf, 16);
     check!(ibv_srq, 128);
     check!(ibv_wc, 48, wr_id @ 0, status @ 8, opcode @ 12, vendor_err @ 16, byte_len @ 20,
         imm_data @ 24, qp_num @ 28, src_qp @ 32, wc_flags @ 36, pkey_index @ 40, slid @ 42,

@@ -136,10 +136,12 @@ struct EventCount {
     acked: u64,
 }
 
-/// A completion queue.
+/// A completion queue. Its public struct is always an `ibv_cq_ex`, whose
+/// `ibv_cq` prefix is what plain CQs show; `ex` is set for CQs made by
+/// `ibv_create_cq_ex`.
 #[repr(C)]
 pub(crate) struct Cq {
-    pub_: UnsafeCell<ibv_cq>,
+    pub(crate) pub_: UnsafeCell<ibv_cq_ex>,
     magic: u64,
     pub(crate) cq: ndverbs_verbs::Cq,
     pub(crate) nic: Arc<Nic>,
@@ -149,6 +151,8 @@ pub(crate) struct Cq {
     acked: Condvar,
     /// QPs and SRQs using it.
     pub(crate) users: AtomicU32,
+    /// The polling state of an extended CQ.
+    pub(crate) ex: Option<crate::cq_ex::CqEx>,
 }
 
 // SAFETY: the public struct is the first field.
@@ -178,7 +182,20 @@ pub unsafe extern "C" fn ibv_create_cq(
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> *mut ibv_cq {
-    ret_ptr(|| {
+    ret_ptr(|| create(context, cqe, cq_context, channel, comp_vector, None))
+}
+
+/// Creates a CQ (`ibv_create_cq`'s rules); `ex` makes it extended, with
+/// its public tail filled (`ibv_create_cq_ex`).
+pub(crate) fn create(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+    ex: Option<crate::cq_ex::CqEx>,
+) -> Result<*mut ibv_cq, c_int> {
+    {
         let ctx = lookup::<Ctx>(context)?;
         let channel = if channel.is_null() {
             None
@@ -206,9 +223,15 @@ pub unsafe extern "C" fn ibv_create_cq(
             comp_events_completed: 0,
             async_events_completed: 0,
         };
+        // SAFETY: plain C data (integers, NULL function pointers).
+        let mut public_ex: ibv_cq_ex = unsafe { std::mem::zeroed() };
+        public_ex.cq = public;
+        if let Some(ex) = &ex {
+            ex.fill(&mut public_ex);
+        }
         let event_fd = cq.fd();
         let (obj, p) = ffi::publish(Cq {
-            pub_: UnsafeCell::new(public),
+            pub_: UnsafeCell::new(public_ex),
             magic: Cq::MAGIC,
             cq,
             nic,
@@ -217,6 +240,7 @@ pub unsafe extern "C" fn ibv_create_cq(
             events: Mutex::new(EventCount::default()),
             acked: Condvar::new(),
             users: AtomicU32::new(0),
+            ex,
         });
         if let Some(ch) = channel {
             if let Err(e) = sys::epoll_add(&ch.epoll, event_fd, p as u64) {
@@ -227,7 +251,7 @@ pub unsafe extern "C" fn ibv_create_cq(
             ch.set_refcnt();
         }
         Ok(p)
-    })
+    }
 }
 
 #[no_mangle]
@@ -270,7 +294,7 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
         }
         cq.cq.resize(cqe as u32).map_err(|e| e.errno())?;
         // SAFETY: our public struct; `cqe` reports the new capacity.
-        unsafe { (*cq.pub_.get()).cqe = cq.cq.depth() as c_int };
+        unsafe { (*cq.pub_.get()).cq.cqe = cq.cq.depth() as c_int };
         Ok(())
     })
 }
@@ -295,7 +319,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         // public struct's cq_context, which the application may have set.
         unsafe {
             *cq_out = cq.public();
-            *cq_context = (*cq.pub_.get()).cq_context;
+            *cq_context = (*cq.pub_.get()).cq.cq_context;
         }
         Ok(())
     })
@@ -350,7 +374,7 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
         let mut ev = cq.events.lock().unwrap_or_else(|e| e.into_inner());
         ev.acked += u64::from(nevents);
         // SAFETY: our public struct; the count applications may read.
-        unsafe { (*cq.pub_.get()).comp_events_completed = ev.acked as u32 };
+        unsafe { (*cq.pub_.get()).cq.comp_events_completed = ev.acked as u32 };
         cq.acked.notify_all();
     });
 }

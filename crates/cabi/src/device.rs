@@ -13,8 +13,9 @@
 //! while a device from it is open, and a device is the same pointer in
 //! every list while its name and address stay. A context is an extended
 //! one (`struct verbs_context` with `abi_compat = UINTPTR_MAX`, `sz` 648)
-//! with `query_port` and `query_device_ex` filled, so the `verbs.h` macros
-//! take the current paths; its `async_fd` is a pipe that
+//! with `query_port`, `query_device_ex`, `create_cq_ex` and `create_qp_ex`
+//! filled, so the `verbs.h` macros and inlines take the current paths
+//! (`cq_ex`, `qp_ex`); its `async_fd` is a pipe that
 //! `ibv_get_async_event` reads.
 
 use crate::abi::*;
@@ -311,10 +312,13 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
         };
         let vctx = verbs_context {
             query_port: Some(query_port_ex),
-            _ops_before_priv: [0; 25],
+            _ops_before_cq_ex: [0; 24],
+            create_cq_ex: Some(crate::cq_ex::create_cq_ex),
             priv_: std::ptr::null_mut(),
             query_device_ex: Some(query_device_ex),
-            _ops_after: [0; 11],
+            _ops_before_qp_ex: [0; 5],
+            create_qp_ex: Some(crate::qp_ex::create_qp_ex),
+            _ops_after: [0; 5],
             sz: std::mem::size_of::<verbs_context>(),
             context,
         };

@@ -46,7 +46,9 @@
 //! | PDs and memory regions | `pd` |
 //! | registered memory the program unmaps | `guard` |
 //! | CQs, completion channels | `cq` |
+//! | extended CQs: `ibv_create_cq_ex`, `ibv_start_poll` … | `cq_ex` |
 //! | QPs and the post path | `qp` |
+//! | extended QPs: `ibv_create_qp_ex`, the `ibv_wr_*` post API | `qp_ex` |
 //! | SRQs | `srq` |
 //! | address handles | `ah` |
 //! | the async event descriptor | `events` |
@@ -74,6 +76,7 @@
 mod abi;
 mod ah;
 mod cq;
+mod cq_ex;
 mod device;
 mod events;
 mod ffi;
@@ -83,6 +86,7 @@ mod misc;
 mod nic;
 mod pd;
 mod qp;
+mod qp_ex;
 mod rdmacm;
 mod srq;
 mod sys;

@@ -99,8 +99,15 @@ pub(crate) struct Mr {
     magic: u64,
     /// `None` once revoked because the memory went away (see [`crate::guard`]).
     mr: Mutex<Option<ndverbs_verbs::Mr>>,
-    pd: &'static Pd,
+    /// What it is registered with now (`ibv_rereg_mr` changes it).
+    reg: Mutex<MrReg>,
     id: u64,
+}
+
+/// The PD and access flags of a region's current registration.
+struct MrReg {
+    pd: &'static Pd,
+    access: c_uint,
 }
 
 // SAFETY: the public struct is the first field.
@@ -203,7 +210,7 @@ fn reg(
         pub_: UnsafeCell::new(public),
         magic: Mr::MAGIC,
         mr: Mutex::new(Some(mr)),
-        pd,
+        reg: Mutex::new(MrReg { pd, access }),
         id,
     });
     pd.users.fetch_add(1, Ordering::AcqRel);
@@ -278,29 +285,146 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&mr.id);
-        mr.pd.users.fetch_sub(1, Ordering::AcqRel);
+        let pd = mr.reg.lock().unwrap_or_else(|e| e.into_inner()).pd;
+        pd.users.fetch_sub(1, Ordering::AcqRel);
         ffi::release(mr, |_| {});
         Ok(())
     })
 }
 
-/// `ibv_rereg_mr`: `IBV_REREG_MR_ERR_INPUT` (-1), the region unchanged;
-/// re-registration is not implemented.
+// enum ibv_rereg_mr_flags and enum ibv_rereg_mr_err_code
+const IBV_REREG_MR_CHANGE_TRANSLATION: c_int = 1;
+const IBV_REREG_MR_CHANGE_PD: c_int = 1 << 1;
+const IBV_REREG_MR_CHANGE_ACCESS: c_int = 1 << 2;
+const IBV_REREG_MR_FLAGS_SUPPORTED: c_int = (IBV_REREG_MR_CHANGE_ACCESS << 1) - 1;
+const IBV_REREG_MR_ERR_INPUT: c_int = -1;
+const IBV_REREG_MR_ERR_CMD: c_int = -4;
+
+/// `ibv_rereg_mr`: moves a region to another PD, gives it other access
+/// flags, or points it at other memory, as flags say.
+///
+/// rdma-core's own checks come first and fail with
+/// `IBV_REREG_MR_ERR_INPUT` (-1, `EINVAL`), the region unchanged: an
+/// unknown flag, a new translation without an address or length, access
+/// flags without `IBV_REREG_MR_CHANGE_ACCESS`. Then what the kernel does
+/// (`IBV_REREG_MR_ERR_CMD`, -4, with its errno): no flag at all, a PD of
+/// another context or not a PD, access flags or memory `ibv_reg_mr` would
+/// refuse, a region whose memory went away (`EFAULT`, see [`crate::guard`]).
+/// A refusal leaves the region as it was (rdma-core says it "shouldn't be
+/// used"; here it still works). On success the keys stay what they were,
+/// as with rxe, so a peer keeps the R_Key it has, and the struct's `pd`,
+/// `addr` and `length` say what the region is now; requests checked from
+/// then on see the new memory, PD and rights (a receive posted with the
+/// old address now falls outside the region).
 #[no_mangle]
 pub unsafe extern "C" fn ibv_rereg_mr(
     mr: *mut ibv_mr,
-    _flags: c_int,
-    _pd: *mut ibv_pd,
-    _addr: *mut c_void,
-    _length: usize,
-    _access: c_int,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
 ) -> c_int {
-    ffi::set_errno(if lookup::<Mr>(mr).is_ok() {
-        libc::EOPNOTSUPP
+    ffi::guarded(IBV_REREG_MR_ERR_CMD, || {
+        let Ok(m) = lookup::<Mr>(mr) else {
+            ffi::set_errno(libc::EINVAL);
+            return IBV_REREG_MR_ERR_INPUT;
+        };
+        let translation = flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0;
+        if flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0
+            || (translation && (length == 0 || addr.is_null()))
+            || (access != 0 && flags & IBV_REREG_MR_CHANGE_ACCESS == 0)
+        {
+            ffi::set_errno(libc::EINVAL);
+            return IBV_REREG_MR_ERR_INPUT;
+        }
+        match rereg(m, flags, pd, addr, length, access as c_uint) {
+            Ok(()) => 0,
+            Err(e) => {
+                ffi::set_errno(e);
+                IBV_REREG_MR_ERR_CMD
+            }
+        }
+    })
+}
+
+/// The re-registration itself (the kernel's part of `ibv_rereg_mr`).
+fn rereg(
+    m: &'static Mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_uint,
+) -> Result<(), c_int> {
+    if flags == 0 {
+        // Nothing to change: the kernel's EINVAL.
+        return Err(libc::EINVAL);
+    }
+    let mut reg = m.reg.lock().unwrap_or_else(|e| e.into_inner());
+    let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
+        let p = lookup::<Pd>(pd)?;
+        if !std::ptr::eq(p.ctx, reg.pd.ctx) {
+            return Err(libc::EINVAL);
+        }
+        p
     } else {
-        libc::EINVAL
-    });
-    -1
+        reg.pd
+    };
+    let new_access = if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
+        access
+    } else {
+        reg.access
+    };
+    // SAFETY: our public struct; only this call (under `reg`) changes
+    // these fields after creation.
+    let (old_addr, old_len) = unsafe {
+        let p = m.pub_.get();
+        ((*p).addr, (*p).length)
+    };
+    let translation = flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0;
+    let (new_addr, new_len) = if translation {
+        (addr, length)
+    } else {
+        (old_addr, old_len)
+    };
+    let rights = rights(new_access)?;
+    guard::check_mapped(new_addr as usize, new_len, new_access & WRITE_RIGHTS != 0)?;
+    let ptr = NonNull::new(new_addr as *mut u8).ok_or(libc::EFAULT)?;
+    {
+        let mut slot = m.mr.lock().unwrap_or_else(|e| e.into_inner());
+        // A region revoked because its memory went away has no keys left
+        // to keep.
+        let old = slot.take().ok_or(libc::EFAULT)?;
+        // SAFETY: as in `reg`: the range is mapped (writable when a write
+        // right is asked) now, and guard watches it from here on.
+        match unsafe { old.rereg_raw(&new_pd.pd, ptr, new_len, rights) } {
+            Ok(fresh) => *slot = Some(fresh),
+            Err((old, e)) => {
+                *slot = Some(old);
+                return Err(e.errno());
+            }
+        }
+        // SAFETY: our public struct, whose description the application
+        // reads after this returns (the keys stay what they were).
+        unsafe {
+            let p = m.pub_.get();
+            (*p).pd = ffi::public(new_pd);
+            (*p).addr = new_addr;
+            (*p).length = new_len;
+        }
+    }
+    if translation {
+        guard::unwatch(m.id);
+        guard::watch(new_addr as usize, new_len, m.id, revoke);
+    }
+    if !std::ptr::eq(new_pd, reg.pd) {
+        new_pd.users.fetch_add(1, Ordering::AcqRel);
+        reg.pd.users.fetch_sub(1, Ordering::AcqRel);
+    }
+    reg.pd = new_pd;
+    reg.access = new_access;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -33,16 +33,18 @@ use std::sync::atomic::Ordering;
 /// A queue pair.
 #[repr(C)]
 pub(crate) struct Qp {
-    pub_: UnsafeCell<ibv_qp_ex>,
+    pub(crate) pub_: UnsafeCell<ibv_qp_ex>,
     magic: u64,
     pub(crate) qp: ndverbs_verbs::Qp,
-    pd: &'static Pd,
+    pub(crate) pd: &'static Pd,
     send_cq: &'static Cq,
     recv_cq: &'static Cq,
     srq: Option<&'static Srq>,
     /// As created (what `ibv_query_qp` reports).
-    cap: ibv_qp_cap,
+    pub(crate) cap: ibv_qp_cap,
     sq_sig_all: bool,
+    /// The `ibv_wr_*` state of a QP made by `ibv_create_qp_ex`.
+    pub(crate) ex: Option<crate::qp_ex::QpEx>,
 }
 
 // SAFETY: the public struct is the first field.
@@ -63,8 +65,18 @@ pub unsafe extern "C" fn ibv_create_qp(
     pd: *mut ibv_pd,
     init: *mut ibv_qp_init_attr,
 ) -> *mut ibv_qp {
-    ret_ptr(|| {
-        let pd = lookup::<Pd>(pd)?;
+    ret_ptr(|| create(lookup::<Pd>(pd)?, init, None))
+}
+
+/// Creates a QP in `pd` (`ibv_create_qp`'s rules), writing what it got back
+/// into `init.cap`; `ex` makes it extended, with its `ibv_wr_*` slots
+/// filled (`ibv_create_qp_ex`).
+pub(crate) fn create(
+    pd: &'static Pd,
+    init: *mut ibv_qp_init_attr,
+    ex: Option<crate::qp_ex::QpEx>,
+) -> Result<*mut ibv_qp, c_int> {
+    {
         // SAFETY: the caller's init attributes (NULL is EINVAL).
         let a = unsafe { ffi::read_in(init as *const ibv_qp_init_attr) }?;
         if a.qp_type != IBV_QPT_RC {
@@ -119,6 +131,9 @@ pub unsafe extern "C" fn ibv_create_qp(
         b.qp_num = qp.qpn();
         b.state = QpState::Reset as c_int;
         b.qp_type = IBV_QPT_RC;
+        if let Some(ex) = &ex {
+            ex.fill(&mut public);
+        }
         let (_, p) = ffi::publish(Qp {
             pub_: UnsafeCell::new(public),
             magic: Qp::MAGIC,
@@ -129,6 +144,7 @@ pub unsafe extern "C" fn ibv_create_qp(
             srq,
             cap,
             sq_sig_all: caps.sq_sig_all,
+            ex,
         });
         pd.users.fetch_add(1, Ordering::AcqRel);
         send_cq.users.fetch_add(1, Ordering::AcqRel);
@@ -137,7 +153,7 @@ pub unsafe extern "C" fn ibv_create_qp(
             s.users.fetch_add(1, Ordering::AcqRel);
         }
         Ok(p)
-    })
+    }
 }
 
 #[no_mangle]
@@ -323,13 +339,6 @@ pub unsafe extern "C" fn ibv_query_qp(
             ffi::write_out(init_attr, init)
         }
     })
-}
-
-/// The `ibv_wr_*` post API is not provided: as rdma-core for a QP its
-/// provider did not create extended, NULL.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut ibv_qp_ex {
-    std::ptr::null_mut()
 }
 
 /// Data lands in order within a message (RC over a single path): rdma-core

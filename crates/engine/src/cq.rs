@@ -393,6 +393,56 @@ impl CompletionQueue {
         self.event.fd()
     }
 
+    /// Removes the queued completions `remove` selects; the others keep
+    /// their order. Returns how many went. For a queue pair's reset (see
+    /// [`Nic::modify_qp`](crate::nic::Nic::modify_qp)). A consumer polling
+    /// meanwhile may find the queue empty for that moment, as if the
+    /// completions it would have found came a moment later.
+    ///
+    /// ```
+    /// # use ndverbs_proto::rc::{WcOpcode, WcQueue, WcStatus, WorkCompletion};
+    /// # fn wc(wr_id: u64, qpn: u32) -> WorkCompletion {
+    /// #     WorkCompletion { wr_id, status: WcStatus::WrFlushErr, opcode: WcOpcode::Recv,
+    /// #         queue: WcQueue::Recv, byte_len: 0, imm: None, invalidated_rkey: None, qpn,
+    /// #         src_qp: 0, solicited: false }
+    /// # }
+    /// use ndverbs_engine::cq::CompletionQueue;
+    /// let cq = CompletionQueue::new(8)?;
+    /// for (id, qpn) in [(1, 10), (2, 20), (3, 10), (4, 20)] {
+    ///     cq.push(wc(id, qpn));
+    /// }
+    /// assert_eq!(cq.purge(|w| w.qpn == 10), 2);
+    /// let ids: Vec<u64> = std::iter::from_fn(|| cq.poll_one()).map(|w| w.wr_id).collect();
+    /// assert_eq!(ids, [2, 4]);
+    /// assert!(cq.is_empty() && cq.poll_one().is_none());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn purge(&self, mut remove: impl FnMut(&WorkCompletion) -> bool) -> usize {
+        let _g = self.producer.lock().unwrap_or_else(|e| e.into_inner());
+        let ring = self.ring.load_full();
+        let mut kept = Vec::new();
+        let mut taken = 0u64;
+        while let Some(wc) = ring.pop() {
+            taken += 1;
+            if !remove(&wc) {
+                kept.push(wc);
+            }
+        }
+        if taken == 0 {
+            return 0;
+        }
+        let removed = taken as usize - kept.len();
+        self.popped.fetch_add(taken, Ordering::Release);
+        for wc in kept {
+            // Room for each: they came out of this ring, and nothing else
+            // pushes while `producer` is held.
+            let _ = ring.push(wc);
+            let n = self.pushed.load(Ordering::Relaxed);
+            self.pushed.store(n + 1, Ordering::Release);
+        }
+        removed
+    }
+
     /// Changes the capacity; never loses a completion.
     pub fn resize(&self, depth: usize, max: usize) -> Result<(), ResizeError> {
         if depth == 0 || depth > max {

@@ -398,12 +398,54 @@ impl MemTable {
         buf: RegionBuf,
         access: Access,
     ) -> Result<Arc<Region>, MemError> {
-        if (access.contains(Access::REMOTE_WRITE) || access.contains(Access::REMOTE_ATOMIC))
-            && !access.contains(Access::LOCAL_WRITE)
-        {
-            return Err(MemError::RemoteWriteNeedsLocalWrite);
-        }
+        check_rights(access)?;
         let key = self.fresh_key();
+        let r = Arc::new(Region {
+            key,
+            pd,
+            access,
+            buf,
+            windows: AtomicU32::new(0),
+        });
+        self.regions.insert(key, r.clone());
+        Ok(r)
+    }
+
+    /// Re-registers region `key`: from now on the key names `buf` in `pd`
+    /// with `access` (ibverbs' `ibv_rereg_mr`, which keeps the keys a peer
+    /// already holds). Requests checked from now on see the new region;
+    /// the old one lives on only while something in flight holds it.
+    /// Refused, the region unchanged, while windows are bound to it (their
+    /// grants name the old memory) or when the rights are refused.
+    ///
+    /// ```
+    /// use ndverbs_engine::keys::KeyGen;
+    /// use ndverbs_engine::mr::{MemError, MemTable, RegionBuf};
+    /// use ndverbs_proto::mem::{Access, Memory};
+    /// let mut mem = MemTable::new(KeyGen::seeded(3));
+    /// let r = mem.register(1, RegionBuf::alloc(64)?, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    /// mem.write_remote(1, r.rkey(), r.addr(), b"ok").unwrap();
+    /// // Same key, no remote write any more, another PD.
+    /// let n = mem.reregister(r.lkey(), 2, RegionBuf::alloc(64)?, Access::LOCAL_WRITE)?;
+    /// assert_eq!((n.lkey(), n.pd()), (r.lkey(), 2));
+    /// assert!(mem.write_remote(2, n.rkey(), n.addr(), b"no").is_err());
+    /// let e = mem.reregister(0x77, 1, RegionBuf::alloc(8)?, Access::NONE).unwrap_err();
+    /// assert_eq!(e, MemError::UnknownKey(0x77));
+    /// # Ok::<(), MemError>(())
+    /// ```
+    pub fn reregister(
+        &mut self,
+        key: u32,
+        pd: u32,
+        buf: RegionBuf,
+        access: Access,
+    ) -> Result<Arc<Region>, MemError> {
+        check_rights(access)?;
+        let old = self.regions.get(&key).ok_or(MemError::UnknownKey(key))?;
+        let bound = old.windows.load(Ordering::Relaxed);
+        if bound != 0 {
+            return Err(MemError::Busy(bound));
+        }
         let r = Arc::new(Region {
             key,
             pd,
@@ -492,6 +534,16 @@ impl MemTable {
         self.windows.remove(&rkey);
         Ok(())
     }
+}
+
+/// ibverbs' rule: granting remote writes requires local write access too.
+fn check_rights(access: Access) -> Result<(), MemError> {
+    if (access.contains(Access::REMOTE_WRITE) || access.contains(Access::REMOTE_ATOMIC))
+        && !access.contains(Access::LOCAL_WRITE)
+    {
+        return Err(MemError::RemoteWriteNeedsLocalWrite);
+    }
+    Ok(())
 }
 
 /// A grant's bytes in the engine: the region that holds them and the

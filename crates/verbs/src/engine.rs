@@ -403,6 +403,27 @@ impl Nic {
         Ok(RegionRef(r))
     }
 
+    /// # Safety
+    /// As for [`Nic::reg_mr_raw`].
+    pub(crate) unsafe fn rereg_mr_raw(
+        &self,
+        lkey: u32,
+        pd: u32,
+        ptr: NonNull<u8>,
+        len: usize,
+        access: Access,
+    ) -> Result<RegionRef> {
+        const OP: &str = "Mr::rereg_raw";
+        check_mr_size(OP, len)?;
+        // SAFETY: forwarded to the caller.
+        let buf = unsafe { RegionBuf::from_raw(ptr, len) }.map_err(|e| mem_err(OP, e))?;
+        let r = self
+            .0
+            .rereg_mr(lkey, pd, buf, access)
+            .map_err(|e| err(OP, e))?;
+        Ok(RegionRef(r))
+    }
+
     pub(crate) fn dereg_mr(&self, lkey: u32) -> Result<()> {
         self.0.dereg_mr(lkey).map_err(|e| err("Mr::deregister", e))
     }

@@ -119,6 +119,48 @@ impl Mr {
         unsafe { self.region.as_ptr() }
     }
 
+    /// Re-registers the region under the same keys (ibverbs'
+    /// `ibv_rereg_mr`): from now on its keys name `len` bytes at `ptr` in
+    /// `pd` (a PD of the same device) with `access`, and the old memory is
+    /// released. Peers keep using the R_Key they have; requests checked
+    /// from now on see the new memory, PD and rights. On error (another
+    /// device's PD, windows bound, rights or a length refused) the region is
+    /// given back unchanged.
+    ///
+    /// # Safety
+    /// As for [`Pd::reg_mr_raw`](crate::Pd::reg_mr_raw): `ptr..ptr+len`
+    /// must stay valid for reads and writes, and must not be accessed
+    /// through Rust references, until the region is dropped.
+    pub unsafe fn rereg_raw(
+        self,
+        pd: &crate::Pd,
+        ptr: std::ptr::NonNull<u8>,
+        len: usize,
+        access: Access,
+    ) -> std::result::Result<Mr, (Mr, Error)> {
+        let nic = &self.pd.dev.nic;
+        if !nic.same_as(&pd.inner.dev.nic) {
+            let e = Error::new(
+                ErrorKind::InvalidArgument,
+                "Mr::rereg_raw",
+                "the protection domain belongs to another device",
+            );
+            return Err((self, e));
+        }
+        // SAFETY: forwarded to the caller.
+        let r = unsafe { nic.rereg_mr_raw(self.lkey(), pd.inner.id, ptr, len, access) };
+        match r {
+            Ok(region) => {
+                // The keys name the new region now: the old handle must not
+                // revoke them when it drops (its memory and PD go with it).
+                let mut old = self;
+                old.registered = false;
+                Ok(Mr::new(region, pd.inner.clone()))
+            }
+            Err(e) => Err((self, e)),
+        }
+    }
+
     /// Deregisters explicitly, reporting failure (windows still bound) instead
     /// of leaving the region registered on drop.
     pub fn deregister(self) -> std::result::Result<(), (Mr, Error)> {

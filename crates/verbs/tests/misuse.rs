@@ -25,6 +25,7 @@
 //! | `Mr::read`, `write`, `to_vec` | ranges past the end, offsets and lengths near `usize::MAX` (`Access`, `AccessError::OutOfBounds`) |
 //! | `Mr::sge`, `lkey`, `rkey`, `addr`, `len`, `is_empty`, `access`, `as_ptr` | accessors; a stale or out-of-range SGE is misused at post time (below) |
 //! | `Mr::deregister` | with a window bound (`Err((mr, Busy))`, the region still usable); after removal (works: cleanup); dropping the handle with a window bound kills the region's keys at once, the window's grant lives until invalidated |
+//! | `Mr::rereg_raw` | rights refused, a PD of another device (`InvalidArgument`), a window bound (`Busy`): `Err((mr, _))`, the region unchanged and still reachable (`tests/rereg.rs`) |
 //! | `Mw::bind` | region of another PD (`Access`, `PdMismatch`), range outside the region (`Access`, `OutOfBounds`), a right the region lacks (`Access`, `NoPermission`), region of another device (`InvalidArgument`) |
 //! | `Mw::invalidate`, `rkey` | twice; after removal (`DeviceRemoved`) |
 //! | `Qp::modify`, `to_error` | random walks of transitions and attribute masks: transitions the IBTA forbids (RTS before RTR, …) give `InvalidState` with `ModifyError::IllegalTransition`, missing or extra attributes `MissingAttribute`/`UnexpectedAttribute`, values out of range `InvalidValue`, a wrong `cur_qp_state` `CurrentStateMismatch`; the state never changes on an error |

@@ -29,7 +29,7 @@
 //!
 //! [`Endpoint`]: ndverbs_verbs::Endpoint
 
-mod abi;
+pub(crate) mod abi;
 mod addr;
 mod addrinfo;
 mod channel;

@@ -54,6 +54,20 @@ impl Nic {
         Ok(c.tables.mem.register(pd, buf, access)?)
     }
 
+    /// Re-registers region `lkey` as `buf` in `pd` with `access`, under the
+    /// same keys (see [`MemTable::reregister`](crate::mr::MemTable::reregister)).
+    pub fn rereg_mr(
+        &self,
+        lkey: u32,
+        pd: u32,
+        buf: RegionBuf,
+        access: Access,
+    ) -> Result<Arc<Region>, EngineError> {
+        let mut c = self.core()?;
+        c.tables.check_pd(pd)?;
+        Ok(c.tables.mem.reregister(lkey, pd, buf, access)?)
+    }
+
     /// Deregisters memory (refused while windows are bound to it).
     pub fn dereg_mr(&self, lkey: u32) -> Result<(), EngineError> {
         // Works after removal too: it is cleanup.
@@ -286,7 +300,9 @@ impl Nic {
     }
 
     /// Modifies a queue pair. The peer's address comes from `attr.av.dgid`
-    /// (an IPv4-mapped or IPv6 GID) when [`AttrMask::AV`] is given.
+    /// (an IPv4-mapped or IPv6 GID) when [`AttrMask::AV`] is given. A move
+    /// to RESET also removes the queue pair's completions still queued in
+    /// its CQs ([`CompletionQueue::purge`]), as libmlx5 does.
     pub fn modify_qp(&self, qpn: u32, attr: &QpAttr, mask: AttrMask) -> Result<(), EngineError> {
         let _nic = self.shared.span.enter();
         let now = self.now();
@@ -310,6 +326,20 @@ impl Nic {
         }
         c.touched.push(qpn);
         c.finish_step(&self.shared, now);
+        if mask.contains(AttrMask::STATE) && attr.qp_state == QpState::Reset {
+            // A reset forgets the queue pair's work: the completions it
+            // left in its CQs (the flushes of an earlier error, above all)
+            // go too, as libmlx5 cleans a QP's CQs when it is reset, so an
+            // application that resets a failed QP and starts over does not
+            // poll stale completions first.
+            if let Ok(e) = c.tables.qp(qpn) {
+                let (send, recv) = (e.send_cq.clone(), e.recv_cq.clone());
+                send.purge(|w| w.qpn == qpn);
+                if !Arc::ptr_eq(&send, &recv) {
+                    recv.purge(|w| w.qpn == qpn);
+                }
+            }
+        }
         Ok(())
     }
 

@@ -181,6 +181,10 @@ pub struct CompletionQueue {
     /// Serialises resizes with pushes (the engine holds it only while pushing a
     /// batch, so polls never touch it).
     producer: Mutex<()>,
+    /// Keeps consumers out while a resize or a purge takes every entry out
+    /// of the ring and puts some back: a consumer popping in between could
+    /// return a later completion of a queue pair before an earlier one.
+    gate: PollGate,
     armed: AtomicU8,
     overflowed: AtomicBool,
     events: AtomicU64,
@@ -197,6 +201,7 @@ impl CompletionQueue {
             pushed: AtomicU64::new(0),
             popped: AtomicU64::new(0),
             producer: Mutex::new(()),
+            gate: PollGate::default(),
             armed: AtomicU8::new(DISARMED),
             overflowed: AtomicBool::new(false),
             events: AtomicU64::new(0),
@@ -224,6 +229,9 @@ impl CompletionQueue {
         if self.surely_empty() {
             return 0;
         }
+        let Some(_inside) = self.gate.enter() else {
+            return 0;
+        };
         let ring = self.ring.load();
         let mut n = 0;
         while n < out.len() {
@@ -246,6 +254,7 @@ impl CompletionQueue {
         if self.surely_empty() {
             return None;
         }
+        let _inside = self.gate.enter()?;
         let wc = self.ring.load().pop();
         if wc.is_some() {
             self.popped.fetch_add(1, Ordering::Release);
@@ -419,6 +428,7 @@ impl CompletionQueue {
     /// ```
     pub fn purge(&self, mut remove: impl FnMut(&WorkCompletion) -> bool) -> usize {
         let _g = self.producer.lock().unwrap_or_else(|e| e.into_inner());
+        let _closed = self.gate.close();
         let ring = self.ring.load_full();
         let mut kept = Vec::new();
         let mut taken = 0u64;
@@ -457,16 +467,68 @@ impl CompletionQueue {
             });
         }
         let new = Arc::new(ArrayQueue::new(depth));
-        // Consumers may still pop from `old` meanwhile; whatever they miss
-        // moves over here, in order.
+        let _closed = self.gate.close();
         while let Some(wc) = old.pop() {
             let _ = new.push(wc);
         }
         self.ring.store(new);
         // An entry pushed to `old` by nobody (pushes hold `producer`) cannot
-        // appear now; a consumer that loaded `old` before the store only finds
-        // it empty.
+        // appear now, and no consumer is inside until `_closed` drops.
         Ok(())
+    }
+}
+
+/// A gate consumers pass to pop and a rearranging thread closes: closing
+/// waits until every consumer inside has left, and a consumer finding it
+/// closed leaves at once with nothing, as if the queue were empty that
+/// moment. Two atomic operations per non-empty poll; no lock on the poll
+/// path.
+#[derive(Debug, Default)]
+struct PollGate {
+    closed: AtomicBool,
+    inside: AtomicU64,
+}
+
+struct Inside<'a>(&'a PollGate);
+
+struct Closed<'a>(&'a PollGate);
+
+impl PollGate {
+    fn enter(&self) -> Option<Inside<'_>> {
+        if self.closed.load(Ordering::Acquire) {
+            return None;
+        }
+        // SeqCst on both sides (here and in `close`): a consumer that
+        // counted itself in before the gate closed is seen by `close`, one
+        // that came after sees `closed`.
+        self.inside.fetch_add(1, Ordering::SeqCst);
+        if self.closed.load(Ordering::SeqCst) {
+            self.inside.fetch_sub(1, Ordering::Release);
+            return None;
+        }
+        Some(Inside(self))
+    }
+
+    /// Closes the gate until the returned guard drops; only one thread
+    /// closes at a time (callers hold the producer lock).
+    fn close(&self) -> Closed<'_> {
+        self.closed.store(true, Ordering::SeqCst);
+        while self.inside.load(Ordering::SeqCst) != 0 {
+            std::hint::spin_loop();
+        }
+        Closed(self)
+    }
+}
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        self.0.inside.fetch_sub(1, Ordering::Release);
+    }
+}
+
+impl Drop for Closed<'_> {
+    fn drop(&mut self) {
+        self.0.closed.store(false, Ordering::Release);
     }
 }
 
@@ -615,5 +677,71 @@ mod tests {
         }
         p.join().unwrap();
         assert_eq!(sum, n * (n - 1) / 2);
+    }
+
+    /// Purges and resizes take every entry out of the ring and put the
+    /// others back; consumers polling meanwhile (two here) must still see
+    /// each queue pair's completions in order, and lose none.
+    #[test]
+    fn purges_and_resizes_keep_each_queue_pairs_order_for_concurrent_consumers() {
+        let cq = Arc::new(CompletionQueue::new(512).unwrap());
+        let n = 40_000u64;
+        let done = Arc::new(AtomicBool::new(false));
+        let consumers: Vec<_> = (0..2)
+            .map(|_| {
+                let (cq, done) = (cq.clone(), done.clone());
+                std::thread::spawn(move || {
+                    // Per consumer, each QP's wr_ids must rise.
+                    let mut last = [None::<u64>; 3];
+                    let mut taken = 0u64;
+                    while !done.load(Ordering::Acquire) || !cq.is_empty() {
+                        if let Some(w) = cq.poll_one() {
+                            let q = (w.qpn - 10) as usize / 10;
+                            assert!(
+                                last[q].is_none_or(|l| l < w.wr_id),
+                                "qp {} out of order",
+                                w.qpn
+                            );
+                            last[q] = Some(w.wr_id);
+                            taken += 1;
+                        }
+                    }
+                    taken
+                })
+            })
+            .collect();
+        let mut pushed = 0u64;
+        let mut purged = 0u64;
+        for i in 0..n {
+            let qpn = [10, 20, 30][(i % 3) as usize];
+            let mut w = wc(i, WcStatus::Success, false);
+            w.qpn = qpn;
+            while cq.len() > 400 {
+                if consumers.iter().any(|c| c.is_finished()) {
+                    // A consumer failed: join it for its message.
+                    done.store(true, Ordering::Release);
+                    for c in consumers {
+                        c.join().unwrap();
+                    }
+                    unreachable!("a consumer ended before the producer");
+                }
+                std::thread::yield_now();
+            }
+            assert!(cq.push(w), "overflow");
+            pushed += 1;
+            if i % 97 == 0 {
+                purged += cq.purge(|w| w.qpn == 30) as u64;
+            }
+            if i % 1009 == 0 {
+                cq.resize(if (i / 1009) % 2 == 0 { 1024 } else { 512 }, 1 << 20)
+                    .unwrap();
+            }
+        }
+        purged += cq.purge(|w| w.qpn == 30) as u64;
+        done.store(true, Ordering::Release);
+        let taken: u64 = consumers.into_iter().map(|c| c.join().unwrap()).sum();
+        // QP 30's completions were either purged or taken; every
+        // completion is accounted for once.
+        assert_eq!(taken + purged, pushed);
     }
 }

@@ -13,6 +13,13 @@
 //! `--pcap FILE` is passed on as `NDV_PCAP`, which the library honours like
 //! every `NDV_*` variable (`NDV_STAT`, `NDV_FAULTS`, and `NDV_PROGRESS`:
 //! `adaptive`, the default, or `thread`).
+//!
+//! MPI launchers start remote ranks through `ssh` (or another agent), which
+//! passes no environment on: for Open MPI's `mpirun`, `ndv run` adds
+//! `LD_LIBRARY_PATH` and every `NDV_*` variable set to
+//! `OMPI_MCA_mca_base_env_list` (what `mpirun -x VAR` does), so the ranks
+//! on other hosts load the same libraries — from the same path, so `ndv`
+//! must be installed at the same place there. Other programs ignore it.
 
 use anyhow::{bail, Context, Result};
 use ndverbs_cabi::install;
@@ -80,12 +87,42 @@ pub fn run(a: &Args, pcap: Option<&Path>) -> Result<()> {
     };
     let mut cmd = std::process::Command::new(program);
     cmd.args(args).env("LD_LIBRARY_PATH", library_path(&dir));
+    let mut forward: Vec<String> = std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .filter(|k| k.starts_with("NDV_"))
+        .collect();
     if let Some(p) = pcap {
         cmd.env(ndverbs_verbs::PCAP_ENV, p);
+        forward.push(ndverbs_verbs::PCAP_ENV.to_string());
     }
+    cmd.env(
+        OMPI_ENV_LIST,
+        env_list(std::env::var(OMPI_ENV_LIST).ok().as_deref(), &forward),
+    );
     // Only returns if the program could not be started.
     let e = cmd.exec();
     Err(e).with_context(|| format!("running {program}"))
+}
+
+/// Open MPI's list of variables `mpirun` sets for every rank (`-x`).
+const OMPI_ENV_LIST: &str = "OMPI_MCA_mca_base_env_list";
+
+/// `old` (Open MPI's `;`-separated list, `VAR` or `VAR=value`) with
+/// `LD_LIBRARY_PATH` and `vars` added unless named there already.
+fn env_list(old: Option<&str>, vars: &[String]) -> String {
+    let mut items: Vec<String> = old
+        .unwrap_or("")
+        .split(';')
+        .filter(|i| !i.is_empty())
+        .map(str::to_string)
+        .collect();
+    let named = |items: &[String], v: &str| items.iter().any(|i| i.split('=').next() == Some(v));
+    for v in std::iter::once("LD_LIBRARY_PATH").chain(vars.iter().map(String::as_str)) {
+        if !named(&items, v) {
+            items.push(v.to_string());
+        }
+    }
+    items.join(";")
 }
 
 /// `s` quoted for a POSIX shell when it needs it.
@@ -107,5 +144,19 @@ mod tests {
     fn quoting() {
         assert_eq!(shell_quote("/a/b-c/ndverbs-lib"), "/a/b-c/ndverbs-lib");
         assert_eq!(shell_quote("/a b/it's"), r"'/a b/it'\''s'");
+    }
+
+    #[test]
+    fn open_mpi_env_list() {
+        assert_eq!(env_list(None, &[]), "LD_LIBRARY_PATH");
+        assert_eq!(
+            env_list(Some("FOO=1;;BAR"), &["NDV_PROGRESS".into()]),
+            "FOO=1;BAR;LD_LIBRARY_PATH;NDV_PROGRESS"
+        );
+        // A variable the user set already is not named twice.
+        assert_eq!(
+            env_list(Some("LD_LIBRARY_PATH=/x;NDV_STAT"), &["NDV_STAT".into()]),
+            "LD_LIBRARY_PATH=/x;NDV_STAT"
+        );
     }
 }

@@ -1,0 +1,259 @@
+//! libfabric 1.17 and Open MPI 4.1.4 (Debian 12's packages), unmodified,
+//! over ndverbs through `ndv run`, between two network namespaces joined by
+//! a veth pair (two "hosts", one process each; libfabric's verbs provider
+//! ignores loopback interfaces, so a namespace's veth address is its device):
+//!
+//! - `fi_pingpong -p verbs -e msg` (verbs RC QPs over rdma_cm) and
+//!   `fi_pingpong -p "verbs;ofi_rxm" -e rdm` (the reliable-datagram layer
+//!   over them, with its rendezvous by RDMA READ for large messages), a
+//!   small and a large message each, with fi_pingpong's own data check
+//!   (`-c`); every message sent must be acknowledged on both sides.
+//! - Open MPI with `--mca pml cm --mca mtl ofi` and `FI_PROVIDER="verbs;ofi_rxm"`
+//!   running `tests/mpi/mpicheck.c` (built here with `mpicc`): ping-pong
+//!   latency and bandwidth, `MPI_Allreduce`, `MPI_Bcast`, `MPI_Alltoall`,
+//!   `MPI_Put`/`MPI_Get`, every byte checked by the program. `ndv run --
+//!   mpirun` starts it; the remote rank is launched by an rsh agent that
+//!   enters the other namespace *without* `LD_LIBRARY_PATH`, as `ssh` would,
+//!   so it reaches our libraries only through what `ndv run` tells Open MPI
+//!   to forward. With the system's libibverbs (no RDMA device) the `cm`
+//!   PML cannot be selected and the job fails.
+//!
+//! These run in the release section of `scripts/test.sh` (ignored in the
+//! debug run): they measure nothing, but debug builds make Open MPI's
+//! start-up and large transfers slow.
+
+mod programs;
+
+use ndverbs_testkit::netns::Netns;
+use ndverbs_testkit::process::{self, Finished, Running, LIMIT};
+use ndverbs_testkit::skip;
+use programs::{both_ok, ndv_run, veth, A, B};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// fi_pingpong's control port (its default), TCP in the server's namespace.
+const CTRL_PORT: u16 = 47592;
+
+/// Waits until TCP `port` listens in `ns`, where `server` runs.
+#[track_caller]
+fn wait_tcp_listening(ns: &Netns, port: u16, server: &Running) {
+    let t0 = Instant::now();
+    let needle = format!(":{port} ");
+    loop {
+        let out = ns.command("ss").args(["-ltnH"]).output().expect("ss");
+        if String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.contains(&needle))
+        {
+            return;
+        }
+        assert!(
+            t0.elapsed() < process::READY_LIMIT,
+            "not listening on {port} after {:?}:\n{}",
+            process::READY_LIMIT,
+            server.output_so_far()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// fi_pingpong's result row for `size` bytes: (messages sent, acknowledged).
+fn pingpong_row(out: &str, size: &str) -> Option<(u64, u64)> {
+    out.lines().find_map(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        if w.len() < 8 || w[0] != size {
+            return None;
+        }
+        let sent = w[1].parse().ok()?;
+        let acked = w[2].strip_prefix('=')?.parse().ok()?;
+        Some((sent, acked))
+    })
+}
+
+/// fi_pingpong with `provider` and `endpoint` type between the namespaces,
+/// for each message size (fi_pingpong's spelling as it prints it, bytes).
+fn fi_pingpong(provider: &str, endpoint: &str) {
+    let Some((a, b)) = veth(&["fi_pingpong", "fi_info"]) else {
+        return;
+    };
+    // The provider lists our device in each namespace, and only the veth
+    // address's (loopback interfaces are not libfabric's).
+    let info = ndv_run(&a, "fi_info", &["-p", provider])
+        .output()
+        .expect("fi_info");
+    let text = String::from_utf8_lossy(&info.stdout);
+    assert!(
+        info.status.success() && text.contains(&format!("provider: {provider}\n")),
+        "fi_info -p {provider}:\n{text}{}",
+        String::from_utf8_lossy(&info.stderr)
+    );
+    assert!(text.contains("domain: ndv0"), "{text}");
+    for (size, shown, iters) in [("64", "64", "200"), ("1048576", "1m", "20")] {
+        let args = [
+            "-p", provider, "-e", endpoint, "-S", size, "-I", iters, "-c",
+        ];
+        let s = Running::spawn(&mut ndv_run(&a, "fi_pingpong", &args));
+        wait_tcp_listening(&a, CTRL_PORT, &s);
+        let client: Vec<&str> = args.iter().copied().chain([A]).collect();
+        let c = Running::spawn(&mut ndv_run(&b, "fi_pingpong", &client)).wait(LIMIT);
+        let s = s.wait(LIMIT);
+        let (tc, ts) = both_ok(&c, &s);
+        let want: u64 = iters.parse().unwrap();
+        for out in [&tc, &ts] {
+            assert_eq!(
+                pingpong_row(out, shown),
+                Some((want, want)),
+                "{provider} {endpoint} {size} B:\n{out}"
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "release section of scripts/test.sh"]
+fn fi_pingpong_verbs_msg_between_namespaces() {
+    fi_pingpong("verbs", "msg");
+}
+
+#[test]
+#[ignore = "release section of scripts/test.sh"]
+fn fi_pingpong_verbs_rxm_rdm_between_namespaces() {
+    fi_pingpong("verbs;ofi_rxm", "rdm");
+}
+
+/// `mpicheck.c` built with `mpicc` into the test's scratch directory.
+fn build_mpicheck(dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/mpicheck.c");
+    let bin = dir.join("mpicheck");
+    let out = Command::new("mpicc")
+        .args(["-O2", "-Wall", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .expect("mpicc");
+    assert!(
+        out.status.success(),
+        "mpicc {}:\n{}",
+        src.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    bin
+}
+
+/// Open MPI's rsh agent for the two namespaces: `AGENT HOST COMMAND…` runs
+/// the command in the namespace that has HOST's address, with
+/// `LD_LIBRARY_PATH` removed as a login over ssh would.
+fn write_agent(dir: &Path, hosts: &[(&str, &Netns)]) -> PathBuf {
+    let mut cases = String::new();
+    for (addr, ns) in hosts {
+        cases.push_str(&format!("    {addr}) ns={} ;;\n", ns.name()));
+    }
+    let script = format!(
+        "#!/bin/sh\nhost=$1\nshift\ncase $host in\n{cases}    *) echo \"no namespace for $host\" >&2; exit 1 ;;\nesac\nexec ip netns exec \"$ns\" env -u LD_LIBRARY_PATH sh -c \"$*\"\n"
+    );
+    let path = dir.join("netns-agent.sh");
+    std::fs::write(&path, script).expect("agent script");
+    let mut perm = std::fs::metadata(&path).expect("agent").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&path, perm).expect("chmod agent");
+    path
+}
+
+/// The number after `prefix` on a line of `out`.
+fn value_after(out: &str, prefix: &str) -> Option<f64> {
+    out.lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Runs `mpicheck` with one rank in each namespace under `ndv run --
+/// mpirun`; returns the job's output after checking it.
+fn mpirun_mpicheck(iters: &str) -> Option<Finished> {
+    if !skip::require_tools(&["mpicc", "mpirun"]) {
+        return None;
+    }
+    let (a, b) = veth(&["fi_info"])?;
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("mpi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let bin = build_mpicheck(&dir);
+    let agent = write_agent(&dir, &[(A, &a), (B, &b)]);
+    let hostfile = dir.join("hosts");
+    std::fs::write(&hostfile, format!("{A} slots=1\n{B} slots=1\n")).expect("hostfile");
+    let mut cmd = ndv_run(&a, "mpirun", &[]);
+    cmd.args(["--hostfile"])
+        .arg(&hostfile)
+        .args(["-np", "2", "--bind-to", "none", "--mca", "plm_rsh_agent"])
+        .arg(&agent)
+        .args([
+            "--mca",
+            "oob_tcp_if_include",
+            "10.99.0.0/24",
+            "--mca",
+            "pml",
+            "cm",
+            "--mca",
+            "mtl",
+            "ofi",
+            "--mca",
+            "mtl_ofi_provider_include",
+            "verbs;ofi_rxm",
+            "--mca",
+            "btl",
+            "self",
+            // One-sided operations as messages through the cm PML (and so
+            // through libfabric); Open MPI's RDMA component wants a BTL
+            // with remote atomics.
+            "--mca",
+            "osc",
+            "pt2pt",
+        ])
+        .arg(&bin)
+        .arg(iters)
+        .env("FI_PROVIDER", "verbs;ofi_rxm")
+        // Namespaces need root, and Open MPI refuses root without these.
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env_remove("OMPI_MCA_mca_base_env_list");
+    let f = Running::spawn(&mut cmd).wait(LIMIT);
+    let _ = std::fs::remove_dir_all(&dir);
+    Some(f)
+}
+
+#[test]
+#[ignore = "release section of scripts/test.sh"]
+fn open_mpi_cm_ofi_verbs_rxm_one_rank_per_namespace() {
+    let Some(f) = mpirun_mpicheck("500") else {
+        return;
+    };
+    let out = f.text();
+    assert!(f.ok, "mpirun:\n{out}");
+    for line in [
+        "allreduce ok",
+        "bcast ok",
+        "alltoall ok",
+        "put/get ok",
+        "mpicheck ok (2 ranks)",
+    ] {
+        assert!(out.lines().any(|l| l == line), "no {line:?} in:\n{out}");
+    }
+    assert!(!out.contains("FAIL"), "{out}");
+    let lat = value_after(&out, "latency 8 B: ").expect("8-byte latency");
+    let bw = value_after(&out, "bandwidth 1048576 B: ").expect("1 MiB bandwidth");
+    assert!(lat > 0.0 && lat.is_finite(), "{out}");
+    assert!(bw > 0.0 && bw.is_finite(), "{out}");
+}
+
+#[test]
+fn fi_pingpong_rows_and_mpicheck_values_parse() {
+    let out = "bytes   #sent   #ack     total       time     MB/sec    usec/xfer   Mxfers/sec\n\
+               1m      20      =20      40m         0.10s    400.00    2621.44       0.00\n";
+    assert_eq!(pingpong_row(out, "1m"), Some((20, 20)));
+    assert_eq!(pingpong_row(out, "64"), None);
+    assert_eq!(pingpong_row("1m 20 -3 40m 0.1s 1 2 3", "1m"), None);
+    let m = "latency 8 B: 12.50 us\nbandwidth 1048576 B: 2345.67 MB/s\n";
+    assert_eq!(value_after(m, "latency 8 B: "), Some(12.5));
+    assert_eq!(value_after(m, "bandwidth 1048576 B: "), Some(2345.67));
+    assert_eq!(value_after(m, "latency 64 B: "), None);
+}

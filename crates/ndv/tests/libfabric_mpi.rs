@@ -252,7 +252,8 @@ fn fi_pingpong_rows_and_mpicheck_values_parse() {
     assert_eq!(pingpong_row(out, "1m"), Some((20, 20)));
     assert_eq!(pingpong_row(out, "64"), None);
     assert_eq!(pingpong_row("1m 20 -3 40m 0.1s 1 2 3", "1m"), None);
-    let m = "latency 8 B: 12.50 us\nbandwidth 1048576 B: 2345.67 MB/s\n";
+    let m = "latency 8 B: 12.50 us (median 11.00 us)\n\
+             bandwidth 1048576 B: 2345.67 MB/s (median window 2400.00 MB/s)\n";
     assert_eq!(value_after(m, "latency 8 B: "), Some(12.5));
     assert_eq!(value_after(m, "bandwidth 1048576 B: "), Some(2345.67));
     assert_eq!(value_after(m, "latency 64 B: "), None);

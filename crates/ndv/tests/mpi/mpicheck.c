@@ -8,8 +8,8 @@
  *
  * Rank 0 prints one line per measurement and per check:
  *
- *   latency 8 B: 12.34 us
- *   bandwidth 1048576 B: 2345.67 MB/s
+ *   latency 8 B: 12.34 us (median 11.02 us)
+ *   bandwidth 1048576 B: 2345.67 MB/s (median window 2456.78 MB/s)
  *   allreduce ok
  *   ...
  *   mpicheck ok (N ranks)
@@ -54,18 +54,37 @@ static void verify(const unsigned char *b, size_t n, int r, long seq, const char
 			     seq, r, b[i], pattern(r, seq, i));
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* The median of v[0..n) (sorts v). */
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 /* Ranks 0 and 1 bounce a message of n bytes iters times (after a warm-up);
- * every message is checked. Returns the half round trip in microseconds. */
-static double pingpong(size_t n, int iters)
+ * every message is checked. Returns the half round trip in microseconds,
+ * the mean, and its median in *med (on a shared host the mean carries
+ * every time the scheduler looked away). */
+static double pingpong(size_t n, int iters, double *med)
 {
 	unsigned char *out = malloc(n ? n : 1), *in = malloc(n ? n : 1);
-	double t0 = 0;
+	double *rtt = malloc(iters * sizeof *rtt);
+	double t0 = 0, ti = 0;
 	int warm = iters / 10 + 1;
-	if (!out || !in)
+	if (!out || !in || !rtt)
 		FAIL("malloc");
 	for (int i = -warm; i < iters; i++) {
 		if (i == 0)
 			t0 = MPI_Wtime();
+		if (i > 0)
+			rtt[i - 1] = MPI_Wtime() - ti;
+		ti = MPI_Wtime();
 		if (rank == 0) {
 			fill(out, n, 0, i);
 			MPI_Send(out, (int)n, MPI_BYTE, 1, 1, MPI_COMM_WORLD);
@@ -78,29 +97,38 @@ static double pingpong(size_t n, int iters)
 			MPI_Send(out, (int)n, MPI_BYTE, 0, 1, MPI_COMM_WORLD);
 		}
 	}
-	double us = (MPI_Wtime() - t0) * 1e6 / (2.0 * iters);
+	double end = MPI_Wtime();
+	rtt[iters - 1] = end - ti;
+	double us = (end - t0) * 1e6 / (2.0 * iters);
+	*med = median(rtt, iters) * 1e6 / 2.0;
 	free(out);
 	free(in);
+	free(rtt);
 	return us;
 }
 
 /* Rank 0 streams windows of 32 messages of n bytes to rank 1, which
  * acknowledges each window, osu_bw's way. The last window's messages are
- * checked. Returns MB/s (10^6 bytes per second). */
-static double bandwidth(size_t n, int iters)
+ * checked. Returns MB/s (10^6 bytes per second) over the whole run, and
+ * over the median window in *med. */
+static double bandwidth(size_t n, int iters, double *med)
 {
 	enum { WINDOW = 32 };
 	unsigned char *buf = malloc(n * WINDOW);
+	double *win = malloc(iters * sizeof *win);
 	MPI_Request req[WINDOW];
 	char ack = 0;
-	double t0 = 0;
+	double t0 = 0, ti = 0;
 	int warm = iters / 10 + 1;
-	if (!buf)
+	if (!buf || !win)
 		FAIL("malloc");
 	for (int i = -warm; i < iters; i++) {
 		int last = i == iters - 1;
 		if (i == 0)
 			t0 = MPI_Wtime();
+		if (i > 0)
+			win[i - 1] = MPI_Wtime() - ti;
+		ti = MPI_Wtime();
 		if (rank == 0) {
 			if (last)
 				for (int w = 0; w < WINDOW; w++)
@@ -121,9 +149,12 @@ static double bandwidth(size_t n, int iters)
 			MPI_Send(&ack, 1, MPI_BYTE, 0, 3, MPI_COMM_WORLD);
 		}
 	}
-	double s = MPI_Wtime() - t0;
+	double end = MPI_Wtime();
+	win[iters - 1] = end - ti;
+	*med = (double)n * WINDOW / median(win, iters) / 1e6;
 	free(buf);
-	return (double)n * WINDOW * iters / s / 1e6;
+	free(win);
+	return (double)n * WINDOW * iters / (end - t0) / 1e6;
 }
 
 static void collectives(void)
@@ -230,14 +261,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "mpicheck needs at least 2 ranks\n");
 		MPI_Abort(MPI_COMM_WORLD, 1);
 	}
-	double lat = pingpong(8, iters);
-	double big = pingpong(bw_size, iters / 10 + 1);
-	int bw_iters = iters / 50 + 2;
-	double bw = bandwidth(bw_size, bw_iters);
+	double lat_med, big_med, bw_med;
+	double lat = pingpong(8, iters, &lat_med);
+	double big = pingpong(bw_size, iters / 10 + 1, &big_med);
+	double bw = bandwidth(bw_size, iters / 50 + 2, &bw_med);
 	if (rank == 0) {
-		printf("latency 8 B: %.2f us\n", lat);
-		printf("latency %zu B: %.2f us\n", bw_size, big);
-		printf("bandwidth %zu B: %.2f MB/s\n", bw_size, bw);
+		printf("latency 8 B: %.2f us (median %.2f us)\n", lat, lat_med);
+		printf("latency %zu B: %.2f us (median %.2f us)\n", bw_size, big, big_med);
+		printf("bandwidth %zu B: %.2f MB/s (median window %.2f MB/s)\n", bw_size, bw,
+		       bw_med);
 		fflush(stdout);
 	}
 	collectives();

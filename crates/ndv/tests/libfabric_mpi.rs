@@ -17,6 +17,8 @@
 //!   so it reaches our libraries only through what `ndv run` tells Open MPI
 //!   to forward. With the system's libibverbs (no RDMA device) the `cm`
 //!   PML cannot be selected and the job fails.
+//! - A rank killed with SIGKILL mid-transfer: the job ends in error within
+//!   seconds (no hang), and a new job runs at once on the same addresses.
 //!
 //! These run in the release section of `scripts/test.sh` (ignored in the
 //! debug run): they measure nothing, but debug builds make Open MPI's
@@ -168,65 +170,97 @@ fn value_after(out: &str, prefix: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// Runs `mpicheck` with one rank in each namespace under `ndv run --
-/// mpirun`; returns the job's output after checking it.
-fn mpirun_mpicheck(iters: &str) -> Option<Finished> {
-    if !skip::require_tools(&["mpicc", "mpirun"]) {
-        return None;
-    }
-    let (a, b) = veth(&["fi_info"])?;
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("mpi-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("scratch directory");
-    let bin = build_mpicheck(&dir);
-    let agent = write_agent(&dir, &[(A, &a), (B, &b)]);
-    let hostfile = dir.join("hosts");
-    std::fs::write(&hostfile, format!("{A} slots=1\n{B} slots=1\n")).expect("hostfile");
-    let mut cmd = ndv_run(&a, "mpirun", &[]);
-    cmd.args(["--hostfile"])
-        .arg(&hostfile)
-        .args(["-np", "2", "--bind-to", "none", "--mca", "plm_rsh_agent"])
-        .arg(&agent)
-        .args([
-            "--mca",
-            "oob_tcp_if_include",
-            "10.99.0.0/24",
-            "--mca",
-            "pml",
-            "cm",
-            "--mca",
-            "mtl",
-            "ofi",
-            "--mca",
-            "mtl_ofi_provider_include",
-            "verbs;ofi_rxm",
-            "--mca",
-            "btl",
-            "self",
-            // One-sided operations as messages through the cm PML (and so
-            // through libfabric); Open MPI's RDMA component wants a BTL
-            // with remote atomics.
-            "--mca",
-            "osc",
-            "pt2pt",
-        ])
-        .arg(&bin)
-        .arg(iters)
-        .env("FI_PROVIDER", "verbs;ofi_rxm")
-        // Namespaces need root, and Open MPI refuses root without these.
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env_remove("OMPI_MCA_mca_base_env_list");
-    let f = Running::spawn(&mut cmd).wait(LIMIT);
-    let _ = std::fs::remove_dir_all(&dir);
-    Some(f)
+/// Two namespaces with one MPI slot each, `mpicheck` built, Open MPI's
+/// agent and hostfile written; the scratch directory goes with it.
+struct MpiHosts {
+    a: Netns,
+    _b: Netns,
+    dir: PathBuf,
+    bin: PathBuf,
+    agent: PathBuf,
+    hostfile: PathBuf,
 }
 
-#[test]
-#[ignore = "release section of scripts/test.sh"]
-fn open_mpi_cm_ofi_verbs_rxm_one_rank_per_namespace() {
-    let Some(f) = mpirun_mpicheck("500") else {
-        return;
-    };
+impl MpiHosts {
+    /// The set-up, or `None` after the skip rule.
+    fn new() -> Option<MpiHosts> {
+        if !skip::require_tools(&["mpicc", "mpirun"]) {
+            return None;
+        }
+        let (a, b) = veth(&["fi_info"])?;
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "mpi-{}-{}",
+            std::process::id(),
+            a.name()
+        ));
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        let bin = build_mpicheck(&dir);
+        let agent = write_agent(&dir, &[(A, &a), (B, &b)]);
+        let hostfile = dir.join("hosts");
+        std::fs::write(&hostfile, format!("{A} slots=1\n{B} slots=1\n")).expect("hostfile");
+        Some(MpiHosts {
+            a,
+            _b: b,
+            dir,
+            bin,
+            agent,
+            hostfile,
+        })
+    }
+
+    /// `ndv run -- mpirun … mpicheck ARGS` in namespace A, one rank per
+    /// namespace.
+    fn mpirun(&self, args: &[&str]) -> Command {
+        let mut cmd = ndv_run(&self.a, "mpirun", &[]);
+        cmd.args(["--hostfile"])
+            .arg(&self.hostfile)
+            .args(["-np", "2", "--bind-to", "none", "--mca", "plm_rsh_agent"])
+            .arg(&self.agent)
+            .args([
+                "--mca",
+                "oob_tcp_if_include",
+                "10.99.0.0/24",
+                "--mca",
+                "pml",
+                "cm",
+                "--mca",
+                "mtl",
+                "ofi",
+                "--mca",
+                "mtl_ofi_provider_include",
+                "verbs;ofi_rxm",
+                "--mca",
+                "btl",
+                "self",
+                // One-sided operations as messages through the cm PML (and
+                // so through libfabric): Open MPI 4.1.4 loads osc pt2pt only
+                // when asked, and its default (osc rdma) needs a BTL with
+                // RDMA.
+                "--mca",
+                "osc",
+                "pt2pt",
+            ])
+            .arg(&self.bin)
+            .args(args)
+            .env("FI_PROVIDER", "verbs;ofi_rxm")
+            // Namespaces need root, and Open MPI refuses root without these.
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env_remove("OMPI_MCA_mca_base_env_list");
+        cmd
+    }
+}
+
+impl Drop for MpiHosts {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Checks a finished `mpicheck` job: every check reported, no failure,
+/// positive measurements.
+#[track_caller]
+fn check_mpicheck(f: &Finished) {
     let out = f.text();
     assert!(f.ok, "mpirun:\n{out}");
     for line in [
@@ -246,6 +280,54 @@ fn open_mpi_cm_ofi_verbs_rxm_one_rank_per_namespace() {
 }
 
 #[test]
+#[ignore = "release section of scripts/test.sh"]
+fn open_mpi_cm_ofi_verbs_rxm_one_rank_per_namespace() {
+    let Some(h) = MpiHosts::new() else {
+        return;
+    };
+    check_mpicheck(&Running::spawn(&mut h.mpirun(&["500"])).wait(LIMIT));
+}
+
+/// The pid `mpicheck`'s rank `rank` announced in `out`.
+fn rank_pid(out: &str, rank: u32) -> Option<i32> {
+    let prefix = format!("mpicheck: rank {rank} pid ");
+    out.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|p| p.trim().parse().ok())
+}
+
+#[test]
+#[ignore = "release section of scripts/test.sh"]
+fn open_mpi_job_with_a_rank_killed_mid_transfer_ends_in_error_and_the_next_runs() {
+    let Some(h) = MpiHosts::new() else {
+        return;
+    };
+    // Long enough to be killed in the middle: about a second of 8-byte
+    // ping-pongs, then 3000 of 1 MiB (rendezvous RDMA READs), for seconds.
+    let mut job = Running::spawn(&mut h.mpirun(&["30000"]));
+    job.wait_for_stderr("mpicheck: rank 1 pid ", process::READY_LIMIT)
+        .unwrap_or_else(|e| panic!("rank 1 never started: {e}"));
+    std::thread::sleep(Duration::from_secs(2));
+    let pid = rank_pid(&job.output_so_far(), 1).expect("rank 1's pid");
+    // SAFETY: kill(2) on the pid the rank announced, a process of this test.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "kill {pid}");
+    let killed = Instant::now();
+    let f = job.wait(LIMIT);
+    assert!(
+        !f.timed_out && !f.ok,
+        "the job must end in error, not hang or pass:\n{}",
+        f.text()
+    );
+    assert!(
+        killed.elapsed() < Duration::from_secs(30),
+        "the job took {:?} to end",
+        killed.elapsed()
+    );
+    // The killed rank's address is free at once: a new job runs there.
+    check_mpicheck(&Running::spawn(&mut h.mpirun(&["200"])).wait(LIMIT));
+}
+
+#[test]
 fn fi_pingpong_rows_and_mpicheck_values_parse() {
     let out = "bytes   #sent   #ack     total       time     MB/sec    usec/xfer   Mxfers/sec\n\
                1m      20      =20      40m         0.10s    400.00    2621.44       0.00\n";
@@ -257,4 +339,7 @@ fn fi_pingpong_rows_and_mpicheck_values_parse() {
     assert_eq!(value_after(m, "latency 8 B: "), Some(12.5));
     assert_eq!(value_after(m, "bandwidth 1048576 B: "), Some(2345.67));
     assert_eq!(value_after(m, "latency 64 B: "), None);
+    let r = "mpicheck: rank 0 pid 17\nmpicheck: rank 1 pid 4242\n";
+    assert_eq!(rank_pid(r, 1), Some(4242));
+    assert_eq!(rank_pid(r, 2), None);
 }

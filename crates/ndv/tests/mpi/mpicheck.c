@@ -15,13 +15,14 @@
  *   mpicheck ok (N ranks)
  *
  * Any wrong byte prints "FAIL <what>: ..." and aborts the job (non-zero
- * exit).
+ * exit). Each rank says "mpicheck: rank R pid P" on stderr after MPI_Init.
  */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int rank, size;
 
@@ -261,6 +262,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "mpicheck needs at least 2 ranks\n");
 		MPI_Abort(MPI_COMM_WORLD, 1);
 	}
+	/* Who is where: a test kills one rank mid-transfer by its pid. */
+	fprintf(stderr, "mpicheck: rank %d pid %ld\n", rank, (long)getpid());
+	fflush(stderr);
 	double lat_med, big_med, bw_med;
 	double lat = pingpong(8, iters, &lat_med);
 	double big = pingpong(bw_size, iters / 10 + 1, &big_med);

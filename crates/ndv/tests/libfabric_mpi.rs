@@ -91,6 +91,11 @@ fn fi_pingpong(provider: &str, endpoint: &str) {
         String::from_utf8_lossy(&info.stderr)
     );
     assert!(text.contains("domain: ndv0"), "{text}");
+    // ndv1 and ndv2 are the namespace's 127.0.0.1 and ::1.
+    assert!(
+        !text.contains("domain: ndv1") && !text.contains("domain: ndv2"),
+        "{text}"
+    );
     for (size, shown, iters) in [("64", "64", "200"), ("1048576", "1m", "20")] {
         let args = [
             "-p", provider, "-e", endpoint, "-S", size, "-I", iters, "-c",

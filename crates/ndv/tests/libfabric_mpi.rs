@@ -238,9 +238,10 @@ impl MpiHosts {
                 "btl",
                 "self",
                 // One-sided operations as messages through the cm PML (and
-                // so through libfabric): Open MPI 4.1.4 loads osc pt2pt only
-                // when asked, and its default (osc rdma) needs a BTL with
-                // RDMA.
+                // so through libfabric): Debian's openmpi-mca-params.conf
+                // excludes osc pt2pt (as it excludes mtl ofi), and the
+                // default left (osc rdma) needs a BTL with RDMA, which
+                // btl ofi refuses to be over ofi_rxm.
                 "--mca",
                 "osc",
                 "pt2pt",

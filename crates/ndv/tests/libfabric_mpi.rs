@@ -7,7 +7,8 @@
 //!   `fi_pingpong -p "verbs;ofi_rxm" -e rdm` (the reliable-datagram layer
 //!   over them, with its rendezvous by RDMA READ for large messages), a
 //!   small and a large message each, with fi_pingpong's own data check
-//!   (`-c`); every message sent must be acknowledged on both sides.
+//!   (`-c`); every message sent must be acknowledged on both sides. Both
+//!   again over IPv6 (`-6`: the GIDs are the IPv6 addresses).
 //! - Open MPI with `--mca pml cm --mca mtl ofi` and `FI_PROVIDER="verbs;ofi_rxm"`
 //!   running `tests/mpi/mpicheck.c` (built here with `mpicc`): ping-pong
 //!   latency and bandwidth, `MPI_Allreduce`, `MPI_Bcast`, `MPI_Alltoall`,
@@ -73,8 +74,42 @@ fn pingpong_row(out: &str, size: &str) -> Option<(u64, u64)> {
     })
 }
 
-/// fi_pingpong with `provider` and `endpoint` type between the namespaces,
-/// for each message size (fi_pingpong's spelling as it prints it, bytes).
+/// fi_pingpong with `provider` and `endpoint` type from `b` to the server
+/// in `a` at `server`, for each (size, fi_pingpong's spelling of it,
+/// iterations); `extra` goes to both sides.
+fn pingpong_runs(
+    a: &Netns,
+    b: &Netns,
+    server: &str,
+    provider: &str,
+    endpoint: &str,
+    runs: &[(&str, &str, &str)],
+    extra: &[&str],
+) {
+    for &(size, shown, iters) in runs {
+        let mut args = vec![
+            "-p", provider, "-e", endpoint, "-S", size, "-I", iters, "-c",
+        ];
+        args.extend_from_slice(extra);
+        let s = Running::spawn(&mut ndv_run(a, "fi_pingpong", &args));
+        wait_tcp_listening(a, CTRL_PORT, &s);
+        let client: Vec<&str> = args.iter().copied().chain([server]).collect();
+        let c = Running::spawn(&mut ndv_run(b, "fi_pingpong", &client)).wait(LIMIT);
+        let s = s.wait(LIMIT);
+        let (tc, ts) = both_ok(&c, &s);
+        let want: u64 = iters.parse().unwrap();
+        for out in [&tc, &ts] {
+            assert_eq!(
+                pingpong_row(out, shown),
+                Some((want, want)),
+                "{provider} {endpoint} {size} B:\n{out}"
+            );
+        }
+    }
+}
+
+/// fi_info lists our veth device for `provider` in the namespaces, then
+/// fi_pingpong runs a small and a large message.
 fn fi_pingpong(provider: &str, endpoint: &str) {
     let Some((a, b)) = veth(&["fi_pingpong", "fi_info"]) else {
         return;
@@ -96,25 +131,8 @@ fn fi_pingpong(provider: &str, endpoint: &str) {
         !text.contains("domain: ndv1") && !text.contains("domain: ndv2"),
         "{text}"
     );
-    for (size, shown, iters) in [("64", "64", "200"), ("1048576", "1m", "20")] {
-        let args = [
-            "-p", provider, "-e", endpoint, "-S", size, "-I", iters, "-c",
-        ];
-        let s = Running::spawn(&mut ndv_run(&a, "fi_pingpong", &args));
-        wait_tcp_listening(&a, CTRL_PORT, &s);
-        let client: Vec<&str> = args.iter().copied().chain([A]).collect();
-        let c = Running::spawn(&mut ndv_run(&b, "fi_pingpong", &client)).wait(LIMIT);
-        let s = s.wait(LIMIT);
-        let (tc, ts) = both_ok(&c, &s);
-        let want: u64 = iters.parse().unwrap();
-        for out in [&tc, &ts] {
-            assert_eq!(
-                pingpong_row(out, shown),
-                Some((want, want)),
-                "{provider} {endpoint} {size} B:\n{out}"
-            );
-        }
-    }
+    let runs = [("64", "64", "200"), ("1048576", "1m", "20")];
+    pingpong_runs(&a, &b, A, provider, endpoint, &runs, &[]);
 }
 
 #[test]
@@ -127,6 +145,22 @@ fn fi_pingpong_verbs_msg_between_namespaces() {
 #[ignore = "release section of scripts/test.sh"]
 fn fi_pingpong_verbs_rxm_rdm_between_namespaces() {
     fi_pingpong("verbs;ofi_rxm", "rdm");
+}
+
+#[test]
+#[ignore = "release section of scripts/test.sh"]
+fn fi_pingpong_both_modes_over_ipv6() {
+    if !programs::installed(&["fi_pingpong"]) {
+        return;
+    }
+    let (a_ip, b_ip) = ndverbs_testkit::addr::pair_v6();
+    let Some((a, b)) = Netns::veth_pair(&format!("{a_ip}/64"), &format!("{b_ip}/64")) else {
+        return;
+    };
+    let server = a_ip.to_string();
+    let runs = [("65536", "64k", "50")];
+    pingpong_runs(&a, &b, &server, "verbs", "msg", &runs, &["-6"]);
+    pingpong_runs(&a, &b, &server, "verbs;ofi_rxm", "rdm", &runs, &["-6"]);
 }
 
 /// `mpicheck.c` built with `mpicc` into the test's scratch directory.

@@ -16,8 +16,10 @@
 //!   mpirun` starts it; the remote rank is launched by an rsh agent that
 //!   enters the other namespace *without* `LD_LIBRARY_PATH`, as `ssh` would,
 //!   so it reaches our libraries only through what `ndv run` tells Open MPI
-//!   to forward. With the system's libibverbs (no RDMA device) the `cm`
-//!   PML cannot be selected and the job fails.
+//!   to forward (as its environment list, or as `-x` options when the
+//!   command line has `-x`, which Open MPI does not let mix). With the
+//!   system's libibverbs (no RDMA device) the `cm` PML cannot be selected
+//!   and the job fails.
 //! - A rank killed with SIGKILL mid-transfer: the job ends in error within
 //!   seconds (no hang), and a new job runs at once on the same addresses.
 //!
@@ -250,7 +252,12 @@ impl MpiHosts {
     /// `ndv run -- mpirun … mpicheck ARGS` in namespace A, one rank per
     /// namespace.
     fn mpirun(&self, args: &[&str]) -> Command {
-        let mut cmd = ndv_run(&self.a, "mpirun", &[]);
+        self.mpirun_with(&[], args)
+    }
+
+    /// [`MpiHosts::mpirun`] with `opts` first on mpirun's command line.
+    fn mpirun_with(&self, opts: &[&str], args: &[&str]) -> Command {
+        let mut cmd = ndv_run(&self.a, "mpirun", opts);
         cmd.args(["--hostfile"])
             .arg(&self.hostfile)
             .args(["-np", "2", "--bind-to", "none", "--mca", "plm_rsh_agent"])
@@ -326,6 +333,10 @@ fn open_mpi_cm_ofi_verbs_rxm_one_rank_per_namespace() {
         return;
     };
     check_mpicheck(&Running::spawn(&mut h.mpirun(&["500"])).wait(LIMIT));
+    // With `-x` on the command line Open MPI refuses the environment list
+    // `ndv run` sets; the library path must reach the remote rank anyway.
+    let mut x = h.mpirun_with(&["-x", "FI_PROVIDER"], &["100"]);
+    check_mpicheck(&Running::spawn(&mut x).wait(LIMIT));
 }
 
 /// The pid `mpicheck`'s rank `rank` announced in `out`.

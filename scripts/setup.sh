@@ -11,6 +11,9 @@
 #            (ndverbs-cabi) and against ndv's tools
 #   libibverbs-dev  rdma-core's headers, for the C API test of ndverbs-cabi
 #   python3-pyverbs rdma-core's Python binding, run over the C ABI libraries
+#   libfabric-bin openmpi-bin libopenmpi-dev
+#            fi_info/fi_pingpong (libfabric's verbs provider) and Open MPI
+#            (mpirun, mpicc) over the C ABI libraries
 set -euo pipefail
 need=()
 command -v tshark >/dev/null 2>&1 || need+=(tshark)
@@ -24,6 +27,9 @@ command -v rping >/dev/null 2>&1 || need+=(rdmacm-utils)
 command -v ib_write_bw >/dev/null 2>&1 || need+=(perftest)
 [ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
 [ -d /usr/lib/python3/dist-packages/pyverbs ] || need+=(python3-pyverbs)
+command -v fi_pingpong >/dev/null 2>&1 || need+=(libfabric-bin)
+command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
+dpkg -s libopenmpi-dev >/dev/null 2>&1 || need+=(libopenmpi-dev)
 if ((${#need[@]})); then
     if [ "$(id -u)" != 0 ]; then
         echo "setup: missing ${need[*]}; run as root (apt-get) to install" >&2

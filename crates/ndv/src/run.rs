@@ -13,6 +13,16 @@
 //! `--pcap FILE` is passed on as `NDV_PCAP`, which the library honours like
 //! every `NDV_*` variable (`NDV_STAT`, `NDV_FAULTS`, and `NDV_PROGRESS`:
 //! `adaptive`, the default, or `thread`).
+//!
+//! MPI launchers start remote ranks through `ssh` (or another agent), which
+//! passes no environment on: for Open MPI's `mpirun`, `ndv run` adds
+//! `LD_LIBRARY_PATH` and every `NDV_*` variable set to
+//! `OMPI_MCA_mca_base_env_list` (what `mpirun -x VAR` does), so the ranks
+//! on other hosts load the same libraries — from the same path, so `ndv`
+//! must be installed at the same place there. Other programs ignore it.
+//! Open MPI refuses that list next to `-x` options, so when an Open MPI
+//! launcher's command line has `-x`, the variables go as `-x VAR` options
+//! in front of its arguments instead.
 
 use anyhow::{bail, Context, Result};
 use ndverbs_cabi::install;
@@ -79,13 +89,81 @@ pub fn run(a: &Args, pcap: Option<&Path>) -> Result<()> {
         bail!("no program to run (ndv run [--] PROGRAM [ARGS...])");
     };
     let mut cmd = std::process::Command::new(program);
-    cmd.args(args).env("LD_LIBRARY_PATH", library_path(&dir));
+    cmd.env("LD_LIBRARY_PATH", library_path(&dir));
+    let mut forward: Vec<String> = std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .filter(|k| k.starts_with("NDV_"))
+        .collect();
     if let Some(p) = pcap {
         cmd.env(ndverbs_verbs::PCAP_ENV, p);
+        forward.push(ndverbs_verbs::PCAP_ENV.to_string());
     }
+    match x_options(program, args, &forward) {
+        // Open MPI refuses `-x` together with the env list: when the
+        // command line passes variables with `-x`, ours go the same way.
+        Some(x) => {
+            cmd.args(x);
+        }
+        None => {
+            cmd.env(
+                OMPI_ENV_LIST,
+                env_list(std::env::var(OMPI_ENV_LIST).ok().as_deref(), &forward),
+            );
+        }
+    }
+    cmd.args(args);
     // Only returns if the program could not be started.
     let e = cmd.exec();
     Err(e).with_context(|| format!("running {program}"))
+}
+
+/// Open MPI's list of variables `mpirun` sets for every rank (`-x`).
+const OMPI_ENV_LIST: &str = "OMPI_MCA_mca_base_env_list";
+
+/// `old` (Open MPI's `;`-separated list, `VAR` or `VAR=value`) with
+/// `LD_LIBRARY_PATH` and `vars` added unless named there already.
+fn env_list(old: Option<&str>, vars: &[String]) -> String {
+    let mut items: Vec<String> = old
+        .unwrap_or("")
+        .split(';')
+        .filter(|i| !i.is_empty())
+        .map(str::to_string)
+        .collect();
+    let named = |items: &[String], v: &str| items.iter().any(|i| i.split('=').next() == Some(v));
+    for v in std::iter::once("LD_LIBRARY_PATH").chain(vars.iter().map(String::as_str)) {
+        if !named(&items, v) {
+            items.push(v.to_string());
+        }
+    }
+    items.join(";")
+}
+
+/// For an Open MPI launcher (`mpirun`, `mpiexec`, `orterun`, `oshrun`)
+/// whose arguments pass variables with `-x`: `-x VAR` for `LD_LIBRARY_PATH`
+/// and each of `vars` it does not name, to go before its arguments. `None`
+/// for any other command line (`-x` means other things to other programs:
+/// perftest's GID index).
+fn x_options(program: &str, args: &[String], vars: &[String]) -> Option<Vec<String>> {
+    let name = Path::new(program).file_name()?.to_str()?;
+    let launcher = ["mpirun", "mpiexec", "orterun", "oshrun"]
+        .iter()
+        .any(|l| name == *l || name.starts_with(&format!("{l}.")));
+    if !launcher || !args.iter().any(|a| a == "-x") {
+        return None;
+    }
+    let named: Vec<&str> = args
+        .windows(2)
+        .filter(|w| w[0] == "-x")
+        .map(|w| w[1].split('=').next().unwrap_or(""))
+        .collect();
+    let mut x = Vec::new();
+    for v in std::iter::once("LD_LIBRARY_PATH").chain(vars.iter().map(String::as_str)) {
+        if !named.contains(&v) && !x.iter().any(|o| o == v) {
+            x.push("-x".to_string());
+            x.push(v.to_string());
+        }
+    }
+    Some(x)
 }
 
 /// `s` quoted for a POSIX shell when it needs it.
@@ -107,5 +185,42 @@ mod tests {
     fn quoting() {
         assert_eq!(shell_quote("/a/b-c/ndverbs-lib"), "/a/b-c/ndverbs-lib");
         assert_eq!(shell_quote("/a b/it's"), r"'/a b/it'\''s'");
+    }
+
+    #[test]
+    fn open_mpi_env_list() {
+        assert_eq!(env_list(None, &[]), "LD_LIBRARY_PATH");
+        assert_eq!(
+            env_list(Some("FOO=1;;BAR"), &["NDV_PROGRESS".into()]),
+            "FOO=1;BAR;LD_LIBRARY_PATH;NDV_PROGRESS"
+        );
+        // A variable the user set already is not named twice.
+        assert_eq!(
+            env_list(Some("LD_LIBRARY_PATH=/x;NDV_STAT"), &["NDV_STAT".into()]),
+            "LD_LIBRARY_PATH=/x;NDV_STAT"
+        );
+    }
+
+    #[test]
+    fn open_mpi_x_options() {
+        let v = |s: &[&str]| s.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+        let ndv = v(&["NDV_PROGRESS"]);
+        // Without -x, or not Open MPI's launcher: the env list's job.
+        assert_eq!(x_options("mpirun", &v(&["-np", "2", "a.out"]), &ndv), None);
+        assert_eq!(x_options("ib_write_bw", &v(&["-x", "0"]), &ndv), None);
+        assert_eq!(x_options("/usr/bin/", &v(&["-x", "A"]), &ndv), None);
+        assert_eq!(
+            x_options("/usr/bin/mpirun", &v(&["-x", "FOO", "a.out"]), &ndv),
+            Some(v(&["-x", "LD_LIBRARY_PATH", "-x", "NDV_PROGRESS"]))
+        );
+        // What the command line names already is not named twice.
+        assert_eq!(
+            x_options(
+                "mpiexec.openmpi",
+                &v(&["-x", "LD_LIBRARY_PATH=/x", "-x", "NDV_PROGRESS"]),
+                &ndv
+            ),
+            Some(vec![])
+        );
     }
 }

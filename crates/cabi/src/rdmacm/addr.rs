@@ -8,7 +8,8 @@
 //! to resolve on the wire for RoCE: the peer's GID is its address, so both
 //! steps end at once with their event. Binding to the wildcard address
 //! binds no device (`verbs` stays NULL), and listening there listens on
-//! every device (`conn`).
+//! every device (`conn`). A loopback address binds no device either, as
+//! in the kernel; listening there listens on the device of that address.
 //!
 //! Ports: rdma_cm ports are this process's (the engine's CM demultiplexes
 //! by service ID, and a device belongs to one process), so a table here
@@ -235,6 +236,18 @@ fn publish_addrs(id: &Shared, st: &State) {
     });
 }
 
+/// Whether `ip` is a loopback address, which the kernel's rdma_cm binds
+/// like the wildcard (`cma_any_addr`): no device until a listen or a
+/// resolve picks one. libfabric's verbs provider relies on it: it probes
+/// with a bind to `localhost` and, when that names a device, keeps only
+/// that device's interfaces — and it never offers loopback interfaces.
+pub(crate) fn is_loopback(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|m| m.is_loopback()),
+    }
+}
+
 /// Binds `id` to `sa` (see the module docs).
 pub(crate) fn bind(id: &Shared, st: &mut State, sa: SocketAddr) -> Result<(), c_int> {
     if st.phase != Phase::Idle {
@@ -242,6 +255,10 @@ pub(crate) fn bind(id: &Shared, st: &mut State, sa: SocketAddr) -> Result<(), c_
     }
     let ip = sa.ip();
     let dev = if ip.is_unspecified() {
+        None
+    } else if is_loopback(ip) {
+        // Still refused when no device has the address (a listen needs one).
+        devices::by_addr(ip)?;
         None
     } else {
         Some(devices::by_addr(ip)?)

@@ -23,7 +23,9 @@
 //! | the device went away | `DEVICE_REMOVAL` |
 //!
 //! A listener bound to a wildcard address listens on every device of its
-//! family; each request's id gets the device it arrived on as `verbs`.
+//! family; each request's id gets the device it arrived on as `verbs`. One
+//! bound to a loopback address (no device until then, `addr`) listens on
+//! that address's device.
 //!
 //! ## The application's own QP
 //!
@@ -313,6 +315,7 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
         let src = st.src.ok_or(libc::EINVAL)?;
         let devs = match st.dev {
             Some(d) => vec![d],
+            None if addr::is_loopback(src.ip()) => vec![devices::by_addr(src.ip())?],
             None => devices::all()?
                 .into_iter()
                 .filter(|d| match (src.ip(), d.addr()) {

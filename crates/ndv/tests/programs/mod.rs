@@ -29,7 +29,7 @@ pub fn installed(programs: &[&str]) -> bool {
         return true;
     }
     skip::skip(format!(
-        "{} not installed (scripts/setup.sh installs ibverbs-utils, rdmacm-utils and perftest)",
+        "{} not installed (scripts/setup.sh installs the Debian packages)",
         missing.join(", ")
     ));
     false

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Measures Open MPI over ndverbs (pml cm, mtl ofi, libfabric's verbs;ofi_rxm
+# through the C ABI libraries) against `ndv perf` on the same link and
+# against Open MPI's own TCP transport (pml ob1, btl tcp), in the same run:
+# two network namespaces joined by a veth pair, one rank in each, rounds
+# interleaved, medians printed. Needs root, a release build (cargo build
+# --release -p ndv) and scripts/setup.sh's packages (openmpi, libfabric).
+#
+#   scripts/mpi-bench.sh [ROUNDS] [MTU]      defaults: 5 rounds, veth MTU 1500
+#
+# Each round runs ndv perf send_lat (8-byte SENDs, 20000 round trips,
+# t_typical) and write_bw (1 MiB WRITEs, 1000 of them), then the MPI checker
+# (crates/ndv/tests/mpi/mpicheck.c: 2000 8-byte round trips, the median half
+# round trip; 42 windows of 32 1-MiB messages, the median window's
+# bandwidth) over ndverbs and over TCP, the order of the MPI pair flipping
+# every round. The table gives the medians and the median of the per-round
+# ratios with their spread.
+set -euo pipefail
+rounds=${1:-5}
+mtu=${2:-1500}
+here=$(cd "$(dirname "$0")/.." && pwd)
+ndv=${NDV:-$here/target/release/ndv}
+[ -x "$ndv" ] || { echo "mpi-bench: no $ndv (cargo build --release -p ndv)" >&2; exit 1; }
+command -v mpicc >/dev/null || { echo "mpi-bench: Open MPI missing (scripts/setup.sh)" >&2; exit 1; }
+"$ndv" run --env >/dev/null   # links the libraries once, before timing anything
+
+a=ndvmpi-a-$$ b=ndvmpi-b-$$
+tmp=$(mktemp -d)
+cleanup() {
+    ip netns del "$a" 2>/dev/null || true
+    ip netns del "$b" 2>/dev/null || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+ip netns add "$a"; ip netns add "$b"
+ip link add veth0 netns "$a" type veth peer name veth0 netns "$b"
+for ns in "$a" "$b"; do
+    ip -n "$ns" link set lo up
+    ip -n "$ns" link set veth0 mtu "$mtu" up
+done
+ip -n "$a" addr add 10.98.0.1/24 dev veth0
+ip -n "$b" addr add 10.98.0.2/24 dev veth0
+
+mpicc -O2 -o "$tmp/mpicheck" "$here/crates/ndv/tests/mpi/mpicheck.c"
+# Open MPI's rsh agent: the remote rank's orted runs in namespace B.
+cat > "$tmp/agent" <<EOF
+#!/bin/sh
+shift
+exec ip netns exec $b sh -c "\$*"
+EOF
+chmod +x "$tmp/agent"
+printf '10.98.0.1 slots=1\n10.98.0.2 slots=1\n' > "$tmp/hosts"
+
+# perf TEST ARGS: the client's result row.
+perf() {
+    local t=$1; shift
+    ip netns exec "$a" "$ndv" perf "$t" "$@" >/dev/null 2>&1 &
+    local pid=$!
+    for _ in $(seq 200); do
+        ip netns exec "$a" ss -ltnH | grep -q ":18515 " && break
+        sleep 0.05
+    done
+    ip netns exec "$b" "$ndv" perf "$t" "$@" 10.98.0.1 2>/dev/null | awk '/^ *[0-9]+ +[0-9]+ / { print; exit }'
+    wait "$pid" || true
+}
+
+common=(--hostfile "$tmp/hosts" -np 2 --bind-to none --mca plm_rsh_agent "$tmp/agent"
+        --mca oob_tcp_if_include 10.98.0.0/24 --mca osc pt2pt)
+mpi_ndv() {
+    ip netns exec "$a" env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+        FI_PROVIDER="verbs;ofi_rxm" "$ndv" run -- mpirun "${common[@]}" \
+        --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include "verbs;ofi_rxm" \
+        --mca btl self "$tmp/mpicheck" 2000 2>&1
+}
+mpi_tcp() {
+    ip netns exec "$a" env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+        mpirun "${common[@]}" --mca pml ob1 --mca btl tcp,self \
+        --mca btl_tcp_if_include 10.98.0.0/24 "$tmp/mpicheck" 2000 2>&1
+}
+# The median latency (µs) and the median window's bandwidth (MB/s) of
+# mpicheck's output on stdin; fails on a run that did not check out.
+mpi_vals() {
+    awk '/^latency 8 B:/ { l = $7 } /^bandwidth 1048576 B:/ { b = $8 } /^mpicheck ok/ { ok = 1 }
+         END { if (!ok || l == "" || b == "") exit 1; print l, b }'
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+declare -a p_lat p_bw n_lat n_bw t_lat t_bw
+for r in $(seq "$rounds"); do
+    p_lat+=("$(perf send_lat -s 8 -n 20000 | awk '{ print $5 }')")
+    p_bw+=("$(perf write_bw -s 1048576 -n 1000 | awk '{ print $4 }')")
+    if [ $((r % 2)) = 1 ]; then
+        read -r nl nb < <(mpi_ndv | mpi_vals)
+        read -r tl tb < <(mpi_tcp | mpi_vals)
+    else
+        read -r tl tb < <(mpi_tcp | mpi_vals)
+        read -r nl nb < <(mpi_ndv | mpi_vals)
+    fi
+    n_lat+=("$nl") n_bw+=("$nb") t_lat+=("$tl") t_bw+=("$tb")
+    echo "round $r: ndv perf send_lat ${p_lat[-1]} us write_bw ${p_bw[-1]} MB/s; MPI ndverbs $nl us $nb MB/s; MPI TCP $tl us $tb MB/s" >&2
+done
+m() { printf '%s\n' "$@" | median; }
+ratios() { local -n x=$1 y=$2; for i in "${!x[@]}"; do awk -v a="${x[$i]}" -v b="${y[$i]}" 'BEGIN { print a / b }'; done; }
+spread() { sort -g | awk '{ v[NR] = $1 } END { printf "%.2f–%.2f", v[1], v[NR] }'; }
+row() { local r; r=$(ratios "$1" "$2"); printf '%.2f× (%s)' "$(echo "$r" | median)" "$(echo "$r" | spread)"; }
+echo "| (veth MTU $mtu, $rounds rounds, medians) | MPI over ndverbs | ndv perf | MPI over TCP | MPI ndverbs / ndv perf | MPI ndverbs / MPI TCP |"
+echo "|---|---|---|---|---|---|"
+echo "| 8 B half round trip, µs | $(m "${n_lat[@]}") | $(m "${p_lat[@]}") (send_lat) | $(m "${t_lat[@]}") | $(row n_lat p_lat) | $(row n_lat t_lat) |"
+echo "| 1 MiB bandwidth, MB/s | $(m "${n_bw[@]}") | $(m "${p_bw[@]}") (write_bw) | $(m "${t_bw[@]}") | $(row n_bw p_bw) | $(row n_bw t_bw) |"

@@ -1,0 +1,478 @@
+//! Shared ports: any number of processes of one user on one IP address,
+//! each with its own NIC, behind one UDP port 4791.
+//!
+//! Linux Soft-RoCE serves every process of a host through one `rxe0`; an
+//! MPI job runs several ranks per host on one address. A process's
+//! [`Nic`](crate::nic::Nic) opened with
+//! [`NicConfig::share_port`](crate::config::NicConfig::share_port) does not
+//! own `<ip>:4791`: it is one *member* of it, and the kernel hands each
+//! datagram to the member that owns it. No daemon, no privileges.
+//!
+//! ## What is steered how
+//!
+//! Every member's socket binds `<ip>:4791` with `SO_REUSEPORT`, which makes
+//! them one reuseport group, and the group carries a classic BPF program
+//! (`SO_ATTACH_REUSEPORT_CBPF`, [`cbpf`]) that returns, for each datagram,
+//! the index of the socket that gets it ([`steer`] says whose it is):
+//!
+//! * each member holds a **slot** (0..=254), and every QPN it allocates has
+//!   the slot in bits 16..23: a data packet goes to the member of its
+//!   destination QPN's high byte;
+//! * a CM **REQ** goes to the member listening on its service ID (listeners
+//!   are registered host-wide: a second process listening on the same
+//!   rdma_cm port gets `EADDRINUSE`, as with the kernel's rdma_cm);
+//! * every other **CM message** names our communication ID as its "remote
+//!   communication ID", and each member's local communication IDs carry
+//!   its slot in the high byte;
+//! * a **probe** (an opcode no RoCE peer sends, a magic, a secret nonce)
+//!   goes to the index it carries;
+//! * anything else (and a slot or service nobody holds) gets an index
+//!   past the group's end, so the kernel picks a member by hash: that
+//!   member answers it if it can (a REJ for a service nobody listens on) or
+//!   counts and drops it.
+//!
+//! ## Membership ([`table`])
+//!
+//! Indices are the kernel's: join order, and when a member closes, the
+//! *last* member moves into its hole. A survivor cannot know the new order
+//! when several members die at once, so members *learn* their index
+//! instead. The files of one address (in `/dev/shm/ndverbs-<euid>`, 0700):
+//! a host lock, one `flock`ed claim file per live slot (the kernel drops
+//! the lock of a process that dies, SIGKILL included), a state file per
+//! member (pid, its last probe answer, its listeners), the current probe
+//! nonce and the last table attached.
+//!
+//! **Reconcile** (under the host lock): count the live slots `n`, write a
+//! fresh nonce, send one probe per index `0..n` to `<ip>:4791`; each
+//! member's receive path records the index its probe carried in its state
+//! file ([`SharedPort::handle_probe`]). When every live slot answered
+//! exactly once with distinct indices `0..n`, and the live set did not
+//! change meanwhile, the coordinator attaches the program built from
+//! (slot → index, service ID → index) and records it; otherwise it tries
+//! again with a new nonce, and after [`ROUNDS`] rounds attaches what it
+//! learned for sure (members that did not answer get no entry: their
+//! packets fall back to the hash until the next reconcile).
+//!
+//! **Who reconciles, when.** A joining process, right after binding (its
+//! engine does not run yet, so it reads its own socket for its probe);
+//! a member that registers or removes a listener; and any member whose
+//! receive path finds a packet that is not its own (another slot's QPN or
+//! comm ID, a REQ for a service another member listens on): the table is
+//! stale, so it counts and drops the packet ([`ShareCounters::misdelivered`];
+//! RC and the CM retransmit) and starts a reconcile on a thread of its own,
+//! at most one at a time, at most one every [`RECONCILE_GAP`].
+//!
+//! ## Failures
+//!
+//! * **A member crashes mid-transfer.** Its socket and its slot lock go
+//!   with it; the last member takes its index. Packets for the dead slot now
+//!   reach a survivor (or the hash), which counts them as misdelivered and
+//!   reconciles; after that the dead slot has no entry and its packets are
+//!   counted and dropped by whichever member the hash picks. Its peers' RC
+//!   QPs time out as with any dead peer. A new process may take the slot at
+//!   once: stale packets for the old QPNs find no QP and are counted as
+//!   unknown-QP drops.
+//! * **The coordinator crashes.** Its host lock is released; the program
+//!   attached last stays (it is the group's, not the socket's). The next
+//!   misdelivered packet, join or listen reconciles.
+//! * **A packet for a process that is gone**: see above — counted, dropped,
+//!   never delivered to another process's QP (QPNs and comm IDs differ in
+//!   their slot byte, and each member drops what is not its slot's).
+//!
+//! ## Limits
+//!
+//! * One user: the kernel joins only sockets of one effective UID.
+//! * 255 members per address; 16 random bits per QPN instead of 24 (and
+//!   24 of 32 for communication IDs), which makes them easier to guess for
+//!   a blind attacker.
+//! * A member answers probes only when its engine runs: a manual-progress
+//!   NIC whose application does not call `progress` delays a round until
+//!   [`ROUND_TIMEOUT`] and is then left out until the next one.
+//! * After a crash, the first packets of the moved member are dropped until
+//!   a reconcile (a few milliseconds); RC's retransmission recovers them, a
+//!   CM REQ is retransmitted after its timeout (seconds with Linux's CM timers).
+//! * Probes are local datagrams; a socket buffer so full that one is lost
+//!   costs a round.
+
+pub mod cbpf;
+pub mod probe;
+pub mod steer;
+mod sys;
+pub mod table;
+
+use crate::link::udp::RoceSocket;
+use cbpf::Steering;
+use socket2::Socket;
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use steer::Owner;
+use table::{MemberState, Probed, ShareDir, SlotClaim};
+
+/// Probe rounds a reconcile tries before it settles for what it learned.
+pub const ROUNDS: usize = 4;
+/// How long one round waits for every member's answer.
+pub const ROUND_TIMEOUT: Duration = Duration::from_millis(300);
+/// The shortest time between two reconciles a member starts for misdelivered packets.
+pub const RECONCILE_GAP: Duration = Duration::from_millis(20);
+/// How long a process waits for another's host lock.
+pub const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a member counts.
+#[derive(Debug, Default)]
+pub struct ShareCounters {
+    /// Packets that reached this member but are not its own (another
+    /// slot's, a service another member listens on): dropped.
+    pub misdelivered: AtomicU64,
+    /// Probes of the current round answered.
+    pub probes: AtomicU64,
+    /// Probes refused (stale or forged nonce, another source).
+    pub bad_probes: AtomicU64,
+    /// Reconciles this member ran.
+    pub reconciles: AtomicU64,
+    /// Reconciles that ended without every live member's index.
+    pub partial_reconciles: AtomicU64,
+}
+
+/// How a reconcile ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reconciled {
+    /// Every live member has its entry.
+    Complete(Steering),
+    /// The slots listed did not answer in time and have no entry.
+    Partial(Steering, Vec<u8>),
+}
+
+/// Runs the owner's engine while a reconcile waits for its own probe.
+type Pump = Box<dyn Fn() + Send + Sync>;
+
+/// This process's membership in a shared port (see the module docs).
+pub struct SharedPort {
+    dir: ShareDir,
+    ip: IpAddr,
+    port: u16,
+    claim: SlotClaim,
+    /// Another descriptor of the member's socket, to attach programs.
+    sock: Socket,
+    state: Mutex<MemberState>,
+    counters: ShareCounters,
+    pump: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
+    reconciling: AtomicBool,
+    last_start: Mutex<Option<Instant>>,
+}
+
+impl std::fmt::Debug for SharedPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedPort")
+            .field("ip", &self.ip)
+            .field("port", &self.port)
+            .field("slot", &self.claim.slot())
+            .finish()
+    }
+}
+
+impl SharedPort {
+    /// Joins the shared port `<ip>:<port>` (4791 except in tests): claims
+    /// a slot, binds a member socket and reconciles, reading the new socket
+    /// for its own probe (datagrams that arrive meanwhile are not this new
+    /// member's: counted as misdelivered). Returns the socket for the link.
+    pub fn join(dir: ShareDir, ip: IpAddr, port: u16) -> io::Result<(RoceSocket, Arc<SharedPort>)> {
+        let _host = dir.lock_host(ip, LOCK_TIMEOUT)?;
+        let claim = dir.claim_slot(ip)?;
+        let sock = RoceSocket::bind_shared(ip, port)?;
+        let me = Arc::new(SharedPort {
+            sock: sock.dup_socket()?,
+            state: Mutex::new(MemberState {
+                pid: std::process::id(),
+                ..MemberState::default()
+            }),
+            dir,
+            ip,
+            port,
+            claim,
+            counters: ShareCounters::default(),
+            pump: Mutex::new(None),
+            reconciling: AtomicBool::new(false),
+            last_start: Mutex::new(None),
+        });
+        me.save_state()?;
+        let buf = std::cell::RefCell::new(vec![0u8; crate::link::MAX_DATAGRAM]);
+        let pump = || {
+            let mut buf = buf.borrow_mut();
+            while let Ok(Some(d)) = sock.recv_datagram(&mut buf) {
+                let p = &buf[..d.len];
+                if !me.handle_probe(p, d.src.ip()) {
+                    me.counters.misdelivered.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        };
+        me.reconcile_locked(&pump)?;
+        Ok((sock, me))
+    }
+
+    /// The member's slot: the high byte of its QPNs and communication IDs.
+    pub fn slot(&self) -> u8 {
+        self.claim.slot()
+    }
+
+    /// The shared address.
+    pub fn ip(&self) -> IpAddr {
+        self.ip
+    }
+
+    /// What this member counted.
+    pub fn counters(&self) -> &ShareCounters {
+        &self.counters
+    }
+
+    /// Sets what runs this member's engine while a reconcile waits (a
+    /// manual-progress NIC's `progress`); without it the engine must be
+    /// running on a thread of its own.
+    pub fn set_pump(&self, pump: Pump) {
+        *lock(&self.pump) = Some(Arc::from(pump));
+    }
+
+    /// If `p` (a UDP payload from `src`) is a probe, takes it: a probe of
+    /// the current round from this address records its index. Returns
+    /// whether it was a probe (probes are never anything else).
+    pub fn handle_probe(&self, p: &[u8], src: IpAddr) -> bool {
+        let Some((index, nonce)) = probe::parse(p) else {
+            return false;
+        };
+        let current = self.dir.read_epoch(self.ip).unwrap_or(0);
+        if src != self.ip || nonce != current || nonce == 0 {
+            self.counters.bad_probes.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        let mut st = lock(&self.state);
+        let ambiguous = st.probe.is_some_and(|q| q.nonce == nonce);
+        st.probe = Some(Probed {
+            nonce,
+            index,
+            ambiguous,
+        });
+        self.counters.probes.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = self.dir.write_state(self.ip, self.slot(), &st) {
+            tracing::warn!(error = %e, "cannot record the shared port's probe answer");
+        }
+        true
+    }
+
+    /// Whether this member may take the packet `p` (a verified UDP
+    /// payload). A packet of another slot, or a REQ for a service another
+    /// member listens on, is counted, dropped, and starts a reconcile.
+    pub fn accepts(self: &Arc<Self>, p: &[u8]) -> bool {
+        let mine = match steer::owner(p) {
+            Owner::Slot(s) => s == self.slot(),
+            Owner::Service(sid) => {
+                lock(&self.state).listens.contains(&sid)
+                    || !self.dir.read_services(self.ip).unwrap_or_default().contains(&sid)
+            }
+            Owner::Probe(_) | Owner::Any => true,
+        };
+        if !mine {
+            self.counters.misdelivered.fetch_add(1, Ordering::Relaxed);
+            self.request_reconcile();
+        }
+        mine
+    }
+
+    /// Registers `sid` host-wide for this member and steers its REQs here;
+    /// `AddrInUse` if another live member listens on it.
+    pub fn listen(&self, sid: u64) -> io::Result<()> {
+        let _host = self.dir.lock_host(self.ip, LOCK_TIMEOUT)?;
+        for slot in self.dir.live_slots(self.ip, Some(self.slot()))? {
+            if slot == self.slot() {
+                continue;
+            }
+            if let Some(s) = self.dir.read_state(self.ip, slot)? {
+                if s.listens.contains(&sid) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        format!("service ID {sid:#x} is listened on by process {}", s.pid),
+                    ));
+                }
+            }
+        }
+        {
+            let mut st = lock(&self.state);
+            if !st.listens.contains(&sid) {
+                st.listens.push(sid);
+            }
+        }
+        self.save_state()?;
+        self.reconcile_with_pump()
+    }
+
+    /// Removes `sid` from this member's listeners and the program.
+    pub fn unlisten(&self, sid: u64) -> io::Result<()> {
+        let _host = self.dir.lock_host(self.ip, LOCK_TIMEOUT)?;
+        lock(&self.state).listens.retain(|&x| x != sid);
+        self.save_state()?;
+        self.reconcile_with_pump()
+    }
+
+    /// Starts a reconcile on a thread of its own, unless one runs or one
+    /// started less than [`RECONCILE_GAP`] ago.
+    pub fn request_reconcile(self: &Arc<Self>) {
+        {
+            let mut last = lock(&self.last_start);
+            if last.is_some_and(|t| t.elapsed() < RECONCILE_GAP) {
+                return;
+            }
+            if self.reconciling.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
+        let me = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name("ndv-share".into())
+            .spawn(move || {
+                if let Err(e) = me.reconcile() {
+                    tracing::warn!(error = %e, "shared port reconcile failed");
+                }
+                me.reconciling.store(false, Ordering::Release);
+            });
+        if spawned.is_err() {
+            self.reconciling.store(false, Ordering::Release);
+        }
+    }
+
+    /// Reconciles now (takes the host lock; see the module docs).
+    pub fn reconcile(&self) -> io::Result<Reconciled> {
+        let _host = self.dir.lock_host(self.ip, LOCK_TIMEOUT)?;
+        self.reconcile_with_pump_result()
+    }
+
+    fn reconcile_with_pump(&self) -> io::Result<()> {
+        self.reconcile_with_pump_result().map(|_| ())
+    }
+
+    fn reconcile_with_pump_result(&self) -> io::Result<Reconciled> {
+        let pump = lock(&self.pump).clone();
+        match pump {
+            Some(p) => self.reconcile_locked(&*p),
+            None => self.reconcile_locked(&|| {}),
+        }
+    }
+
+    /// One reconcile; the caller holds the host lock.
+    fn reconcile_locked(&self, pump: &dyn Fn()) -> io::Result<Reconciled> {
+        self.counters.reconciles.fetch_add(1, Ordering::Relaxed);
+        let mut keys = crate::keys::KeyGen::new();
+        let mut best = None;
+        for _ in 0..ROUNDS {
+            let live = self.dir.live_slots(self.ip, Some(self.slot()))?;
+            let nonce = keys.next_u64() | 1;
+            self.dir.write_epoch(self.ip, nonce)?;
+            // Our own answer of the last round must not count for this one.
+            probe::send_round(self.ip, self.port, live.len() as u8, nonce)?;
+            let t0 = Instant::now();
+            let answers = loop {
+                pump();
+                let answers = self.answers(&live, nonce)?;
+                if answers.iter().all(|a| a.1.is_some()) || t0.elapsed() > ROUND_TIMEOUT {
+                    break answers;
+                }
+                std::thread::sleep(Duration::from_micros(500));
+            };
+            let (steering, missing) = self.steering(&live, &answers)?;
+            if self.dir.live_slots(self.ip, Some(self.slot()))? != live {
+                continue; // someone came or went meanwhile: start over
+            }
+            if missing.is_empty() {
+                self.attach(&steering)?;
+                if self.dir.live_slots(self.ip, Some(self.slot()))? == live {
+                    return Ok(Reconciled::Complete(steering));
+                }
+                continue;
+            }
+            best = Some((steering, missing));
+        }
+        self.counters
+            .partial_reconciles
+            .fetch_add(1, Ordering::Relaxed);
+        let (steering, missing) = match best {
+            Some(b) => b,
+            None => (Steering::default(), Vec::new()),
+        };
+        self.attach(&steering)?;
+        tracing::debug!(?missing, "shared port: members left out of the steering table");
+        Ok(Reconciled::Partial(steering, missing))
+    }
+
+    /// Each live slot's answer to round `nonce` (`None`: none yet).
+    fn answers(&self, live: &[u8], nonce: u64) -> io::Result<Vec<(u8, Option<Probed>, Vec<u64>)>> {
+        let mut out = Vec::with_capacity(live.len());
+        for &slot in live {
+            let st = if slot == self.slot() {
+                Some(lock(&self.state).clone())
+            } else {
+                self.dir.read_state(self.ip, slot)?
+            };
+            let (probed, listens) = match st {
+                Some(s) => (s.probe.filter(|p| p.nonce == nonce), s.listens),
+                None => (None, Vec::new()),
+            };
+            out.push((slot, probed, listens));
+        }
+        Ok(out)
+    }
+
+    /// The table the answers prove, and the live slots left out of it: a
+    /// slot is in only if it answered once with an index no other slot
+    /// answered and below the number of live slots.
+    fn steering(
+        &self,
+        live: &[u8],
+        answers: &[(u8, Option<Probed>, Vec<u64>)],
+    ) -> io::Result<(Steering, Vec<u8>)> {
+        let n = live.len();
+        let mut count = vec![0usize; n];
+        for (_, p, _) in answers {
+            if let Some(p) = p {
+                if usize::from(p.index) < n {
+                    count[usize::from(p.index)] += 1;
+                }
+            }
+        }
+        let mut s = Steering::default();
+        let mut missing = Vec::new();
+        for (slot, p, listens) in answers {
+            match p {
+                Some(p) if !p.ambiguous && usize::from(p.index) < n && count[usize::from(p.index)] == 1 => {
+                    let index = u32::from(p.index);
+                    s.slots.push((*slot, index));
+                    for &sid in listens {
+                        if !s.services.iter().any(|x| x.0 == sid) {
+                            s.services.push((sid, index));
+                        }
+                    }
+                }
+                _ => missing.push(*slot),
+            }
+        }
+        Ok((s, missing))
+    }
+
+    fn attach(&self, s: &Steering) -> io::Result<()> {
+        let prog = cbpf::program(s).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        sys::attach_reuseport_cbpf(self.sock.as_raw_fd(), &prog)?;
+        self.dir.write_table(self.ip, s)?;
+        tracing::debug!(ip = %self.ip, ?s, "shared port: steering attached");
+        Ok(())
+    }
+
+    fn save_state(&self) -> io::Result<()> {
+        let st = lock(&self.state);
+        self.dir.write_state(self.ip, self.slot(), &st)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -181,14 +181,57 @@ impl Nic {
     }
 
     /// Opens the NIC for `local` (binds `local:4791`) with `config`.
+    /// With [`NicConfig::share_port`] it joins the shared port of `local`
+    /// in the user's directory ([`crate::share`]).
     pub fn open_with(local: IpAddr, config: NicConfig) -> Result<Nic, EngineError> {
+        if config.share_port {
+            let dir = crate::share::table::ShareDir::for_user()?;
+            return Self::open_shared(dir, local, ndverbs_wire::ip::ROCEV2_PORT, config);
+        }
         Self::open_on(RoceSocket::bind(local)?, config)
+    }
+
+    /// Opens a NIC as a member of the shared port `<local>:<port>` whose
+    /// files are in `dir` ([`crate::share`]; `share_port` in `config` is
+    /// implied).
+    pub fn open_shared(
+        dir: crate::share::table::ShareDir,
+        local: IpAddr,
+        port: u16,
+        config: NicConfig,
+    ) -> Result<Nic, EngineError> {
+        let (sock, share) = crate::share::SharedPort::join(dir, local, port)?;
+        let nic = Self::open_inner(NicLink::Udp(sock), config, Some(share.clone()))?;
+        // A reconcile run by this process waits for its own probe, which
+        // only its engine reads: a worker thread does; in manual progress
+        // the reconciling thread runs a step itself.
+        if nic.mode() == Progress::Manual {
+            let weak = Arc::downgrade(&nic.shared);
+            share.set_pump(Box::new(move || {
+                if let Some(s) = weak.upgrade() {
+                    worker::progress_shared(&s);
+                }
+            }));
+        }
+        Ok(nic)
+    }
+
+    /// The shared port this NIC is a member of (`None`: it owns its port).
+    pub fn shared_port(&self) -> Option<Arc<crate::share::SharedPort>> {
+        self.core_lock().share.as_ref().map(|s| s.port.clone())
     }
 
     /// Opens a NIC on `link`: a socket bound elsewhere than port 4791, or
     /// one end of an in-memory pair.
     pub fn open_on(link: impl Into<NicLink>, config: NicConfig) -> Result<Nic, EngineError> {
-        let mut link = link.into();
+        Self::open_inner(link.into(), config, None)
+    }
+
+    fn open_inner(
+        mut link: NicLink,
+        config: NicConfig,
+        share: Option<Arc<crate::share::SharedPort>>,
+    ) -> Result<Nic, EngineError> {
         let addr = link.local_addr();
         let local = addr.ip();
         let mode = config.progress;
@@ -205,7 +248,9 @@ impl Nic {
         let mut keys = KeyGen::new();
         let mut mem = MemTable::new(KeyGen::new());
         let gsi = Gsi::new(&mut mem);
-        let cm = CmAgent::new(cm_config(local, keys.next_u64(), config.cm_timers));
+        let mut cm_cfg = cm_config(local, keys.next_u64(), config.cm_timers);
+        cm_cfg.comm_id_slot = share.as_ref().map(|s| s.slot());
+        let cm = CmAgent::new(cm_cfg);
         let core = Core {
             tables: Tables::new(mem, keys),
             cm,
@@ -219,6 +264,10 @@ impl Nic {
             completion_ready: false,
             active_mtu: config.active_mtu,
             paths: congestion::Paths::new(config.congestion.clone()),
+            share: share.map(|port| self::core::ShareState {
+                port,
+                listeners: Default::default(),
+            }),
         };
         let shared = Arc::new(Shared {
             local,

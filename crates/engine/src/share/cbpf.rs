@@ -129,7 +129,12 @@ struct Asm {
 
 impl Asm {
     fn op(&mut self, code: u16, k: u32) {
-        self.code.push(Insn { code, jt: 0, jf: 0, k });
+        self.code.push(Insn {
+            code,
+            jt: 0,
+            jf: 0,
+            k,
+        });
     }
 
     /// A conditional jump: to `t` if it holds, `f` if not (`Next`: fall through).
@@ -392,7 +397,16 @@ mod tests {
         // Same low word, another high word: not the listener's.
         let hi = 0x0000_0001_0106_1c06u64.to_be_bytes();
         check(&s, &mad(attr::REQ, &[(8, &hi)]), FALLBACK);
-        for at in [attr::REP, attr::RTU, attr::REJ, attr::MRA, attr::DREQ, attr::DREP, attr::LAP, attr::APR] {
+        for at in [
+            attr::REP,
+            attr::RTU,
+            attr::REJ,
+            attr::MRA,
+            attr::DREQ,
+            attr::DREP,
+            attr::LAP,
+            attr::APR,
+        ] {
             check(&s, &mad(at, &[(4, &[9, 0xaa, 0xbb, 0xcc])]), 1);
             check(&s, &mad(at, &[(4, &[254, 0, 0, 1])]), 3);
             check(&s, &mad(at, &[(4, &[7, 0, 0, 1])]), FALLBACK);
@@ -428,12 +442,18 @@ mod tests {
         let s = table();
         let prog = program(&s).unwrap();
         let mut rng = KeyGen::seeded(17);
-        let templates = [data(0x09_0001), mad(attr::REQ, &[]), mad(attr::REP, &[]), probe(1)];
+        let templates = [
+            data(0x09_0001),
+            mad(attr::REQ, &[]),
+            mad(attr::REP, &[]),
+            probe(1),
+        ];
         for n in 0..20_000 {
             let mut p = templates[n % templates.len()].clone();
             // Mutate a few bytes among the ones the rule reads, and the length.
             for _ in 0..(rng.next_u64() % 4) {
-                let at = [0usize, 1, 4, 5, 6, 7, 21, 36, 37, 44, 48, 52, 59][rng.next_u64() as usize % 13];
+                let at = [0usize, 1, 4, 5, 6, 7, 21, 36, 37, 44, 48, 52, 59]
+                    [rng.next_u64() as usize % 13];
                 if at < p.len() {
                     p[at] = rng.next_u64() as u8 % 4 * 3; // small values hit the table
                 }
@@ -449,11 +469,17 @@ mod tests {
     fn jumps_stay_inside_and_tables_fit() {
         let s = Steering {
             slots: (0..MAX_SLOTS as u8).map(|x| (x, u32::from(x))).collect(),
-            services: (0..MAX_SERVICES as u64).map(|x| (x << 20, x as u32)).collect(),
+            services: (0..MAX_SERVICES as u64)
+                .map(|x| (x << 20, x as u32))
+                .collect(),
         };
         let prog = program(&s).unwrap();
         assert!(prog.len() <= 4096, "{} instructions", prog.len());
-        for (pc, i) in prog.iter().enumerate().filter(|(_, i)| i.code & 0x07 == JMP) {
+        for (pc, i) in prog
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.code & 0x07 == JMP)
+        {
             let reach = if i.code == JMP | JA {
                 i.k as usize
             } else {

@@ -269,7 +269,11 @@ impl SharedPort {
             Owner::Slot(s) => s == self.slot(),
             Owner::Service(sid) => {
                 lock(&self.state).listens.contains(&sid)
-                    || !self.dir.read_services(self.ip).unwrap_or_default().contains(&sid)
+                    || !self
+                        .dir
+                        .read_services(self.ip)
+                        .unwrap_or_default()
+                        .contains(&sid)
             }
             Owner::Probe(_) | Owner::Any => true,
         };
@@ -281,8 +285,9 @@ impl SharedPort {
     }
 
     /// Registers `sid` host-wide for this member and steers its REQs here;
-    /// `AddrInUse` if another live member listens on it.
-    pub fn listen(&self, sid: u64) -> io::Result<()> {
+    /// `AddrInUse` if another live member listens on it. Returns whether it
+    /// was new (false: this member had it already).
+    pub fn listen(&self, sid: u64) -> io::Result<bool> {
         let _host = self.dir.lock_host(self.ip, LOCK_TIMEOUT)?;
         for slot in self.dir.live_slots(self.ip, Some(self.slot()))? {
             if slot == self.slot() {
@@ -299,12 +304,14 @@ impl SharedPort {
         }
         {
             let mut st = lock(&self.state);
-            if !st.listens.contains(&sid) {
-                st.listens.push(sid);
+            if st.listens.contains(&sid) {
+                return Ok(false);
             }
+            st.listens.push(sid);
         }
         self.save_state()?;
-        self.reconcile_with_pump()
+        self.reconcile_with_pump()?;
+        Ok(true)
     }
 
     /// Removes `sid` from this member's listeners and the program.
@@ -401,7 +408,10 @@ impl SharedPort {
             None => (Steering::default(), Vec::new()),
         };
         self.attach(&steering)?;
-        tracing::debug!(?missing, "shared port: members left out of the steering table");
+        tracing::debug!(
+            ?missing,
+            "shared port: members left out of the steering table"
+        );
         Ok(Reconciled::Partial(steering, missing))
     }
 
@@ -444,7 +454,11 @@ impl SharedPort {
         let mut missing = Vec::new();
         for (slot, p, listens) in answers {
             match p {
-                Some(p) if !p.ambiguous && usize::from(p.index) < n && count[usize::from(p.index)] == 1 => {
+                Some(p)
+                    if !p.ambiguous
+                        && usize::from(p.index) < n
+                        && count[usize::from(p.index)] == 1 =>
+                {
                     let index = u32::from(p.index);
                     s.slots.push((*slot, index));
                     for &sid in listens {

@@ -88,8 +88,7 @@ pub enum Owner {
 pub fn owner(p: &[u8]) -> Owner {
     let byte = |o: u32| p.get(o as usize).copied().unwrap_or(0);
     let len = p.len() as u32;
-    if len >= PROBE_LEN as u32 && p[0] == PROBE_OPCODE && be32(p, PROBE_MAGIC_OFF) == PROBE_MAGIC
-    {
+    if len >= PROBE_LEN as u32 && p[0] == PROBE_OPCODE && be32(p, PROBE_MAGIC_OFF) == PROBE_MAGIC {
         return Owner::Probe(byte(PROBE_INDEX_OFF));
     }
     if len < MIN_BTH_LEN {
@@ -108,7 +107,13 @@ pub fn owner(p: &[u8]) -> Owner {
     match be16(p, ATTR_ID_OFF) {
         attr::REQ | attr::SIDR_REQ => Owner::Service(be64(p, SERVICE_ID_OFF)),
         attr::SIDR_REP => Owner::Slot(byte(SIDR_REP_ID_OFF)),
-        attr::MRA | attr::REJ | attr::REP | attr::RTU | attr::DREQ | attr::DREP | attr::LAP
+        attr::MRA
+        | attr::REJ
+        | attr::REP
+        | attr::RTU
+        | attr::DREQ
+        | attr::DREP
+        | attr::LAP
         | attr::APR => Owner::Slot(byte(REMOTE_COMM_SLOT_OFF)),
         _ => Owner::Any,
     }

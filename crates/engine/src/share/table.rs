@@ -353,17 +353,31 @@ mod tests {
         let (d, ip) = dir();
         let s = MemberState {
             pid: 42,
-            probe: Some(Probed { nonce: 0xdead_beef, index: 3, ambiguous: true }),
+            probe: Some(Probed {
+                nonce: 0xdead_beef,
+                index: 3,
+                ambiguous: true,
+            }),
             listens: vec![0x0106_1c06, 7],
         };
         d.write_state(ip, 4, &s).unwrap();
         assert_eq!(d.read_state(ip, 4).unwrap(), Some(s));
         assert_eq!(d.read_state(ip, 5).unwrap(), None);
         let g = MemberState::parse("pid x\nprobe zz 1\nlisten 12\nnew field\n\u{0}");
-        assert_eq!(g, MemberState { pid: 0, probe: None, listens: vec![0x12] });
+        assert_eq!(
+            g,
+            MemberState {
+                pid: 0,
+                probe: None,
+                listens: vec![0x12]
+            }
+        );
         d.write_epoch(ip, 0x1234).unwrap();
         assert_eq!(d.read_epoch(ip).unwrap(), 0x1234);
-        let t = super::super::cbpf::Steering { slots: vec![(1, 0)], services: vec![(9, 0)] };
+        let t = super::super::cbpf::Steering {
+            slots: vec![(1, 0)],
+            services: vec![(9, 0)],
+        };
         d.write_table(ip, &t).unwrap();
         assert_eq!(d.read_services(ip).unwrap(), vec![9]);
         let _ = fs::remove_dir_all(d.path());

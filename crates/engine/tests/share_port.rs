@@ -1,0 +1,449 @@
+//! Shared ports across processes: several processes open a NIC on one
+//! address, RC traffic reaches the right one, a killed member frees its
+//! share, packets for a gone process are counted and dropped, listeners
+//! are host-wide.
+//!
+//! Each member is this test binary run again (`harness = false`: `main`
+//! tells a member from the test run by [`ROLE`]), driven by lines on its
+//! stdin and answering on its stdout, so a member can be SIGKILLed like a
+//! crashing MPI rank. The other side of the traffic runs in the test
+//! process, on an address of its own.
+
+use ndverbs_engine::config::{NicConfig, Progress};
+use ndverbs_engine::cq::CompletionQueue;
+use ndverbs_engine::mr::{Region, RegionBuf};
+use ndverbs_engine::nic::{Nic, QpInit, QpShared};
+use ndverbs_proto::mem::{Access, Sge};
+use ndverbs_proto::rc::{QpCaps, RcConnection, RecvWr, SendOp, SendWr, WcStatus};
+use std::io::{BufRead, BufReader, Write};
+use std::net::IpAddr;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, Receiver};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Set in a member's environment: its progress mode (`thread`/`manual`).
+const ROLE: &str = "NDV_SHARE_TEST_MEMBER";
+/// How long any one answer may take.
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// One side's objects: NIC, CQ, one RC QP, a 4 KiB region.
+struct Side {
+    nic: Nic,
+    cq: Arc<CompletionQueue>,
+    qps: Vec<Arc<QpShared>>,
+    mr: Arc<Region>,
+    pd: u32,
+    cq_id: u32,
+}
+
+impl Side {
+    fn open(ip: IpAddr, share: bool, progress: Progress) -> Side {
+        let cfg = NicConfig {
+            progress,
+            share_port: share,
+            ..NicConfig::default()
+        };
+        let nic = Nic::open_with(ip, cfg).expect("open the NIC");
+        let pd = nic.alloc_pd().unwrap();
+        let (cq_id, cq) = nic.create_cq(256).unwrap();
+        let mr = nic
+            .reg_mr(pd, RegionBuf::alloc(4096).unwrap(), Access::LOCAL_WRITE)
+            .unwrap();
+        Side {
+            nic,
+            cq,
+            qps: Vec::new(),
+            mr,
+            pd,
+            cq_id,
+        }
+    }
+
+    /// A new QP; returns its index.
+    fn qp(&mut self) -> usize {
+        let qp = self
+            .nic
+            .create_qp(QpInit {
+                pd: self.pd,
+                send_cq: self.cq_id,
+                recv_cq: self.cq_id,
+                srq: None,
+                caps: QpCaps::default(),
+                max_recv_wr: 64,
+                max_recv_sge: 1,
+            })
+            .unwrap();
+        self.qps.push(qp);
+        self.qps.len() - 1
+    }
+
+    fn connect(&self, i: usize, peer: IpAddr, peer_qpn: u32) {
+        let mut c = RcConnection::new(peer_qpn).to_peer(peer);
+        // Give up on a dead peer quickly (the SIGKILL test sends to one).
+        c.retry_cnt = 1;
+        c.timeout = 10;
+        for (attr, mask) in c.steps() {
+            self.nic.modify_qp(self.qps[i].qpn(), &attr, mask).unwrap();
+        }
+    }
+
+    fn post_recv(&self, i: usize) {
+        let sge = Sge::new(self.mr.addr() + 2048, 2048, self.mr.lkey());
+        self.nic
+            .post_recv(&self.qps[i], RecvWr::new(7, vec![sge]))
+            .unwrap();
+    }
+
+    fn send(&self, i: usize, text: &str) {
+        self.mr.write(0, text.as_bytes()).unwrap();
+        let sge = Sge::new(self.mr.addr(), text.len() as u32, self.mr.lkey());
+        self.nic
+            .post_send(&self.qps[i], SendWr::new(9, SendOp::Send, vec![sge]))
+            .unwrap();
+    }
+
+    /// The next completion (progressing a manual NIC), within [`LIMIT`].
+    fn completion(&self) -> Option<ndverbs_proto::rc::WorkCompletion> {
+        let t0 = Instant::now();
+        while t0.elapsed() < LIMIT {
+            if self.nic.mode() == Progress::Manual {
+                self.nic.progress();
+            }
+            if let Some(wc) = self.cq.poll_one() {
+                return Some(wc);
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        None
+    }
+}
+
+// ---- the member process -------------------------------------------------
+
+/// A member: opens the shared NIC on the address in its first argument and
+/// follows commands, one per line (see `Member`'s methods for the answers).
+fn member(progress: Progress, ip: IpAddr) {
+    let mut side = Side::open(ip, true, progress);
+    let port = side.nic.shared_port().expect("a shared port");
+    let out = std::io::stdout();
+    let say = |s: String| {
+        let mut o = out.lock();
+        let _ = writeln!(o, "{s}");
+        let _ = o.flush();
+    };
+    say(format!("ready {}", port.slot()));
+    // A manual-progress member runs its engine between commands too.
+    let (tx, rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for l in std::io::stdin().lines() {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    loop {
+        let line = match rx.recv_timeout(Duration::from_millis(1)) {
+            Ok(l) => l,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if progress == Progress::Manual {
+                    side.nic.progress();
+                }
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        };
+        let w: Vec<&str> = line.split_whitespace().collect();
+        match w.as_slice() {
+            ["qp", peer, peer_qpn] => {
+                let i = side.qp();
+                let qpn = side.qps[i].qpn();
+                side.connect(i, peer.parse().unwrap(), peer_qpn.parse().unwrap());
+                for _ in 0..8 {
+                    side.post_recv(i);
+                }
+                say(format!("qp {qpn}"));
+            }
+            ["newqp"] => {
+                let i = side.qp();
+                say(format!("newqp {i} {}", side.qps[i].qpn()));
+            }
+            ["connect", i, peer, peer_qpn] => {
+                let i: usize = i.parse().unwrap();
+                side.connect(i, peer.parse().unwrap(), peer_qpn.parse().unwrap());
+                for _ in 0..8 {
+                    side.post_recv(i);
+                }
+                say("connected".into());
+            }
+            ["expect"] => match side.completion() {
+                Some(wc) if wc.status == WcStatus::Success => {
+                    let mut buf = vec![0; wc.byte_len as usize];
+                    side.mr.read(2048, &mut buf).unwrap();
+                    say(format!("got {}", String::from_utf8_lossy(&buf)));
+                }
+                other => say(format!("failed {other:?}")),
+            },
+            ["listen", p] => match side.nic.create_ep() {
+                Ok(ep) => match side.nic.ep_listen(ep, p.parse().unwrap(), 4) {
+                    Ok(()) => say("listening".into()),
+                    Err(ndverbs_engine::error::EngineError::Io(e)) => {
+                        say(format!("refused {:?}", e.kind()))
+                    }
+                    Err(e) => say(format!("refused {e}")),
+                },
+                Err(e) => say(format!("refused {e}")),
+            },
+            ["counters"] => {
+                let c = port.counters();
+                say(format!(
+                    "counters {} {}",
+                    c.misdelivered.load(Ordering::Relaxed),
+                    side.nic.counters().drop_unknown_qp.load(Ordering::Relaxed)
+                ));
+            }
+            _ => say(format!("unknown {line}")),
+        }
+    }
+}
+
+// ---- driving members from the test --------------------------------------
+
+/// A member process and its answers.
+struct Member {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+    slot: u8,
+}
+
+impl Member {
+    fn spawn(ip: IpAddr, progress: &str) -> Member {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .arg(ip.to_string())
+            .env(ROLE, progress)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in out.lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut m = Member {
+            child,
+            stdin,
+            lines,
+            slot: 0,
+        };
+        let ready = m.answer("ready");
+        m.slot = ready[0].parse().unwrap();
+        m
+    }
+
+    /// The words after `word` of the next answer, which must start with it.
+    fn answer(&mut self, word: &str) -> Vec<String> {
+        let l = self
+            .lines
+            .recv_timeout(LIMIT)
+            .unwrap_or_else(|_| panic!("no '{word}' from the member"));
+        let mut w = l.split_whitespace().map(String::from);
+        assert_eq!(w.next().as_deref(), Some(word), "member said {l:?}");
+        w.collect()
+    }
+
+    fn ask(&mut self, cmd: &str, word: &str) -> Vec<String> {
+        writeln!(self.stdin, "{cmd}").unwrap();
+        self.stdin.flush().unwrap();
+        self.answer(word)
+    }
+
+    /// A QP on the member connected to `peer`'s QP `peer_qpn`; its QPN.
+    fn qp_to(&mut self, peer: IpAddr, peer_qpn: u32) -> u32 {
+        self.ask(&format!("qp {peer} {peer_qpn}"), "qp")[0]
+            .parse()
+            .unwrap()
+    }
+
+    /// (misdelivered, unknown-QP drops) of the member.
+    fn counters(&mut self) -> (u64, u64) {
+        let c = self.ask("counters", "counters");
+        (c[0].parse().unwrap(), c[1].parse().unwrap())
+    }
+
+    fn kill(mut self) {
+        self.child.kill().unwrap(); // SIGKILL
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Connects a new QP of `x` with a new QP of member `m` (on `y`); returns
+/// the QP's index on `x` and the member's QPN.
+fn link(x: &mut Side, x_ip: IpAddr, m: &mut Member, y: IpAddr) -> (usize, u32) {
+    let i = x.qp();
+    let m_qpn = m.qp_to(x_ip, x.qps[i].qpn());
+    x.connect(i, y, m_qpn);
+    (i, m_qpn)
+}
+
+/// `x` sends `text` on QP `i`; the member must receive exactly it.
+fn deliver(x: &Side, i: usize, m: &mut Member, text: &str) {
+    x.send(i, text);
+    writeln!(m.stdin, "expect").unwrap();
+    let got = m.answer("got").join(" ");
+    assert_eq!(got, text);
+    let wc = x.completion().expect("send completion");
+    assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+}
+
+// ---- the tests ----------------------------------------------------------
+
+fn three_processes_open_one_address() {
+    let y = ndverbs_testkit::addr::v4();
+    let mut ms: Vec<Member> = (0..3).map(|_| Member::spawn(y, "thread")).collect();
+    let mut slots: Vec<u8> = ms.iter().map(|m| m.slot).collect();
+    slots.sort();
+    assert_eq!(slots, vec![0, 1, 2]);
+    // Without sharing the address is taken.
+    let e = Nic::open(y, Progress::Manual).unwrap_err();
+    assert!(e.to_string().contains("in use"), "{e}");
+    for m in &mut ms {
+        assert_eq!(m.counters().1, 0);
+    }
+}
+
+fn rc_traffic_reaches_the_right_process() {
+    let (x_ip, y) = ndverbs_testkit::addr::pair_v4();
+    let mut x = Side::open(x_ip, false, Progress::Thread);
+    let mut m1 = Member::spawn(y, "thread");
+    let mut m2 = Member::spawn(y, "manual");
+    let (i1, q1) = link(&mut x, x_ip, &mut m1, y);
+    let (i2, q2) = link(&mut x, x_ip, &mut m2, y);
+    assert_eq!(q1 >> 16, u32::from(m1.slot));
+    assert_eq!(q2 >> 16, u32::from(m2.slot));
+    for n in 0..5 {
+        deliver(&x, i1, &mut m1, &format!("to one #{n}"));
+        deliver(&x, i2, &mut m2, &format!("to two #{n}"));
+    }
+}
+
+fn sigkill_frees_the_share_and_stale_packets_are_dropped() {
+    let (x_ip, y) = ndverbs_testkit::addr::pair_v4();
+    let mut x = Side::open(x_ip, false, Progress::Thread);
+    let mut m1 = Member::spawn(y, "thread");
+    let mut m2 = Member::spawn(y, "thread");
+    let mut m3 = Member::spawn(y, "thread");
+    let (i1, _) = link(&mut x, x_ip, &mut m1, y);
+    let (i2, _) = link(&mut x, x_ip, &mut m2, y);
+    let (i3, _) = link(&mut x, x_ip, &mut m3, y);
+    deliver(&x, i1, &mut m1, "before");
+    deliver(&x, i2, &mut m2, "before");
+    deliver(&x, i3, &mut m3, "before");
+    // Kill the first member: the last one takes its index in the kernel.
+    let dead_slot = m1.slot;
+    m1.kill();
+    // Survivors still get their own traffic (misdelivered packets make
+    // them reconcile; RC retransmits what was dropped meanwhile).
+    deliver(&x, i2, &mut m2, "after the kill");
+    deliver(&x, i3, &mut m3, "after the kill");
+    // A new process joins at once and takes the dead one's slot.
+    let t0 = Instant::now();
+    let mut m4 = Member::spawn(y, "thread");
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "join took {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(m4.slot, dead_slot);
+    let (i4, _) = link(&mut x, x_ip, &mut m4, y);
+    deliver(&x, i4, &mut m4, "newcomer");
+    deliver(&x, i2, &mut m2, "still there");
+    deliver(&x, i3, &mut m3, "still there");
+    // X still sends to the dead process's QP: the packets reach the slot's
+    // new owner, which has no such QP, counts them and drops them.
+    let before = m4.counters().1;
+    x.send(i1, "to the dead");
+    let wc = x.completion().expect("the send to the dead QP ends");
+    assert_ne!(wc.status, WcStatus::Success, "{wc:?}");
+    let (_, after) = m4.counters();
+    assert!(after > before, "unknown-QP drops {before} → {after}");
+    // Nobody else ever completed it: the survivors' receive queues still
+    // hold their receives (a further message arrives in order).
+    deliver(&x, i2, &mut m2, "last");
+}
+
+fn listeners_are_host_wide() {
+    let y = ndverbs_testkit::addr::v4();
+    let mut m1 = Member::spawn(y, "thread");
+    let mut m2 = Member::spawn(y, "manual");
+    assert!(m1.ask("listen 7100", "listening").is_empty());
+    // As the kernel's rdma_cm: EADDRINUSE.
+    assert_eq!(m2.ask("listen 7100", "refused"), ["AddrInUse"]);
+    m2.ask("listen 7101", "listening");
+    // The listener's process dies: its port is free for another.
+    m1.kill();
+    m2.ask("listen 7100", "listening");
+}
+
+fn main() {
+    if let Ok(mode) = std::env::var(ROLE) {
+        let ip = std::env::args()
+            .nth(1)
+            .and_then(|a| a.parse().ok())
+            .expect("member address");
+        let progress = if mode == "manual" {
+            Progress::Manual
+        } else {
+            Progress::Thread
+        };
+        member(progress, ip);
+        return;
+    }
+    let tests: [(&str, fn()); 4] = [
+        (
+            "three_processes_open_one_address",
+            three_processes_open_one_address,
+        ),
+        (
+            "rc_traffic_reaches_the_right_process",
+            rc_traffic_reaches_the_right_process,
+        ),
+        (
+            "sigkill_frees_the_share_and_stale_packets_are_dropped",
+            sigkill_frees_the_share_and_stale_packets_are_dropped,
+        ),
+        ("listeners_are_host_wide", listeners_are_host_wide),
+    ];
+    // `cargo test -- <filter>` runs the tests whose names contain it.
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let mut ran = 0;
+    for (name, f) in tests {
+        if !filter.is_empty() && !filter.iter().any(|p| name.contains(p.as_str())) {
+            continue;
+        }
+        eprintln!("test {name} ...");
+        let t0 = Instant::now();
+        f();
+        eprintln!("test {name} ... ok ({:?})", t0.elapsed());
+        ran += 1;
+    }
+    eprintln!("{ran} shared-port tests passed");
+}

@@ -204,15 +204,19 @@ impl Nic {
         let nic = Self::open_inner(NicLink::Udp(sock), config, Some(share.clone()))?;
         // A reconcile run by this process waits for its own probe, which
         // only its engine reads: a worker thread does; in manual progress
-        // the reconciling thread runs a step itself.
-        if nic.mode() == Progress::Manual {
-            let weak = Arc::downgrade(&nic.shared);
-            share.set_pump(Box::new(move || {
-                if let Some(s) = weak.upgrade() {
+        // the reconciling thread runs a step itself. Either way a NIC that
+        // is gone ends the wait.
+        let weak = Arc::downgrade(&nic.shared);
+        let manual = nic.mode() == Progress::Manual;
+        share.set_pump(Box::new(move || match weak.upgrade() {
+            Some(s) if !s.removed.load(Ordering::Acquire) => {
+                if manual {
                     worker::progress_shared(&s);
                 }
-            }));
-        }
+                true
+            }
+            _ => false,
+        }));
         Ok(nic)
     }
 

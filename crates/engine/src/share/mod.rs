@@ -116,10 +116,18 @@ use table::{MemberState, Probed, ShareDir, SlotClaim};
 pub const ROUNDS: usize = 4;
 /// How long one round waits for every member's answer.
 pub const ROUND_TIMEOUT: Duration = Duration::from_millis(300);
-/// The shortest time between two reconciles a member starts for misdelivered packets.
+/// The shortest time between two reconciles a member starts for
+/// misdelivered packets, after a complete one.
 pub const RECONCILE_GAP: Duration = Duration::from_millis(20);
+/// The same after a partial one: a member that does not answer (a
+/// manual-progress NIC nobody progresses) must not keep the others busy.
+pub const PARTIAL_GAP: Duration = Duration::from_secs(1);
 /// How long a process waits for another's host lock.
 pub const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+/// The index of a *nudge*: a probe that asks its receiver to reconcile (a
+/// member leaving sends one). No group has 256 members, so the kernel
+/// hashes it to some member.
+pub const NUDGE_INDEX: u8 = 255;
 
 /// What a member counts.
 #[derive(Debug, Default)]
@@ -146,22 +154,36 @@ pub enum Reconciled {
     Partial(Steering, Vec<u8>),
 }
 
-/// Runs the owner's engine while a reconcile waits for its own probe.
-type Pump = Box<dyn Fn() + Send + Sync>;
+/// Runs the owner's engine once while a reconcile waits for its own probe
+/// (a manual-progress NIC's step; nothing with a worker thread); false
+/// when the NIC is gone, which ends the reconcile.
+pub type Pump = Box<dyn Fn() -> bool + Send + Sync>;
+
+/// One live slot's answer to a round: its probe answer and its listeners.
+struct Answer {
+    slot: u8,
+    probed: Option<Probed>,
+    listens: Vec<u64>,
+}
 
 /// This process's membership in a shared port (see the module docs).
 pub struct SharedPort {
     dir: ShareDir,
     ip: IpAddr,
     port: u16,
-    claim: SlotClaim,
-    /// Another descriptor of the member's socket, to attach programs.
-    sock: Socket,
+    slot: u8,
+    /// The claim on the slot; taken (released) when the member leaves.
+    claim: Mutex<Option<SlotClaim>>,
+    /// Another descriptor of the member's socket, to attach programs;
+    /// taken (closed) when the member leaves.
+    sock: Mutex<Option<Socket>>,
     state: Mutex<MemberState>,
     counters: ShareCounters,
-    pump: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
+    pump: Mutex<Option<Arc<dyn Fn() -> bool + Send + Sync>>>,
     reconciling: AtomicBool,
-    last_start: Mutex<Option<Instant>>,
+    /// When the last reconcile this member started for misdelivered
+    /// packets began, and how long to wait before the next.
+    last_start: Mutex<Option<(Instant, Duration)>>,
 }
 
 impl std::fmt::Debug for SharedPort {
@@ -169,7 +191,7 @@ impl std::fmt::Debug for SharedPort {
         f.debug_struct("SharedPort")
             .field("ip", &self.ip)
             .field("port", &self.port)
-            .field("slot", &self.claim.slot())
+            .field("slot", &self.slot)
             .finish()
     }
 }
@@ -184,7 +206,7 @@ impl SharedPort {
         let claim = dir.claim_slot(ip)?;
         let sock = RoceSocket::bind_shared(ip, port)?;
         let me = Arc::new(SharedPort {
-            sock: sock.dup_socket()?,
+            sock: Mutex::new(Some(sock.dup_socket()?)),
             state: Mutex::new(MemberState {
                 pid: std::process::id(),
                 ..MemberState::default()
@@ -192,7 +214,8 @@ impl SharedPort {
             dir,
             ip,
             port,
-            claim,
+            slot: claim.slot(),
+            claim: Mutex::new(Some(claim)),
             counters: ShareCounters::default(),
             pump: Mutex::new(None),
             reconciling: AtomicBool::new(false),
@@ -208,6 +231,7 @@ impl SharedPort {
                     me.counters.misdelivered.fetch_add(1, Ordering::Relaxed);
                 }
             }
+            true
         };
         me.reconcile_locked(&pump)?;
         Ok((sock, me))
@@ -215,7 +239,7 @@ impl SharedPort {
 
     /// The member's slot: the high byte of its QPNs and communication IDs.
     pub fn slot(&self) -> u8 {
-        self.claim.slot()
+        self.slot
     }
 
     /// The shared address.
@@ -228,23 +252,26 @@ impl SharedPort {
         &self.counters
     }
 
-    /// Sets what runs this member's engine while a reconcile waits (a
-    /// manual-progress NIC's `progress`); without it the engine must be
-    /// running on a thread of its own.
+    /// Sets what a reconcile calls while it waits ([`Pump`]).
     pub fn set_pump(&self, pump: Pump) {
         *lock(&self.pump) = Some(Arc::from(pump));
     }
 
     /// If `p` (a UDP payload from `src`) is a probe, takes it: a probe of
-    /// the current round from this address records its index. Returns
-    /// whether it was a probe (probes are never anything else).
-    pub fn handle_probe(&self, p: &[u8], src: IpAddr) -> bool {
+    /// the current round from this address records its index, a nudge
+    /// starts a reconcile. Returns whether it was a probe (probes are never
+    /// anything else).
+    pub fn handle_probe(self: &Arc<Self>, p: &[u8], src: IpAddr) -> bool {
         let Some((index, nonce)) = probe::parse(p) else {
             return false;
         };
         let current = self.dir.read_epoch(self.ip).unwrap_or(0);
         if src != self.ip || nonce != current || nonce == 0 {
             self.counters.bad_probes.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        if index == NUDGE_INDEX {
+            self.request_reconcile();
             return true;
         }
         let mut st = lock(&self.state);
@@ -255,7 +282,7 @@ impl SharedPort {
             ambiguous,
         });
         self.counters.probes.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = self.dir.write_state(self.ip, self.slot(), &st) {
+        if let Err(e) = self.dir.write_state(self.ip, self.slot, &st) {
             tracing::warn!(error = %e, "cannot record the shared port's probe answer");
         }
         true
@@ -266,7 +293,7 @@ impl SharedPort {
     /// member listens on, is counted, dropped, and starts a reconcile.
     pub fn accepts(self: &Arc<Self>, p: &[u8]) -> bool {
         let mine = match steer::owner(p) {
-            Owner::Slot(s) => s == self.slot(),
+            Owner::Slot(s) => s == self.slot,
             Owner::Service(sid) => {
                 lock(&self.state).listens.contains(&sid)
                     || !self
@@ -289,8 +316,8 @@ impl SharedPort {
     /// was new (false: this member had it already).
     pub fn listen(&self, sid: u64) -> io::Result<bool> {
         let _host = self.dir.lock_host(self.ip, LOCK_TIMEOUT)?;
-        for slot in self.dir.live_slots(self.ip, Some(self.slot()))? {
-            if slot == self.slot() {
+        for slot in self.dir.live_slots(self.ip, Some(self.slot))? {
+            if slot == self.slot {
                 continue;
             }
             if let Some(s) = self.dir.read_state(self.ip, slot)? {
@@ -319,28 +346,35 @@ impl SharedPort {
         let _host = self.dir.lock_host(self.ip, LOCK_TIMEOUT)?;
         lock(&self.state).listens.retain(|&x| x != sid);
         self.save_state()?;
-        self.reconcile_with_pump()
+        self.reconcile_with_pump().map(|_| ())
     }
 
-    /// Starts a reconcile on a thread of its own, unless one runs or one
-    /// started less than [`RECONCILE_GAP`] ago.
+    /// Starts a reconcile on a thread of its own, unless one runs or the
+    /// last one started less than [`RECONCILE_GAP`] ago ([`PARTIAL_GAP`]
+    /// after a partial one).
     pub fn request_reconcile(self: &Arc<Self>) {
         {
             let mut last = lock(&self.last_start);
-            if last.is_some_and(|t| t.elapsed() < RECONCILE_GAP) {
+            if last.is_some_and(|(t, gap)| t.elapsed() < gap) {
                 return;
             }
             if self.reconciling.swap(true, Ordering::AcqRel) {
                 return;
             }
-            *last = Some(Instant::now());
+            *last = Some((Instant::now(), RECONCILE_GAP));
         }
         let me = Arc::clone(self);
         let spawned = std::thread::Builder::new()
             .name("ndv-share".into())
             .spawn(move || {
-                if let Err(e) = me.reconcile() {
-                    tracing::warn!(error = %e, "shared port reconcile failed");
+                match me.reconcile() {
+                    Ok(Reconciled::Complete(_)) => {}
+                    Ok(Reconciled::Partial(..)) => {
+                        if let Some(l) = lock(&me.last_start).as_mut() {
+                            l.1 = PARTIAL_GAP;
+                        }
+                    }
+                    Err(e) => tracing::debug!(error = %e, "shared port reconcile failed"),
                 }
                 me.reconciling.store(false, Ordering::Release);
             });
@@ -352,48 +386,47 @@ impl SharedPort {
     /// Reconciles now (takes the host lock; see the module docs).
     pub fn reconcile(&self) -> io::Result<Reconciled> {
         let _host = self.dir.lock_host(self.ip, LOCK_TIMEOUT)?;
-        self.reconcile_with_pump_result()
+        self.reconcile_with_pump()
     }
 
-    fn reconcile_with_pump(&self) -> io::Result<()> {
-        self.reconcile_with_pump_result().map(|_| ())
-    }
-
-    fn reconcile_with_pump_result(&self) -> io::Result<Reconciled> {
+    fn reconcile_with_pump(&self) -> io::Result<Reconciled> {
         let pump = lock(&self.pump).clone();
         match pump {
             Some(p) => self.reconcile_locked(&*p),
-            None => self.reconcile_locked(&|| {}),
+            None => self.reconcile_locked(&|| true),
         }
     }
 
     /// One reconcile; the caller holds the host lock.
-    fn reconcile_locked(&self, pump: &dyn Fn()) -> io::Result<Reconciled> {
+    fn reconcile_locked(&self, pump: &dyn Fn() -> bool) -> io::Result<Reconciled> {
         self.counters.reconciles.fetch_add(1, Ordering::Relaxed);
+        let gone = || io::Error::new(io::ErrorKind::NotConnected, "the member has left");
         let mut keys = crate::keys::KeyGen::new();
         let mut best = None;
         for _ in 0..ROUNDS {
-            let live = self.dir.live_slots(self.ip, Some(self.slot()))?;
+            let live = self.dir.live_slots(self.ip, Some(self.slot))?;
+            // Odd, so never 0, which no round has.
             let nonce = keys.next_u64() | 1;
             self.dir.write_epoch(self.ip, nonce)?;
-            // Our own answer of the last round must not count for this one.
             probe::send_round(self.ip, self.port, live.len() as u8, nonce)?;
             let t0 = Instant::now();
             let answers = loop {
-                pump();
+                if !pump() {
+                    return Err(gone());
+                }
                 let answers = self.answers(&live, nonce)?;
-                if answers.iter().all(|a| a.1.is_some()) || t0.elapsed() > ROUND_TIMEOUT {
+                if answers.iter().all(|a| a.probed.is_some()) || t0.elapsed() > ROUND_TIMEOUT {
                     break answers;
                 }
                 std::thread::sleep(Duration::from_micros(500));
             };
-            let (steering, missing) = self.steering(&live, &answers)?;
-            if self.dir.live_slots(self.ip, Some(self.slot()))? != live {
+            let (steering, missing) = steering(live.len(), &answers);
+            if self.dir.live_slots(self.ip, Some(self.slot))? != live {
                 continue; // someone came or went meanwhile: start over
             }
             if missing.is_empty() {
                 self.attach(&steering)?;
-                if self.dir.live_slots(self.ip, Some(self.slot()))? == live {
+                if self.dir.live_slots(self.ip, Some(self.slot))? == live {
                     return Ok(Reconciled::Complete(steering));
                 }
                 continue;
@@ -403,10 +436,14 @@ impl SharedPort {
         self.counters
             .partial_reconciles
             .fetch_add(1, Ordering::Relaxed);
-        let (steering, missing) = match best {
-            Some(b) => b,
-            None => (Steering::default(), Vec::new()),
-        };
+        // Every round saw the membership change: keep the program there is
+        // (the next change reconciles again).
+        let (steering, missing) = best.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::Interrupted,
+                "the shared port's members kept changing",
+            )
+        })?;
         self.attach(&steering)?;
         tracing::debug!(
             ?missing,
@@ -415,67 +452,34 @@ impl SharedPort {
         Ok(Reconciled::Partial(steering, missing))
     }
 
-    /// Each live slot's answer to round `nonce` (`None`: none yet).
-    fn answers(&self, live: &[u8], nonce: u64) -> io::Result<Vec<(u8, Option<Probed>, Vec<u64>)>> {
+    /// Each live slot's answer to round `nonce`.
+    fn answers(&self, live: &[u8], nonce: u64) -> io::Result<Vec<Answer>> {
         let mut out = Vec::with_capacity(live.len());
         for &slot in live {
-            let st = if slot == self.slot() {
+            let st = if slot == self.slot {
                 Some(lock(&self.state).clone())
             } else {
                 self.dir.read_state(self.ip, slot)?
             };
-            let (probed, listens) = match st {
-                Some(s) => (s.probe.filter(|p| p.nonce == nonce), s.listens),
-                None => (None, Vec::new()),
-            };
-            out.push((slot, probed, listens));
+            let st = st.unwrap_or_default();
+            out.push(Answer {
+                slot,
+                probed: st.probe.filter(|p| p.nonce == nonce),
+                listens: st.listens,
+            });
         }
         Ok(out)
     }
 
-    /// The table the answers prove, and the live slots left out of it: a
-    /// slot is in only if it answered once with an index no other slot
-    /// answered and below the number of live slots.
-    fn steering(
-        &self,
-        live: &[u8],
-        answers: &[(u8, Option<Probed>, Vec<u64>)],
-    ) -> io::Result<(Steering, Vec<u8>)> {
-        let n = live.len();
-        let mut count = vec![0usize; n];
-        for (_, p, _) in answers {
-            if let Some(p) = p {
-                if usize::from(p.index) < n {
-                    count[usize::from(p.index)] += 1;
-                }
-            }
-        }
-        let mut s = Steering::default();
-        let mut missing = Vec::new();
-        for (slot, p, listens) in answers {
-            match p {
-                Some(p)
-                    if !p.ambiguous
-                        && usize::from(p.index) < n
-                        && count[usize::from(p.index)] == 1 =>
-                {
-                    let index = u32::from(p.index);
-                    s.slots.push((*slot, index));
-                    for &sid in listens {
-                        if !s.services.iter().any(|x| x.0 == sid) {
-                            s.services.push((sid, index));
-                        }
-                    }
-                }
-                _ => missing.push(*slot),
-            }
-        }
-        Ok((s, missing))
-    }
-
     fn attach(&self, s: &Steering) -> io::Result<()> {
         let prog = cbpf::program(s).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        sys::attach_reuseport_cbpf(self.sock.as_raw_fd(), &prog)?;
+        {
+            let sock = lock(&self.sock);
+            let sock = sock.as_ref().ok_or_else(|| {
+                io::Error::new(io::ErrorKind::NotConnected, "the member has left")
+            })?;
+            sys::attach_reuseport_cbpf(sock.as_raw_fd(), &prog)?;
+        }
         self.dir.write_table(self.ip, s)?;
         tracing::debug!(ip = %self.ip, ?s, "shared port: steering attached");
         Ok(())
@@ -483,10 +487,92 @@ impl SharedPort {
 
     fn save_state(&self) -> io::Result<()> {
         let st = lock(&self.state);
-        self.dir.write_state(self.ip, self.slot(), &st)
+        self.dir.write_state(self.ip, self.slot, &st)
     }
+}
+
+impl Drop for SharedPort {
+    /// Leaves: closes this descriptor of the socket (the link's closed
+    /// first, with the NIC's core), frees the slot, and nudges a remaining
+    /// member to reconcile, since the kernel just moved the last member
+    /// into this one's index.
+    fn drop(&mut self) {
+        drop(lock(&self.sock).take());
+        drop(lock(&self.claim).take());
+        if let Ok(nonce) = self.dir.read_epoch(self.ip) {
+            let _ = probe::send_nudge(self.ip, self.port, nonce);
+        }
+    }
+}
+
+/// The table the answers prove, and the live slots left out of it: a slot
+/// is in only if it answered once, with an index below the number of live
+/// slots `n` that no other slot answered.
+fn steering(n: usize, answers: &[Answer]) -> (Steering, Vec<u8>) {
+    let mut count = vec![0usize; n];
+    for p in answers.iter().filter_map(|a| a.probed) {
+        if let Some(c) = count.get_mut(usize::from(p.index)) {
+            *c += 1;
+        }
+    }
+    let mut s = Steering::default();
+    let mut missing = Vec::new();
+    for a in answers {
+        match a.probed {
+            Some(p) if !p.ambiguous && count.get(usize::from(p.index)) == Some(&1) => {
+                let index = u32::from(p.index);
+                s.slots.push((a.slot, index));
+                for &sid in &a.listens {
+                    if !s.services.iter().any(|x| x.0 == sid) {
+                        s.services.push((sid, index));
+                    }
+                }
+            }
+            _ => missing.push(a.slot),
+        }
+    }
+    (s, missing)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(slot: u8, index: Option<u8>, ambiguous: bool, listens: &[u64]) -> Answer {
+        Answer {
+            slot,
+            probed: index.map(|index| Probed {
+                nonce: 5,
+                index,
+                ambiguous,
+            }),
+            listens: listens.to_vec(),
+        }
+    }
+
+    #[test]
+    fn only_proven_indices_enter_the_table() {
+        // Slot 4 got two probes (the group was smaller than counted), slot
+        // 6 none, slots 7 and 8 claim the same index: only 1 and 2 are sure.
+        let a = [
+            answer(1, Some(0), false, &[0x10]),
+            answer(2, Some(3), false, &[]),
+            answer(4, Some(1), true, &[0x20]),
+            answer(6, None, false, &[]),
+            answer(7, Some(2), false, &[]),
+            answer(8, Some(2), false, &[]),
+        ];
+        let (s, missing) = steering(6, &a);
+        assert_eq!(s.slots, vec![(1, 0), (2, 3)]);
+        assert_eq!(s.services, vec![(0x10, 0)]);
+        assert_eq!(missing, vec![4, 6, 7, 8]);
+        // An index beyond the members counted is no proof either.
+        let (s, missing) = steering(1, &[answer(1, Some(1), false, &[])]);
+        assert!(s.slots.is_empty());
+        assert_eq!(missing, vec![1]);
+    }
 }

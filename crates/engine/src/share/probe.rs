@@ -48,6 +48,25 @@ pub fn parse(p: &[u8]) -> Option<(u8, u64)> {
 /// Sends the probes for indices `0..n` of round `nonce` to `port` on
 /// `ip`, from `ip` (members believe only probes from their own address).
 pub fn send_round(ip: IpAddr, port: u16, n: u8, nonce: u64) -> io::Result<()> {
+    let s = sender(ip)?;
+    let dst: socket2::SockAddr = SocketAddr::new(ip, port).into();
+    for i in 0..n {
+        s.send_to(&encode(i, nonce), &dst)?;
+    }
+    Ok(())
+}
+
+/// Sends a nudge of round `nonce` (see [`super::NUDGE_INDEX`]): it reaches
+/// some member, which reconciles.
+pub fn send_nudge(ip: IpAddr, port: u16, nonce: u64) -> io::Result<()> {
+    let s = sender(ip)?;
+    let dst: socket2::SockAddr = SocketAddr::new(ip, port).into();
+    s.send_to(&encode(super::NUDGE_INDEX, nonce), &dst)?;
+    Ok(())
+}
+
+/// A UDP socket on `ip`, any port: probes come from the shared address.
+fn sender(ip: IpAddr) -> io::Result<Socket> {
     let domain = if ip.is_ipv4() {
         Domain::IPV4
     } else {
@@ -55,9 +74,5 @@ pub fn send_round(ip: IpAddr, port: u16, n: u8, nonce: u64) -> io::Result<()> {
     };
     let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
     s.bind(&SocketAddr::new(ip, 0).into())?;
-    let dst: socket2::SockAddr = SocketAddr::new(ip, port).into();
-    for i in 0..n {
-        s.send_to(&encode(i, nonce), &dst)?;
-    }
-    Ok(())
+    Ok(s)
 }

@@ -11,10 +11,11 @@
 
 use ndverbs_engine::config::{NicConfig, Progress};
 use ndverbs_engine::cq::CompletionQueue;
+use ndverbs_engine::ep::{AcceptArgs, ConnectArgs};
 use ndverbs_engine::mr::{Region, RegionBuf};
 use ndverbs_engine::nic::{Nic, QpInit, QpShared};
 use ndverbs_proto::mem::{Access, Sge};
-use ndverbs_proto::rc::{QpCaps, RcConnection, RecvWr, SendOp, SendWr, WcStatus};
+use ndverbs_proto::rc::{PathMtu, QpCaps, RcConnection, RecvWr, SendOp, SendWr, WcStatus};
 use std::io::{BufRead, BufReader, Write};
 use std::net::IpAddr;
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -196,6 +197,42 @@ fn member(progress: Progress, ip: IpAddr) {
                 },
                 Err(e) => say(format!("refused {e}")),
             },
+            ["serve", p] => {
+                // Listen on rdma_cm port `p`, accept one connection into a
+                // new QP, and post receives on it.
+                let i = side.qp();
+                let qp = side.qps[i].clone();
+                let (init, mask) = RcConnection::new(0).init();
+                side.nic.modify_qp(qp.qpn(), &init, mask).unwrap();
+                let (l, e) = (side.nic.create_ep().unwrap(), side.nic.create_ep().unwrap());
+                side.nic.ep_listen(l, p.parse().unwrap(), 4).unwrap();
+                let req = side.nic.ep_get_request(l, e).unwrap();
+                say("serving".into());
+                req.wait().unwrap();
+                let args = AcceptArgs {
+                    responder_resources: 1,
+                    initiator_depth: 1,
+                    rnr_retry_count: 7,
+                    private_data: Vec::new(),
+                };
+                let rtu = side.nic.ep_accept(e, qp.ident(), args).unwrap();
+                for _ in 0..8 {
+                    side.post_recv(i);
+                }
+                rtu.wait().unwrap();
+                // The peer's DREQ must reach this process too; its
+                // Disconnect then answers with the DREP.
+                let dreq = side.nic.ep_notify_disconnect(e).unwrap();
+                say(format!("accepted {}", qp.qpn()));
+                let nic = side.nic.clone();
+                std::thread::spawn(move || {
+                    let got = dreq.wait().is_ok();
+                    let drep = nic.ep_disconnect(e, qp.ident()).map(|p| p.wait().is_ok());
+                    let mut o = std::io::stdout().lock();
+                    let _ = writeln!(o, "dreq {got} {}", drep.unwrap_or(false));
+                    let _ = o.flush();
+                });
+            }
             ["counters"] => {
                 let c = port.counters();
                 say(format!(
@@ -400,6 +437,62 @@ fn listeners_are_host_wide() {
     m2.ask("listen 7100", "listening");
 }
 
+fn cm_connections_reach_their_listeners() {
+    let (x_ip, y) = ndverbs_testkit::addr::pair_v4();
+    let mut x = Side::open(x_ip, false, Progress::Thread);
+    let mut ms: Vec<Member> = (0..3).map(|_| Member::spawn(y, "thread")).collect();
+    // Each member listens on a port of its own; X connects to each.
+    let mut conns = Vec::new();
+    for (n, m) in ms.iter_mut().enumerate() {
+        m.ask(&format!("serve {}", 7200 + n), "serving");
+    }
+    for (n, m) in ms.iter_mut().enumerate() {
+        let i = x.qp();
+        let qp = x.qps[i].clone();
+        let (init, mask) = RcConnection::new(0).init();
+        x.nic.modify_qp(qp.qpn(), &init, mask).unwrap();
+        let ep = x.nic.create_ep().unwrap();
+        let args = ConnectArgs {
+            remote: y,
+            remote_port: 7200 + n as u16,
+            local_port: 40000 + n as u16,
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            path_mtu: PathMtu::Mtu1024,
+            private_data: Vec::new(),
+        };
+        let rep = x.nic.ep_connect(ep, qp.ident(), args).unwrap();
+        rep.wait().expect("REP from the listener's process");
+        x.nic
+            .ep_complete_connect(ep, qp.ident())
+            .unwrap()
+            .wait()
+            .unwrap();
+        let q: u32 = m.answer("accepted")[0].parse().unwrap();
+        assert_eq!(q >> 16, u32::from(m.slot));
+        conns.push((i, ep, qp));
+    }
+    for (n, m) in ms.iter_mut().enumerate() {
+        deliver(&x, conns[n].0, m, &format!("over CM to {n}"));
+    }
+    // DREQ and DREP find their processes by the comm IDs' slots.
+    for (n, m) in ms.iter_mut().enumerate() {
+        let (_, ep, qp) = &conns[n];
+        let done = x.nic.ep_disconnect(*ep, qp.ident()).unwrap();
+        assert_eq!(m.answer("dreq"), ["true", "true"]);
+        done.wait().expect("DREP");
+    }
+    for m in &mut ms {
+        assert_eq!(
+            m.counters().1,
+            0,
+            "a member dropped packets for unknown QPs"
+        );
+    }
+}
+
 fn main() {
     if let Ok(mode) = std::env::var(ROLE) {
         let ip = std::env::args()
@@ -414,7 +507,7 @@ fn main() {
         member(progress, ip);
         return;
     }
-    let tests: [(&str, fn()); 4] = [
+    let tests: [(&str, fn()); 5] = [
         (
             "three_processes_open_one_address",
             three_processes_open_one_address,
@@ -428,6 +521,10 @@ fn main() {
             sigkill_frees_the_share_and_stale_packets_are_dropped,
         ),
         ("listeners_are_host_wide", listeners_are_host_wide),
+        (
+            "cm_connections_reach_their_listeners",
+            cm_connections_reach_their_listeners,
+        ),
     ];
     // `cargo test -- <filter>` runs the tests whose names contain it.
     let filter: Vec<String> = std::env::args()

@@ -39,7 +39,12 @@
 //! [`NicConfig`]; [`Nic::open_on`] runs on a link of the caller's (another
 //! port, or an in-memory [`MemoryLink`](crate::link::memory::MemoryLink)).
 //! Every NIC's link is wrapped in the fault and capture layers of
-//! [`crate::link`], switched on and off at run time.
+//! [`crate::link`], switched on and off at run time. With
+//! [`NicConfig::share_port`] (or [`Nic::open_shared`]) the NIC is one of
+//! several processes' NICs on the address ([`crate::share`]): its QPNs
+//! and CM communication IDs carry its slot, its listeners are registered
+//! host-wide, and its receive stage answers probes and drops what belongs
+//! to another member.
 //!
 //! **Removal.** [`Nic::remove`] flushes every queue pair (every outstanding
 //! work request completes, with a flush status) and stops the worker; every

@@ -44,6 +44,28 @@ fn the_environment_is_read_only_when_asked() {
     let e = Device::open_with("127.92.30.3".parse().unwrap(), &bad).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Io);
     assert!(e.to_string().contains("/nonexistent/dir/y.pcap"), "{e}");
-    drop((plain, dev));
+    // NDV_SHARE=1: two devices on one address (in one process here; the
+    // engine's share_port test runs them as processes), each with QPNs of
+    // its own slot; a device that does not share finds the port taken.
+    std::env::remove_var(METRICS_ENV);
+    std::env::remove_var(PCAP_ENV);
+    std::env::set_var(SHARE_ENV, "1");
+    let cfg = DeviceConfig::from_env().unwrap();
+    assert!(cfg.share_port);
+    let ip = "127.92.30.5".parse().unwrap();
+    let (s1, s2) = (
+        Device::open_with(ip, &cfg).unwrap(),
+        Device::open_with(ip, &cfg).unwrap(),
+    );
+    let e = Device::open(ip).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AddressInUse);
+    let qpn = |d: &Device| {
+        let pd = d.alloc_pd().unwrap();
+        let cq = d.create_cq(4).unwrap();
+        let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq)).unwrap();
+        qp.qpn()
+    };
+    assert_ne!(qpn(&s1) >> 16, qpn(&s2) >> 16);
+    drop((plain, dev, s1, s2));
     let _ = std::fs::remove_file(&file);
 }

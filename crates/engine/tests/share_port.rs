@@ -251,7 +251,8 @@ fn member(progress: Progress, ip: IpAddr) {
 /// A member process and its answers.
 struct Member {
     child: Child,
-    stdin: ChildStdin,
+    /// Closed to make the member leave cleanly.
+    stdin: Option<ChildStdin>,
     lines: Receiver<String>,
     slot: u8,
 }
@@ -277,7 +278,7 @@ impl Member {
         });
         let mut m = Member {
             child,
-            stdin,
+            stdin: Some(stdin),
             lines,
             slot: 0,
         };
@@ -298,9 +299,14 @@ impl Member {
     }
 
     fn ask(&mut self, cmd: &str, word: &str) -> Vec<String> {
-        writeln!(self.stdin, "{cmd}").unwrap();
-        self.stdin.flush().unwrap();
+        self.tell(cmd);
         self.answer(word)
+    }
+
+    fn tell(&mut self, cmd: &str) {
+        let stdin = self.stdin.as_mut().expect("the member's stdin");
+        writeln!(stdin, "{cmd}").unwrap();
+        stdin.flush().unwrap();
     }
 
     /// A QP on the member connected to `peer`'s QP `peer_qpn`; its QPN.
@@ -323,7 +329,17 @@ impl Member {
 }
 
 impl Drop for Member {
+    /// Ends the member as a program ends: it leaves (and the last one out
+    /// removes the address's files); killed if it does not within 5 s.
     fn drop(&mut self) {
+        drop(self.stdin.take());
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -341,7 +357,7 @@ fn link(x: &mut Side, x_ip: IpAddr, m: &mut Member, y: IpAddr) -> (usize, u32) {
 /// `x` sends `text` on QP `i`; the member must receive exactly it.
 fn deliver(x: &Side, i: usize, m: &mut Member, text: &str) {
     x.send(i, text);
-    writeln!(m.stdin, "expect").unwrap();
+    m.tell("expect");
     let got = m.answer("got").join(" ");
     assert_eq!(got, text);
     let wc = x.completion().expect("send completion");
@@ -385,7 +401,7 @@ fn sigkill_frees_the_share_and_stale_packets_are_dropped() {
     let mut m1 = Member::spawn(y, "thread");
     let mut m2 = Member::spawn(y, "thread");
     let mut m3 = Member::spawn(y, "thread");
-    let (i1, _) = link(&mut x, x_ip, &mut m1, y);
+    let (i1, dead_qpn) = link(&mut x, x_ip, &mut m1, y);
     let (i2, _) = link(&mut x, x_ip, &mut m2, y);
     let (i3, _) = link(&mut x, x_ip, &mut m3, y);
     deliver(&x, i1, &mut m1, "before");
@@ -398,6 +414,15 @@ fn sigkill_frees_the_share_and_stale_packets_are_dropped() {
     // them reconcile; RC retransmits what was dropped meanwhile).
     deliver(&x, i2, &mut m2, "after the kill");
     deliver(&x, i3, &mut m3, "after the kill");
+    // A packet for the dead process's QPN, while nobody holds its slot: the
+    // kernel hashes it to a survivor, which counts it and drops it.
+    let misdelivered = |m2: &mut Member, m3: &mut Member| m2.counters().0 + m3.counters().0;
+    let before = misdelivered(&mut m2, &mut m3);
+    x.send(i1, "to nobody");
+    let wc = x.completion().expect("the send to the dead QP ends");
+    assert_ne!(wc.status, WcStatus::Success, "{wc:?}");
+    let after = misdelivered(&mut m2, &mut m3);
+    assert!(after > before, "misdelivered {before} → {after}");
     // A new process joins at once and takes the dead one's slot.
     let t0 = Instant::now();
     let mut m4 = Member::spawn(y, "thread");
@@ -412,8 +437,11 @@ fn sigkill_frees_the_share_and_stale_packets_are_dropped() {
     deliver(&x, i2, &mut m2, "still there");
     deliver(&x, i3, &mut m3, "still there");
     // X still sends to the dead process's QP: the packets reach the slot's
-    // new owner, which has no such QP, counts them and drops them.
+    // new owner, which has no such QP, counts them and drops them. (The QP
+    // is in the error state after the last send: a fresh one to the dead QPN.)
     let before = m4.counters().1;
+    let i1 = x.qp();
+    x.connect(i1, y, dead_qpn);
     x.send(i1, "to the dead");
     let wc = x.completion().expect("the send to the dead QP ends");
     assert_ne!(wc.status, WcStatus::Success, "{wc:?}");

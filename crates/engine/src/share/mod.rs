@@ -124,6 +124,8 @@ pub const RECONCILE_GAP: Duration = Duration::from_millis(20);
 pub const PARTIAL_GAP: Duration = Duration::from_secs(1);
 /// How long a process waits for another's host lock.
 pub const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a leaving member waits for it (to tidy up; it leaves anyway).
+pub const LEAVE_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
 /// The index of a *nudge*: a probe that asks its receiver to reconcile (a
 /// member leaving sends one). No group has 256 members, so the kernel
 /// hashes it to some member.
@@ -497,8 +499,23 @@ impl Drop for SharedPort {
     /// member to reconcile, since the kernel just moved the last member
     /// into this one's index.
     fn drop(&mut self) {
+        // Under the host lock if it comes soon, so that the last member out
+        // may remove the address's files; a coordinator that holds it
+        // finishes its round without this member's answer first.
+        let host = self.dir.lock_host(self.ip, LEAVE_LOCK_TIMEOUT).ok();
         drop(lock(&self.sock).take());
         drop(lock(&self.claim).take());
+        if host.is_some()
+            && self
+                .dir
+                .live_slots(self.ip, None)
+                .is_ok_and(|l| l.is_empty())
+        {
+            if let Err(e) = self.dir.remove_address(self.ip) {
+                tracing::debug!(error = %e, "cannot remove a shared port's files");
+            }
+            return;
+        }
         if let Ok(nonce) = self.dir.read_epoch(self.ip) {
             let _ = probe::send_nudge(self.ip, self.port, nonce);
         }

@@ -199,6 +199,30 @@ impl ShareDir {
         self.replace(self.file(ip, "table"), &s)
     }
 
+    /// Removes the files of `ip` but its host lock (the caller holds it,
+    /// and the last member has left): a lock file removed while another
+    /// process waits on it would let a later process lock a new file of
+    /// the same name at the same time.
+    pub fn remove_address(&self, ip: IpAddr) -> io::Result<()> {
+        let prefix = format!("{ip}.");
+        for e in fs::read_dir(&self.path)? {
+            let name = e?.file_name();
+            let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(&prefix)) else {
+                continue;
+            };
+            // `rest` starts with a slot number or a word: another address
+            // (`127.0.0.10.` after `127.0.0.1.`) never matches the prefix.
+            if rest != "lock" {
+                match fs::remove_file(self.path.join(&name)) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn replace(&self, path: PathBuf, text: &str) -> io::Result<()> {
         // A name of this process and thread: writers never share a temp file.
         let tmp = path.with_extension(format!(
@@ -334,6 +358,24 @@ mod tests {
         assert_eq!(d.live_slots(ip, None).unwrap(), vec![1]);
         // The freed slot is the next one claimed.
         assert_eq!(d.claim_slot(ip).unwrap().slot(), 0);
+        let _ = fs::remove_dir_all(d.path());
+    }
+
+    #[test]
+    fn removing_an_address_keeps_its_lock_and_other_addresses() {
+        let (d, ip) = dir();
+        let other: IpAddr = "127.0.0.90".parse().unwrap();
+        let _l = d.lock_host(ip, Duration::from_secs(1)).unwrap();
+        drop(d.claim_slot(ip).unwrap());
+        d.write_epoch(ip, 1).unwrap();
+        d.write_epoch(other, 1).unwrap();
+        d.remove_address(ip).unwrap();
+        let mut left: Vec<String> = fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["127.0.0.9.lock", "127.0.0.90.epoch"]);
         let _ = fs::remove_dir_all(d.path());
     }
 

@@ -205,6 +205,10 @@ impl SharedPort {
     /// member's: counted as misdelivered). Returns the socket for the link.
     pub fn join(dir: ShareDir, ip: IpAddr, port: u16) -> io::Result<(RoceSocket, Arc<SharedPort>)> {
         let _host = dir.lock_host(ip, LOCK_TIMEOUT)?;
+        // Files of addresses whose processes all died would stay forever.
+        if let Err(e) = dir.sweep(ip) {
+            tracing::debug!(error = %e, "cannot sweep the shared-port directory");
+        }
         let claim = dir.claim_slot(ip)?;
         let sock = RoceSocket::bind_shared(ip, port)?;
         let me = Arc::new(SharedPort {

@@ -223,6 +223,33 @@ impl ShareDir {
         Ok(())
     }
 
+    /// Removes the files of every address but `except` whose members are
+    /// all gone (processes that ended without leaving: killed, or exited
+    /// with the engine's thread still holding the NIC). Addresses whose host
+    /// lock is held are left alone; returns how many were swept.
+    pub fn sweep(&self, except: IpAddr) -> io::Result<usize> {
+        let mut swept = 0;
+        for e in fs::read_dir(&self.path)? {
+            let name = e?.file_name();
+            let Some(ip) = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".lock"))
+                .and_then(|n| n.parse::<IpAddr>().ok())
+            else {
+                continue; // not a host lock (`<ip>.<slot>.lock` does not parse)
+            };
+            if ip == except {
+                continue;
+            }
+            let f = self.open_lock(self.file(ip, "lock"))?;
+            if sys::try_lock(&f)? && self.live_slots(ip, None)?.is_empty() {
+                self.remove_address(ip)?;
+                swept += 1;
+            }
+        }
+        Ok(swept)
+    }
+
     fn replace(&self, path: PathBuf, text: &str) -> io::Result<()> {
         // A name of this process and thread: writers never share a temp file.
         let tmp = path.with_extension(format!(
@@ -376,6 +403,29 @@ mod tests {
             .collect();
         left.sort();
         assert_eq!(left, ["127.0.0.9.lock", "127.0.0.90.epoch"]);
+        let _ = fs::remove_dir_all(d.path());
+    }
+
+    #[test]
+    fn sweeping_removes_only_dead_addresses() {
+        let (d, ip) = dir();
+        let (dead, live, busy): (IpAddr, IpAddr, IpAddr) = (
+            "127.0.0.91".parse().unwrap(),
+            "127.0.0.92".parse().unwrap(),
+            "127.0.0.93".parse().unwrap(),
+        );
+        for a in [ip, dead, live, busy] {
+            drop(d.lock_host(a, Duration::from_secs(1)).unwrap());
+            d.write_epoch(a, 1).unwrap();
+        }
+        drop(d.claim_slot(dead).unwrap()); // a member that is gone
+        let _member = d.claim_slot(live).unwrap();
+        let _coordinator = d.lock_host(busy, Duration::from_secs(1)).unwrap();
+        assert_eq!(d.sweep(ip).unwrap(), 1);
+        assert_eq!(d.read_epoch(dead).unwrap(), 0);
+        for a in [ip, live, busy] {
+            assert_eq!(d.read_epoch(a).unwrap(), 1, "{a}");
+        }
         let _ = fs::remove_dir_all(d.path());
     }
 

@@ -80,14 +80,27 @@ impl Side {
         self.qps.len() - 1
     }
 
+    /// Connects QP `i` with the default retries: a packet dropped while a
+    /// member's steering is being fixed is sent again.
     fn connect(&self, i: usize, peer: IpAddr, peer_qpn: u32) {
-        let mut c = RcConnection::new(peer_qpn).to_peer(peer);
-        // Give up on a dead peer quickly (the SIGKILL test sends to one).
-        c.retry_cnt = 1;
-        c.timeout = 10;
+        self.connect_with(i, RcConnection::new(peer_qpn).to_peer(peer));
+    }
+
+    fn connect_with(&self, i: usize, c: RcConnection) {
         for (attr, mask) in c.steps() {
             self.nic.modify_qp(self.qps[i].qpn(), &attr, mask).unwrap();
         }
+    }
+
+    /// A new QP towards the QPN of a dead process, which gives up after
+    /// one retry 4 ms later.
+    fn dead_end(&mut self, peer: IpAddr, peer_qpn: u32) -> usize {
+        let i = self.qp();
+        let mut c = RcConnection::new(peer_qpn).to_peer(peer);
+        c.retry_cnt = 1;
+        c.timeout = 10;
+        self.connect_with(i, c);
+        i
     }
 
     fn post_recv(&self, i: usize) {
@@ -418,7 +431,8 @@ fn sigkill_frees_the_share_and_stale_packets_are_dropped() {
     // kernel hashes it to a survivor, which counts it and drops it.
     let misdelivered = |m2: &mut Member, m3: &mut Member| m2.counters().0 + m3.counters().0;
     let before = misdelivered(&mut m2, &mut m3);
-    x.send(i1, "to nobody");
+    let dead = x.dead_end(y, dead_qpn);
+    x.send(dead, "to nobody");
     let wc = x.completion().expect("the send to the dead QP ends");
     assert_ne!(wc.status, WcStatus::Success, "{wc:?}");
     let after = misdelivered(&mut m2, &mut m3);
@@ -438,11 +452,10 @@ fn sigkill_frees_the_share_and_stale_packets_are_dropped() {
     deliver(&x, i3, &mut m3, "still there");
     // X still sends to the dead process's QP: the packets reach the slot's
     // new owner, which has no such QP, counts them and drops them. (The QP
-    // is in the error state after the last send: a fresh one to the dead QPN.)
+    // is in the error state after the last send: a fresh one.)
     let before = m4.counters().1;
-    let i1 = x.qp();
-    x.connect(i1, y, dead_qpn);
-    x.send(i1, "to the dead");
+    let dead = x.dead_end(y, dead_qpn);
+    x.send(dead, "to the dead");
     let wc = x.completion().expect("the send to the dead QP ends");
     assert_ne!(wc.status, WcStatus::Success, "{wc:?}");
     let (_, after) = m4.counters();

@@ -246,7 +246,12 @@ impl Nic {
         let mode = config.progress;
         let _span = tracing::debug_span!("nic_open", %local, port = addr.port(), ?mode).entered();
         // Coalesced receives (split again by the receive stage); fine if refused.
+        // Not on a shared port: the kernel steers a GRO-coalesced datagram
+        // by its first packet alone, and packets of one peer for different
+        // members' QPs are one flow (both ends on port 4791), which GRO may
+        // coalesce.
         let gro = match &mut link {
+            NicLink::Udp(_) if share.is_some() => false,
             NicLink::Udp(s) => s.enable_gro(),
             NicLink::Memory(_) => true,
         };

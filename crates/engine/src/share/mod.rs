@@ -93,6 +93,20 @@
 //!   CM REQ is retransmitted after its timeout (seconds with Linux's CM timers).
 //! * Probes are local datagrams; a socket buffer so full that one is lost
 //!   costs a round.
+//! * No receive GRO on a member's socket: the kernel runs the program once
+//!   per datagram, so a GRO-coalesced one (a peer's packets for several
+//!   members are one UDP flow, 4791 to 4791) would go whole to the member
+//!   of its first packet. A device with `rx-gro-list` (fraglist GRO, off by
+//!   default) coalesces regardless and must not carry shared ports.
+//! * A member that dies after the coordinator's last look at the live
+//!   slots but before its program is attached leaves a stale table behind;
+//!   the next misdelivered packet reconciles again.
+//! * A removed NIC ([`Nic::remove`](crate::nic::Nic::remove)) stays a
+//!   member until its last handle is dropped (its socket is still in the
+//!   group), answering no probes: reconciles leave it out meanwhile.
+//! * Each address keeps one empty host-lock file in the directory after its
+//!   last member left (removing a lock file others may be waiting on would
+//!   let two processes hold "the" lock).
 
 pub mod cbpf;
 pub mod probe;

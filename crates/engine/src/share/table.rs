@@ -231,12 +231,15 @@ impl ShareDir {
         let mut swept = 0;
         for e in fs::read_dir(&self.path)? {
             let name = e?.file_name();
+            // An address with files to sweep has its epoch file: looking
+            // only at those keeps a join's cost independent of how many
+            // addresses were ever shared (their host-lock files stay).
             let Some(ip) = name
                 .to_str()
-                .and_then(|n| n.strip_suffix(".lock"))
+                .and_then(|n| n.strip_suffix(".epoch"))
                 .and_then(|n| n.parse::<IpAddr>().ok())
             else {
-                continue; // not a host lock (`<ip>.<slot>.lock` does not parse)
+                continue;
             };
             if ip == except {
                 continue;

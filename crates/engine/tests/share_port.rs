@@ -272,6 +272,18 @@ struct Member {
 
 impl Member {
     fn spawn(ip: IpAddr, progress: &str) -> Member {
+        let mut m = Member::start(ip, progress);
+        m.ready();
+        m
+    }
+
+    /// Waits for the member's NIC to be open.
+    fn ready(&mut self) {
+        self.slot = self.answer("ready")[0].parse().unwrap();
+    }
+
+    /// Starts a member without waiting for it.
+    fn start(ip: IpAddr, progress: &str) -> Member {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .arg(ip.to_string())
             .env(ROLE, progress)
@@ -289,15 +301,12 @@ impl Member {
                 }
             }
         });
-        let mut m = Member {
+        Member {
             child,
             stdin: Some(stdin),
             lines,
             slot: 0,
-        };
-        let ready = m.answer("ready");
-        m.slot = ready[0].parse().unwrap();
-        m
+        }
     }
 
     /// The words after `word` of the next answer, which must start with it.
@@ -465,6 +474,42 @@ fn sigkill_frees_the_share_and_stale_packets_are_dropped() {
     deliver(&x, i2, &mut m2, "last");
 }
 
+fn members_join_and_die_together() {
+    let (x_ip, y) = ndverbs_testkit::addr::pair_v4();
+    let mut x = Side::open(x_ip, false, Progress::Thread);
+    // Five processes open the address at the same moment.
+    let mut ms: Vec<Member> = (0..5)
+        .map(|n| Member::start(y, if n % 2 == 0 { "thread" } else { "manual" }))
+        .collect();
+    for m in &mut ms {
+        m.ready();
+    }
+    let mut slots: Vec<u8> = ms.iter().map(|m| m.slot).collect();
+    slots.sort();
+    assert_eq!(slots, vec![0, 1, 2, 3, 4]);
+    let mut qps = Vec::new();
+    for m in &mut ms {
+        qps.push(link(&mut x, x_ip, m, y).0);
+    }
+    for (m, &i) in ms.iter_mut().zip(&qps) {
+        deliver(&x, i, m, "all five");
+    }
+    // Two die at once: the kernel moves members in an order nobody sees;
+    // the survivors' traffic still reaches each of them.
+    let (mut b, mut a) = (ms.remove(3), ms.remove(1));
+    qps.remove(3);
+    qps.remove(1);
+    a.child.kill().unwrap();
+    b.child.kill().unwrap();
+    a.child.wait().unwrap();
+    b.child.wait().unwrap();
+    for round in 0..3 {
+        for (m, &i) in ms.iter_mut().zip(&qps) {
+            deliver(&x, i, m, &format!("survivor {round}"));
+        }
+    }
+}
+
 fn listeners_are_host_wide() {
     let y = ndverbs_testkit::addr::v4();
     let mut m1 = Member::spawn(y, "thread");
@@ -548,7 +593,7 @@ fn main() {
         member(progress, ip);
         return;
     }
-    let tests: [(&str, fn()); 5] = [
+    let tests: [(&str, fn()); 6] = [
         (
             "three_processes_open_one_address",
             three_processes_open_one_address,
@@ -560,6 +605,10 @@ fn main() {
         (
             "sigkill_frees_the_share_and_stale_packets_are_dropped",
             sigkill_frees_the_share_and_stale_packets_are_dropped,
+        ),
+        (
+            "members_join_and_die_together",
+            members_join_and_die_together,
         ),
         ("listeners_are_host_wide", listeners_are_host_wide),
         (

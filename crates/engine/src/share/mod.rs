@@ -79,6 +79,15 @@
 //!   never delivered to another process's QP (QPNs and comm IDs differ in
 //!   their slot byte, and each member drops what is not its slot's).
 //!
+//! ## Tests
+//!
+//! The program against its interpreter and the Rust rule (`cbpf`), the
+//! files (`table`), the proof rule for a round's answers (this module);
+//! `tests/share_port.rs` runs members as processes: three on one address,
+//! RC traffic to the right one, SIGKILL and a newcomer, two killed at once,
+//! five joining at once, host-wide listeners, CM connections to three
+//! listeners.
+//!
 //! ## Limits
 //!
 //! * One user: the kernel joins only sockets of one effective UID.
@@ -104,6 +113,10 @@
 //! * A removed NIC ([`Nic::remove`](crate::nic::Nic::remove)) stays a
 //!   member until its last handle is dropped (its socket is still in the
 //!   group), answering no probes: reconciles leave it out meanwhile.
+//! * A QPN's time-wait is per process: a newcomer in a dead member's slot
+//!   may draw one of its QPNs (1 in 65 536 per QP) while the dead QP's peer
+//!   still sends; those packets then meet the new QP's PSN and source
+//!   checks, as after a QPN reuse in the kernel.
 //! * Each address keeps one empty host-lock file in the directory after its
 //!   last member left (removing a lock file others may be waiting on would
 //!   let two processes hold "the" lock).

@@ -246,12 +246,17 @@ fn member(progress: Progress, ip: IpAddr) {
                     let _ = o.flush();
                 });
             }
+            ["remove"] => {
+                side.nic.remove();
+                say("removed".into());
+            }
             ["counters"] => {
                 let c = port.counters();
                 say(format!(
-                    "counters {} {}",
+                    "counters {} {} {}",
                     c.misdelivered.load(Ordering::Relaxed),
-                    side.nic.counters().drop_unknown_qp.load(Ordering::Relaxed)
+                    side.nic.counters().drop_unknown_qp.load(Ordering::Relaxed),
+                    c.partial_reconciles.load(Ordering::Relaxed)
                 ));
             }
             _ => say(format!("unknown {line}")),
@@ -344,6 +349,11 @@ impl Member {
         (c[0].parse().unwrap(), c[1].parse().unwrap())
     }
 
+    /// The member's reconciles that did not learn every member's index.
+    fn partial_reconciles(&mut self) -> u64 {
+        self.ask("counters", "counters")[2].parse().unwrap()
+    }
+
     fn kill(mut self) {
         self.child.kill().unwrap(); // SIGKILL
         self.child.wait().unwrap();
@@ -400,6 +410,15 @@ fn three_processes_open_one_address() {
     for m in &mut ms {
         assert_eq!(m.counters().1, 0);
     }
+    // A removed NIC leaves at once, although its process lives on: the
+    // next process takes its slot.
+    let freed = ms[1].slot;
+    ms[1].ask("remove", "removed");
+    let mut m = Member::spawn(y, "thread");
+    assert_eq!(m.slot, freed);
+    // Its join heard from every socket in the group: the removed NIC's
+    // socket is out of it (one that stayed would never answer a probe).
+    assert_eq!(m.partial_reconciles(), 0);
 }
 
 fn rc_traffic_reaches_the_right_process() {

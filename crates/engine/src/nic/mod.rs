@@ -522,6 +522,15 @@ impl Nic {
                 .end_limit_waiters(Err(crate::cq::NotifyError::DeviceRemoved));
         }
         c.finish_step(&self.shared, now);
+        // A removed member answers no probe: it leaves its shared port now
+        // (after the CM's last DREQs and REJs went out), not when its last
+        // handle is dropped.
+        if let Some(s) = c.share.take() {
+            drop(c);
+            if let Err(e) = s.port.leave(self.shared.link_fd) {
+                tracing::warn!(error = %e, "cannot leave the shared port");
+            }
+        }
     }
 }
 

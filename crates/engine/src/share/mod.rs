@@ -62,6 +62,16 @@
 //! RC and the CM retransmit) and starts a reconcile on a thread of its own,
 //! at most one at a time, at most one every [`RECONCILE_GAP`].
 //!
+//! **Leaving.** A member leaves when its NIC is removed
+//! ([`Nic::remove`](crate::nic::Nic::remove): the link's descriptor is
+//! pointed at an unbound socket, since handles may outlive the removal) or
+//! dropped: it frees its slot and sends a *nudge* (a probe with index
+//! [`NUDGE_INDEX`], which the kernel hashes to some member) so that a
+//! remaining member reconciles; the last one out removes the address's
+//! files. A process that ends without either (killed, or exiting while the
+//! engine's thread still holds the NIC) leaves as a crash does, below; a
+//! later join sweeps the files of addresses left without members.
+//!
 //! ## Failures
 //!
 //! * **A member crashes mid-transfer.** Its socket and its slot lock go
@@ -110,9 +120,6 @@
 //! * A member that dies after the coordinator's last look at the live
 //!   slots but before its program is attached leaves a stale table behind;
 //!   the next misdelivered packet reconciles again.
-//! * A removed NIC ([`Nic::remove`](crate::nic::Nic::remove)) stays a
-//!   member until its last handle is dropped (its socket is still in the
-//!   group), answering no probes: reconciles leave it out meanwhile.
 //! * A QPN's time-wait is per process: a newcomer in a dead member's slot
 //!   may draw one of its QPNs (1 in 65 536 per QP) while the dead QP's peer
 //!   still sends; those packets then meet the new QP's PSN and source
@@ -524,18 +531,35 @@ impl SharedPort {
     }
 }
 
-impl Drop for SharedPort {
-    /// Leaves: closes this descriptor of the socket (the link's closed
-    /// first, with the NIC's core), frees the slot, and nudges a remaining
-    /// member to reconcile, since the kernel just moved the last member
-    /// into this one's index.
-    fn drop(&mut self) {
+impl SharedPort {
+    /// Leaves the shared port while the link still holds the member socket
+    /// as descriptor `link_fd` (a removed NIC, whose handles may live on):
+    /// that descriptor is pointed at an unbound socket, so the member
+    /// socket closes and leaves the group now rather than when the last
+    /// handle goes. Then as when dropped (see [`Drop`]).
+    pub fn leave(&self, link_fd: std::os::fd::RawFd) -> io::Result<()> {
+        if lock(&self.claim).is_none() {
+            return Ok(()); // left already
+        }
+        sys::detach(link_fd, self.ip.is_ipv6())?;
+        self.leave_group();
+        Ok(())
+    }
+
+    /// Closes this descriptor of the socket, frees the slot, and tidies up
+    /// (see [`Drop`]); once.
+    fn leave_group(&self) {
+        if lock(&self.claim).is_none() {
+            return; // left already (removed, then dropped)
+        }
         // Under the host lock if it comes soon, so that the last member out
         // may remove the address's files; a coordinator that holds it
         // finishes its round without this member's answer first.
         let host = self.dir.lock_host(self.ip, LEAVE_LOCK_TIMEOUT).ok();
         drop(lock(&self.sock).take());
-        drop(lock(&self.claim).take());
+        if lock(&self.claim).take().is_none() {
+            return;
+        }
         if host.is_some()
             && self
                 .dir
@@ -550,6 +574,17 @@ impl Drop for SharedPort {
         if let Ok(nonce) = self.dir.read_epoch(self.ip) {
             let _ = probe::send_nudge(self.ip, self.port, nonce);
         }
+    }
+}
+
+impl Drop for SharedPort {
+    /// Leaves: closes this descriptor of the socket (the link's closed
+    /// first, with the NIC's core), frees the slot, and nudges a remaining
+    /// member to reconcile, since the kernel just moved the last member
+    /// into this one's index — or, the last member out, removes the
+    /// address's files.
+    fn drop(&mut self) {
+        self.leave_group();
     }
 }
 

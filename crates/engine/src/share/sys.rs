@@ -38,6 +38,27 @@ pub(super) fn attach_reuseport_cbpf(fd: RawFd, prog: &[Insn]) -> io::Result<()> 
     }
 }
 
+/// Makes descriptor `fd` (a member socket the link owns) refer to a new,
+/// unbound UDP socket instead: the member socket loses this descriptor (it
+/// leaves the group when its last one closes), and the link keeps a valid
+/// descriptor that receives nothing.
+pub(super) fn detach(fd: RawFd, v6: bool) -> io::Result<()> {
+    let domain = if v6 {
+        socket2::Domain::IPV6
+    } else {
+        socket2::Domain::IPV4
+    };
+    let fresh = socket2::Socket::new(domain, socket2::Type::DGRAM, None)?;
+    fresh.set_nonblocking(true)?;
+    // SAFETY: both descriptors are open; dup2 replaces `fd` atomically, so
+    // no other thread can see it closed or reused meanwhile.
+    let rc = unsafe { libc::dup2(fresh.as_raw_fd(), fd) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Takes an exclusive `flock` on `f` without waiting: false if another
 /// open file holds one (in this process or any other).
 pub(super) fn try_lock(f: &File) -> io::Result<bool> {

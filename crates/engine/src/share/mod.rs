@@ -53,6 +53,19 @@
 //! learned for sure (members that did not answer get no entry: their
 //! packets fall back to the hash until the next reconcile).
 //!
+//! *Why a complete round is right.* Each live slot has exactly one
+//! socket in the group, so the group has `g` sockets where `g` is `n` plus
+//! sockets of members whose lock is gone but whose socket is not yet
+//! closed, minus members that died after they were counted. The probe for
+//! index `i < g` reaches the socket at index `i`, one for `i ≥ g` a socket
+//! the kernel picks by hash. If `g > n`, the members at indices `n..g` get
+//! no probe: the round is incomplete. If `g < n`, a counted member is dead
+//! and never answers, and the surplus probes land on members that then
+//! have two (marked ambiguous, left out). So when all `n` live slots
+//! answered, unambiguously, with distinct indices, and the live set is the
+//! same afterwards, then `g = n` and every answer is its member's index.
+//! What can still go wrong is a change after the last look, below.
+//!
 //! **Who reconciles, when.** A joining process, right after binding (its
 //! engine does not run yet, so it reads its own socket for its probe);
 //! a member that registers or removes a listener; and any member whose

@@ -58,12 +58,14 @@
 //! sockets of members whose lock is gone but whose socket is not yet
 //! closed, minus members that died after they were counted. The probe for
 //! index `i < g` reaches the socket at index `i`, one for `i ≥ g` a socket
-//! the kernel picks by hash. If `g > n`, the members at indices `n..g` get
-//! no probe: the round is incomplete. If `g < n`, a counted member is dead
-//! and never answers, and the surplus probes land on members that then
-//! have two (marked ambiguous, left out). So when all `n` live slots
-//! answered, unambiguously, with distinct indices, and the live set is the
-//! same afterwards, then `g = n` and every answer is its member's index.
+//! the kernel picks by hash. If `g > n`, either a live member sits at an
+//! index `≥ n` and gets no probe (the round is incomplete), or all live
+//! members sit below `n` and each gets its own (the extra sockets above
+//! them only swap among themselves as they close). If `g < n`, a counted
+//! member is dead and never answers, and the surplus probes land on
+//! members that then have two (marked ambiguous, left out). So when all
+//! `n` live slots answered, unambiguously, with distinct indices, and the
+//! live set is the same afterwards, every answer is its member's index.
 //! What can still go wrong is a change after the last look, below.
 //!
 //! **Who reconciles, when.** A joining process, right after binding (its

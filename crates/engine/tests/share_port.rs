@@ -254,7 +254,7 @@ fn member(progress: Progress, ip: IpAddr) {
                 let c = port.counters();
                 say(format!(
                     "counters {} {} {}",
-                    c.misdelivered.load(Ordering::Relaxed),
+                    side.nic.stats().get("drop_other_process"),
                     side.nic.counters().drop_unknown_qp.load(Ordering::Relaxed),
                     c.partial_reconciles.load(Ordering::Relaxed)
                 ));
@@ -343,7 +343,7 @@ impl Member {
             .unwrap()
     }
 
-    /// (misdelivered, unknown-QP drops) of the member.
+    /// (another process's packets dropped, unknown-QP drops) of the member.
     fn counters(&mut self) -> (u64, u64) {
         let c = self.ask("counters", "counters");
         (c[0].parse().unwrap(), c[1].parse().unwrap())

@@ -183,6 +183,7 @@ impl Core {
             // Another member's packet (the kernel's indices moved): never
             // ours to answer or complete; counted, and the table fixed.
             if !s.port.accepts(&self.io.rx[off..off + len]) {
+                bump(&shared.counters.drop_other_process, 1);
                 tracing::trace!(%src, cause = "another process's", "packet dropped");
                 return;
             }

@@ -66,6 +66,17 @@ fn the_environment_is_read_only_when_asked() {
         qp.qpn()
     };
     assert_ne!(qpn(&s1) >> 16, qpn(&s2) >> 16);
+    // An rdma_cm port is the address's, as with the kernel's rdma_cm.
+    let l1 = Endpoint::new(&s1).unwrap();
+    l1.listen(7300, 1).unwrap();
+    let l2 = Endpoint::new(&s2).unwrap();
+    let e = l2.listen(7300, 1).unwrap_err();
+    assert_eq!(
+        (e.kind(), e.errno()),
+        (ErrorKind::AddressInUse, libc::EADDRINUSE)
+    );
+    drop(l1);
+    l2.listen(7300, 1).unwrap();
     drop((plain, dev, s1, s2));
     let _ = std::fs::remove_file(&file);
 }

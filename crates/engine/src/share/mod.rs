@@ -465,12 +465,19 @@ impl SharedPort {
             self.dir.write_epoch(self.ip, nonce)?;
             probe::send_round(self.ip, self.port, live.len() as u8, nonce)?;
             let t0 = Instant::now();
+            let mut polls = 0u32;
             let answers = loop {
                 if !pump() {
                     return Err(gone());
                 }
                 let answers = self.answers(&live, nonce)?;
                 if answers.iter().all(|a| a.probed.is_some()) || t0.elapsed() > ROUND_TIMEOUT {
+                    break answers;
+                }
+                // A member that left (or died) will not answer: every 10 ms
+                // look whether the live set changed rather than wait it out.
+                polls += 1;
+                if polls % 20 == 0 && self.dir.live_slots(self.ip, Some(self.slot))? != live {
                     break answers;
                 }
                 std::thread::sleep(Duration::from_micros(500));
@@ -567,14 +574,17 @@ impl SharedPort {
         if lock(&self.claim).is_none() {
             return; // left already (removed, then dropped)
         }
-        // Under the host lock if it comes soon, so that the last member out
-        // may remove the address's files; a coordinator that holds it
-        // finishes its round without this member's answer first.
-        let host = self.dir.lock_host(self.ip, LEAVE_LOCK_TIMEOUT).ok();
+        // Out of the group and the live set first, without the host lock:
+        // a coordinator that holds it is waiting for this member's answer,
+        // which will not come, and its next look at the live set sees the
+        // member gone and starts a new round.
         drop(lock(&self.sock).take());
         if lock(&self.claim).take().is_none() {
             return;
         }
+        // Under the host lock if it comes soon, so that the last member out
+        // may remove the address's files.
+        let host = self.dir.lock_host(self.ip, LEAVE_LOCK_TIMEOUT).ok();
         if host.is_some()
             && self
                 .dir

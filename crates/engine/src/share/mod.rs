@@ -649,6 +649,86 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::{SocketAddr, UdpSocket};
+    use std::sync::mpsc;
+
+    /// Runs a member's "engine": answers probes, hands every other
+    /// datagram's first bytes to the channel.
+    fn engine(
+        sock: RoceSocket,
+        me: Arc<SharedPort>,
+        stop: Arc<AtomicBool>,
+    ) -> mpsc::Receiver<Vec<u8>> {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; crate::link::MAX_DATAGRAM];
+            while !stop.load(Ordering::Relaxed) {
+                match sock.recv_datagram(&mut buf) {
+                    Ok(Some(d)) => {
+                        if !me.handle_probe(&buf[..d.len], d.src.ip()) {
+                            let _ = tx.send(buf[..d.len].to_vec());
+                        }
+                    }
+                    _ => std::thread::sleep(Duration::from_micros(200)),
+                }
+            }
+        });
+        rx
+    }
+
+    /// Two members on `ip` (a port of their own, files in a directory of
+    /// the test's): the second's join hears from both, and the kernel then
+    /// hands each member the packets of its slot.
+    fn two_members_steer(ip: IpAddr) {
+        let base = std::env::temp_dir().join(format!(
+            "ndv-share-steer-{}-{}",
+            std::process::id(),
+            ip.is_ipv6()
+        ));
+        let _ = std::fs::remove_dir_all(&base);
+        let dir = ShareDir::at(base.clone()).unwrap();
+        let port = UdpSocket::bind(SocketAddr::new(ip, 0))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s1, m1) = SharedPort::join(dir.clone(), ip, port).unwrap();
+        let rx1 = engine(s1, m1.clone(), stop.clone());
+        let (s2, m2) = SharedPort::join(dir, ip, port).unwrap();
+        let rx2 = engine(s2, m2.clone(), stop.clone());
+        assert_eq!(m2.counters().partial_reconciles.load(Ordering::Relaxed), 0);
+        let peer = UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
+        let to = SocketAddr::new(ip, port);
+        // The same flow (one source port) for both: only the program tells
+        // them apart, the kernel's hash would send them to one socket.
+        for round in 0..20u8 {
+            for (m, rx) in [(&m1, &rx1), (&m2, &rx2)] {
+                let mut pkt = [0u8; 40];
+                pkt[0] = 0x04; // RC SEND_ONLY
+                pkt[5] = m.slot();
+                pkt[7] = round | 2;
+                peer.send_to(&pkt, to).unwrap();
+                let got = rx
+                    .recv_timeout(Duration::from_secs(5))
+                    .expect("the slot's member gets it");
+                assert_eq!((got[5], got[7]), (m.slot(), round | 2));
+            }
+        }
+        assert!(rx1.try_recv().is_err() && rx2.try_recv().is_err());
+        stop.store(true, Ordering::Relaxed);
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn two_members_on_one_ipv4_port_get_their_own_packets() {
+        two_members_steer("127.0.0.1".parse().unwrap());
+    }
+
+    #[test]
+    fn two_members_on_one_ipv6_port_get_their_own_packets() {
+        two_members_steer("::1".parse().unwrap());
+    }
 
     fn answer(slot: u8, index: Option<u8>, ambiguous: bool, listens: &[u64]) -> Answer {
         Answer {

@@ -73,7 +73,8 @@
 //! a member that registers or removes a listener; and any member whose
 //! receive path finds a packet that is not its own (another slot's QPN or
 //! comm ID, a REQ for a service another member listens on): the table is
-//! stale, so it counts and drops the packet ([`ShareCounters::misdelivered`];
+//! stale, so it counts and drops the packet (`drop_other_process` in the
+//! NIC's counters, [`ShareCounters::misdelivered`];
 //! RC and the CM retransmit) and starts a reconcile on a thread of its own,
 //! at most one at a time, at most one every [`RECONCILE_GAP`].
 //!
@@ -107,7 +108,8 @@
 //! ## Tests
 //!
 //! The program against its interpreter and the Rust rule (`cbpf`), the
-//! files (`table`), the proof rule for a round's answers (this module);
+//! files (`table`), the proof rule for a round's answers and two members
+//! on real IPv4 and IPv6 sockets sharing one flow (this module);
 //! `tests/share_port.rs` runs members as processes: three on one address,
 //! RC traffic to the right one, SIGKILL and a newcomer, two killed at once,
 //! five joining at once, host-wide listeners, CM connections to three

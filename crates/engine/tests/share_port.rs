@@ -167,7 +167,13 @@ fn member(progress: Progress, ip: IpAddr) {
                 }
                 continue;
             }
-            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                // Stdin closed: leave as a program that removes its device
+                // does (the engine's thread would otherwise still hold the
+                // NIC when the process ends, which is a crash to the others).
+                side.nic.remove();
+                return;
+            }
         };
         let w: Vec<&str> = line.split_whitespace().collect();
         match w.as_slice() {
@@ -434,6 +440,16 @@ fn rc_traffic_reaches_the_right_process() {
         deliver(&x, i1, &mut m1, &format!("to one #{n}"));
         deliver(&x, i2, &mut m2, &format!("to two #{n}"));
     }
+    // Both leave; the last one out removes the address's files.
+    drop((m1, m2));
+    let dir = ndverbs_engine::share::table::ShareDir::for_user().unwrap();
+    let prefix = format!("{y}.");
+    let left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 fn sigkill_frees_the_share_and_stale_packets_are_dropped() {

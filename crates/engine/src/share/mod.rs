@@ -141,9 +141,10 @@
 //!   may draw one of its QPNs (1 in 65 536 per QP) while the dead QP's peer
 //!   still sends; those packets then meet the new QP's PSN and source
 //!   checks, as after a QPN reuse in the kernel.
-//! * Each address keeps one empty host-lock file in the directory after its
-//!   last member left (removing a lock file others may be waiting on would
-//!   let two processes hold "the" lock).
+//! * The files of an address whose members all died stay until some later
+//!   join (of any address) sweeps them. The host lock file goes too: whoever
+//!   locks a host lock checks afterwards that its name still names that
+//!   file, so a removed one is never held by two coordinators at once.
 
 pub mod cbpf;
 pub mod probe;

@@ -9,6 +9,11 @@
 //! | `<ip>.epoch` | the nonce of the current probe round (a probe without it is not believed) |
 //! | `<ip>.table` | the steering table last attached, for members to look up service IDs they do not hold |
 //!
+//! The host lock is taken by locking `<ip>.lock` and then checking that the
+//! name still names the file locked: the last member out removes every file
+//! of its address, its host lock's too, and a process that was waiting for
+//! that lock must not coordinate on a file nobody else can find.
+//!
 //! A slot is *live* exactly when its lock file is locked: the kernel drops
 //! a `flock` when the last descriptor of its open file closes, also when
 //! the process is killed. State files are rewritten whole and renamed into
@@ -93,18 +98,34 @@ impl ShareDir {
     /// coordinator that is alive finishes within a few probe rounds; one
     /// that died released it).
     pub fn lock_host(&self, ip: IpAddr, timeout: Duration) -> io::Result<HostLock> {
-        let f = self.open_lock(self.file(ip, "lock"))?;
         let t0 = Instant::now();
-        while !sys::try_lock(&f)? {
-            if t0.elapsed() > timeout {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("the shared port {ip} stays locked by another process"),
-                ));
+        loop {
+            let f = self.open_lock(self.file(ip, "lock"))?;
+            while !sys::try_lock(&f)? {
+                if t0.elapsed() > timeout {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("the shared port {ip} stays locked by another process"),
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(2));
             }
-            std::thread::sleep(Duration::from_millis(2));
+            if self.still_named(ip, &f)? {
+                return Ok(HostLock { _file: f });
+            }
+            // The last member out removed the file while we waited for it:
+            // the lock is on a file nobody else will open again.
         }
-        Ok(HostLock { _file: f })
+    }
+
+    /// Whether `<ip>.lock` still names the file `f` (see [`remove_address`](Self::remove_address)).
+    fn still_named(&self, ip: IpAddr, f: &File) -> io::Result<bool> {
+        let ours = f.metadata()?;
+        match fs::metadata(self.file(ip, "lock")) {
+            Ok(m) => Ok(m.ino() == ours.ino() && m.dev() == ours.dev()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Claims the lowest free slot of `ip` (the caller holds the host lock).
@@ -199,10 +220,12 @@ impl ShareDir {
         self.replace(self.file(ip, "table"), &s)
     }
 
-    /// Removes the files of `ip` but its host lock (the caller holds it,
-    /// and the last member has left): a lock file removed while another
-    /// process waits on it would let a later process lock a new file of
-    /// the same name at the same time.
+    /// Removes the files of `ip`, its host lock's too (the caller holds it,
+    /// and the last member has left). A process that was waiting for that
+    /// lock gets it on the removed file, finds the name now names another
+    /// file or none, and starts over ([`lock_host`](Self::lock_host)); so
+    /// only the caller, which does nothing more under it, and whoever locks
+    /// a new file of the name can both "hold" the lock.
     pub fn remove_address(&self, ip: IpAddr) -> io::Result<()> {
         let prefix = format!("{ip}.");
         for e in fs::read_dir(&self.path)? {
@@ -213,14 +236,11 @@ impl ShareDir {
             // `rest` starts with a slot number or a word: another address
             // (`127.0.0.10.` after `127.0.0.1.`) never matches the prefix.
             if rest != "lock" {
-                match fs::remove_file(self.path.join(&name)) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(e),
-                }
+                remove(&self.path.join(&name))?;
             }
         }
-        Ok(())
+        // Last: while it exists, a joiner that locks it is the coordinator.
+        remove(&self.file(ip, "lock"))
     }
 
     /// Removes the files of every address but `except` whose members are
@@ -233,7 +253,7 @@ impl ShareDir {
             let name = e?.file_name();
             // An address with files to sweep has its epoch file: looking
             // only at those keeps a join's cost independent of how many
-            // addresses were ever shared (their host-lock files stay).
+            // addresses were ever shared.
             let Some(ip) = name
                 .to_str()
                 .and_then(|n| n.strip_suffix(".epoch"))
@@ -245,7 +265,10 @@ impl ShareDir {
                 continue;
             }
             let f = self.open_lock(self.file(ip, "lock"))?;
-            if sys::try_lock(&f)? && self.live_slots(ip, None)?.is_empty() {
+            if sys::try_lock(&f)?
+                && self.still_named(ip, &f)?
+                && self.live_slots(ip, None)?.is_empty()
+            {
                 self.remove_address(ip)?;
                 swept += 1;
             }
@@ -270,6 +293,15 @@ impl ShareDir {
         f.write_all(text.as_bytes())?;
         drop(f);
         fs::rename(&tmp, &path)
+    }
+}
+
+/// Removes `p`; gone already is fine.
+fn remove(p: &Path) -> io::Result<()> {
+    match fs::remove_file(p) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
     }
 }
 
@@ -392,10 +424,16 @@ mod tests {
     }
 
     #[test]
-    fn removing_an_address_keeps_its_lock_and_other_addresses() {
+    fn removing_an_address_leaves_others_and_its_waiters_start_over() {
         let (d, ip) = dir();
         let other: IpAddr = "127.0.0.90".parse().unwrap();
-        let _l = d.lock_host(ip, Duration::from_secs(1)).unwrap();
+        let l = d.lock_host(ip, Duration::from_secs(1)).unwrap();
+        // A process waiting for the host lock while the last member leaves.
+        let waiter = {
+            let d = d.clone();
+            std::thread::spawn(move || d.lock_host(ip, Duration::from_secs(10)).unwrap())
+        };
+        std::thread::sleep(Duration::from_millis(50));
         drop(d.claim_slot(ip).unwrap());
         d.write_epoch(ip, 1).unwrap();
         d.write_epoch(other, 1).unwrap();
@@ -405,7 +443,15 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         left.sort();
-        assert_eq!(left, ["127.0.0.9.lock", "127.0.0.90.epoch"]);
+        assert_eq!(left, ["127.0.0.90.epoch"]);
+        drop(l);
+        // The waiter locked the removed file first, saw it gone, and holds
+        // a new one: nobody else gets the lock meanwhile.
+        let held = waiter.join().unwrap();
+        let e = d.lock_host(ip, Duration::from_millis(30)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        drop(held);
+        d.lock_host(ip, Duration::from_millis(30)).unwrap();
         let _ = fs::remove_dir_all(d.path());
     }
 

@@ -119,6 +119,12 @@ pub struct NicConfig {
     /// its window a send budget of the QPs to that peer (`nic/congestion.rs`).
     /// `None` (the default): off, every QP keeps its fixed byte window.
     pub congestion: Option<CcConfig>,
+    /// Share the address with other processes of this user: the NIC is one
+    /// member of `<ip>:4791` ([`crate::share`]) rather than its owner, its
+    /// QPNs and CM communication IDs carry its slot, and its listeners are
+    /// registered host-wide. Off (the default): the NIC binds the port
+    /// alone, and a second process on the address gets `EADDRINUSE`.
+    pub share_port: bool,
 }
 
 impl Default for NicConfig {
@@ -134,6 +140,7 @@ impl Default for NicConfig {
             publish_stats: false,
             active_mtu: PathMtu::Mtu4096,
             congestion: None,
+            share_port: false,
         }
     }
 }

@@ -49,6 +49,9 @@ pub struct NicCounters {
     pub drop_wrong_source: AtomicU64,
     /// Dropped: QP1 (CM) packets with no management agent attached.
     pub drop_gsi: AtomicU64,
+    /// Dropped: another process's packets, which reached this member of a
+    /// shared port while the kernel's steering was stale ([`crate::share`]).
+    pub drop_other_process: AtomicU64,
     /// Packets the socket refused to take (buffer full); recovered by retransmission.
     pub send_would_block: AtomicU64,
     /// Packets refused for their size (`EMSGSIZE`, also a GSO run whose

@@ -38,4 +38,5 @@ pub mod mr;
 pub mod nic;
 pub mod pending;
 pub mod resources;
+pub mod share;
 pub mod stats;

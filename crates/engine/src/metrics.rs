@@ -101,6 +101,7 @@ pub fn help(counter: &str) -> String {
         "drop_unknown_qp" => "Packets dropped: no queue pair with that number.",
         "drop_wrong_source" => "Packets dropped: not from the queue pair's peer.",
         "drop_gsi" => "QP1 packets dropped: no connection manager attached.",
+        "drop_other_process" => "Packets dropped: another process's on a shared address.",
         "send_would_block" => "Packets the socket refused (buffer full); retransmitted later.",
         "send_calls" => "Calls that handed packets to the socket (sendmmsg or sendto).",
         "gso_runs" => "Runs of several packets sent as one UDP GSO datagram.",

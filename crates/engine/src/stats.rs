@@ -10,6 +10,7 @@
 //!
 //! | NIC counter | counts |
 //! |---|---|
+//! | `drop_other_process` | packets dropped by a member of a shared port: another process's (see [`crate::share`]) |
 //! | `send_would_block` | packets dropped: the socket's send buffer was full (retransmitted) |
 //! | `send_too_big` | packets dropped: larger than the path carries (`EMSGSIZE`; a QP path MTU above the interface's) |
 //! | `send_no_buffers` | packets dropped: no kernel or device buffer (`ENOBUFS`; retransmitted) |
@@ -120,6 +121,7 @@ impl Stats {
             ("drop_unknown_qp", ld(&nic.drop_unknown_qp)),
             ("drop_wrong_source", ld(&nic.drop_wrong_source)),
             ("drop_gsi", ld(&nic.drop_gsi)),
+            ("drop_other_process", ld(&nic.drop_other_process)),
             ("send_would_block", ld(&nic.send_would_block)),
             ("send_too_big", ld(&nic.send_too_big)),
             ("send_no_buffers", ld(&nic.send_no_buffers)),

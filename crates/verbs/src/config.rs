@@ -57,6 +57,16 @@ pub const FAULTS_ENV: &str = "NDV_FAULTS";
 /// [`DeviceConfig::congestion_control`]); `off` or unset: none.
 pub const CC_ENV: &str = "NDV_CC";
 
+/// `NDV_SHARE=1`: share the device's address with other processes of the
+/// user ([`DeviceConfig::from_env`], [`DeviceConfig::share_port`]).
+///
+/// ```
+/// // Ranks of one MPI job on one host, each opening the same device.
+/// let mut rank = std::process::Command::new("ndv");
+/// rank.env(ndverbs_verbs::SHARE_ENV, "1");
+/// ```
+pub const SHARE_ENV: &str = "NDV_SHARE";
+
 /// Who runs a device's engine loop.
 ///
 /// # Example
@@ -166,6 +176,15 @@ pub struct DeviceConfig {
     /// backstop; see `ndverbs_proto::cc`). Off by default: each QP keeps
     /// its fixed window (512 KiB of packets, at least 128 PSNs). Pacing is not applied yet. Never sends CNPs.
     pub congestion_control: bool,
+    /// Share the address with other processes of this user, as several
+    /// processes share one Soft-RoCE device: each process's device is one
+    /// member of `<ip>:4791` (the kernel steers each packet to the process
+    /// whose queue pair or connection it is for); QPNs carry the process's
+    /// slot in their high byte, and an rdma_cm port listened on by one
+    /// process is `AddressInUse` for the others. Off by default: the device
+    /// owns the port, and a second process on the address gets
+    /// `AddressInUse` on open.
+    pub share_port: bool,
 }
 
 impl DeviceConfig {
@@ -175,7 +194,8 @@ impl DeviceConfig {
     /// (`NDV_METRICS=ADDR:PORT`: serve them as OpenMetrics) and
     /// [`FAULTS_ENV`] (`NDV_FAULTS=SPEC`: inject faults,
     /// [`FaultConfig::parse`] syntax) and [`CC_ENV`] (`NDV_CC=swift|off`:
-    /// congestion control). Progress is left at its default. A
+    /// congestion control) and [`SHARE_ENV`] (`NDV_SHARE=1`: share the
+    /// address with other processes). Progress is left at its default. A
     /// malformed `NDV_FAULTS`, `NDV_METRICS` or `NDV_CC` is an
     /// [`ErrorKind::InvalidArgument`] rather than silently ignored.
     pub fn from_env() -> Result<DeviceConfig> {
@@ -221,6 +241,7 @@ impl DeviceConfig {
             publish_stats: std::env::var(STAT_ENV).as_deref() == Ok("1"),
             faults,
             congestion_control,
+            share_port: std::env::var(SHARE_ENV).as_deref() == Ok("1"),
         })
     }
 }

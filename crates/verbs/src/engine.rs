@@ -263,6 +263,7 @@ impl Nic {
             congestion: cfg
                 .congestion_control
                 .then(ndverbs_proto::cc::CcConfig::default),
+            share_port: cfg.share_port,
             ..NicConfig::default()
         };
         let nic = Nic(EngineNic::open_with(addr, engine_cfg).map_err(|e| err(OP, e))?);

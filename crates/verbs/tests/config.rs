@@ -44,6 +44,39 @@ fn the_environment_is_read_only_when_asked() {
     let e = Device::open_with("127.92.30.3".parse().unwrap(), &bad).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Io);
     assert!(e.to_string().contains("/nonexistent/dir/y.pcap"), "{e}");
-    drop((plain, dev));
+    // NDV_SHARE=1: two devices on one address (in one process here; the
+    // engine's share_port test runs them as processes), each with QPNs of
+    // its own slot; a device that does not share finds the port taken.
+    std::env::remove_var(METRICS_ENV);
+    std::env::remove_var(PCAP_ENV);
+    std::env::set_var(SHARE_ENV, "1");
+    let cfg = DeviceConfig::from_env().unwrap();
+    assert!(cfg.share_port);
+    let ip = "127.92.30.5".parse().unwrap();
+    let (s1, s2) = (
+        Device::open_with(ip, &cfg).unwrap(),
+        Device::open_with(ip, &cfg).unwrap(),
+    );
+    let e = Device::open(ip).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AddressInUse);
+    let qpn = |d: &Device| {
+        let pd = d.alloc_pd().unwrap();
+        let cq = d.create_cq(4).unwrap();
+        let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq)).unwrap();
+        qp.qpn()
+    };
+    assert_ne!(qpn(&s1) >> 16, qpn(&s2) >> 16);
+    // An rdma_cm port is the address's, as with the kernel's rdma_cm.
+    let l1 = Endpoint::new(&s1).unwrap();
+    l1.listen(7300, 1).unwrap();
+    let l2 = Endpoint::new(&s2).unwrap();
+    let e = l2.listen(7300, 1).unwrap_err();
+    assert_eq!(
+        (e.kind(), e.errno()),
+        (ErrorKind::AddressInUse, libc::EADDRINUSE)
+    );
+    drop(l1);
+    l2.listen(7300, 1).unwrap();
+    drop((plain, dev, s1, s2));
     let _ = std::fs::remove_file(&file);
 }

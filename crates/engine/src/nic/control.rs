@@ -255,8 +255,17 @@ impl Nic {
                 "the device has its maximum number of queue pairs",
             ));
         }
+        // A member of a shared port puts its slot in bits 16..23: the host
+        // steers packets to the process by that byte (`crate::share`).
+        let slot = c.share.as_ref().map(|s| u32::from(s.port.slot()) << 16);
         let qpn = loop {
-            let q = c.tables.keys.qpn();
+            let q = match slot {
+                None => c.tables.keys.qpn(),
+                Some(hi) => hi | (c.tables.keys.qpn() & 0xffff),
+            };
+            if q <= 1 {
+                continue;
+            }
             if !c.tables.qps.contains_key(&q) && !c.tables.timewait_qpns.contains(&q) {
                 break q;
             }

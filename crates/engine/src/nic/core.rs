@@ -76,6 +76,15 @@ pub(crate) struct Core {
     pub(crate) active_mtu: PathMtu,
     /// Congestion control: a controller per peer, when on.
     pub(crate) paths: Paths,
+    /// The shared port this NIC is a member of, if it shares its address.
+    pub(crate) share: Option<ShareState>,
+}
+
+/// A sharing NIC's membership and the listeners it registered host-wide.
+pub(crate) struct ShareState {
+    pub(crate) port: std::sync::Arc<crate::share::SharedPort>,
+    /// Listening endpoint → its service ID, to unregister on destroy.
+    pub(crate) listeners: std::collections::HashMap<u32, u64>,
 }
 
 /// The link, the packet buffers and the transmit batch.

@@ -185,8 +185,33 @@ impl Nic {
 
     /// Listens for connection requests on rdma_cm TCP `port` (service ID
     /// `0x0106 << 16 | port`), queueing at most `backlog` unanswered ones.
+    ///
+    /// On a shared port the service ID is registered host-wide first (not
+    /// under the core lock: the reconcile that steers its REQs here waits
+    /// for this engine to answer a probe); another process listening on it
+    /// makes this `EADDRINUSE` (as [`EngineError::Io`]), as the kernel's
+    /// rdma_cm does.
     pub fn ep_listen(&self, ep: u32, port: u16, backlog: usize) -> Result<(), EngineError> {
-        self.with_eps(|c, _| c.eps.machine.listen(&mut c.cm, ep, port, backlog))
+        let sid = ndverbs_wire::cma::service_id(ndverbs_wire::cma::RDMA_PS_TCP, port);
+        let share = self.shared_port();
+        let added = match &share {
+            Some(s) => s.listen(sid)?,
+            None => false,
+        };
+        let r = self.with_eps(|c, _| {
+            c.eps.machine.listen(&mut c.cm, ep, port, backlog)?;
+            if let Some(s) = &mut c.share {
+                s.listeners.insert(ep, sid);
+            }
+            Ok(())
+        });
+        if let (Err(_), Some(s), true) = (&r, &share, added) {
+            // Registered for this listen only: take it back.
+            if let Err(e) = s.unlisten(sid) {
+                tracing::warn!(error = %e, "cannot unregister a shared port listener");
+            }
+        }
+        r
     }
 
     /// Waits on listening endpoint `listener` for a connection request and
@@ -469,6 +494,18 @@ impl Nic {
         let r = c.eps.machine.destroy(now, &mut c.cm, ep);
         c.drive_eps(now);
         c.finish_step(self.shared(), now);
+        let unlisten = c
+            .share
+            .as_mut()
+            .and_then(|s| Some((s.port.clone(), s.listeners.remove(&ep)?)));
+        drop(guard);
+        if let Some((port, sid)) = unlisten {
+            // After the core lock is released: the reconcile waits for this
+            // engine's answer to its probe.
+            if let Err(e) = port.unlisten(sid) {
+                tracing::warn!(error = %e, "cannot unregister a shared port listener");
+            }
+        }
         Ok(r?)
     }
 }

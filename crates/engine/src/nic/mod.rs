@@ -39,7 +39,12 @@
 //! [`NicConfig`]; [`Nic::open_on`] runs on a link of the caller's (another
 //! port, or an in-memory [`MemoryLink`](crate::link::memory::MemoryLink)).
 //! Every NIC's link is wrapped in the fault and capture layers of
-//! [`crate::link`], switched on and off at run time.
+//! [`crate::link`], switched on and off at run time. With
+//! [`NicConfig::share_port`] (or [`Nic::open_shared`]) the NIC is one of
+//! several processes' NICs on the address ([`crate::share`]): its QPNs
+//! and CM communication IDs carry its slot, its listeners are registered
+//! host-wide, and its receive stage answers probes and drops what belongs
+//! to another member.
 //!
 //! **Removal.** [`Nic::remove`] flushes every queue pair (every outstanding
 //! work request completes, with a flush status) and stops the worker; every
@@ -181,20 +186,72 @@ impl Nic {
     }
 
     /// Opens the NIC for `local` (binds `local:4791`) with `config`.
+    /// With [`NicConfig::share_port`] it joins the shared port of `local`
+    /// in the user's directory ([`crate::share`]).
     pub fn open_with(local: IpAddr, config: NicConfig) -> Result<Nic, EngineError> {
+        if config.share_port {
+            let dir = crate::share::table::ShareDir::for_user()?;
+            return Self::open_shared(dir, local, ndverbs_wire::ip::ROCEV2_PORT, config);
+        }
         Self::open_on(RoceSocket::bind(local)?, config)
+    }
+
+    /// Opens a NIC as a member of the shared port `<local>:<port>` whose
+    /// files are in `dir` ([`crate::share`]; `share_port` in `config` is
+    /// implied).
+    pub fn open_shared(
+        dir: crate::share::table::ShareDir,
+        local: IpAddr,
+        port: u16,
+        config: NicConfig,
+    ) -> Result<Nic, EngineError> {
+        let (sock, share) = crate::share::SharedPort::join(dir, local, port)?;
+        let nic = Self::open_inner(NicLink::Udp(sock), config, Some(share.clone()))?;
+        // A reconcile run by this process waits for its own probe, which
+        // only its engine reads: a worker thread does; in manual progress
+        // the reconciling thread runs a step itself. Either way a NIC that
+        // is gone ends the wait.
+        let weak = Arc::downgrade(&nic.shared);
+        let manual = nic.mode() == Progress::Manual;
+        share.set_pump(Box::new(move || match weak.upgrade() {
+            Some(s) if !s.removed.load(Ordering::Acquire) => {
+                if manual {
+                    worker::progress_shared(&s);
+                }
+                true
+            }
+            _ => false,
+        }));
+        Ok(nic)
+    }
+
+    /// The shared port this NIC is a member of (`None`: it owns its port).
+    pub fn shared_port(&self) -> Option<Arc<crate::share::SharedPort>> {
+        self.core_lock().share.as_ref().map(|s| s.port.clone())
     }
 
     /// Opens a NIC on `link`: a socket bound elsewhere than port 4791, or
     /// one end of an in-memory pair.
     pub fn open_on(link: impl Into<NicLink>, config: NicConfig) -> Result<Nic, EngineError> {
-        let mut link = link.into();
+        Self::open_inner(link.into(), config, None)
+    }
+
+    fn open_inner(
+        mut link: NicLink,
+        config: NicConfig,
+        share: Option<Arc<crate::share::SharedPort>>,
+    ) -> Result<Nic, EngineError> {
         let addr = link.local_addr();
         let local = addr.ip();
         let mode = config.progress;
         let _span = tracing::debug_span!("nic_open", %local, port = addr.port(), ?mode).entered();
         // Coalesced receives (split again by the receive stage); fine if refused.
+        // Not on a shared port: the kernel steers a GRO-coalesced datagram
+        // by its first packet alone, and packets of one peer for different
+        // members' QPs are one flow (both ends on port 4791), which GRO may
+        // coalesce.
         let gro = match &mut link {
+            NicLink::Udp(_) if share.is_some() => false,
             NicLink::Udp(s) => s.enable_gro(),
             NicLink::Memory(_) => true,
         };
@@ -205,7 +262,9 @@ impl Nic {
         let mut keys = KeyGen::new();
         let mut mem = MemTable::new(KeyGen::new());
         let gsi = Gsi::new(&mut mem);
-        let cm = CmAgent::new(cm_config(local, keys.next_u64(), config.cm_timers));
+        let mut cm_cfg = cm_config(local, keys.next_u64(), config.cm_timers);
+        cm_cfg.comm_id_slot = share.as_ref().map(|s| s.slot());
+        let cm = CmAgent::new(cm_cfg);
         let core = Core {
             tables: Tables::new(mem, keys),
             cm,
@@ -219,6 +278,10 @@ impl Nic {
             completion_ready: false,
             active_mtu: config.active_mtu,
             paths: congestion::Paths::new(config.congestion.clone()),
+            share: share.map(|port| self::core::ShareState {
+                port,
+                listeners: Default::default(),
+            }),
         };
         let shared = Arc::new(Shared {
             local,
@@ -459,6 +522,15 @@ impl Nic {
                 .end_limit_waiters(Err(crate::cq::NotifyError::DeviceRemoved));
         }
         c.finish_step(&self.shared, now);
+        // A removed member answers no probe: it leaves its shared port now
+        // (after the CM's last DREQs and REJs went out), not when its last
+        // handle is dropped.
+        if let Some(s) = c.share.take() {
+            drop(c);
+            if let Err(e) = s.port.leave(self.shared.link_fd) {
+                tracing::warn!(error = %e, "cannot leave the shared port");
+            }
+        }
     }
 }
 

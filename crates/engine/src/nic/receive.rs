@@ -149,6 +149,12 @@ impl Core {
     /// Verifies and dispatches the packet at `rx[off..end]` of datagram `d`.
     fn receive_one(&mut self, shared: &Shared, now: Instant, d: &Datagram, off: usize, end: usize) {
         bump(&shared.counters.rcvd_datagrams, 1);
+        if let Some(s) = &self.share {
+            // Probes carry no ICRC: they are the host's, not RoCE's.
+            if s.port.handle_probe(&self.io.rx[off..end], d.src.ip()) {
+                return;
+            }
+        }
         match self.io.icrc.verify(&self.io.rx[off..end], d.src, d.dst) {
             Ok(r) => self.dispatch(shared, now, r.src.ip(), off, r.len),
             Err(VerifyError::BadIcrc) => {
@@ -173,6 +179,15 @@ impl Core {
                 return;
             }
         };
+        if let Some(s) = &self.share {
+            // Another member's packet (the kernel's indices moved): never
+            // ours to answer or complete; counted, and the table fixed.
+            if !s.port.accepts(&self.io.rx[off..off + len]) {
+                bump(&shared.counters.drop_other_process, 1);
+                tracing::trace!(%src, cause = "another process's", "packet dropped");
+                return;
+            }
+        }
         let qpn = pkt.bth.dqpn;
         if qpn == ndverbs_wire::mad::GSI_QPN {
             self.gsi

@@ -22,6 +22,23 @@ use ndverbs_proto::time::Instant;
 use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
 
+/// [`Nic::progress`] on the NIC's shared state (also for those that hold
+/// it weakly, as a shared port's reconcile does).
+pub(super) fn progress_shared(shared: &Shared) -> bool {
+    if shared.removed.load(Ordering::Acquire) {
+        return false;
+    }
+    match shared.core.try_lock() {
+        Ok(mut c) => {
+            let _nic = shared.span.enter();
+            let now = shared.now();
+            c.step(shared, now);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
 impl Nic {
     /// The engine's clock.
     pub fn now(&self) -> Instant {
@@ -31,18 +48,7 @@ impl Nic {
     /// Runs one step of the engine loop if no other thread is running it;
     /// returns true if it ran. In manual mode this is how work gets done.
     pub fn progress(&self) -> bool {
-        if self.is_removed() {
-            return false;
-        }
-        match self.shared.core.try_lock() {
-            Ok(mut c) => {
-                let _nic = self.shared.span.enter();
-                let now = self.now();
-                c.step(&self.shared, now);
-                true
-            }
-            Err(_) => false,
-        }
+        progress_shared(&self.shared)
     }
 
     /// Manual mode: blocks until a packet or post arrives, the next timer is

@@ -171,7 +171,18 @@ impl CmAgent {
 
     pub(crate) fn alloc_comm_id(&mut self) -> u32 {
         let used = &self.by_comm_id;
-        self.comm_ids.next(|c| used.contains_key(&c))
+        match self.cfg.comm_id_slot {
+            None => self.comm_ids.next(|c| used.contains_key(&c)),
+            // The permutation's low 24 bits under the slot byte: no longer a
+            // permutation, so a value may repeat before 2^24 connections;
+            // `used` still keeps live IDs apart.
+            Some(slot) => {
+                let tag = |c: u32| (u32::from(slot) << 24) | (c & 0x00ff_ffff);
+                tag(self
+                    .comm_ids
+                    .next(|c| tag(c) == 0 || used.contains_key(&tag(c))))
+            }
+        }
     }
 
     /// Listens on `service_id`; REQs for it become

@@ -94,6 +94,11 @@ pub struct CmConfig {
     /// drops such duplicates silently (plain ib_cm) and lets the peer time
     /// out a slow application.
     pub mra_service_timeout: Option<u8>,
+    /// The high byte of every local communication ID, when this agent is
+    /// one of several processes behind one address (the engine's shared
+    /// ports): a peer echoes the ID in every reply, and the host steers the
+    /// reply by that byte. `None`: all 32 bits are random.
+    pub comm_id_slot: Option<u8>,
 }
 
 impl CmConfig {
@@ -110,6 +115,7 @@ impl CmConfig {
             ca_ack_delay: 15,
             hop_limit: 64,
             mra_service_timeout: Some(24),
+            comm_id_slot: None,
         }
     }
 

@@ -634,3 +634,35 @@ fn port_unreachable_leaves_established_connections_alone() {
     assert!(net.take(Side::A).is_empty());
     assert_eq!(net.b.state(eb), Some(CmState::Established));
 }
+
+#[test]
+fn comm_ids_carry_the_slot_of_a_shared_port() {
+    // Two agents whose IDs carry slots 7 and 0 (a shared port's members):
+    // every reply names the receiver's slot in its remote comm ID's high byte.
+    let mut ca = CmConfig::new(ip(A_IP), A_GUID, 1);
+    ca.comm_id_slot = Some(7);
+    let mut cb = CmConfig::new(ip(B_IP), B_GUID, 2);
+    cb.comm_id_slot = Some(0);
+    let mut net = Net::with(CmAgent::new(ca), CmAgent::new(cb), 3, Faults::default());
+    let (_, ea) = start(&mut net, 7174);
+    let id = net.a.local_comm_id(ea).unwrap();
+    assert_eq!(id >> 24, 7);
+    net.settle();
+    let ev = net.take(Side::B);
+    let [CmEvent::ConnectRequest(r)] = ev.as_slice() else {
+        panic!("{ev:?}")
+    };
+    let eb = r.endpoint;
+    let idb = net.b.local_comm_id(eb).unwrap();
+    assert_eq!(idb >> 24, 0);
+    assert_ne!(idb, 0);
+    let mut ids = std::collections::HashSet::new();
+    for port in 0..200u16 {
+        let mut p = ConnectParams::new(sid(port), ip(B_IP), 0x11, 0x464b);
+        p.local_port = 40000 + port;
+        let e = net.a.connect(net.now, p).unwrap();
+        let id = net.a.local_comm_id(e).unwrap();
+        assert_eq!(id >> 24, 7);
+        assert!(ids.insert(id), "comm ID {id:#x} twice");
+    }
+}

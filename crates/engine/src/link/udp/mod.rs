@@ -118,6 +118,18 @@ impl RoceSocket {
     /// Like [`RoceSocket::bind`] on another port (0: any; tests only — real
     /// peers always send to 4791).
     pub fn bind_port(local: IpAddr, port: u16) -> io::Result<Self> {
+        Self::bind_with(local, port, false)
+    }
+
+    /// Like [`RoceSocket::bind_port`], as one member of a `SO_REUSEPORT`
+    /// group: every socket of the same user bound the same way shares the
+    /// address, and the group's steering program
+    /// ([`crate::share`]) decides which one receives a datagram.
+    pub fn bind_shared(local: IpAddr, port: u16) -> io::Result<Self> {
+        Self::bind_with(local, port, true)
+    }
+
+    fn bind_with(local: IpAddr, port: u16, reuse_port: bool) -> io::Result<Self> {
         let domain = if local.is_ipv4() {
             Domain::IPV4
         } else {
@@ -151,6 +163,9 @@ impl RoceSocket {
         setsockopt(fd, level, recverr, 1)?;
         if local.is_unspecified() {
             setsockopt(fd, level, pktinfo, 1)?;
+        }
+        if reuse_port {
+            sock.set_reuse_port(true)?;
         }
         sock.bind(&SocketAddr::new(local, port).into())?;
         sock.set_nonblocking(true)?;
@@ -199,6 +214,13 @@ impl RoceSocket {
     /// The bound address and port.
     pub fn addr(&self) -> SocketAddr {
         SocketAddr::new(self.local, self.port)
+    }
+
+    /// A second descriptor of the same socket (a shared port's coordinator
+    /// attaches steering programs through it; the socket leaves its group
+    /// only when both are closed).
+    pub(crate) fn dup_socket(&self) -> io::Result<Socket> {
+        self.sock.try_clone()
     }
 
     /// The file descriptor, for polling.

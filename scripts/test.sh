@@ -44,7 +44,8 @@ cargo test --release -p ndverbs-engine --test memory_link congestion_control -- 
 # for the criterion's 30 s in release (the debug run above uses 4 s).
 NDV_CC_COEXIST_S=${NDV_CC_COEXIST_S:-30} cargo test --release -p ndverbs-proto --test cc c5 -- --nocapture
 # libfabric's fi_pingpong (verbs MSG, verbs;ofi_rxm RDM) and Open MPI
-# (pml cm, mtl ofi) over the C ABI libraries between two namespaces, in
+# (pml cm, mtl ofi) over the C ABI libraries between two namespaces, with one
+# rank per namespace and with two sharing its device (NDV_SHARE=1), in
 # release (ignored in the debug run above).
 cargo test --release -p ndv --test libfabric_mpi -- --ignored
 # The parsers under libFuzzer for a short fixed budget per target.

@@ -211,9 +211,10 @@ fn value_after(out: &str, prefix: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// Two namespaces with one MPI slot each, `mpicheck` built, Open MPI's
-/// agent and hostfile written; the scratch directory goes with it.
+/// Two namespaces with `slots` MPI slots each, `mpicheck` built, Open
+/// MPI's agent and hostfile written; the scratch directory goes with it.
 struct MpiHosts {
+    slots: u32,
     a: Netns,
     _b: Netns,
     dir: PathBuf,
@@ -224,7 +225,7 @@ struct MpiHosts {
 
 impl MpiHosts {
     /// The set-up, or `None` after the skip rule.
-    fn new() -> Option<MpiHosts> {
+    fn new(slots: u32) -> Option<MpiHosts> {
         if !skip::require_tools(&["mpicc", "mpirun"]) {
             return None;
         }
@@ -238,8 +239,10 @@ impl MpiHosts {
         let bin = build_mpicheck(&dir);
         let agent = write_agent(&dir, &[(A, &a), (B, &b)]);
         let hostfile = dir.join("hosts");
-        std::fs::write(&hostfile, format!("{A} slots=1\n{B} slots=1\n")).expect("hostfile");
+        std::fs::write(&hostfile, format!("{A} slots={slots}\n{B} slots={slots}\n"))
+            .expect("hostfile");
         Some(MpiHosts {
+            slots,
             a,
             _b: b,
             dir,
@@ -249,8 +252,8 @@ impl MpiHosts {
         })
     }
 
-    /// `ndv run -- mpirun … mpicheck ARGS` in namespace A, one rank per
-    /// namespace.
+    /// `ndv run -- mpirun … mpicheck ARGS` in namespace A, every slot a
+    /// rank.
     fn mpirun(&self, args: &[&str]) -> Command {
         self.mpirun_with(&[], args)
     }
@@ -258,9 +261,10 @@ impl MpiHosts {
     /// [`MpiHosts::mpirun`] with `opts` first on mpirun's command line.
     fn mpirun_with(&self, opts: &[&str], args: &[&str]) -> Command {
         let mut cmd = ndv_run(&self.a, "mpirun", opts);
+        let ranks = (2 * self.slots).to_string();
         cmd.args(["--hostfile"])
             .arg(&self.hostfile)
-            .args(["-np", "2", "--bind-to", "none", "--mca", "plm_rsh_agent"])
+            .args(["-np", &ranks, "--bind-to", "none", "--mca", "plm_rsh_agent"])
             .arg(&self.agent)
             .args([
                 "--mca",
@@ -304,18 +308,19 @@ impl Drop for MpiHosts {
     }
 }
 
-/// Checks a finished `mpicheck` job: every check reported, no failure,
-/// positive measurements.
+/// Checks a finished `mpicheck` job of `ranks` ranks: every check
+/// reported, no failure, positive measurements.
 #[track_caller]
-fn check_mpicheck(f: &Finished) {
+fn check_mpicheck(f: &Finished, ranks: u32) {
     let out = f.text();
     assert!(f.ok, "mpirun:\n{out}");
+    let all = format!("mpicheck ok ({ranks} ranks)");
     for line in [
         "allreduce ok",
         "bcast ok",
         "alltoall ok",
         "put/get ok",
-        "mpicheck ok (2 ranks)",
+        &all,
     ] {
         assert!(out.lines().any(|l| l == line), "no {line:?} in:\n{out}");
     }
@@ -329,14 +334,28 @@ fn check_mpicheck(f: &Finished) {
 #[test]
 #[ignore = "release section of scripts/test.sh"]
 fn open_mpi_cm_ofi_verbs_rxm_one_rank_per_namespace() {
-    let Some(h) = MpiHosts::new() else {
+    let Some(h) = MpiHosts::new(1) else {
         return;
     };
-    check_mpicheck(&Running::spawn(&mut h.mpirun(&["500"])).wait(LIMIT));
+    check_mpicheck(&Running::spawn(&mut h.mpirun(&["500"])).wait(LIMIT), 2);
     // With `-x` on the command line Open MPI refuses the environment list
     // `ndv run` sets; the library path must reach the remote rank anyway.
     let mut x = h.mpirun_with(&["-x", "FI_PROVIDER"], &["100"]);
-    check_mpicheck(&Running::spawn(&mut x).wait(LIMIT));
+    check_mpicheck(&Running::spawn(&mut x).wait(LIMIT), 2);
+}
+
+/// Two ranks per namespace: the two processes of a host share its devices
+/// (`NDV_SHARE=1`, which `ndv run` passes on to the remote ranks), and
+/// ranks 0 and 1 ping-pong between processes on one address.
+#[test]
+#[ignore = "release section of scripts/test.sh"]
+fn open_mpi_two_ranks_per_namespace_share_the_devices() {
+    let Some(h) = MpiHosts::new(2) else {
+        return;
+    };
+    let mut cmd = h.mpirun(&["200"]);
+    cmd.env("NDV_SHARE", "1");
+    check_mpicheck(&Running::spawn(&mut cmd).wait(LIMIT), 4);
 }
 
 /// The pid `mpicheck`'s rank `rank` announced in `out`.
@@ -350,7 +369,7 @@ fn rank_pid(out: &str, rank: u32) -> Option<i32> {
 #[test]
 #[ignore = "release section of scripts/test.sh"]
 fn open_mpi_job_with_a_rank_killed_mid_transfer_ends_in_error_and_the_next_runs() {
-    let Some(h) = MpiHosts::new() else {
+    let Some(h) = MpiHosts::new(1) else {
         return;
     };
     // Long enough to be killed in the middle: about a second of 8-byte
@@ -375,7 +394,7 @@ fn open_mpi_job_with_a_rank_killed_mid_transfer_ends_in_error_and_the_next_runs(
         killed.elapsed()
     );
     // The killed rank's address is free at once: a new job runs there.
-    check_mpicheck(&Running::spawn(&mut h.mpirun(&["200"])).wait(LIMIT));
+    check_mpicheck(&Running::spawn(&mut h.mpirun(&["200"])).wait(LIMIT), 2);
 }
 
 #[test]

@@ -117,6 +117,11 @@ impl Netns {
                 ns.set_link(VETH, true)?;
                 ns.add_addr(VETH, addr)?;
             }
+            // The carrier comes up a moment after both ends are set up (a
+            // long moment on a busy host); until then a device on the veth
+            // reports its port DOWN and perftest refuses it.
+            a.wait_running(VETH)?;
+            b.wait_running(VETH)?;
             Ok((a, b))
         })();
         skip::or_skip(r, "two network namespaces joined by veth (root)")
@@ -146,6 +151,29 @@ impl Netns {
     /// Sets `dev` up or down.
     pub fn set_link(&self, dev: &str, up: bool) -> Result<(), String> {
         self.ip(&["link", "set", dev, if up { "up" } else { "down" }])
+    }
+
+    /// Waits (up to 10 s) until `dev` is operationally up (`IFF_RUNNING`).
+    pub fn wait_running(&self, dev: &str) -> Result<(), String> {
+        let t0 = std::time::Instant::now();
+        loop {
+            let out = Command::new("ip")
+                .args(["-n", &self.name, "-o", "link", "show", "dev", dev])
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| format!("ip: {e}"))?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            if text.contains(" state UP ") {
+                return Ok(());
+            }
+            if t0.elapsed() > std::time::Duration::from_secs(10) {
+                return Err(format!(
+                    "{dev} in {} is not up after 10 s: {text}",
+                    self.name
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 
     /// Sets the MTU of `dev`.

@@ -612,6 +612,12 @@ impl RcQp {
             &mut self.send_budget,
         ) {
             Ok(ReqOut::Sent(n)) => {
+                let (psns, fresh) = self.req.last_span;
+                if fresh {
+                    self.counters.req_psns_first += u64::from(psns);
+                } else {
+                    self.counters.req_psns_resent += u64::from(psns);
+                }
                 self.comp.on_request_sent(now, &self.p, &self.req);
                 Some(n)
             }

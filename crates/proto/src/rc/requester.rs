@@ -140,6 +140,10 @@ pub(crate) struct Requester {
     /// The last packet sent: its PSN, and whether it was sent for the first
     /// time and occupies one PSN (a clean round-trip sample once acknowledged).
     pub last_sent: (u32, bool),
+    /// The PSNs the last packet sent took (a READ request takes one per
+    /// response packet) and whether they were new (beyond every PSN sent
+    /// before) rather than a go-back-N re-send: the QP counts them.
+    pub last_span: (u32, bool),
     /// Congestion signals not yet taken.
     pub cc: CcSignals,
     /// Payload bytes sent and not yet acknowledged or abandoned.
@@ -536,6 +540,7 @@ impl Requester {
             self.hw_psn = self.psn;
         }
         self.last_sent = (pkt_psn, fresh && consumed == 1);
+        self.last_span = (consumed, fresh);
         self.noack_pkts = if ack_req { 0 } else { self.noack_pkts + 1 };
         if last {
             self.idx += 1;

@@ -118,8 +118,8 @@ class Bed:
         if on and not self.nft:
             nft = ["ip", "netns", "exec", self.r, "nft"]
             sh(*nft, "add", "table", "ip", "ccbed")
-            sh(*nft, "add chain ip ccbed fwd { type filter hook forward priority 0; }")
-            sh(*nft, "add rule ip ccbed fwd udp dport 4791 numgen random mod 1000 < 5 "
+            sh(*nft, "add chain ip ccbed mark { type filter hook forward priority 0; }")
+            sh(*nft, "add rule ip ccbed mark udp dport 4791 numgen random mod 1000 < 5 "
                      "ip ecn set ce counter")
             self.nft = True
         elif not on and self.nft:
@@ -176,13 +176,23 @@ def jain(xs):
     return s * s / (len(xs) * q) if q > 0 else float("nan")
 
 
+class Variant:
+    """An ndv binary and an NDV_CC value: what one row measured."""
+
+    def __init__(self, ndv, cc, label):
+        self.ndv, self.cc, self.label = ndv, cc, label
+
+    def __str__(self):
+        return self.label
+
+
 class Run:
     """One ndv perf pair (or several), the ping beside it and what they measured."""
 
-    def __init__(self, args, bed, cc):
-        self.args, self.bed, self.cc = args, bed, cc
+    def __init__(self, args, bed, v):
+        self.args, self.bed, self.ndv = args, bed, v.ndv
         self.statdir = tempfile.mkdtemp(prefix="ccbed-stat-")
-        self.env = dict(os.environ, NDV_STAT_DIR=self.statdir, NDV_CC=cc)
+        self.env = dict(os.environ, NDV_STAT_DIR=self.statdir, NDV_CC=v.cc)
 
     def perf(self, test, pairs, extra, secs, port=18900):
         """`ndv perf test` between each (client ns, client ip, server ns,
@@ -190,14 +200,14 @@ class Run:
         counter snapshot of each client."""
         servers, clients = [], []
         for i, (_, _, sns, sip) in enumerate(pairs):
-            cmd = self.bed.exec(sns, self.args.ndv, "perf", test, *extra, "-D", str(secs),
+            cmd = self.bed.exec(sns, self.ndv, "perf", test, *extra, "-D", str(secs),
                                 "--ip", sip, "-p", str(port + i), "--report_gbits")
             s = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
             self.bed.wait_tcp(sns, port + i, s)
             servers.append(s)
         for i, (cns, cip, _, sip) in enumerate(pairs):
-            cmd = self.bed.exec(cns, self.args.ndv, "perf", test, *extra, "-D", str(secs),
+            cmd = self.bed.exec(cns, self.ndv, "perf", test, *extra, "-D", str(secs),
                                 "--ip", cip, "-p", str(port + i), "--report_gbits",
                                 "--progress", sip)
             clients.append(subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE,
@@ -452,7 +462,9 @@ def c5(a, bed, rep, profile, cc):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ndv", default=os.path.join(os.path.dirname(__file__), "..", "target",
-                                                  "release", "ndv"))
+                                                  "release", "ndv"),
+                    help="the ndv binary; several, comma-separated, run one after the other "
+                         "in each criterion (before/after comparisons on a shared machine)")
     ap.add_argument("--only", default="tcp,c1,c4,c5,c7,c9",
                     help="tcp (iperf3 alone, the bed's baseline), c1 (with c2, c3), c4, c5, "
                          "c7, c9")
@@ -464,26 +476,32 @@ def main():
                     help="print the sender's loss and controller counters after each run")
     ap.add_argument("--check", action="store_true", help="exit 1 if a criterion is missed")
     a = ap.parse_args()
-    a.ndv = os.path.abspath(a.ndv)
+    bins = [os.path.abspath(n) for n in a.ndv.split(",")]
     if os.geteuid() != 0:
         print("SKIPPED: ccbed.py needs root (network namespaces, tc, nft)")
         return 0
-    if not os.access(a.ndv, os.X_OK):
-        print(f"no ndv at {a.ndv}: cargo build --release -p ndv, or --ndv PATH")
-        return 2
+    for n in bins:
+        if not os.access(n, os.X_OK):
+            print(f"no ndv at {n}: cargo build --release -p ndv, or --ndv PATH")
+            return 2
+    variants = [Variant(n, cc, cc if len(bins) == 1 else f"{cc} (ndv#{i + 1})")
+                for cc in a.cc.split(",") for i, n in enumerate(bins)]
+    for i, n in enumerate(bins):
+        if len(bins) > 1:
+            print(f"ndv#{i + 1}: {n}")
     only = set(a.only.split(","))
     bed = Bed()
     rep = Report()
     try:
         idle = idle_rtt(bed)
-        print(f"idle RTT A->B median {idle:.3f} ms; runs of {a.secs} s "
+        print(f"load average {os.getloadavg()[0]:.1f}; idle RTT A->B median {idle:.3f} ms; runs of {a.secs} s "
               f"(measured: seconds {window(a.secs)[0]}-{window(a.secs)[1]})\n")
         print("| criterion | profile | NDV_CC | what | measured | target | |")
         print("|---|---|---|---|---|---|---|")
         for profile in a.profiles.split(","):
             if "tcp" in only:
                 tcp_alone(a, bed, rep, profile, idle)
-            for cc in a.cc.split(","):
+            for cc in variants:
                 if "c1" in only:
                     c1(a, bed, rep, profile, cc, idle)
                 if "c4" in only:

@@ -74,17 +74,20 @@
 //! the CNPs it received since the last call, which [`feed`] hands to the path's controller. The
 //! engine's part: one controller per destination peer, shared by the QPs to
 //! it; before draining a QP, budget = its share of `available()`; after
-//! handling packets, feed; pace with `pacing_rate()`.
+//! handling packets, feed; pace with `pacing_rate()` through a [`Pacer`]
+//! (bursts of at most two 100-µs quanta, so GSO runs stay, shorter).
 
 pub mod competitive;
 mod config;
 mod controller;
 pub mod dcqcn;
 pub mod filter;
+pub mod pacer;
 pub mod target;
 
 pub use config::CcConfig;
 pub use controller::{CcCounters, Mode, PathController};
+pub use pacer::Pacer;
 
 use crate::rc::CcSignals;
 use crate::time::Instant;

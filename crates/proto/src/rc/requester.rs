@@ -209,6 +209,16 @@ impl Requester {
             self.cc.acked += bytes;
             self.cc_acked_psn = comp_psn;
         }
+        // Never more in flight than the PSNs not yet acknowledged carry: a
+        // go-back-N re-send of a PSN that an ACK of the original then covered
+        // is never acknowledged again (the responder answers it as a
+        // duplicate), and counted in flight forever it would close the
+        // path's window for good.
+        let outstanding = psn::diff(self.hw_psn, comp_psn).max(0) as u64 * u64::from(mtu);
+        if self.cc_in_flight > outstanding {
+            self.cc.abandoned += self.cc_in_flight - outstanding;
+            self.cc_in_flight = outstanding;
+        }
         if let Some(r) = rtt {
             self.cc.rtt = Some(self.cc.rtt.map_or(r, |m| m.min(r)));
         }

@@ -211,3 +211,39 @@ fn a_cnp_reaches_the_controller_and_touches_no_psn_state() {
     t.b_replies(t1);
     assert_eq!(t.a.take_cc_signals().acked, 64 * 1024);
 }
+
+#[test]
+fn a_resend_that_an_ack_overtakes_leaves_nothing_in_flight() {
+    // B receives the first half of a 64-packet WRITE, but its ACK is late:
+    // A's timer fires first and A re-sends from the start. Then the ACK
+    // covers the first half, behind which A is still re-sending: those
+    // PSNs are duplicates that B never acknowledges again. The path must
+    // end with nothing in flight, or its window stays closed for good with
+    // no ACK left to open it.
+    let mut t = pair(64 * 1024);
+    let mut path = PathController::new(CcConfig::default());
+    let t0 = Instant::ZERO;
+    // The first half arrives (its last packet asks for an ACK: it spends
+    // the budget), the second is lost.
+    t.a.set_send_budget(Some(32 * 1024));
+    assert_eq!(t.a_sends(t0, |_| false).len(), 32);
+    t.a.set_send_budget(Some(32 * 1024));
+    assert_eq!(t.a_sends(t0, |_| true).len(), 32);
+    cc::feed(&mut path, t0, t.a.take_cc_signals());
+    let due = t.a.poll_timeout().expect("a retransmission timer");
+    t.a.handle_timeout(due);
+    t.a.set_send_budget(Some(10 * 1024));
+    assert_eq!(t.a_sends(due, |_| true).len(), 10);
+    cc::feed(&mut path, due, t.a.take_cc_signals());
+    let mut now = due + Duration::from_micros(10);
+    for _ in 0..10 {
+        t.b_replies(now);
+        cc::feed(&mut path, now, t.a.take_cc_signals());
+        t.a.set_send_budget(Some(u64::MAX));
+        t.a_sends(now, |_| false);
+        cc::feed(&mut path, now, t.a.take_cc_signals());
+        now += Duration::from_micros(10);
+    }
+    assert!(t.a.is_send_idle());
+    assert_eq!(path.in_flight(), 0);
+}

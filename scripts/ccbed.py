@@ -118,8 +118,8 @@ class Bed:
         if on and not self.nft:
             nft = ["ip", "netns", "exec", self.r, "nft"]
             sh(*nft, "add", "table", "ip", "ccbed")
-            sh(*nft, "add chain ip ccbed mark { type filter hook forward priority 0; }")
-            sh(*nft, "add rule ip ccbed mark udp dport 4791 numgen random mod 1000 < 5 "
+            sh(*nft, "add chain ip ccbed cemark { type filter hook forward priority 0; }")
+            sh(*nft, "add rule ip ccbed cemark udp dport 4791 numgen random mod 1000 < 5 "
                      "ip ecn set ce counter")
             self.nft = True
         elif not on and self.nft:
@@ -242,13 +242,16 @@ class Run:
         done.set()
         th.join()
         results = []
-        for (out, err), (_, cip, _, _) in zip(outs, pairs):
+        self.server_counters = []
+        for (out, err), (_, cip, _, sip) in zip(outs, pairs):
             row = next((l.split() for l in out.splitlines()
                         if l.startswith(" ") and l[1:2].isdigit()), None)
             ticks = [l for l in err.splitlines() if l.startswith("[ndv perf]")]
             counters = next((v["counters"] for k, v in snaps.items()
                              if k.endswith(f"-{cip}.json")), {})
             results.append((row, ticks, counters))
+            self.server_counters.append(next((v["counters"] for k, v in snaps.items()
+                                              if k.endswith(f"-{sip}.json")), {}))
         shutil.rmtree(self.statdir, ignore_errors=True)
         os.makedirs(self.statdir, exist_ok=True)
         return results
@@ -327,6 +330,8 @@ def c1(a, bed, rep, profile, cc, idle, test="write_bw", size="65536", crit="C1",
     t0 = time.time()
     (row, _, ctr), = run.perf(test, pairs, ["-s", size], a.secs)
     samples = ping.stop()
+    # Counters are the last snapshot published while the processes ran
+    # (their files go with them): up to half a second short of the end.
     sent, dropped = bed.tbf_counts()
     gbps = float(row[3]) if row else float("nan")
     mbps = gbps * 1000
@@ -359,10 +364,17 @@ def c1(a, bed, rep, profile, cc, idle, test="write_bw", size="65536", crit="C1",
               + f"; receiver UDP RcvbufErrors +{udp_rcvbuf_errors(bed, pairs[0][2]) - rb0}",
               flush=True)
     if mark:
-        rep.add("C7", profile, cc, "CE marked; CNPs rx / cuts at sender",
-                f"{bed.ce_marked() - ce0}; {ctr.get('cc_cnps', ctr.get('qp_drop_not_rc', 0))}"
-                f" / {ctr.get('cc_cnp_cuts', 0)}", "CNPs > 0, cuts <= 1 per RTT",
-                None)
+        # The receiver answers CE with CNPs (data to the sender: the
+        # requester's side for WRITEs; for READs, the requester answers the
+        # responses' marks); the sender cuts at most once per round trip.
+        srv = run.server_counters[0] if run.server_counters else {}
+        marked = bed.ce_marked() - ce0
+        sent_cnps = srv.get("cc_cnps_sent", 0)
+        rx, cuts = ctr.get("cc_cnps_received", 0), ctr.get("cc_cnp_cuts", 0)
+        rep.add("C7", profile, cc, "CE marked; CNPs sent by B; received by A; cuts at A",
+                f"{marked}; {sent_cnps}; {rx}; {cuts}",
+                "0 < CNPs <= marked, cuts <= CNPs",
+                0 < sent_cnps <= marked and cuts <= rx)
     return ctr
 
 

@@ -139,6 +139,8 @@ impl Stats {
             ("cc_cnp_cuts", ld(&nic.cc_cnp_cuts)),
             ("cc_mode_switches", ld(&nic.cc_mode_switches)),
             ("cc_competitive_entries", ld(&nic.cc_competitive_entries)),
+            ("cc_cnps_received", ld(&nic.cc_cnps_received)),
+            ("cc_cnps_sent", ld(&nic.cc_cnps_sent)),
         ] {
             pairs.push((n.to_string(), v));
         }

@@ -23,14 +23,22 @@
 //!   next release (`poll_at`, part of the step's deadline).
 //!
 //! A CNP from the peer for one of its QPs reaches the controller the same
-//! way (the QP still counts it in `qp_drop_not_rc`). Not yet: deficit round
-//! robin across a path's QPs (the first drained takes what is free).
+//! way (the QP still counts it in `qp_drop_not_rc`).
+//!
+//! **ECN.** With congestion control on, the NIC's packets leave with ECT(1)
+//! and the socket reports the ECN field of what arrives. A request or data
+//! packet marked Congestion Experienced by a router is answered with a CNP
+//! to the QP that sent it — at most one per 50 µs per QP
+//! (`RcQp::congestion_experienced`) and only to peers seen sending ECT(1)
+//! (`ecn_seen`), so rxe never receives one. Not yet: deficit round robin
+//! across a path's QPs (the first drained takes what is free).
 
 use crate::counters::{bump, NicCounters};
+use crate::link::{ECN_CE, ECN_ECT1, ECN_NOT_ECT};
 use ndverbs_proto::cc::{self, CcConfig, CcCounters, Pacer, PathController};
 use ndverbs_proto::rc::RcQp;
 use ndverbs_proto::time::Instant;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
 /// One destination's controller and the QPs waiting for its window.
@@ -49,6 +57,9 @@ struct Path {
 pub(crate) struct Paths {
     config: Option<CcConfig>,
     paths: HashMap<IpAddr, Path>,
+    /// Peers seen sending ECT(1): ndverbs peers with congestion control on,
+    /// the only ones a CE mark is answered to with a CNP.
+    cnp_peers: HashSet<IpAddr>,
 }
 
 impl Paths {
@@ -57,7 +68,29 @@ impl Paths {
         Paths {
             config,
             paths: HashMap::new(),
+            cnp_peers: HashSet::new(),
         }
+    }
+
+    /// A packet from `peer` arrived with ECN field `ecn`: true if it was
+    /// marked Congestion Experienced and `peer` takes CNPs — it has been
+    /// seen sending ECT(1) ([`ECN_ECT1`]: why that means an ndverbs peer
+    /// with congestion control on), and congestion control is on here. A
+    /// peer that never marked its packets (rxe, or ndverbs without
+    /// congestion control) never gets a CNP, whatever a router does to
+    /// its packets.
+    #[inline]
+    pub(crate) fn ecn_seen(&mut self, peer: IpAddr, ecn: u8) -> bool {
+        if ecn == ECN_NOT_ECT || self.config.is_none() {
+            return false;
+        }
+        if ecn == ECN_ECT1 {
+            if !self.cnp_peers.contains(&peer) {
+                self.cnp_peers.insert(peer);
+            }
+            return false;
+        }
+        ecn == ECN_CE && self.cnp_peers.contains(&peer)
     }
 
     /// Feeds the QP's signals to its path and sets its send budget.
@@ -181,6 +214,7 @@ fn report(path: &mut Path, c: &NicCounters) {
     bump(&c.cc_delay_cuts, now.delay_cuts - was.delay_cuts);
     bump(&c.cc_loss_cuts, now.loss_cuts - was.loss_cuts);
     bump(&c.cc_cnp_cuts, now.cnp_cuts - was.cnp_cuts);
+    bump(&c.cc_cnps_received, now.cnps - was.cnps);
     bump(&c.cc_mode_switches, now.mode_switches - was.mode_switches);
     bump(
         &c.cc_competitive_entries,

@@ -247,3 +247,15 @@ fn a_resend_that_an_ack_overtakes_leaves_nothing_in_flight() {
     assert!(t.a.is_send_idle());
     assert_eq!(path.in_flight(), 0);
 }
+
+#[test]
+fn a_qp_asks_for_at_most_one_cnp_per_interval() {
+    let mut t = pair(1024);
+    let t0 = Instant::from_nanos(1_000);
+    assert!(t.b.congestion_experienced(t0));
+    assert!(!t.b.congestion_experienced(t0 + Duration::from_micros(49)));
+    assert!(t.b.congestion_experienced(t0 + CNP_INTERVAL));
+    // A QP that is not connected answers nothing.
+    let mut idle = RcQp::new(3, 1, QpCaps::default());
+    assert!(!idle.congestion_experienced(t0));
+}

@@ -14,7 +14,10 @@
 //!   less than a packet of budget left waits on the path;
 //! * when a path's window has room again (an ACK for another QP, a step
 //!   later) or its pacer has a packet's worth of tokens, its waiting QPs
-//!   are drained (`take_ready`);
+//!   are drained (`take_ready`), in turn: each gets at most one GSO run's
+//!   worth while others wait, and a QP whose ACK arrives while others wait
+//!   queues behind them rather than taking the window that ACK freed (it
+//!   would, every time: the QPs that hear back first would keep the path);
 //! * **pacing**: while the controller gives a pacing rate (it does only
 //!   while the path is congested: loopback and idle paths pay nothing), the
 //!   budget is also bounded by the path's [`Pacer`], whose bucket holds at
@@ -30,15 +33,14 @@
 //! packet marked Congestion Experienced by a router is answered with a CNP
 //! to the QP that sent it — at most one per 50 µs per QP
 //! (`RcQp::congestion_experienced`) and only to peers seen sending ECT(1)
-//! (`ecn_seen`), so rxe never receives one. Not yet: deficit round robin
-//! across a path's QPs (the first drained takes what is free).
+//! (`ecn_seen`), so rxe never receives one.
 
 use crate::counters::{bump, NicCounters};
 use crate::link::{ECN_CE, ECN_ECT1, ECN_NOT_ECT};
 use ndverbs_proto::cc::{self, CcConfig, CcCounters, Pacer, PathController};
 use ndverbs_proto::rc::RcQp;
 use ndverbs_proto::time::Instant;
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
 
 /// One destination's controller and the QPs waiting for its window.
@@ -47,9 +49,35 @@ struct Path {
     pacer: Pacer,
     /// Payload bytes of a full packet (the first QP's path MTU).
     mss: u64,
-    waiting: Vec<u32>,
+    /// QPs waiting for the path's window or pacer, in turn.
+    waiting: VecDeque<u32>,
+    /// What `take_ready` granted the QPs it released, until their drain.
+    grants: Vec<(u32, u64)>,
     /// The controller's counters last added to the NIC's.
     reported: CcCounters,
+}
+
+/// The most a QP sends in one turn while others wait for the same path:
+/// one GSO run at an Ethernet MTU.
+const TURN: u64 = 64 * 1024;
+
+impl Path {
+    /// Bytes the path lets go now: its free window — at least a packet
+    /// when nothing is in flight, so a window below the MTU never stalls —
+    /// bounded by the pacer's tokens while it paces.
+    fn free(&mut self, now: Instant) -> u64 {
+        let mut free = self.cc.available();
+        if self.cc.in_flight() == 0 {
+            free = free.max(self.mss);
+        }
+        if let Some(rate) = self.cc.pacing_rate() {
+            self.pacer.refill(now, rate, self.mss);
+            free = free.min(self.pacer.tokens());
+        } else {
+            self.pacer.reset();
+        }
+        free
+    }
 }
 
 /// The controllers of a NIC, by peer address (`None`: congestion control off).
@@ -93,11 +121,15 @@ impl Paths {
         ecn == ECN_CE && self.cnp_peers.contains(&peer)
     }
 
-    /// Feeds the QP's signals to its path and sets its send budget.
+    /// Feeds the QP's signals to its path and sets its send budget: what
+    /// its turn was granted, or — while no QP waits for the path — the
+    /// path's free window; nothing while others wait (it queues behind
+    /// them).
     pub(crate) fn before_drain(
         &mut self,
         now: Instant,
         peer: IpAddr,
+        qpn: u32,
         qp: &mut RcQp,
         c: &NicCounters,
     ) {
@@ -115,20 +147,18 @@ impl Paths {
                 cc: PathController::new(config),
                 pacer: Pacer::default(),
                 mss: mtu,
-                waiting: Vec::new(),
+                waiting: VecDeque::new(),
+                grants: Vec::new(),
                 reported: CcCounters::default(),
             }
         });
         cc::feed(&mut path.cc, now, qp.take_cc_signals());
-        let mut budget = path.cc.available();
-        if path.cc.in_flight() == 0 {
-            budget = budget.max(mtu);
-        }
-        if let Some(rate) = path.cc.pacing_rate() {
-            path.pacer.refill(now, rate, path.mss);
-            budget = budget.min(path.pacer.tokens());
-        } else {
-            path.pacer.reset();
+        let mut budget = path.free(now);
+        let granted = path.grants.iter().position(|g| g.0 == qpn);
+        match granted {
+            Some(i) => budget = budget.min(path.grants.swap_remove(i).1),
+            None if !path.waiting.is_empty() => budget = 0,
+            None => {}
         }
         qp.set_send_budget(Some(budget));
         report(path, c);
@@ -161,31 +191,38 @@ impl Paths {
                 tokens = path.pacer.tokens(),
                 "QP waits for its path"
             );
-            path.waiting.push(qpn);
+            path.waiting.push_back(qpn);
         }
         report(path, c);
     }
 
-    /// The waiting QPs of every path whose window has room again and whose
-    /// pacer (if pacing) holds a packet.
+    /// The waiting QPs that may send now, in turn: while the path's window
+    /// (and pacer) has a packet's worth free, the next waiting QP is
+    /// released with a grant of at most [`TURN`] bytes (all that is free
+    /// when it is the only one waiting) — round robin in quanta of one GSO
+    /// run, so QPs sharing a path share it evenly.
     pub(crate) fn take_ready(&mut self, now: Instant, out: &mut Vec<(u32, IpAddr)>) {
         if self.config.is_none() {
             return;
         }
         for (&peer, path) in &mut self.paths {
+            path.grants.clear();
             if path.waiting.is_empty() {
                 continue;
             }
-            let window = path.cc.available() > 0 || path.cc.in_flight() == 0;
-            let paced = match path.cc.pacing_rate() {
-                Some(rate) => {
-                    path.pacer.refill(now, rate, path.mss);
-                    path.pacer.tokens() >= path.mss
-                }
-                None => true,
-            };
-            if window && paced {
-                out.extend(path.waiting.drain(..).map(|q| (q, peer)));
+            let mut free = path.free(now);
+            while free >= path.mss {
+                let Some(q) = path.waiting.pop_front() else {
+                    break;
+                };
+                let grant = if path.waiting.is_empty() {
+                    free
+                } else {
+                    free.min(TURN)
+                };
+                path.grants.push((q, grant));
+                free -= grant;
+                out.push((q, peer));
             }
         }
     }

@@ -86,7 +86,7 @@ impl Core {
         let ack_last = postpone || due;
         if let Some(e) = self.tables.qps.get_mut(&qpn) {
             self.paths
-                .before_drain(now, peer, &mut e.qp, &shared.counters);
+                .before_drain(now, peer, qpn, &mut e.qp, &shared.counters);
         }
         let mut lent = LentPayload::default();
         let io = &mut self.io;

@@ -230,7 +230,7 @@ pub struct Datagram {
     pub seg: usize,
     /// The IP ECN field it arrived with ([`ECN_CE`], [`ECN_ECT1`] …; the
     /// kernel never coalesces datagrams that differ in it), when the link
-    /// reports it (a socket with ECN on, [`RoceSocket::enable_ecn`]); 0
+    /// reports it (a socket with ECN on, [`udp::RoceSocket::enable_ecn`]); 0
     /// (Not-ECT) otherwise.
     pub ecn: u8,
 }

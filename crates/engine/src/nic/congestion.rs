@@ -259,3 +259,104 @@ fn report(path: &mut Path, c: &NicCounters) {
     );
     path.reported = now;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndverbs_proto::mem::testing::VecMemory;
+    use ndverbs_proto::mem::Access;
+    use ndverbs_proto::rc::{QpCaps, RcConnection, RemoteAddr, SendOp, SendWr};
+    use ndverbs_proto::time::Duration;
+
+    const PEER: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 2));
+    const KIB: u64 = 1024;
+
+    /// QP `qpn`, connected (path MTU 1024), with a 1 MiB WRITE posted.
+    fn writer(qpn: u32, mem: &mut VecMemory) -> RcQp {
+        let mut qp = RcQp::new(qpn, 1, QpCaps::default());
+        for (attr, mask) in RcConnection::new(qpn + 0x100).steps() {
+            qp.modify(&attr, mask).unwrap();
+        }
+        let len = 1 << 20;
+        let src = mem.register_bytes(1, 0x1000 * u64::from(qpn), vec![1; len], Access::NONE);
+        let at = RemoteAddr { va: 0, rkey: 1 };
+        qp.post_send(SendWr::new(
+            1,
+            SendOp::Write(at),
+            vec![src.sge(0, len as u32)],
+        ))
+        .unwrap();
+        qp
+    }
+
+    /// A drain as `drain_qp` does it: budget, every packet it allows, feed.
+    fn drain(p: &mut Paths, now: Instant, qp: &mut RcQp, mem: &mut VecMemory) -> u64 {
+        let c = NicCounters::default();
+        p.before_drain(now, PEER, qp.qpn(), qp, &c);
+        let budget = qp.send_budget().unwrap();
+        let mut buf = vec![0u8; qp.max_packet_len()];
+        while qp.poll_transmit(now, mem, &mut buf).is_some() {}
+        let sent = budget - qp.send_budget().unwrap();
+        p.after_drain(now, PEER, qp.qpn(), qp, &c);
+        sent
+    }
+
+    #[test]
+    fn qps_of_a_path_take_turns() {
+        let mut mem = VecMemory::new();
+        let mut qps: Vec<RcQp> = (1..=3).map(|n| writer(n, &mut mem)).collect();
+        let mut p = Paths::new(Some(CcConfig::default()));
+        let t0 = Instant::from_nanos(1_000);
+        // The first takes the initial window; the others find it full and
+        // queue, in the order they came.
+        assert_eq!(drain(&mut p, t0, &mut qps[0], &mut mem), 64 * KIB);
+        assert_eq!(drain(&mut p, t0, &mut qps[1], &mut mem), 0);
+        assert_eq!(drain(&mut p, t0, &mut qps[2], &mut mem), 0);
+        let path = p.paths.get_mut(&PEER).unwrap();
+        assert_eq!(path.waiting, [1, 2, 3]);
+        // An acknowledgement frees the window and slow start doubles it:
+        // 128 KiB for the waiting QPs, one GSO run each, in turn.
+        let t1 = t0 + Duration::from_micros(20);
+        path.cc
+            .on_ack(t1, 64 * KIB, Some(Duration::from_micros(20)));
+        let mut ready = Vec::new();
+        p.take_ready(t1, &mut ready);
+        assert_eq!(ready, [(1, PEER), (2, PEER)]);
+        assert_eq!(drain(&mut p, t1, &mut qps[0], &mut mem), TURN);
+        // QP 3 is drained out of turn (say an ACK of its own arrived): it
+        // gets nothing while others wait, and keeps its place.
+        assert_eq!(drain(&mut p, t1, &mut qps[2], &mut mem), 0);
+        assert_eq!(drain(&mut p, t1, &mut qps[1], &mut mem), TURN);
+        assert_eq!(p.paths[&PEER].waiting, [3, 1, 2]);
+        // Alone in the queue, a QP is granted all that is free.
+        let mut p = Paths::new(Some(CcConfig::default()));
+        assert_eq!(drain(&mut p, t0, &mut qps[2], &mut mem), 64 * KIB);
+        let path = p.paths.get_mut(&PEER).unwrap();
+        path.cc
+            .on_ack(t1, 64 * KIB, Some(Duration::from_micros(20)));
+        let mut ready = Vec::new();
+        p.take_ready(t1, &mut ready);
+        assert_eq!(ready, [(3, PEER)]);
+        assert_eq!(drain(&mut p, t1, &mut qps[2], &mut mem), 128 * KIB);
+    }
+
+    #[test]
+    fn cnps_go_only_to_peers_seen_sending_ect1() {
+        let mut p = Paths::new(Some(CcConfig::default()));
+        assert!(
+            !p.ecn_seen(PEER, ECN_CE),
+            "a CE from a peer never seen with ECT(1)"
+        );
+        assert!(
+            !p.ecn_seen(PEER, crate::link::ECN_ECT0),
+            "ECT(0): rxe asking for ECN"
+        );
+        assert!(!p.ecn_seen(PEER, ECN_CE));
+        assert!(!p.ecn_seen(PEER, ECN_ECT1));
+        assert!(p.ecn_seen(PEER, ECN_CE));
+        // Without congestion control here, none at all.
+        let mut off = Paths::new(None);
+        assert!(!off.ecn_seen(PEER, ECN_ECT1));
+        assert!(!off.ecn_seen(PEER, ECN_CE));
+    }
+}

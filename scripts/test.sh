@@ -44,8 +44,8 @@ cargo test --release -p ndverbs-engine --test memory_link congestion_control -- 
 # a failure under CI=true): namespaces A - R - B, a 1 Gb/s tbf in R, ndv perf
 # with the controller on; only wide-margin checks (no stall in a shallow
 # buffer, QPs sharing a path evenly, READs sized to the path, CNPs for CE
-# marks). The criteria and
-# their targets: scripts/ccbed.py without --ci (BENCHMARKS.md).
+# marks). The criteria and their targets: scripts/ccbed.py without --ci
+# (BENCHMARKS.md).
 cargo build --release -p ndv --quiet
 scripts/ccbed.py --ci --secs 8
 # Congestion control on the virtual bottleneck: coexistence with a CUBIC flow

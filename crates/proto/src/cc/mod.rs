@@ -67,7 +67,8 @@
 //! ## Using it with a QP
 //!
 //! A QP with a send budget ([`crate::rc::RcQp::set_send_budget`]) sends only
-//! the SEND/WRITE payload bytes the caller allows; without one it keeps
+//! the SEND/WRITE payload bytes the caller allows, and READ requests for no
+//! more response bytes than it allows; without one it keeps
 //! the fixed byte window (the default, until the engine's wiring is measured).
 //! [`crate::rc::RcQp::take_cc_signals`] returns what the QP sent, what was
 //! acknowledged, its smallest round-trip sample, its go-back-N retries and

@@ -40,6 +40,14 @@ NDV_SOAK_CYCLES=${NDV_SOAK_CYCLES:-20000} cargo test --release -p ndverbs-nd --t
 # Congestion control in the engine, alone (it reads CPU contention as
 # queueing): bulk WRITEs and a READ, then 5 % loss, through one controller.
 cargo test --release -p ndverbs-engine --test memory_link congestion_control -- --ignored
+# Congestion control through a real bottleneck (root; SKIPPED without it,
+# a failure under CI=true): namespaces A - R - B, a 1 Gb/s tbf in R, ndv perf
+# with the controller on; only wide-margin checks (no stall in a shallow
+# buffer, QPs sharing a path evenly, READs sized to the path, CNPs for CE
+# marks). The criteria and their targets: scripts/ccbed.py without --ci
+# (BENCHMARKS.md).
+cargo build --release -p ndv --quiet
+scripts/ccbed.py --ci --secs 8
 # Congestion control on the virtual bottleneck: coexistence with a CUBIC flow
 # for the criterion's 30 s in release (the debug run above uses 4 s).
 NDV_CC_COEXIST_S=${NDV_CC_COEXIST_S:-30} cargo test --release -p ndverbs-proto --test cc c5 -- --nocapture

@@ -95,6 +95,12 @@ pub struct NicCounters {
     /// Congestion control: entries into competitive mode (a buffer-filling
     /// flow shares the bottleneck).
     pub cc_competitive_entries: AtomicU64,
+    /// Congestion control: CNPs the peers sent for our QPs (a router marked
+    /// their packets).
+    pub cc_cnps_received: AtomicU64,
+    /// Congestion control: CNPs sent, answering packets that arrived marked
+    /// Congestion Experienced.
+    pub cc_cnps_sent: AtomicU64,
 }
 
 /// Adds `n` to a counter only the engine (holding the core lock) writes: a

@@ -18,6 +18,7 @@
 //! | `peer_port_unreachable` | ICMP port unreachable answers: a host with no RoCE endpoint got our packet |
 //! | `peer_errors` | other ICMP errors and path-MTU reports about our packets |
 //! | `cm_unreachable` | connects that ended at once on a port unreachable answer |
+//! | `req_psns_first`, `req_psns_resent` | request PSNs the queue pairs sent for the first time, and again by go-back-N |
 //!
 //! | rxe counter | here |
 //! |---|---|
@@ -131,6 +132,8 @@ impl Stats {
             ("send_calls", ld(&nic.send_calls)),
             ("gso_runs", ld(&nic.gso_runs)),
             ("zero_copy_packets", ld(&nic.zero_copy_packets)),
+            ("req_psns_first", qp.req_psns_first),
+            ("req_psns_resent", qp.req_psns_resent),
             ("cc_rtt_samples", ld(&nic.cc_rtt_samples)),
             ("cc_losses", ld(&nic.cc_losses)),
             ("cc_delay_cuts", ld(&nic.cc_delay_cuts)),
@@ -138,6 +141,8 @@ impl Stats {
             ("cc_cnp_cuts", ld(&nic.cc_cnp_cuts)),
             ("cc_mode_switches", ld(&nic.cc_mode_switches)),
             ("cc_competitive_entries", ld(&nic.cc_competitive_entries)),
+            ("cc_cnps_received", ld(&nic.cc_cnps_received)),
+            ("cc_cnps_sent", ld(&nic.cc_cnps_sent)),
         ] {
             pairs.push((n.to_string(), v));
         }
@@ -191,6 +196,8 @@ pub fn add(acc: &mut Counters, c: &Counters) {
     acc.send_err += a.send_err;
     acc.rdma_sends += a.rdma_sends;
     acc.rdma_recvs += a.rdma_recvs;
+    acc.req_psns_first += a.req_psns_first;
+    acc.req_psns_resent += a.req_psns_resent;
     let x = &mut acc.drops;
     x.wrong_qpn += d.wrong_qpn;
     x.bad_pkey += d.bad_pkey;

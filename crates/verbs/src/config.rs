@@ -54,7 +54,9 @@ pub const METRICS_ENV: &str = "NDV_METRICS";
 pub const FAULTS_ENV: &str = "NDV_FAULTS";
 
 /// `NDV_CC=swift`: congestion control per peer ([`DeviceConfig::from_env`],
-/// [`DeviceConfig::congestion_control`]); `off` or unset: none.
+/// [`DeviceConfig::congestion_control`]): a window and pacing per peer, the
+/// device's packets marked ECT(1), CNPs for marked packets of peers that do
+/// the same; `off` or unset: none.
 pub const CC_ENV: &str = "NDV_CC";
 
 /// `NDV_SHARE=1`: share the device's address with other processes of the

@@ -321,7 +321,7 @@ pub struct FaultLayer {
     /// `stash` with their segment size.
     ready: VecDeque<Slice>,
     /// The source and destination of the stashed datagram.
-    stash_from: (SocketAddr, Option<IpAddr>),
+    stash_from: (SocketAddr, Option<IpAddr>, u8),
     /// The fates of a datagram's packets (kept for its allocation).
     fates: Vec<Fate>,
     /// Packets held back, in release order.
@@ -342,6 +342,7 @@ struct Held {
     until: u64,
     src: SocketAddr,
     dst: Option<IpAddr>,
+    ecn: u8,
     bytes: Vec<u8>,
 }
 
@@ -352,7 +353,7 @@ impl Default for FaultLayer {
             faults: None,
             stash: Vec::new(),
             ready: VecDeque::new(),
-            stash_from: (SocketAddr::from(([0, 0, 0, 0], 0)), None),
+            stash_from: (SocketAddr::from(([0, 0, 0, 0], 0)), None, 0),
             fates: Vec::new(),
             held: VecDeque::new(),
         }
@@ -394,6 +395,7 @@ impl FaultLayer {
             dst: self.stash_from.1,
             len: s.len,
             seg: s.seg,
+            ecn: self.stash_from.2,
         })
     }
 
@@ -424,7 +426,7 @@ impl FaultLayer {
         self.ready.clear();
         self.stash.clear();
         self.stash.extend_from_slice(&buf[..d.len]);
-        self.stash_from = (d.src, d.dst);
+        self.stash_from = (d.src, d.dst, d.ecn);
         // Packets that pass in a row stay coalesced, as `group`.
         let mut group = 0..0;
         for (p, &fate) in d.packets().zip(&fates) {
@@ -459,6 +461,7 @@ impl FaultLayer {
                         until,
                         src: d.src,
                         dst: d.dst,
+                        ecn: d.ecn,
                         bytes: self.stash[p.clone()].to_vec(),
                     };
                     self.hold(h);
@@ -506,6 +509,7 @@ impl Layer for FaultLayer {
             dst: h.dst,
             len,
             seg: len,
+            ecn: h.ecn,
         }))
     }
 

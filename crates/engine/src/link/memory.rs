@@ -129,6 +129,7 @@ impl MemoryLink {
         let d = Datagram {
             src: self.local,
             dst: None,
+            ecn: 0,
             len: bytes.len(),
             seg: if seg > 0 && seg < bytes.len() {
                 seg

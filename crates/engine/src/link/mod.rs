@@ -211,7 +211,7 @@ impl SendFailure {
 /// ```
 /// use ndverbs_engine::link::Datagram;
 /// // Three packets of 1040 bytes and one of 500, coalesced: split by `seg`.
-/// let d = Datagram { src: "10.0.0.1:4791".parse().unwrap(), dst: None, len: 3 * 1040 + 500, seg: 1040 };
+/// let d = Datagram { src: "10.0.0.1:4791".parse().unwrap(), dst: None, len: 3 * 1040 + 500, seg: 1040, ecn: 0 };
 /// let buf = vec![0u8; d.len];
 /// let sizes: Vec<usize> = buf[..d.len].chunks(d.seg).map(|p| p.len()).collect();
 /// assert_eq!(sizes, [1040, 1040, 1040, 500]);
@@ -228,7 +228,26 @@ pub struct Datagram {
     /// Size of each coalesced packet (the last may be shorter); `len` when
     /// the datagram is one packet.
     pub seg: usize,
+    /// The IP ECN field it arrived with ([`ECN_CE`], [`ECN_ECT1`] …; the
+    /// kernel never coalesces datagrams that differ in it), when the link
+    /// reports it (a socket with ECN on, [`udp::RoceSocket::enable_ecn`]); 0
+    /// (Not-ECT) otherwise.
+    pub ecn: u8,
 }
+
+/// ECN field value Not-ECT: the sender does not speak ECN.
+pub const ECN_NOT_ECT: u8 = 0;
+/// ECN field value ECT(1). ndverbs marks its packets with it when
+/// congestion control is on (RFC 3168 makes ECT(0) and ECT(1) equivalent to
+/// routers); since rxe and RoCE applications that ask for ECN through the
+/// traffic class use ECT(0), a peer seen sending ECT(1) is an ndverbs peer
+/// that reacts to CNPs — the only kind a notification point here answers
+/// (`nic/congestion.rs`).
+pub const ECN_ECT1: u8 = 1;
+/// ECN field value ECT(0).
+pub const ECN_ECT0: u8 = 2;
+/// ECN field value Congestion Experienced: a router on the path marked it.
+pub const ECN_CE: u8 = 3;
 
 impl Datagram {
     /// The byte ranges of its packets in the receive buffer.

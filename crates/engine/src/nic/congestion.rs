@@ -13,27 +13,71 @@
 //! * after, what it sent goes to the controller too; a QP that stopped with
 //!   less than a packet of budget left waits on the path;
 //! * when a path's window has room again (an ACK for another QP, a step
-//!   later), its waiting QPs are drained (`take_ready`).
+//!   later) or its pacer has a packet's worth of tokens, its waiting QPs
+//!   are drained (`take_ready`), in turn: each gets at most one GSO run's
+//!   worth while others wait, and a QP whose ACK arrives while others wait
+//!   queues behind them rather than taking the window that ACK freed (it
+//!   would, every time: the QPs that hear back first would keep the path);
+//! * **pacing**: while the controller gives a pacing rate (it does only
+//!   while the path is congested: loopback and idle paths pay nothing), the
+//!   budget is also bounded by the path's [`Pacer`], whose bucket holds at
+//!   most two quanta of `rate × 100 µs` — so a drain still builds GSO runs,
+//!   of about 12 packets at 1 Gb/s instead of 64. The engine wakes for the
+//!   next release (`poll_at`, part of the step's deadline).
 //!
 //! A CNP from the peer for one of its QPs reaches the controller the same
-//! way (the QP still counts it in `qp_drop_not_rc`; nothing here sends
-//! CNPs). Not yet: pacing (the controller's rate is computed but not
-//! applied), deficit round robin across a path's QPs (the first drained
-//! takes what is free).
+//! way (the QP still counts it in `qp_drop_not_rc`).
+//!
+//! **ECN.** With congestion control on, the NIC's packets leave with ECT(1)
+//! and the socket reports the ECN field of what arrives. A request or data
+//! packet marked Congestion Experienced by a router is answered with a CNP
+//! to the QP that sent it — at most one per 50 µs per QP
+//! (`RcQp::congestion_experienced`) and only to peers seen sending ECT(1)
+//! (`ecn_seen`), so rxe never receives one.
 
 use crate::counters::{bump, NicCounters};
-use ndverbs_proto::cc::{self, CcConfig, CcCounters, PathController};
+use crate::link::{ECN_CE, ECN_ECT1, ECN_NOT_ECT};
+use ndverbs_proto::cc::{self, CcConfig, CcCounters, Pacer, PathController};
 use ndverbs_proto::rc::RcQp;
 use ndverbs_proto::time::Instant;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
 
 /// One destination's controller and the QPs waiting for its window.
 struct Path {
     cc: PathController,
-    waiting: Vec<u32>,
+    pacer: Pacer,
+    /// Payload bytes of a full packet (the first QP's path MTU).
+    mss: u64,
+    /// QPs waiting for the path's window or pacer, in turn.
+    waiting: VecDeque<u32>,
+    /// What `take_ready` granted the QPs it released, until their drain.
+    grants: Vec<(u32, u64)>,
     /// The controller's counters last added to the NIC's.
     reported: CcCounters,
+}
+
+/// The most a QP sends in one turn while others wait for the same path:
+/// one GSO run at an Ethernet MTU.
+const TURN: u64 = 64 * 1024;
+
+impl Path {
+    /// Bytes the path lets go now: its free window — at least a packet
+    /// when nothing is in flight, so a window below the MTU never stalls —
+    /// bounded by the pacer's tokens while it paces.
+    fn free(&mut self, now: Instant) -> u64 {
+        let mut free = self.cc.available();
+        if self.cc.in_flight() == 0 {
+            free = free.max(self.mss);
+        }
+        if let Some(rate) = self.cc.pacing_rate() {
+            self.pacer.refill(now, rate, self.mss);
+            free = free.min(self.pacer.tokens());
+        } else {
+            self.pacer.reset();
+        }
+        free
+    }
 }
 
 /// The controllers of a NIC, by peer address (`None`: congestion control off).
@@ -41,6 +85,9 @@ struct Path {
 pub(crate) struct Paths {
     config: Option<CcConfig>,
     paths: HashMap<IpAddr, Path>,
+    /// Peers seen sending ECT(1): ndverbs peers with congestion control on,
+    /// the only ones a CE mark is answered to with a CNP.
+    cnp_peers: HashSet<IpAddr>,
 }
 
 impl Paths {
@@ -49,14 +96,40 @@ impl Paths {
         Paths {
             config,
             paths: HashMap::new(),
+            cnp_peers: HashSet::new(),
         }
     }
 
-    /// Feeds the QP's signals to its path and sets its send budget.
+    /// A packet from `peer` arrived with ECN field `ecn`: true if it was
+    /// marked Congestion Experienced and `peer` takes CNPs — it has been
+    /// seen sending ECT(1) ([`ECN_ECT1`]: why that means an ndverbs peer
+    /// with congestion control on), and congestion control is on here. A
+    /// peer that never marked its packets (rxe, or ndverbs without
+    /// congestion control) never gets a CNP, whatever a router does to
+    /// its packets.
+    #[inline]
+    pub(crate) fn ecn_seen(&mut self, peer: IpAddr, ecn: u8) -> bool {
+        if ecn == ECN_NOT_ECT || self.config.is_none() {
+            return false;
+        }
+        if ecn == ECN_ECT1 {
+            if !self.cnp_peers.contains(&peer) {
+                self.cnp_peers.insert(peer);
+            }
+            return false;
+        }
+        ecn == ECN_CE && self.cnp_peers.contains(&peer)
+    }
+
+    /// Feeds the QP's signals to its path and sets its send budget: what
+    /// its turn was granted, or — while no QP waits for the path — the
+    /// path's free window; nothing while others wait (it queues behind
+    /// them).
     pub(crate) fn before_drain(
         &mut self,
         now: Instant,
         peer: IpAddr,
+        qpn: u32,
         qp: &mut RcQp,
         c: &NicCounters,
     ) {
@@ -72,14 +145,20 @@ impl Paths {
             config.min_window = config.min_window.max(mtu);
             Path {
                 cc: PathController::new(config),
-                waiting: Vec::new(),
+                pacer: Pacer::default(),
+                mss: mtu,
+                waiting: VecDeque::new(),
+                grants: Vec::new(),
                 reported: CcCounters::default(),
             }
         });
         cc::feed(&mut path.cc, now, qp.take_cc_signals());
-        let mut budget = path.cc.available();
-        if path.cc.in_flight() == 0 {
-            budget = budget.max(mtu);
+        let mut budget = path.free(now);
+        let granted = path.grants.iter().position(|g| g.0 == qpn);
+        match granted {
+            Some(i) => budget = budget.min(path.grants.swap_remove(i).1),
+            None if !path.waiting.is_empty() => budget = 0,
+            None => {}
         }
         qp.set_send_budget(Some(budget));
         report(path, c);
@@ -100,24 +179,66 @@ impl Paths {
         let Some(path) = self.paths.get_mut(&peer) else {
             return;
         };
-        cc::feed(&mut path.cc, now, qp.take_cc_signals());
+        let signals = qp.take_cc_signals();
+        path.pacer.consume(signals.sent);
+        cc::feed(&mut path.cc, now, signals);
         let mtu = u64::from(qp.query().path_mtu.bytes());
         if qp.send_budget().is_some_and(|b| b < mtu) && !path.waiting.contains(&qpn) {
-            path.waiting.push(qpn);
+            tracing::trace!(
+                qp = qpn,
+                window = path.cc.window(),
+                in_flight = path.cc.in_flight(),
+                tokens = path.pacer.tokens(),
+                "QP waits for its path"
+            );
+            path.waiting.push_back(qpn);
         }
         report(path, c);
     }
 
-    /// The waiting QPs of every path whose window has room again.
-    pub(crate) fn take_ready(&mut self, out: &mut Vec<(u32, IpAddr)>) {
+    /// The waiting QPs that may send now, in turn: while the path's window
+    /// (and pacer) has a packet's worth free, the next waiting QP is
+    /// released with a grant of at most [`TURN`] bytes (all that is free
+    /// when it is the only one waiting) — round robin in quanta of one GSO
+    /// run, so QPs sharing a path share it evenly.
+    pub(crate) fn take_ready(&mut self, now: Instant, out: &mut Vec<(u32, IpAddr)>) {
         if self.config.is_none() {
             return;
         }
         for (&peer, path) in &mut self.paths {
-            if !path.waiting.is_empty() && (path.cc.available() > 0 || path.cc.in_flight() == 0) {
-                out.extend(path.waiting.drain(..).map(|q| (q, peer)));
+            path.grants.clear();
+            if path.waiting.is_empty() {
+                continue;
+            }
+            let mut free = path.free(now);
+            while free >= path.mss {
+                let Some(q) = path.waiting.pop_front() else {
+                    break;
+                };
+                let grant = if path.waiting.is_empty() {
+                    free
+                } else {
+                    free.min(TURN)
+                };
+                path.grants.push((q, grant));
+                free -= grant;
+                out.push((q, peer));
             }
         }
+    }
+
+    /// When the pacer of a path with waiting QPs next releases a packet
+    /// (the engine must wake then), if any is waiting for its pacer.
+    pub(crate) fn poll_at(&self) -> Option<Instant> {
+        self.config.as_ref()?;
+        self.paths
+            .values()
+            .filter(|p| !p.waiting.is_empty())
+            .filter_map(|p| {
+                let rate = p.cc.pacing_rate()?;
+                p.pacer.next_release(rate, p.mss)
+            })
+            .min()
     }
 }
 
@@ -130,10 +251,112 @@ fn report(path: &mut Path, c: &NicCounters) {
     bump(&c.cc_delay_cuts, now.delay_cuts - was.delay_cuts);
     bump(&c.cc_loss_cuts, now.loss_cuts - was.loss_cuts);
     bump(&c.cc_cnp_cuts, now.cnp_cuts - was.cnp_cuts);
+    bump(&c.cc_cnps_received, now.cnps - was.cnps);
     bump(&c.cc_mode_switches, now.mode_switches - was.mode_switches);
     bump(
         &c.cc_competitive_entries,
         now.competitive_entries - was.competitive_entries,
     );
     path.reported = now;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndverbs_proto::mem::testing::VecMemory;
+    use ndverbs_proto::mem::Access;
+    use ndverbs_proto::rc::{QpCaps, RcConnection, RemoteAddr, SendOp, SendWr};
+    use ndverbs_proto::time::Duration;
+
+    const PEER: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 2));
+    const KIB: u64 = 1024;
+
+    /// QP `qpn`, connected (path MTU 1024), with a 1 MiB WRITE posted.
+    fn writer(qpn: u32, mem: &mut VecMemory) -> RcQp {
+        let mut qp = RcQp::new(qpn, 1, QpCaps::default());
+        for (attr, mask) in RcConnection::new(qpn + 0x100).steps() {
+            qp.modify(&attr, mask).unwrap();
+        }
+        let len = 1 << 20;
+        let src = mem.register_bytes(1, 0x1000 * u64::from(qpn), vec![1; len], Access::NONE);
+        let at = RemoteAddr { va: 0, rkey: 1 };
+        qp.post_send(SendWr::new(
+            1,
+            SendOp::Write(at),
+            vec![src.sge(0, len as u32)],
+        ))
+        .unwrap();
+        qp
+    }
+
+    /// A drain as `drain_qp` does it: budget, every packet it allows, feed.
+    fn drain(p: &mut Paths, now: Instant, qp: &mut RcQp, mem: &mut VecMemory) -> u64 {
+        let c = NicCounters::default();
+        p.before_drain(now, PEER, qp.qpn(), qp, &c);
+        let budget = qp.send_budget().unwrap();
+        let mut buf = vec![0u8; qp.max_packet_len()];
+        while qp.poll_transmit(now, mem, &mut buf).is_some() {}
+        let sent = budget - qp.send_budget().unwrap();
+        p.after_drain(now, PEER, qp.qpn(), qp, &c);
+        sent
+    }
+
+    #[test]
+    fn qps_of_a_path_take_turns() {
+        let mut mem = VecMemory::new();
+        let mut qps: Vec<RcQp> = (1..=3).map(|n| writer(n, &mut mem)).collect();
+        let mut p = Paths::new(Some(CcConfig::default()));
+        let t0 = Instant::from_nanos(1_000);
+        // The first takes the initial window; the others find it full and
+        // queue, in the order they came.
+        assert_eq!(drain(&mut p, t0, &mut qps[0], &mut mem), 64 * KIB);
+        assert_eq!(drain(&mut p, t0, &mut qps[1], &mut mem), 0);
+        assert_eq!(drain(&mut p, t0, &mut qps[2], &mut mem), 0);
+        let path = p.paths.get_mut(&PEER).unwrap();
+        assert_eq!(path.waiting, [1, 2, 3]);
+        // An acknowledgement frees the window and slow start doubles it:
+        // 128 KiB for the waiting QPs, one GSO run each, in turn.
+        let t1 = t0 + Duration::from_micros(20);
+        path.cc
+            .on_ack(t1, 64 * KIB, Some(Duration::from_micros(20)));
+        let mut ready = Vec::new();
+        p.take_ready(t1, &mut ready);
+        assert_eq!(ready, [(1, PEER), (2, PEER)]);
+        assert_eq!(drain(&mut p, t1, &mut qps[0], &mut mem), TURN);
+        // QP 3 is drained out of turn (say an ACK of its own arrived): it
+        // gets nothing while others wait, and keeps its place.
+        assert_eq!(drain(&mut p, t1, &mut qps[2], &mut mem), 0);
+        assert_eq!(drain(&mut p, t1, &mut qps[1], &mut mem), TURN);
+        assert_eq!(p.paths[&PEER].waiting, [3, 1, 2]);
+        // Alone in the queue, a QP is granted all that is free.
+        let mut p = Paths::new(Some(CcConfig::default()));
+        assert_eq!(drain(&mut p, t0, &mut qps[2], &mut mem), 64 * KIB);
+        let path = p.paths.get_mut(&PEER).unwrap();
+        path.cc
+            .on_ack(t1, 64 * KIB, Some(Duration::from_micros(20)));
+        let mut ready = Vec::new();
+        p.take_ready(t1, &mut ready);
+        assert_eq!(ready, [(3, PEER)]);
+        assert_eq!(drain(&mut p, t1, &mut qps[2], &mut mem), 128 * KIB);
+    }
+
+    #[test]
+    fn cnps_go_only_to_peers_seen_sending_ect1() {
+        let mut p = Paths::new(Some(CcConfig::default()));
+        assert!(
+            !p.ecn_seen(PEER, ECN_CE),
+            "a CE from a peer never seen with ECT(1)"
+        );
+        assert!(
+            !p.ecn_seen(PEER, crate::link::ECN_ECT0),
+            "ECT(0): rxe asking for ECN"
+        );
+        assert!(!p.ecn_seen(PEER, ECN_CE));
+        assert!(!p.ecn_seen(PEER, ECN_ECT1));
+        assert!(p.ecn_seen(PEER, ECN_CE));
+        // Without congestion control here, none at all.
+        let mut off = Paths::new(None);
+        assert!(!off.ecn_seen(PEER, ECN_ECT1));
+        assert!(!off.ecn_seen(PEER, ECN_CE));
+    }
 }

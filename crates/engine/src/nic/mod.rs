@@ -255,6 +255,13 @@ impl Nic {
             NicLink::Udp(s) => s.enable_gro(),
             NicLink::Memory(_) => true,
         };
+        // With congestion control our packets say so (ECT), and marks on
+        // what arrives are read (CNPs, `congestion.rs`); fine if refused.
+        if let (NicLink::Udp(s), Some(_)) = (&mut link, &config.congestion) {
+            if !s.enable_ecn() {
+                tracing::debug!("ECN refused by the socket: no ECT, no CNPs");
+            }
+        }
         let capture = Arc::new(CaptureSlot::default());
         let stack = build_stack(link, config.faults, &capture)?;
         let link_fd = stack.fd();

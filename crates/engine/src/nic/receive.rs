@@ -30,6 +30,7 @@ use crate::counters::bump;
 use crate::icrc::VerifyError;
 use crate::link::{Datagram, Link, LinkError, LinkErrorKind};
 use ndverbs_proto::time::Instant;
+use ndverbs_wire::opcode::Opcode;
 use ndverbs_wire::packet::Packet;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
@@ -156,7 +157,7 @@ impl Core {
             }
         }
         match self.io.icrc.verify(&self.io.rx[off..end], d.src, d.dst) {
-            Ok(r) => self.dispatch(shared, now, r.src.ip(), off, r.len),
+            Ok(r) => self.dispatch(shared, now, r.src.ip(), d.ecn, off, r.len),
             Err(VerifyError::BadIcrc) => {
                 bump(&shared.counters.drop_bad_icrc, 1);
                 tracing::trace!(src = %d.src, cause = "bad ICRC", "packet dropped");
@@ -169,8 +170,17 @@ impl Core {
     }
 
     /// Hands the verified packet at `rx[off..off + len]` from `src` to
-    /// QP1 or its queue pair.
-    fn dispatch(&mut self, shared: &Shared, now: Instant, src: IpAddr, off: usize, len: usize) {
+    /// QP1 or its queue pair; one that arrived with Congestion Experienced
+    /// (`ecn`) may be answered with a CNP (`answer_ce`).
+    fn dispatch(
+        &mut self,
+        shared: &Shared,
+        now: Instant,
+        src: IpAddr,
+        ecn: u8,
+        off: usize,
+        len: usize,
+    ) {
         let pkt = match Packet::parse(&self.io.rx[off..off + len]) {
             Ok(p) => p,
             Err(_) => {
@@ -221,5 +231,22 @@ impl Core {
         e.qp.handle_packet(now, &pkt, &mut t.mem, rq);
         self.completion_ready |= e.qp.has_completion();
         self.touched.push(qpn);
+        // A marked packet that carries data or a request (not an ACK or a
+        // CNP, whose marks are the reverse path's business).
+        let data = !matches!(pkt.bth.opcode, Opcode::RC_ACK | Opcode::CNP);
+        if self.paths.ecn_seen(src, ecn) && data && e.qp.congestion_experienced(now) {
+            let dest = e.qp.query().dest_qp_num;
+            self.answer_ce(shared, src, dest);
+        }
+    }
+
+    /// Sends a CNP to QP `dest` at `peer`.
+    fn answer_ce(&mut self, shared: &Shared, peer: IpAddr, dest: u32) {
+        let Some(n) = ndverbs_proto::rc::cnp_packet(dest, &mut self.io.tx) else {
+            return;
+        };
+        bump(&shared.counters.cc_cnps_sent, 1);
+        tracing::trace!(%peer, qp = dest, "CNP sent");
+        self.send_packet(shared, peer, n);
     }
 }

@@ -50,6 +50,7 @@ impl Core {
             || !self.touched.is_empty()
             || !self.acks.is_empty()
             || !self.deliveries.later.is_empty()
+            || self.paths.poll_at().is_some_and(|t| t <= now)
         {
             self.finish_step(shared, now);
         }
@@ -62,7 +63,7 @@ impl Core {
         touched.sort_unstable();
         touched.dedup();
         self.acks.start_step();
-        self.drive_transmit(shared, now, &touched);
+        self.drive_transmit(shared, now, &mut touched);
         self.drive_completions(&touched);
         self.drive_postponed_acks(shared, now);
         self.drive_srq_credits();
@@ -73,12 +74,13 @@ impl Core {
     }
 
     /// When the engine next has something to do by itself: a QP timer, a
-    /// packet the link holds back, or a CM timer.
+    /// packet the link holds back, a CM timer, or a paced path's release.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         [
             self.timers.next(),
             self.io.link.poll_at(),
             self.cm.poll_timeout(),
+            self.paths.poll_at(),
         ]
         .into_iter()
         .flatten()

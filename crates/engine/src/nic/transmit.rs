@@ -11,8 +11,9 @@
 //!
 //! **Congestion control** (when configured, `congestion.rs`): each drain
 //! first feeds the QP's signals to its peer's controller and gives the QP
-//! the path's free window as its send budget; QPs that ran out wait on the
-//! path and are drained when its window has room again.
+//! the path's free window as its send budget (bounded by its pacer while
+//! the path is congested); QPs that ran out wait on the path and are
+//! drained when its window has room again and its pacer releases.
 //!
 //! **ACK postponement.** In manual progress the application runs the engine
 //! from the thread that will answer a message. When a step leaves a QP with
@@ -38,18 +39,25 @@ use ndverbs_wire::ip::ROCEV2_PORT;
 use std::net::{IpAddr, SocketAddr};
 
 impl Core {
-    /// Sends what the queue pairs `touched` have to send.
-    pub(super) fn drive_transmit(&mut self, shared: &Shared, now: Instant, touched: &[u32]) {
-        for &qpn in touched {
+    /// Sends what the queue pairs `touched` have to send, then what the
+    /// QPs waiting for their path's window or pacer may send now; those are
+    /// added to `touched`, so that the step re-arms their timers too (a QP
+    /// that sends only when its path releases it would otherwise have no
+    /// retransmission timer for what it sent, and a loss would stall it).
+    pub(super) fn drive_transmit(&mut self, shared: &Shared, now: Instant, touched: &mut Vec<u32>) {
+        for &qpn in touched.iter() {
             if let Some(peer) = self.tables.qps.get(&qpn).and_then(|e| e.peer) {
                 self.drain_qp(shared, now, qpn, peer, true);
             }
         }
         // Congestion control: QPs that waited for their path's window.
         let mut ready = Vec::new();
-        self.paths.take_ready(&mut ready);
+        self.paths.take_ready(now, &mut ready);
         for (qpn, peer) in ready {
             self.drain_qp(shared, now, qpn, peer, true);
+            if !touched.contains(&qpn) {
+                touched.push(qpn);
+            }
         }
     }
 
@@ -78,7 +86,7 @@ impl Core {
         let ack_last = postpone || due;
         if let Some(e) = self.tables.qps.get_mut(&qpn) {
             self.paths
-                .before_drain(now, peer, &mut e.qp, &shared.counters);
+                .before_drain(now, peer, qpn, &mut e.qp, &shared.counters);
         }
         let mut lent = LentPayload::default();
         let io = &mut self.io;

@@ -81,7 +81,7 @@ fn run_sender(r: &RunParams, recv: bool) -> Result<BwReport> {
     let mut ticker = Ticker::new(r);
     loop {
         if let Some(t) = &mut ticker {
-            t.tick(totccnt);
+            t.tick(totccnt, &ccnt);
         }
         let phase = dur.map(|d| d.phase());
         let ended = phase == Some(Phase::End);
@@ -183,7 +183,7 @@ fn run_receiver(r: &RunParams) -> Result<BwReport> {
     let mut ticker = Ticker::new(r);
     loop {
         if let Some(t) = &mut ticker {
-            t.tick(rcnt);
+            t.tick(rcnt, &[]);
         }
         match (s.duration, dur) {
             (Some(_), Some(d)) if d.phase() == Phase::End => break,

@@ -87,7 +87,7 @@ impl Clock {
         }
         self.done += 1;
         if let Some(t) = &mut self.ticker {
-            t.tick(self.done);
+            t.tick(self.done, &[]);
         }
     }
 

@@ -67,24 +67,28 @@
 //! ## Using it with a QP
 //!
 //! A QP with a send budget ([`crate::rc::RcQp::set_send_budget`]) sends only
-//! the SEND/WRITE payload bytes the caller allows; without one it keeps
+//! the SEND/WRITE payload bytes the caller allows, and READ requests for no
+//! more response bytes than it allows; without one it keeps
 //! the fixed byte window (the default, until the engine's wiring is measured).
 //! [`crate::rc::RcQp::take_cc_signals`] returns what the QP sent, what was
 //! acknowledged, its smallest round-trip sample, its go-back-N retries and
 //! the CNPs it received since the last call, which [`feed`] hands to the path's controller. The
 //! engine's part: one controller per destination peer, shared by the QPs to
 //! it; before draining a QP, budget = its share of `available()`; after
-//! handling packets, feed; pace with `pacing_rate()`.
+//! handling packets, feed; pace with `pacing_rate()` through a [`Pacer`]
+//! (bursts of at most two 100-µs quanta, so GSO runs stay, shorter).
 
 pub mod competitive;
 mod config;
 mod controller;
 pub mod dcqcn;
 pub mod filter;
+pub mod pacer;
 pub mod target;
 
 pub use config::CcConfig;
 pub use controller::{CcCounters, Mode, PathController};
+pub use pacer::Pacer;
 
 use crate::rc::CcSignals;
 use crate::time::Instant;

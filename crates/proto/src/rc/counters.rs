@@ -68,6 +68,12 @@ counters! {
         rdma_sends,
         /// Completed receive work requests.
         rdma_recvs,
+        /// Requester: PSNs sent for the first time (a READ request counts
+        /// the response PSNs it asks for).
+        req_psns_first,
+        /// Requester: PSNs sent again by go-back-N (the share of these in
+        /// all PSNs sent is what loss costs the path).
+        req_psns_resent,
     }
     /// Packets dropped, by cause.
     nested drops: Drops

@@ -48,6 +48,7 @@
 //! the error, the one NAK that tells the peer why.
 
 mod attr;
+mod cnp;
 mod completer;
 mod connection;
 mod counters;
@@ -64,6 +65,7 @@ pub use attr::{
     check_modify, rxe_default_udp_sport, rxe_udp_sport, transition_rules, AddressVector, AttrMask,
     ModifyError, PathMtu, QpAttr, QpCaps, QpState, MAX_RD_ATOMIC,
 };
+pub use cnp::{cnp_packet, CNP_INTERVAL};
 pub use connection::RcConnection;
 pub use counters::{Counters, Drops};
 pub use post::{validate_recv, validate_send};

@@ -2,6 +2,7 @@
 //! sans-IO interface.
 
 use super::attr::{check_modify, rxe_default_udp_sport, rxe_udp_sport};
+use super::cnp::CNP_INTERVAL;
 use super::completer::{Completer, SendCx};
 use super::post::{validate_recv, validate_send};
 use super::requester::{CcSignals, ReqOut};
@@ -100,6 +101,8 @@ pub struct RcQp {
     counters: Counters,
     error: Option<QpErrorCause>,
     responder_first: bool,
+    /// When this QP last asked for a CNP ([`RcQp::congestion_experienced`]).
+    last_cnp: Option<Instant>,
 }
 
 impl RcQp {
@@ -126,6 +129,7 @@ impl RcQp {
             counters: Counters::default(),
             error: None,
             responder_first: false,
+            last_cnp: None,
         }
     }
 
@@ -452,6 +456,25 @@ impl RcQp {
         self.send_budget
     }
 
+    /// A packet for this QP arrived with Congestion Experienced in its IP
+    /// ECN field: true when the QP should answer with a CNP now — a
+    /// notification point sends at most one per [`CNP_INTERVAL`] per QP
+    /// (DCQCN's 50 µs), and only while connected. The CNP itself is
+    /// [`super::cnp_packet`] to the peer's QP ([`QpAttr::dest_qp_num`]).
+    pub fn congestion_experienced(&mut self, now: Instant) -> bool {
+        if !matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+            return false;
+        }
+        if self
+            .last_cnp
+            .is_some_and(|t| now.saturating_duration_since(t) < CNP_INTERVAL)
+        {
+            return false;
+        }
+        self.last_cnp = Some(now);
+        true
+    }
+
     /// What was sent, acknowledged, sampled (the smallest round-trip sample)
     /// and lost since the last call, for a congestion controller
     /// ([`crate::cc::feed`]). Accumulates whether or not a budget is attached.
@@ -612,6 +635,12 @@ impl RcQp {
             &mut self.send_budget,
         ) {
             Ok(ReqOut::Sent(n)) => {
+                let (psns, fresh) = self.req.last_span;
+                if fresh {
+                    self.counters.req_psns_first += u64::from(psns);
+                } else {
+                    self.counters.req_psns_resent += u64::from(psns);
+                }
                 self.comp.on_request_sent(now, &self.p, &self.req);
                 Some(n)
             }

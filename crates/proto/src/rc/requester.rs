@@ -25,8 +25,9 @@
 //!    (rxe responders do not bound a requester's outstanding PSNs; 128 is
 //!    rxe's own requester limit). The packet that leaves less than one MTU of
 //!    budget asks for an ACK, so a QP stopped by its budget hears back.
-//!    READ and atomic requests carry no payload and are not charged (their
-//!    responses flow the other way). What was sent, acknowledged, sampled
+//!    A READ request is charged the response bytes it asks for (they cross
+//!    the same path, the other way), and asks for no more than the budget
+//!    allows — the rest in chunks, as below; atomics are not charged. What was sent, acknowledged, sampled
 //!    and lost accumulates in [`CcSignals`] for the caller to take.
 //! 4. **Read fence.** A fenced WQE waits until every earlier READ/atomic completed.
 //! 5. **`max_rd_atomic`.** A READ or atomic needs a free slot; the slot is
@@ -40,7 +41,9 @@
 //! last packet of every message and on every [`MAX_PKT_PER_ACK`]th packet in
 //! between — Linux rxe acknowledges nothing else.
 //!
-//! **READ retries in chunks.** The first request of a READ asks for all of it.
+//! **READ retries in chunks.** The first request of a READ asks for all of it
+//! (with a send budget: for what the budget allows, the rest then follows in
+//! chunks as below).
 //! A re-request (after a rewind) asks only for the next *chunk*: from the first
 //! byte not yet received (`read_done`, a multiple of the MTU), at the PSN of
 //! that response packet, for at most one send window of packets
@@ -140,6 +143,10 @@ pub(crate) struct Requester {
     /// The last packet sent: its PSN, and whether it was sent for the first
     /// time and occupies one PSN (a clean round-trip sample once acknowledged).
     pub last_sent: (u32, bool),
+    /// The PSNs the last packet sent took (a READ request takes one per
+    /// response packet) and whether they were new (beyond every PSN sent
+    /// before) rather than a go-back-N re-send: the QP counts them.
+    pub last_span: (u32, bool),
     /// Congestion signals not yet taken.
     pub cc: CcSignals,
     /// Payload bytes sent and not yet acknowledged or abandoned.
@@ -152,9 +159,10 @@ pub(crate) struct Requester {
 /// everything since the signals were last taken
 /// ([`crate::rc::RcQp::take_cc_signals`]).
 ///
-/// Bytes are payload bytes of SEND and WRITE packets; acknowledged bytes are
-/// the PSNs acknowledged times the MTU, bounded by what is in flight (READ
-/// and atomic PSNs carry no request payload).
+/// Bytes are payload bytes of SEND and WRITE packets and the response bytes
+/// READ requests ask for (they cross the path too, the other way);
+/// acknowledged bytes are the PSNs acknowledged times the MTU, bounded by
+/// what is in flight (atomic PSNs count nothing).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CcSignals {
     /// Payload bytes sent (first transmissions and re-sends).
@@ -204,6 +212,16 @@ impl Requester {
             self.cc_in_flight -= bytes;
             self.cc.acked += bytes;
             self.cc_acked_psn = comp_psn;
+        }
+        // Never more in flight than the PSNs not yet acknowledged carry: a
+        // go-back-N re-send of a PSN that an ACK of the original then covered
+        // is never acknowledged again (the responder answers it as a
+        // duplicate), and counted in flight forever it would close the
+        // path's window for good.
+        let outstanding = psn::diff(self.hw_psn, comp_psn).max(0) as u64 * u64::from(mtu);
+        if self.cc_in_flight > outstanding {
+            self.cc.abandoned += self.cc_in_flight - outstanding;
+            self.cc_in_flight = outstanding;
         }
         if let Some(r) = rtt {
             self.cc.rtt = Some(self.cc.rtt.map_or(r, |m| m.min(r)));
@@ -364,15 +382,36 @@ impl Requester {
         } else {
             remaining
         };
+        // With a congestion controller's budget a READ asks for no more
+        // response bytes than the budget allows (whole packets): those bytes
+        // cross the path toward us, and a READ of megabytes answered at once
+        // would land on the bottleneck as one burst. The rest follows in
+        // chunks, as after a loss.
+        let read_len = match *budget {
+            Some(b) if w.kind == Kind::Read && u64::from(read_len) > b => {
+                let whole = (b / u64::from(mtu)).min(u64::from(u32::MAX / mtu)) as u32 * mtu;
+                if whole == 0 {
+                    return Ok(ReqOut::Idle);
+                }
+                whole
+            }
+            _ => read_len,
+        };
         let (payload, first, last) = match w.kind {
             Kind::Send | Kind::Write => (remaining.min(mtu), offset == 0, remaining <= mtu),
             Kind::Read => (0, true, read_len == remaining),
             Kind::Atomic => (0, true, true),
         };
-        // The congestion controller's budget: a payload must fit.
+        // The congestion controller's budget: a payload must fit (a READ's
+        // responses fit: just bounded).
+        let charge = u64::from(if w.kind == Kind::Read {
+            read_len
+        } else {
+            payload
+        });
         let left = match *budget {
-            Some(b) if u64::from(payload) > b => return Ok(ReqOut::Idle),
-            Some(b) => Some(b - u64::from(payload)),
+            Some(b) if charge > b => return Ok(ReqOut::Idle),
+            Some(b) => Some(b - charge),
             None => None,
         };
         let opcode = opcode_for(&w.wr.op, first, last);
@@ -500,8 +539,8 @@ impl Requester {
         if left.is_some() {
             *budget = left;
         }
-        self.cc.sent += u64::from(payload);
-        self.cc_in_flight += u64::from(payload);
+        self.cc.sent += charge;
+        self.cc_in_flight += charge;
         let Some(w) = sq.wqes.get_mut(idx) else {
             return Ok(ReqOut::Sent(n));
         };
@@ -514,7 +553,9 @@ impl Requester {
         let consumed = match w.kind {
             Kind::Read => {
                 w.read_req_end = Some(offset + read_len);
-                if resent {
+                // A first request cut short by the budget bounds later
+                // re-requests as a re-request does (see the module docs).
+                if resent || !last {
                     let end = offset + read_len;
                     w.read_bounds.retain(|&e| e > offset && e != end);
                     w.read_bounds.push(end);
@@ -536,6 +577,7 @@ impl Requester {
             self.hw_psn = self.psn;
         }
         self.last_sent = (pkt_psn, fresh && consumed == 1);
+        self.last_span = (consumed, fresh);
         self.noack_pkts = if ack_req { 0 } else { self.noack_pkts + 1 };
         if last {
             self.idx += 1;

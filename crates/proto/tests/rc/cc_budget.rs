@@ -211,3 +211,118 @@ fn a_cnp_reaches_the_controller_and_touches_no_psn_state() {
     t.b_replies(t1);
     assert_eq!(t.a.take_cc_signals().acked, 64 * 1024);
 }
+
+#[test]
+fn a_resend_that_an_ack_overtakes_leaves_nothing_in_flight() {
+    // B receives the first half of a 64-packet WRITE, but its ACK is late:
+    // A's timer fires first and A re-sends from the start. Then the ACK
+    // covers the first half, behind which A is still re-sending: those
+    // PSNs are duplicates that B never acknowledges again. The path must
+    // end with nothing in flight, or its window stays closed for good with
+    // no ACK left to open it.
+    let mut t = pair(64 * 1024);
+    let mut path = PathController::new(CcConfig::default());
+    let t0 = Instant::ZERO;
+    // The first half arrives (its last packet asks for an ACK: it spends
+    // the budget), the second is lost.
+    t.a.set_send_budget(Some(32 * 1024));
+    assert_eq!(t.a_sends(t0, |_| false).len(), 32);
+    t.a.set_send_budget(Some(32 * 1024));
+    assert_eq!(t.a_sends(t0, |_| true).len(), 32);
+    cc::feed(&mut path, t0, t.a.take_cc_signals());
+    let due = t.a.poll_timeout().expect("a retransmission timer");
+    t.a.handle_timeout(due);
+    t.a.set_send_budget(Some(10 * 1024));
+    assert_eq!(t.a_sends(due, |_| true).len(), 10);
+    cc::feed(&mut path, due, t.a.take_cc_signals());
+    let mut now = due + Duration::from_micros(10);
+    for _ in 0..10 {
+        t.b_replies(now);
+        cc::feed(&mut path, now, t.a.take_cc_signals());
+        t.a.set_send_budget(Some(u64::MAX));
+        t.a_sends(now, |_| false);
+        cc::feed(&mut path, now, t.a.take_cc_signals());
+        now += Duration::from_micros(10);
+    }
+    assert!(t.a.is_send_idle());
+    assert_eq!(path.in_flight(), 0);
+}
+
+#[test]
+fn a_qp_asks_for_at_most_one_cnp_per_interval() {
+    let mut t = pair(1024);
+    let t0 = Instant::from_nanos(1_000);
+    assert!(t.b.congestion_experienced(t0));
+    assert!(!t.b.congestion_experienced(t0 + Duration::from_micros(49)));
+    assert!(t.b.congestion_experienced(t0 + CNP_INTERVAL));
+    // A QP that is not connected answers nothing.
+    let mut idle = RcQp::new(3, 1, QpCaps::default());
+    assert!(!idle.congestion_experienced(t0));
+}
+
+/// A connected pair with one READ of `len` bytes posted at A (from B's
+/// bytes `i as u8` for i in 0..len).
+fn read_pair(len: u32) -> (Two, ndverbs_proto::mem::testing::MrKeys) {
+    let mut t = pair(0);
+    t.a = {
+        let caps = QpCaps::default();
+        let mut a = RcQp::new(0x11, 1, caps);
+        let to_b = RcConnection {
+            rq_psn: 500,
+            sq_psn: 100,
+            max_rd_atomic: 4,
+            ..RcConnection::new(0x22)
+        };
+        for (attr, mask) in to_b.steps() {
+            a.modify(&attr, mask).unwrap();
+        }
+        a
+    };
+    let bytes: Vec<u8> = (0..len).map(|i| i as u8).collect();
+    let src = t
+        .mem_b
+        .register_bytes(1, 0x40_0000, bytes, Access::REMOTE_READ);
+    let dst = t.mem_a.register(1, 0x80_0000, len, Access::LOCAL_WRITE);
+    let at = RemoteAddr {
+        va: src.addr,
+        rkey: src.rkey,
+    };
+    t.a.post_send(SendWr::new(7, SendOp::Read(at), vec![dst.sge(0, len)]))
+        .unwrap();
+    (t, dst)
+}
+
+#[test]
+fn a_budget_splits_a_read_into_requests_of_what_it_allows() {
+    let len = 256 * 1024;
+    let (mut t, dst) = read_pair(len);
+    let mut path = PathController::new(CcConfig::default());
+    let mut now = Instant::ZERO;
+    let mut requests = Vec::new();
+    for _ in 0..20 {
+        t.a.set_send_budget(Some(64 * 1024 + 100));
+        let mut buf = vec![0u8; t.a.max_packet_len()];
+        while let Some(n) = t.a.poll_transmit(now, &mut t.mem_a, &mut buf) {
+            let p = Packet::parse(&buf[..n]).unwrap();
+            requests.push((p.bth.psn, p.ext.reth.unwrap().len));
+            t.b.handle_packet(now, &p, &mut t.mem_b, &mut t.rq_b);
+        }
+        cc::feed(&mut path, now, t.a.take_cc_signals());
+        assert!(path.in_flight() <= 64 * 1024, "{}", path.in_flight());
+        now += Duration::from_micros(10);
+        t.b_replies(now);
+        cc::feed(&mut path, now, t.a.take_cc_signals());
+    }
+    // Four requests of 64 KiB (the budget's whole packets), each at the PSN
+    // of its first response; the READ completes with every byte.
+    assert_eq!(
+        requests,
+        [(100, 65536), (164, 65536), (228, 65536), (292, 65536)]
+    );
+    let wc = t.a.poll_completion().expect("the READ completed");
+    assert_eq!((wc.wr_id, wc.status), (7, WcStatus::Success));
+    let want: Vec<u8> = (0..len).map(|i| i as u8).collect();
+    assert_eq!(t.mem_a.bytes(dst.lkey), &want[..]);
+    assert_eq!(path.in_flight(), 0);
+    assert_eq!(path.counters().bytes_acked, u64::from(len));
+}

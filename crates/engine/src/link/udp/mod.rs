@@ -191,6 +191,22 @@ impl RoceSocket {
         self.gro
     }
 
+    /// Turns ECN on: every packet leaves with ECT(1) in its IP ECN field
+    /// ([`ECN_ECT1`](crate::link::ECN_ECT1), why that one: there), and each
+    /// received datagram reports the ECN field it arrived with
+    /// ([`Datagram::ecn`]). Returns whether the kernel accepted both.
+    pub fn enable_ecn(&mut self) -> bool {
+        let fd = self.sock.as_raw_fd();
+        let ect = libc::c_int::from(crate::link::ECN_ECT1);
+        if self.local.is_ipv4() {
+            setsockopt(fd, libc::IPPROTO_IP, libc::IP_TOS, ect).is_ok()
+                && setsockopt(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1).is_ok()
+        } else {
+            setsockopt(fd, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, ect).is_ok()
+                && setsockopt(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1).is_ok()
+        }
+    }
+
     /// Whether sends may use UDP GSO (off after the kernel refused one).
     pub fn gso(&self) -> bool {
         self.gso.load(Ordering::Relaxed)
@@ -314,10 +330,11 @@ impl RoceSocket {
         // Each pending error is returned once: a few in a row at most.
         for _ in 0..4 {
             match sys::recvmsg_pktinfo(self.fd(), buf) {
-                Ok((len, src, dst, seg)) => {
+                Ok((len, src, dst, seg, tos)) => {
                     return Ok(Some(Datagram {
                         src,
                         dst,
+                        ecn: tos & 3,
                         len,
                         seg: seg.filter(|&s| s > 0 && s < len).unwrap_or(len),
                     }))

@@ -142,8 +142,10 @@ fn recv_msghdr(
     msg
 }
 
-/// What `recvmsg_pktinfo` returns: length, source, destination, GRO segment size.
-pub(super) type RecvInfo = (usize, SocketAddr, Option<IpAddr>, Option<usize>);
+/// What `recvmsg_pktinfo` returns: length, source, destination, GRO segment
+/// size, and the IPv4 TOS or IPv6 traffic class (0 unless asked for with
+/// `IP_RECVTOS`/`IPV6_RECVTCLASS`).
+pub(super) type RecvInfo = (usize, SocketAddr, Option<IpAddr>, Option<usize>, u8);
 
 /// `recvmsg` that also returns the destination address from `IP_PKTINFO` /
 /// `IPV6_PKTINFO` and the segment size of a GRO-coalesced datagram.
@@ -153,7 +155,8 @@ pub(super) fn recvmsg_pktinfo(fd: RawFd, buf: &mut [u8]) -> io::Result<RecvInfo>
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
     };
-    // Room for an in_pktinfo or in6_pktinfo and a UDP_GRO message, 8-byte aligned.
+    // Room for an in_pktinfo or in6_pktinfo, a UDP_GRO and a TOS or traffic
+    // class message, 8-byte aligned.
     let mut control = [0u64; 16];
     let mut msg = recv_msghdr(&mut addr, &mut iov, &mut control);
     // SAFETY: every pointer in `msg` refers to a live buffer of the stated size.
@@ -173,6 +176,7 @@ pub(super) fn recvmsg_pktinfo(fd: RawFd, buf: &mut [u8]) -> io::Result<RecvInfo>
     })?;
     let mut dst = None;
     let mut seg = None;
+    let mut tos = 0u8;
     // SAFETY: CMSG_* walk the control buffer the kernel filled, within msg_controllen.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&msg);
@@ -189,11 +193,17 @@ pub(super) fn recvmsg_pktinfo(fd: RawFd, buf: &mut [u8]) -> io::Result<RecvInfo>
             } else if h.cmsg_level == libc::SOL_UDP && h.cmsg_type == UDP_GRO {
                 let s = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
                 seg = usize::try_from(s).ok();
+            } else if h.cmsg_level == libc::IPPROTO_IP && h.cmsg_type == libc::IP_TOS {
+                // One byte (ip_cmsg_recv_tos).
+                tos = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<u8>());
+            } else if h.cmsg_level == libc::IPPROTO_IPV6 && h.cmsg_type == libc::IPV6_TCLASS {
+                let t = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                tos = (t & 0xff) as u8;
             }
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    Ok((n as usize, src, dst, seg))
+    Ok((n as usize, src, dst, seg, tos))
 }
 
 /// # Safety

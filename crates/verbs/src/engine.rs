@@ -311,6 +311,10 @@ impl Nic {
         self.0.progress()
     }
 
+    pub(crate) fn poll_step(&self) -> bool {
+        self.0.poll_step()
+    }
+
     pub(crate) fn progress_wait(&self, timeout: Duration) -> Result<()> {
         self.0
             .progress_wait(timeout)

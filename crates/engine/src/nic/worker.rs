@@ -16,6 +16,7 @@
 
 use super::core::Shared;
 use super::Nic;
+use crate::config::Progress;
 use crate::error::EngineError;
 use crate::event::wait_events;
 use ndverbs_proto::time::Instant;
@@ -49,6 +50,37 @@ impl Nic {
     /// returns true if it ran. In manual mode this is how work gets done.
     pub fn progress(&self) -> bool {
         progress_shared(&self.shared)
+    }
+
+    /// One step for a caller that found its completion queue empty, if no
+    /// other thread runs the engine: in manual progress this is
+    /// [`Nic::progress`]; with an engine thread it lets a busy-polling
+    /// application take its packets itself instead of waiting for the
+    /// sleeping thread's wake-up, and wakes that thread only if the step
+    /// armed a timer it would serve too late (as a direct post does).
+    pub fn poll_step(&self) -> bool {
+        if self.shared.mode == Progress::Manual {
+            return self.progress();
+        }
+        if self.is_removed() {
+            return false;
+        }
+        let Ok(mut c) = self.shared.core.try_lock() else {
+            return false;
+        };
+        let _nic = self.shared.span.enter();
+        let now = self.now();
+        c.step(&self.shared, now);
+        // Nothing may wait for a step that may not come soon.
+        c.flush_acks(&self.shared, now);
+        if let Some(d) = c.next_deadline() {
+            let wake = self.shared.worker_wake_ns.load(Ordering::Relaxed);
+            if wakes_too_late(wake, d.as_nanos(), now.as_nanos()) {
+                drop(c);
+                self.shared.doorbell.signal();
+            }
+        }
+        true
     }
 
     /// Manual mode: blocks until a packet or post arrives, the next timer is

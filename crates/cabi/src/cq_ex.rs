@@ -37,7 +37,6 @@ use crate::abi::*;
 use crate::cq::{self, to_wc, Cq};
 use crate::ffi::{self, fast, ret_ptr};
 use libc::{c_int, c_uint, c_void};
-use ndverbs_verbs::{WcOpcode, WcQueue, WcStatus, WorkCompletion};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 
 /// The `wc_flags` this library can honour: rxe's set, the standard ones.
@@ -147,28 +146,14 @@ fn ex_of(cq: *mut ibv_cq_ex) -> Option<(&'static Cq, &'static CqEx)> {
     Some((cq, cq.ex.as_ref()?))
 }
 
-const EMPTY: WorkCompletion = WorkCompletion {
-    wr_id: 0,
-    status: WcStatus::Success,
-    opcode: WcOpcode::Send,
-    queue: WcQueue::Send,
-    byte_len: 0,
-    imm: None,
-    invalidated_rkey: None,
-    qpn: 0,
-    src_qp: 0,
-    solicited: false,
-};
-
 /// Takes the next completion into `cur` and the public struct; false when
 /// the CQ is empty (after running the engine once, as `ibv_poll_cq`).
 fn advance(cq: &Cq, ex: &CqEx) -> bool {
     let _returned = cq.nic.activity.entering();
-    let mut buf = [EMPTY];
-    if cq.cq.poll(&mut buf) == 0 {
+    let Some(w) = cq.cq.poll_one() else {
         return false;
-    }
-    let wc = to_wc(&buf[0]);
+    };
+    let wc = to_wc(&w);
     let c = &ex.cur;
     c.opcode.store(wc.opcode, Ordering::Relaxed);
     c.byte_len.store(wc.byte_len, Ordering::Relaxed);

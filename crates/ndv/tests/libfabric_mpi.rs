@@ -32,36 +32,13 @@ mod programs;
 use ndverbs_testkit::netns::Netns;
 use ndverbs_testkit::process::{self, Finished, Running, LIMIT};
 use ndverbs_testkit::skip;
-use programs::{both_ok, ndv_run, veth, A, B};
+use programs::{both_ok, ndv_run, veth, wait_tcp_listening, A, B};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// fi_pingpong's control port (its default), TCP in the server's namespace.
 const CTRL_PORT: u16 = 47592;
-
-/// Waits until TCP `port` listens in `ns`, where `server` runs.
-#[track_caller]
-fn wait_tcp_listening(ns: &Netns, port: u16, server: &Running) {
-    let t0 = Instant::now();
-    let needle = format!(":{port} ");
-    loop {
-        let out = ns.command("ss").args(["-ltnH"]).output().expect("ss");
-        if String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .any(|l| l.contains(&needle))
-        {
-            return;
-        }
-        assert!(
-            t0.elapsed() < process::READY_LIMIT,
-            "not listening on {port} after {:?}:\n{}",
-            process::READY_LIMIT,
-            server.output_so_far()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// fi_pingpong's result row for `size` bytes: (messages sent, acknowledged).
 fn pingpong_row(out: &str, size: &str) -> Option<(u64, u64)> {

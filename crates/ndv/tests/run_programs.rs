@@ -13,33 +13,8 @@ mod programs;
 use ndverbs_testkit::guest::{Guest, Listen, GUEST, HOST};
 use ndverbs_testkit::netns::Netns;
 use ndverbs_testkit::process::{self, Finished, Running, LIMIT};
-use programs::{both_ok, installed, ndv_run, ndv_tool, rows, veth, A, B, NDV};
+use programs::{both_ok, installed, ndv_run, ndv_tool, rows, veth, wait_tcp_listening, A, B, NDV};
 use std::process::Command;
-use std::time::{Duration, Instant};
-
-/// Waits until TCP `port` listens in `ns` (where `server` runs); fails the
-/// test with the server's output when it exits first or takes too long.
-#[track_caller]
-fn wait_listening(ns: &Netns, port: u16, server: &Running) {
-    let t0 = Instant::now();
-    let needle = format!(":{port} ");
-    loop {
-        let out = ns.command("ss").args(["-ltnH"]).output().expect("ss");
-        if String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .any(|l| l.contains(&needle))
-        {
-            return;
-        }
-        assert!(
-            t0.elapsed() < process::READY_LIMIT,
-            "not listening on {port} after {:?}:\n{}",
-            process::READY_LIMIT,
-            server.output_so_far()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// Starts `server` (a program that listens on TCP `port` in `ns`), then
 /// `client`; both must succeed. (client, server) outputs.
@@ -51,7 +26,7 @@ fn server_then_client(
     client: &mut Command,
 ) -> (Finished, Finished) {
     let s = Running::spawn(server);
-    wait_listening(ns, port, &s);
+    wait_tcp_listening(ns, port, &s);
     let c = Running::spawn(client).wait(LIMIT);
     let s = s.wait(LIMIT);
     (c, s)
@@ -346,7 +321,7 @@ fn pingpong_against_rxe(program: &str, extra: &str, port: u16) {
     let args = ours(&p2);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let server = Running::spawn(&mut ndv_run(g.netns(), program, &args));
-    wait_listening(g.netns(), port + 1, &server);
+    wait_tcp_listening(g.netns(), port + 1, &server);
     let (ok_g, out_g) = g.run(&format!(
         "timeout 60 {program} -g 1 -p {p2} -n 200 {extra} {HOST}"
     ));
@@ -403,7 +378,7 @@ fn perftest_against_rxe(t: &str, port: u16) {
         check_perftest(t, &out_g, "server", 200.0);
         // We serve.
         let server = Running::spawn(&mut ndv_run(g.netns(), &format!("ib_{t}"), &ours));
-        wait_listening(g.netns(), port, &server);
+        wait_tcp_listening(g.netns(), port, &server);
         let (ok_g, out_g) = g.run(&format!("{theirs} {HOST}"));
         let s = server.wait(LIMIT);
         if !(s.ok && ok_g) && attempt < 3 && perftest_clock_failed(&(s.text() + &out_g)) {

@@ -5,9 +5,10 @@
 #![allow(dead_code)]
 
 use ndverbs_testkit::netns::Netns;
-use ndverbs_testkit::process::Finished;
+use ndverbs_testkit::process::{self, Finished, Running};
 use ndverbs_testkit::skip;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 pub const NDV: &str = env!("CARGO_BIN_EXE_ndv");
 
@@ -77,4 +78,28 @@ pub fn rows(out: &str) -> Vec<Vec<f64>> {
                 .collect()
         })
         .collect()
+}
+
+/// Waits until TCP `port` listens in `ns` (where `server` runs); fails the
+/// test with the server's output when it takes too long.
+#[track_caller]
+pub fn wait_tcp_listening(ns: &Netns, port: u16, server: &Running) {
+    let t0 = Instant::now();
+    let needle = format!(":{port} ");
+    loop {
+        let out = ns.command("ss").args(["-ltnH"]).output().expect("ss");
+        if String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.contains(&needle))
+        {
+            return;
+        }
+        assert!(
+            t0.elapsed() < process::READY_LIMIT,
+            "not listening on {port} after {:?}:\n{}",
+            process::READY_LIMIT,
+            server.output_so_far()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -186,6 +186,13 @@ impl Device {
         self.nic.poll_step()
     }
 
+    /// The application is about to sleep until a CQ notifies it: the
+    /// engine thread must watch the link again (it leaves it to a
+    /// busy-polling application otherwise).
+    pub(crate) fn end_busy_poll(&self) {
+        self.nic.end_busy_poll();
+    }
+
     /// Runs the engine once if no other thread is running it right now;
     /// returns whether it ran. A post made while another thread runs a step
     /// waits for the next step; a caller that must not leave it waiting
@@ -468,6 +475,7 @@ impl Cq {
                     .dev
                     .progress_wait(left.min(Duration::from_millis(10)))?;
             } else {
+                self.inner.dev.end_busy_poll();
                 ring.arm(NotifyOn::Any);
                 // Close the race with a completion that arrived before arming.
                 if let Some(w) = ring.poll_one() {
@@ -490,6 +498,7 @@ impl Cq {
     /// [`ErrorKind::Overflow`] (completions were lost) or
     /// [`ErrorKind::DeviceRemoved`].
     pub fn notify(&self, on: NotifyOn) -> crate::Pending<()> {
+        self.inner.dev.end_busy_poll();
         let p = self.inner.ring.notify(on).driven_by(&self.inner.dev.nic);
         // Removal ends the waiters it finds; one registered after that would
         // wait forever. (Removal sets the flag before ending waiters.)
@@ -508,6 +517,7 @@ impl Cq {
     /// Arms the notification: the next matching completion makes [`Cq::fd`]
     /// readable (once per arm).
     pub fn req_notify(&self, on: NotifyOn) {
+        self.inner.dev.end_busy_poll();
         self.inner.ring.arm(on);
     }
 

@@ -315,6 +315,10 @@ impl Nic {
         self.0.poll_step()
     }
 
+    pub(crate) fn end_busy_poll(&self) {
+        self.0.end_busy_poll();
+    }
+
     pub(crate) fn progress_wait(&self, timeout: Duration) -> Result<()> {
         self.0
             .progress_wait(timeout)

@@ -62,6 +62,11 @@ impl RunBatch {
         self.tx_end
     }
 
+    /// Whether no packet joined the batch since it was last sent.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.packets == 0
+    }
+
     /// Whether another packet of any size fits in the batch.
     pub(crate) fn has_room(&self, cap: usize) -> bool {
         self.closed + usize::from(self.count > 0) < Runs::MAX

@@ -156,43 +156,96 @@ impl Timers {
 
 /// Manual progress: queue pairs (and their peers) whose plain ACK a step
 /// left unbuilt in the responder because the QP had a completion the
-/// application may answer at once — the answer then leaves first. The next
-/// step sends the ACK at the latest, after that step's data and in a send of
-/// its own (see `drain_qp`).
+/// application may answer at once — the answer then leaves first, with the
+/// ACK riding in its GSO run (see `drain_qp`).
+///
+/// A step that delivers another completion of the same QP postpones the ACK
+/// again, at most [`AckPlan::MAX_POSTPONED`] steps in a row: the
+/// application is still taking that QP's completions (the rest of a GRO'd
+/// datagram, the send completion an ACK just brought) and its answer is
+/// still to come. The first step without a new completion of the QP sends
+/// the ACK, as does the engine before it sleeps (`flush_acks`).
 #[derive(Default)]
 pub(crate) struct AckPlan {
-    /// Postponed by this step.
-    pub(crate) postponed: Vec<(u32, IpAddr)>,
+    /// Postponed by this step, with the number of steps in a row.
+    pub(crate) postponed: Vec<Postponed>,
     /// Postponed by the previous step: due in this one.
-    pub(crate) due: Vec<(u32, IpAddr)>,
+    pub(crate) due: Vec<Postponed>,
+}
+
+/// A postponed ACK: the QP, its peer and how many steps in a row it waited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Postponed {
+    pub(crate) qpn: u32,
+    pub(crate) peer: IpAddr,
+    pub(crate) steps: u8,
 }
 
 impl AckPlan {
+    /// Most steps in a row one ACK waits for an answer to ride with.
+    pub(crate) const MAX_POSTPONED: u8 = 4;
+
     /// A new step: what the last one postponed is due.
     pub(crate) fn start_step(&mut self) {
         self.due.append(&mut self.postponed);
     }
 
-    /// Whether `qpn`'s ACK is due (it is then no longer).
-    pub(crate) fn take_due(&mut self, qpn: u32) -> bool {
-        match self.due.iter().position(|&(q, _)| q == qpn) {
-            Some(i) => {
-                self.due.swap_remove(i);
-                true
-            }
-            None => false,
+    /// How many steps in a row `qpn`'s ACK has waited if it is due (it is
+    /// then no longer); 0 if it is not.
+    pub(crate) fn take_due(&mut self, qpn: u32) -> u8 {
+        match self.due.iter().position(|p| p.qpn == qpn) {
+            Some(i) => self.due.swap_remove(i).steps,
+            None => 0,
         }
     }
 
-    /// Postpones `qpn`'s ACK to `peer` to the next step.
-    pub(crate) fn postpone(&mut self, qpn: u32, peer: IpAddr) {
-        if !self.postponed.iter().any(|&(q, _)| q == qpn) {
-            self.postponed.push((qpn, peer));
+    /// Postpones `qpn`'s ACK to `peer` to the next step, `waited` steps in
+    /// a row before this one.
+    pub(crate) fn postpone(&mut self, qpn: u32, peer: IpAddr, waited: u8) {
+        if !self.postponed.iter().any(|p| p.qpn == qpn) {
+            self.postponed.push(Postponed {
+                qpn,
+                peer,
+                steps: waited + 1,
+            });
         }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
         self.postponed.is_empty() && self.due.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod ack_plan_tests {
+    use super::AckPlan;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    const PEER: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+
+    #[test]
+    fn a_postponed_ack_is_due_in_the_next_step_only() {
+        let mut plan = AckPlan::default();
+        plan.postpone(7, PEER, 0);
+        plan.postpone(7, PEER, 0);
+        assert_eq!(plan.take_due(7), 0, "not due in the step that postponed it");
+        plan.start_step();
+        assert_eq!(plan.take_due(8), 0);
+        assert_eq!(plan.take_due(7), 1);
+        assert_eq!(plan.take_due(7), 0, "taken once");
+        assert!(plan.is_empty());
+    }
+
+    #[test]
+    fn postponing_again_counts_the_steps_in_a_row() {
+        let mut plan = AckPlan::default();
+        let mut waited = 0;
+        for _ in 0..AckPlan::MAX_POSTPONED {
+            plan.postpone(7, PEER, waited);
+            plan.start_step();
+            waited = plan.take_due(7);
+        }
+        assert_eq!(waited, AckPlan::MAX_POSTPONED);
     }
 }
 
@@ -236,6 +289,11 @@ pub(crate) struct Shared {
     /// When the engine thread will wake up by itself, in engine nanoseconds,
     /// written under the core lock before it sleeps (see `Nic::post_direct`).
     pub(crate) worker_wake_ns: AtomicU64,
+    /// When an application thread last polled an empty completion queue
+    /// (`Nic::poll_step`), in engine nanoseconds; 0 when none is polling.
+    /// While one polls, the engine thread leaves the link to it (see
+    /// `worker`).
+    pub(crate) busy_poll_ns: AtomicU64,
     /// The `nic` span (field `local`), entered by every engine step and
     /// control call, so that ids in the logs name their NIC.
     pub(crate) span: tracing::Span,

@@ -305,6 +305,7 @@ impl Nic {
             link_error: AtomicBool::new(false),
             capture,
             worker_wake_ns: AtomicU64::new(u64::MAX),
+            busy_poll_ns: AtomicU64::new(0),
             span: tracing::debug_span!(parent: None, "nic", %local),
         });
         if let Some(path) = &config.capture {

@@ -17,18 +17,21 @@
 //!
 //! **ACK postponement.** In manual progress the application runs the engine
 //! from the thread that will answer a message. When a step leaves a QP with
-//! a completion to deliver, its plain ACK waits for the next step: the
-//! application may answer at once, and the answer then leaves first, the
-//! ACK just after it in a send of its own (riding in one GSO send with the
-//! answer cost the answer about 0.45 µs per one-way trip; alone, its send
-//! overlaps the peer's work on the answer). Without a completion (the target
-//! of an RDMA WRITE stream) nobody will answer: the ACK goes at once, or the
-//! sender's window would wait a step for it. An ACK is postponed once: one
-//! the previous step postponed leaves in this one, and every postponed ACK
-//! leaves before the engine sleeps (`flush_acks`).
+//! a completion to deliver, its plain ACK waits: the application may answer
+//! at once, and the ACK then rides as the short last segment of the
+//! answer's GSO run — one send for both, and one (GRO'd) receive at the
+//! peer, whose RC requester (perftest's `send_lat`, for one) often waits
+//! for that ACK before it looks at the answer. A step that delivers
+//! another completion of the QP (the rest of a GRO'd datagram, the send
+//! completion an ACK brought) postpones the ACK again, a few steps at most
+//! (`AckPlan`); the first step without one sends it, with whatever data the
+//! QP has. Without a completion (the target of an RDMA WRITE stream) nobody
+//! will answer: the ACK goes at once, or the sender's window would wait a
+//! step for it. Every postponed ACK leaves before the engine sleeps
+//! (`flush_acks`).
 
-use super::core::Core;
 use super::core::Shared;
+use super::core::{AckPlan, Core};
 use crate::config::Progress;
 use crate::counters::bump;
 use crate::link::{Link, SendFailure};
@@ -73,10 +76,11 @@ impl Core {
         may_postpone: bool,
     ) {
         let dst = SocketAddr::new(peer, ROCEV2_PORT);
-        let due = self.acks.take_due(qpn);
+        let waited = self.acks.take_due(qpn);
+        let due = waited > 0;
         // (A QP in ERR answers nothing: its completions are flushes.)
         let postpone = may_postpone
-            && !due
+            && waited < AckPlan::MAX_POSTPONED
             && shared.mode == Progress::Manual
             && self
                 .tables
@@ -113,12 +117,16 @@ impl Core {
         }
         let owes_ack = |c: &Core| c.tables.qps.get(&qpn).is_some_and(|e| e.qp.owes_only_ack());
         if ack_last && owes_ack(self) {
-            if postpone {
-                self.acks.postpone(qpn, peer);
+            // With data leaving now the ACK rides with it rather than wait.
+            if postpone && self.io.batch.is_empty() {
+                self.acks.postpone(qpn, peer, waited);
             } else {
-                // The data first, then the ACK alone.
+                // The data first, then the ACK riding as the short last
+                // segment of the data's GSO run.
                 let io = &mut self.io;
-                io.batch.flush(&mut io.link, &shared.counters, dst);
+                if !io.batch.has_room(io.tx.len()) {
+                    io.batch.flush(&mut io.link, &shared.counters, dst);
+                }
                 let end = io.batch.tx_end();
                 if let Some(n) = self.tables.qps.get_mut(&qpn).and_then(|e| {
                     e.qp.poll_transmit_lending(now, &mut self.tables.mem, &mut io.tx[end..], None)
@@ -140,8 +148,8 @@ impl Core {
     /// else to send in this one.
     pub(super) fn drive_postponed_acks(&mut self, shared: &Shared, now: Instant) {
         // Popped one by one: the list keeps its allocation.
-        while let Some((qpn, peer)) = self.acks.due.pop() {
-            self.drain_qp(shared, now, qpn, peer, false);
+        while let Some(p) = self.acks.due.pop() {
+            self.drain_qp(shared, now, p.qpn, p.peer, false);
         }
     }
 

@@ -10,6 +10,19 @@
 //! ping-pong on a 2-core machine, and [`Nic::progress_wait`] sleeps in the
 //! same `poll` the worker would.
 //!
+//! **Busy-poll hand-off.** With an engine thread, an application that
+//! busy-polls its CQ runs engine steps itself when the queue is empty
+//! ([`Nic::poll_step`]). While it does (it polled within
+//! [`BUSY_POLL_HANDOFF`]), the engine thread stops watching the link: it
+//! sleeps on its doorbell and its deadlines only, so a packet is taken by
+//! the polling thread instead of waking the engine thread, which would then
+//! hold the engine while the poller spins (a context switch and a lock
+//! hand-over per packet — the cost that kept `ndv bench` P2t at 4×
+//! a UDP ping-pong). The thread checks again at least every
+//! `BUSY_POLL_HANDOFF`, so a poller that stops without saying so delays a
+//! packet by at most that; arming a CQ for a notification (the poller is
+//! about to sleep) ends the hand-off at once ([`Nic::end_busy_poll`]).
+//!
 //! Time is `CLOCK_MONOTONIC` in nanoseconds since the NIC opened, read once
 //! per step and passed to the sans-IO state machines as an
 //! [`Instant`](ndverbs_proto::time::Instant).
@@ -65,11 +78,15 @@ impl Nic {
         if self.is_removed() {
             return false;
         }
+        let now = self.now();
+        // (`max(1)`: 0 means nobody polls.)
+        self.shared
+            .busy_poll_ns
+            .store(now.as_nanos().max(1), Ordering::Relaxed);
         let Ok(mut c) = self.shared.core.try_lock() else {
             return false;
         };
         let _nic = self.shared.span.enter();
-        let now = self.now();
         c.step(&self.shared, now);
         // Nothing may wait for a step that may not come soon.
         c.flush_acks(&self.shared, now);
@@ -81,6 +98,17 @@ impl Nic {
             }
         }
         true
+    }
+
+    /// Ends the busy-poll hand-off (see the module docs): the application
+    /// is about to sleep until a completion notifies it, so the engine
+    /// thread must watch the link again, now.
+    pub fn end_busy_poll(&self) {
+        if self.shared.busy_poll_ns.swap(0, Ordering::SeqCst) != 0
+            && self.shared.sleeping.load(Ordering::SeqCst)
+        {
+            self.shared.doorbell.signal();
+        }
     }
 
     /// Manual mode: blocks until a packet or post arrives, the next timer is
@@ -135,7 +163,39 @@ impl Shared {
         self.doorbell.drain();
         Ok(())
     }
+
+    /// Sleeps until the doorbell rings or `timeout` passes, leaving the link
+    /// to a busy-polling application (see the module docs).
+    fn wait_doorbell(&self, timeout: Duration) -> std::io::Result<()> {
+        wait_events(&[self.doorbell.fd()], Some(timeout))?;
+        self.doorbell.drain();
+        Ok(())
+    }
+
+    /// How much longer the busy-poll hand-off lasts at `now` (engine
+    /// nanoseconds); `None` if no application thread polls.
+    fn busy_poll_left(&self, now: u64) -> Option<Duration> {
+        // SeqCst: ordered with `sleeping`, as in `Nic::end_busy_poll`.
+        handoff_left(self.busy_poll_ns.load(Ordering::SeqCst), now)
+    }
 }
+
+/// How long an engine thread may leave the link to an application thread
+/// that last polled at `polled` (0: none), at `now` (engine nanoseconds).
+fn handoff_left(polled: u64, now: u64) -> Option<Duration> {
+    if polled == 0 {
+        return None;
+    }
+    let since = now.saturating_sub(polled);
+    let window = BUSY_POLL_HANDOFF.as_nanos() as u64;
+    (since < window).then(|| Duration::from_nanos(window - since))
+}
+
+/// How long after an application thread's last poll of an empty CQ the
+/// engine thread leaves the link to it (see the module docs): long enough
+/// that a spinning poller (a poll every microsecond or so) keeps it, short
+/// enough that a poller that stops without arming a CQ delays little.
+pub(crate) const BUSY_POLL_HANDOFF: Duration = Duration::from_micros(200);
 
 /// Whether an engine thread that wakes by itself at `wake` would serve a
 /// timer due at `deadline` (armed at `now`) later than the timer's own
@@ -193,14 +253,33 @@ pub(super) fn worker(weak: std::sync::Weak<Shared>) {
             shared.sleeping.store(false, Ordering::SeqCst);
             continue;
         }
-        let _ = shared.wait(Some(wait));
+        let handoff = shared.busy_poll_left(shared.now().as_nanos());
+        let _ = match handoff {
+            Some(left) => shared.wait_doorbell(wait.min(left)),
+            None => shared.wait(Some(wait)),
+        };
         shared.sleeping.store(false, Ordering::SeqCst);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::wakes_too_late;
+    use super::{handoff_left, wakes_too_late, BUSY_POLL_HANDOFF};
+    use std::time::Duration;
+
+    #[test]
+    fn the_link_is_left_to_a_poller_only_within_the_handoff_window() {
+        let w = BUSY_POLL_HANDOFF.as_nanos() as u64;
+        assert_eq!(handoff_left(0, 5 * w), None, "nobody polls");
+        assert_eq!(handoff_left(1_000, 1_000), Some(BUSY_POLL_HANDOFF));
+        assert_eq!(
+            handoff_left(1_000, 1_000 + w / 2),
+            Some(Duration::from_nanos(w - w / 2))
+        );
+        assert_eq!(handoff_left(1_000, 1_000 + w), None, "the window ended");
+        // A poll stamped after the thread read its clock: the whole window.
+        assert_eq!(handoff_left(2_000, 1_000), Some(BUSY_POLL_HANDOFF));
+    }
 
     const MS: u64 = 1_000_000;
 

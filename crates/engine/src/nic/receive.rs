@@ -12,8 +12,10 @@
 //! interleave. In manual progress it stops at the first packet that leaves
 //! a completion (or a CM packet) to deliver: the caller is likely waiting
 //! for it, and a further receive would only find the link empty. The rest
-//! of that datagram (typically the ACK that rode with the message) waits
-//! for the next step. Datagrams that complete nothing (the bulk of a
+//! of that datagram waits for the next step — unless all that is left is
+//! its last packet and that one is shorter than the others: an ACK riding
+//! at the end of the answer's GSO run (see `transmit.rs`), whose send
+//! completion the application is often waiting for too. Datagrams that complete nothing (the bulk of a
 //! transfer into an RDMA WRITE target, ACKs) are taken in a batch, which
 //! also lets one ACK answer all of them.
 //!
@@ -74,7 +76,7 @@ impl Core {
                 let end = (off + d.seg).min(d.len);
                 self.receive_one(shared, now, &d, off, end);
                 off = end;
-                if manual && self.completion_ready && off < d.len {
+                if manual && self.completion_ready && off < d.len && !riding_ack_left(&d, off) {
                     self.io.rx_rest = Some((d, off));
                     break;
                 }
@@ -249,4 +251,11 @@ impl Core {
         tracing::trace!(%peer, qp = dest, "CNP sent");
         self.send_packet(shared, peer, n);
     }
+}
+
+/// Whether all that is left of datagram `d` from `off` is its last packet,
+/// shorter than the run's segment size: what an ACK riding at the end of a
+/// GSO run looks like.
+fn riding_ack_left(d: &Datagram, off: usize) -> bool {
+    d.len - off < d.seg
 }

@@ -297,3 +297,117 @@ fn manual_progress_sends_the_reply_before_the_ack() {
         Some((Opcode::RC_ACK, peer_psn + 2))
     );
 }
+
+/// With an engine thread, an application thread that polls its CQ runs the
+/// engine's steps itself as manual progress does: the ACK of a SEND it
+/// takes waits for its answer and rides behind it; when it takes a SEND and
+/// then stops polling without answering, the engine thread still sends the
+/// ACK (the peer's send must complete).
+#[test]
+fn a_polling_thread_answers_before_the_ack_and_the_engine_thread_sends_a_left_ack() {
+    let (peer_ip, b_ip) = ndverbs_testkit::addr::pair_v4();
+    let mut peer = RoceSocket::bind(peer_ip).unwrap();
+    let gro = peer.enable_gro();
+    let b = side(b_ip, Progress::Thread, 4096);
+    let (peer_qpn, peer_psn, b_psn) = (0x52, 0x200, 0xa00);
+    let to_peer = RcConnection {
+        rq_psn: peer_psn,
+        sq_psn: b_psn,
+        ..RcConnection::new(peer_qpn).to_peer(peer_ip)
+    };
+    b.modify(to_peer.steps());
+    for i in 0..2 {
+        b.post_recv(i, 64 * i as usize, 64);
+    }
+    let send_from_peer = |psn: u32| {
+        let mut bth = Bth::new(Opcode::RC_SEND_ONLY, b.qp.qpn(), psn);
+        bth.ack_req = true;
+        let mut p = Packet::new(bth);
+        p.payload = b"pingping";
+        let mut buf = [0u8; 64];
+        let n = p.write(&mut buf).unwrap();
+        send_signed(&peer, &mut buf[..n], b.nic.local());
+    };
+    // Polls as a busy application does: the CQ, then the engine.
+    let poll_until_recv = || {
+        let t0 = std::time::Instant::now();
+        loop {
+            if let Some(wc) = b.cq.poll_one() {
+                assert_eq!(wc.status, WcStatus::Success);
+                if wc.opcode == WcOpcode::Recv {
+                    return;
+                }
+                continue; // the previous answer's send completion
+            }
+            assert!(t0.elapsed() < WC_LIMIT, "no receive completion");
+            b.nic.poll_step();
+        }
+    };
+    let mut buf = vec![0u8; ndverbs_engine::link::MAX_DATAGRAM];
+    let mut icrc = IcrcCache::new(peer.addr());
+    let mut datagrams = 0usize;
+    let mut from_b = Vec::new();
+    let mut wait_from_b = |want: usize, out: &mut Vec<(Opcode, u32, usize)>| {
+        let t0 = std::time::Instant::now();
+        while out.len() < want && t0.elapsed() < Duration::from_secs(2) {
+            match peer.recv_datagram(&mut buf).unwrap() {
+                Some(d) => {
+                    datagrams += 1;
+                    for seg in buf[..d.len].chunks(d.seg) {
+                        let r = icrc.verify(seg, d.src, d.dst).expect("b's packets verify");
+                        let p = Packet::parse(&seg[..r.len]).unwrap();
+                        out.push((p.bth.opcode, p.bth.psn, datagrams));
+                    }
+                }
+                None => std::thread::sleep(Duration::from_micros(50)),
+            }
+        }
+    };
+
+    // Answered at once: the answer first, the ACK riding with it — when
+    // the polling thread took the SEND. The engine thread may take one that
+    // arrives while it is awake (it then acknowledges at once), so each
+    // round first polls for a while, and the rounds must show a ride.
+    let mut rides = 0;
+    for round in 0..5u32 {
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < Duration::from_millis(20) {
+            b.nic.poll_step();
+        }
+        send_from_peer(peer_psn + round);
+        poll_until_recv();
+        b.post_recv(2 + u64::from(round), 128, 64);
+        b.post_send(SendWr::new(7, SendOp::Send, [b.sge(0, 8)]));
+        from_b.clear();
+        wait_from_b(2, &mut from_b);
+        assert_eq!(from_b.len(), 2, "got {from_b:?}");
+        let find = |op| *from_b.iter().find(|p| p.0 == op).unwrap();
+        let (answer, ack) = (find(Opcode::RC_SEND_ONLY), find(Opcode::RC_ACK));
+        assert_eq!((answer.1, ack.1), (b_psn + round, peer_psn + round));
+        // The peer acknowledges the answer.
+        let mut a = Packet::new(Bth::new(Opcode::RC_ACK, b.qp.qpn(), b_psn + round));
+        a.ext.aeth = Some(Aeth::new(Syndrome::ACK, 1));
+        let mut abuf = [0u8; 32];
+        let n = a.write(&mut abuf).unwrap();
+        send_signed(&peer, &mut abuf[..n], b.nic.local());
+        let one_datagram = !gro || !b.nic.gso() || answer.2 == ack.2;
+        if from_b[0] == answer && one_datagram {
+            rides += 1;
+        }
+    }
+    assert!(
+        rides > 0,
+        "the polling thread never let the ACK ride behind the answer"
+    );
+
+    // Taken, never answered, and the poller gone: the ACK still comes.
+    from_b.clear();
+    send_from_peer(peer_psn + 5);
+    poll_until_recv();
+    wait_from_b(1, &mut from_b);
+    assert_eq!(
+        from_b.first().map(|p| (p.0, p.1)),
+        Some((Opcode::RC_ACK, peer_psn + 5)),
+        "the engine thread sends the ACK the poller left"
+    );
+}

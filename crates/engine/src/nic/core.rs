@@ -59,7 +59,7 @@ pub(crate) struct Core {
     pub(crate) io: Io,
     /// Queue pairs' deadlines.
     pub(crate) timers: Timers,
-    /// ACKs postponed by manual progress.
+    /// ACKs postponed for an answer to ride with (see [`AckPlan`]).
     pub(crate) acks: AckPlan,
     /// What the step hands to the application besides completions.
     pub(crate) deliveries: Deliveries,
@@ -70,6 +70,10 @@ pub(crate) struct Core {
     /// A packet of this step left a completion or a CM packet to deliver: a
     /// manual-progress step stops receiving and returns to its caller.
     pub(crate) completion_ready: bool,
+    /// The step runs on an application thread that polled an empty CQ with
+    /// an engine thread present (`Nic::poll_step`): it behaves as a
+    /// manual-progress step (see [`Core::caller_polls`]).
+    pub(crate) polling: bool,
     /// The port's active MTU ([`crate::config::NicConfig::active_mtu`]):
     /// an application's modification above it is refused, what the CM
     /// negotiated is lowered to it.

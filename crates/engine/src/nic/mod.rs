@@ -283,6 +283,7 @@ impl Nic {
             deliveries: Deliveries::default(),
             touched: Vec::new(),
             completion_ready: false,
+            polling: false,
             active_mtu: config.active_mtu,
             paths: congestion::Paths::new(config.congestion.clone()),
             share: share.map(|port| self::core::ShareState {

@@ -27,7 +27,6 @@
 //! counted and logged at debug.
 
 use super::core::{Core, Shared};
-use crate::config::Progress;
 use crate::counters::bump;
 use crate::icrc::VerifyError;
 use crate::link::{Datagram, Link, LinkError, LinkErrorKind};
@@ -48,7 +47,7 @@ const ERROR_BATCH: usize = 64;
 impl Core {
     /// Receives and dispatches a batch of datagrams; true if there were any.
     pub(super) fn drive_receive(&mut self, shared: &Shared, now: Instant) -> bool {
-        let manual = shared.mode == Progress::Manual;
+        let manual = self.caller_polls(shared);
         let batch = if manual {
             MANUAL_RX_BATCH
         } else {

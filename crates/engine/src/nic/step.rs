@@ -32,12 +32,22 @@
 use super::core::{Core, Shared};
 use super::tables::{state_from_u8, state_to_u8};
 use super::trace::{log_error_completion, log_mad_received, mad_name, mad_tid};
+use crate::config::Progress;
 use crate::link::Link;
 use ndverbs_proto::rc::{QpState, WcQueue, WcStatus};
 use ndverbs_proto::time::Instant;
 use std::sync::atomic::Ordering;
 
 impl Core {
+    /// Whether the thread running this step will look at completions as
+    /// soon as it returns: always in manual progress, and with an engine
+    /// thread when an application thread runs the step from its CQ poll.
+    /// Such a step stops receiving at a completion and lets ACKs wait for
+    /// an answer to ride with (`receive.rs`, `transmit.rs`).
+    pub(crate) fn caller_polls(&self, shared: &Shared) -> bool {
+        shared.mode == Progress::Manual || self.polling
+    }
+
     /// One turn of the engine loop.
     pub(crate) fn step(&mut self, shared: &Shared, now: Instant) {
         let mut busy = self.drive_posts(shared, now);

@@ -32,7 +32,6 @@
 
 use super::core::Shared;
 use super::core::{AckPlan, Core};
-use crate::config::Progress;
 use crate::counters::bump;
 use crate::link::{Link, SendFailure};
 use ndverbs_proto::mem::LentPayload;
@@ -81,7 +80,7 @@ impl Core {
         // (A QP in ERR answers nothing: its completions are flushes.)
         let postpone = may_postpone
             && waited < AckPlan::MAX_POSTPONED
-            && shared.mode == Progress::Manual
+            && self.caller_polls(shared)
             && self
                 .tables
                 .qps

@@ -22,6 +22,10 @@
 //! `BUSY_POLL_HANDOFF`, so a poller that stops without saying so delays a
 //! packet by at most that; arming a CQ for a notification (the poller is
 //! about to sleep) ends the hand-off at once ([`Nic::end_busy_poll`]).
+//! The poller's steps behave as manual-progress steps: they stop receiving
+//! at a completion and let a plain ACK wait for the answer to ride with;
+//! an ACK left waiting when the poller stops goes when the engine thread
+//! next wakes, within the hand-off (a thread asleep for longer is woken).
 //!
 //! Time is `CLOCK_MONOTONIC` in nanoseconds since the NIC opened, read once
 //! per step and passed to the sans-IO state machines as an
@@ -80,22 +84,39 @@ impl Nic {
         }
         let now = self.now();
         // (`max(1)`: 0 means nobody polls.)
-        self.shared
+        let before = self
+            .shared
             .busy_poll_ns
-            .store(now.as_nanos().max(1), Ordering::Relaxed);
+            .swap(now.as_nanos().max(1), Ordering::Relaxed);
+        // A poller that starts: an engine thread asleep on the link wakes
+        // once, to sleep on its doorbell instead.
+        if handoff_left(before, now.as_nanos()).is_none()
+            && self.shared.sleeping.load(Ordering::Relaxed)
+        {
+            self.shared.doorbell.signal();
+        }
         let Ok(mut c) = self.shared.core.try_lock() else {
             return false;
         };
         let _nic = self.shared.span.enter();
+        // Run as a manual-progress step: the caller looks at its CQ next.
+        // An ACK it postpones leaves with the caller's answer or its next
+        // poll; if no poll comes, the engine thread sends it when it wakes,
+        // within the busy-poll hand-off (see the module docs).
+        c.polling = true;
         c.step(&self.shared, now);
-        // Nothing may wait for a step that may not come soon.
-        c.flush_acks(&self.shared, now);
-        if let Some(d) = c.next_deadline() {
-            let wake = self.shared.worker_wake_ns.load(Ordering::Relaxed);
-            if wakes_too_late(wake, d.as_nanos(), now.as_nanos()) {
-                drop(c);
-                self.shared.doorbell.signal();
-            }
+        c.polling = false;
+        let wake = self.shared.worker_wake_ns.load(Ordering::Relaxed);
+        let late_timer = c
+            .next_deadline()
+            .is_some_and(|d| wakes_too_late(wake, d.as_nanos(), now.as_nanos()));
+        // A postponed ACK must not wait for a thread that sleeps long (it
+        // went to sleep before this poller came).
+        let handoff = BUSY_POLL_HANDOFF.as_nanos() as u64;
+        let late_ack = !c.acks.is_empty() && wake > now.as_nanos().saturating_add(handoff);
+        if late_timer || late_ack {
+            drop(c);
+            self.shared.doorbell.signal();
         }
         true
     }
@@ -253,9 +274,17 @@ pub(super) fn worker(weak: std::sync::Weak<Shared>) {
             shared.sleeping.store(false, Ordering::SeqCst);
             continue;
         }
-        let handoff = shared.busy_poll_left(shared.now().as_nanos());
-        let _ = match handoff {
-            Some(left) => shared.wait_doorbell(wait.min(left)),
+        let now_ns = shared.now().as_nanos();
+        let _ = match shared.busy_poll_left(now_ns) {
+            Some(left) => {
+                let wait = wait.min(left);
+                // The wake-up a poller's postponed ACK can count on.
+                shared.worker_wake_ns.store(
+                    now_ns.saturating_add(wait.as_nanos() as u64),
+                    Ordering::Relaxed,
+                );
+                shared.wait_doorbell(wait)
+            }
             None => shared.wait(Some(wait)),
         };
         shared.sleeping.store(false, Ordering::SeqCst);

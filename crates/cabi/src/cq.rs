@@ -407,6 +407,7 @@ const NO_COMPLETION: WorkCompletion = WorkCompletion {
     qpn: 0,
     src_qp: 0,
     solicited: false,
+    grh: false,
 };
 
 /// `ibv_poll_cq` (the `poll_cq` op): up to `num_entries` completions, the

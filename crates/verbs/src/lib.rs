@@ -104,7 +104,7 @@ pub use observe::{
 };
 pub use owned::{AlignedBuf, OwnedMr, StableBuffer};
 pub use pending::Pending;
-pub use qp::{Qp, QpId, QpInitAttr, Srq};
+pub use qp::{Qp, QpId, QpInitAttr, QpType, Srq};
 
 pub use ndverbs_proto::cm::{CmError, CmState};
 pub use ndverbs_proto::mem::{Access, AccessError, SgList, Sge};
@@ -113,3 +113,4 @@ pub use ndverbs_proto::rc::{
     QpCaps, QpState, RcConnection, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcQueue, WcStatus,
     WorkCompletion,
 };
+pub use ndverbs_proto::ud::{UdDest, UdSendWr, GRH_LEN};

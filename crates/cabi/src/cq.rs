@@ -468,6 +468,8 @@ pub(crate) fn to_wc(w: &WorkCompletion) -> ibv_wc {
         (None, Some(rkey)) => (rkey, IBV_WC_WITH_INV),
         (None, None) => (0, 0),
     };
+    // A UD receive: the buffer starts with the GRH area.
+    let flags = if w.grh { flags | IBV_WC_GRH } else { flags };
     ibv_wc {
         wr_id: w.wr_id,
         status: w.status as c_int,

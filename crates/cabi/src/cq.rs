@@ -292,7 +292,12 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
         if cqe < 1 {
             return Err(libc::EINVAL);
         }
-        cq.cq.resize(cqe as u32).map_err(|e| e.errno())?;
+        // Fewer entries than completions waiting is EINVAL in rxe
+        // (`rxe_cq_chk_attr`), not verbs' EOVERFLOW.
+        cq.cq.resize(cqe as u32).map_err(|e| match e.kind() {
+            ndverbs_verbs::ErrorKind::Overflow => libc::EINVAL,
+            _ => e.errno(),
+        })?;
         // SAFETY: our public struct; `cqe` reports the new capacity.
         unsafe { (*cq.pub_.get()).cq.cqe = cq.cq.depth() as c_int };
         Ok(())

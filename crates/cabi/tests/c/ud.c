@@ -5,7 +5,8 @@
  * UD QPs of this process send to each other through address handles: the
  * ibv_post_send path with wr.ud, the GRH area and the completion's fields,
  * an answer addressed by ibv_create_ah_from_wc, the Q_Key check, what a UD
- * QP refuses, and the ibv_wr_* path with ibv_wr_set_ud_addr. Prints
+ * QP refuses, the ibv_wr_* path with ibv_wr_set_ud_addr, and a CQ that
+ * cannot shrink below its completions. Prints
  * "ok ud" or "FAIL ud: why" and exits non-zero on the first failure.
  *
  *   ud ud
@@ -262,6 +263,16 @@ int main(int argc, char **argv)
 	ibv_wr_send(qx);
 	ibv_wr_set_sge(qx, mr->lkey, (uintptr_t)(buf + 4 * SLOT), 5);
 	CHECK(ibv_wr_complete(qx) == EINVAL, "a UD request without ibv_wr_set_ud_addr");
+
+	/* A CQ does not shrink below the completions it holds: EINVAL, as
+	 * rxe's rxe_cq_chk_attr (pyverbs' test_resize_cq). */
+	for (int i = 0; i < 2; i++)
+		CHECK(send_ud(a, ah, b->qp_num, QKEY, 30 + i, 4, 5, IBV_WR_SEND, 0) == 0, "send");
+	/* (A UD send completes when ibv_post_send hands it to the socket.) */
+	CHECK(ibv_resize_cq(cq, 1) == EINVAL, "shrinking below two completions");
+	wait_wc("first of two");
+	wait_wc("second of two");
+	CHECK(ibv_resize_cq(cq, 1) == 0 && cq->cqe >= 1, "shrinking an empty CQ");
 
 	CHECK(ibv_destroy_qp(x) == 0 && ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0,
 	      "destroy qps");

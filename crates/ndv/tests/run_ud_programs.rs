@@ -2,9 +2,8 @@
 //! ndverbs through `ndv run`: `ibv_ud_pingpong` (address handles from the
 //! peer's GID, answers by QPN and Q_Key) and perftest's `ib_send_lat -c UD`
 //! and `ib_send_bw -c UD` with the TCP exchange — each against itself
-//! between two network namespaces joined by a veth pair, and
-//! `ibv_ud_pingpong` and `ib_send_lat -c UD` against Linux rxe in the
-//! interop guest, in both roles. Exit statuses and result lines are checked.
+//! between two network namespaces joined by a veth pair, and against Linux
+//! rxe in the interop guest, in both roles. Exit statuses and result lines are checked.
 //!
 //! The namespaces are this suite's own (`ndvud-…`, 10.91.0.0/24). The veth's
 //! MTU is 1500, so the port's active MTU is 1024: a datagram is at most
@@ -199,24 +198,26 @@ fn ibv_ud_pingpong_against_rxe_both_roles() {
     }
 }
 
-#[test]
-fn ib_send_lat_ud_against_rxe_both_roles() {
-    let Some(g) = guest_ready(&["ib_send_lat"]) else {
+/// `ib_send_<lat|bw> -c UD` between us and rxe in both roles.
+fn ud_perftest_against_rxe(t: &str, port: u16) {
+    let program = format!("ib_{t}");
+    let Some(g) = guest_ready(&[&program]) else {
         return;
     };
-    let port = 18973u16;
+    let lat = t.ends_with("lat");
+    let size = if lat { 2.0 } else { 1024.0 };
     let port_s = port.to_string();
     let ours = [
         "-c", "UD", "-d", "ndv0", "-x", "0", "-n", "200", "-p", &port_s,
     ];
-    let theirs = format!("timeout 90 ib_send_lat -c UD -d rxe0 -x 1 -n 200 -p {port}");
+    let theirs = format!("timeout 90 {program} -c UD -d rxe0 -x 1 -n 200 -p {port}");
     for attempt in 1..=3 {
         // rxe serves.
         let job = g.spawn(&theirs);
         g.wait_listening(&job, Listen::Tcp(port));
         let c = Running::spawn(&mut ndv_run(
             g.netns(),
-            "ib_send_lat",
+            &program,
             &[&ours[..], &[GUEST]].concat(),
         ))
         .wait(LIMIT);
@@ -225,10 +226,10 @@ fn ib_send_lat_ud_against_rxe_both_roles() {
             continue;
         }
         assert!(c.ok && ok_g, "ours:\n{}\nrxe:\n{out_g}", c.text());
-        check_ud_perftest(true, &c.text(), 2.0, 200.0);
-        check_ud_perftest(true, &out_g, 2.0, 200.0);
+        check_ud_perftest(lat, &c.text(), size, 200.0);
+        check_ud_perftest(lat, &out_g, size, 200.0);
         // We serve.
-        let server = Running::spawn(&mut ndv_run(g.netns(), "ib_send_lat", &ours));
+        let server = Running::spawn(&mut ndv_run(g.netns(), &program, &ours));
         wait_tcp_listening(g.netns(), port, &server);
         let (ok_g, out_g) = g.run(&format!("{theirs} {HOST}"));
         let s = server.wait(LIMIT);
@@ -236,8 +237,18 @@ fn ib_send_lat_ud_against_rxe_both_roles() {
             continue;
         }
         assert!(s.ok && ok_g, "ours:\n{}\nrxe:\n{out_g}", s.text());
-        check_ud_perftest(true, &out_g, 2.0, 200.0);
-        check_ud_perftest(true, &s.text(), 2.0, 200.0);
+        check_ud_perftest(lat, &out_g, size, 200.0);
+        check_ud_perftest(lat, &s.text(), size, 200.0);
         return;
     }
+}
+
+#[test]
+fn ib_send_lat_ud_against_rxe_both_roles() {
+    ud_perftest_against_rxe("send_lat", 18973);
+}
+
+#[test]
+fn ib_send_bw_ud_against_rxe_both_roles() {
+    ud_perftest_against_rxe("send_bw", 18974);
 }

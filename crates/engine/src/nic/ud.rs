@@ -70,7 +70,11 @@ impl Nic {
     /// attr.qp_state = QpState::Rts;
     /// a.modify_qp(qp.qpn(), &attr, AttrMask::STATE | AttrMask::SQ_PSN)?;
     /// assert_eq!(a.query_qp(qp.qpn())?.qkey, 0x11111111);
+    /// // `ndv res` lists it as UD.
+    /// let r = a.resources();
+    /// assert_eq!((r.qps[0].qpn, r.qps[0].ud, r.qps[0].state), (qp.qpn(), true, QpState::Rts));
     /// a.destroy_qp(qp.qpn())?;
+    /// assert!(a.resources().qps.is_empty());
     /// # Ok::<(), ndverbs_engine::error::EngineError>(())
     /// ```
     pub fn create_ud_qp(&self, init: QpInit) -> Result<Arc<QpShared>, EngineError> {

@@ -791,4 +791,67 @@ mod tests {
             "av|sq_psn"
         );
     }
+
+    #[test]
+    fn the_ud_ladder_is_its_own_and_the_rc_one_takes_no_qkey() {
+        use QpState::{Init, Reset, Rtr, Rts};
+        let a = QpAttr::default();
+        let init = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY;
+        assert_eq!(
+            check_ud_modify(
+                Reset,
+                &QpAttr {
+                    qp_state: Init,
+                    ..a
+                },
+                init
+            ),
+            Ok(Init)
+        );
+        // RC's INIT needs access flags and takes no Q_Key.
+        assert_eq!(
+            check_modify(
+                Reset,
+                &QpAttr {
+                    qp_state: Init,
+                    ..a
+                },
+                init
+            ),
+            Err(ModifyError::MissingAttribute {
+                from: Reset,
+                to: Init,
+                attr: AttrMask::ACCESS_FLAGS
+            })
+        );
+        // UD's RTR has no path, no destination, no PSN; its RTS needs the PSN.
+        for attr in [
+            AttrMask::AV,
+            AttrMask::PATH_MTU,
+            AttrMask::DEST_QPN,
+            AttrMask::RQ_PSN,
+        ] {
+            assert_eq!(
+                check_ud_modify(Init, &QpAttr { qp_state: Rtr, ..a }, AttrMask::STATE | attr),
+                Err(ModifyError::UnexpectedAttribute {
+                    from: Init,
+                    to: Rtr,
+                    attr
+                })
+            );
+        }
+        assert_eq!(
+            check_ud_modify(Rtr, &QpAttr { qp_state: Rts, ..a }, AttrMask::STATE),
+            Err(ModifyError::MissingAttribute {
+                from: Rtr,
+                to: Rts,
+                attr: AttrMask::SQ_PSN
+            })
+        );
+        // The ladder is not skipped, and the Q_Key may change in RTS.
+        assert_eq!(ud_transition_rules(Reset, Rts), None);
+        let q = AttrMask::QKEY;
+        assert_eq!(check_ud_modify(Rts, &a, q), Ok(Rts));
+        assert_eq!(AttrMask::QKEY.bits(), 1 << 6, "IBV_QP_QKEY");
+    }
 }

@@ -11,7 +11,7 @@
 //! | [`Mw`] | [`Pd::alloc_mw`] | memory window: a narrower grant over an MR |
 //! | [`Cq`] | [`Device::create_cq`] | completion queue, pollable and waitable (fd) |
 //! | [`Srq`] | [`Pd::create_srq`] | shared receive queue |
-//! | [`Qp`] | [`Pd::create_qp`] | reliable connected queue pair |
+//! | [`Qp`] | [`Pd::create_qp`] | queue pair: reliable connected, or unreliable datagram ([`QpType::Ud`]) |
 //! | [`Endpoint`] | [`Endpoint::new`] | connection endpoint: the IB CM side of a connection |
 //!
 //! **Layers.** This crate is the verbs layer of ndverbs: below it the engine
@@ -31,7 +31,8 @@
 //! [`RemoteAddr`], [`RecvWr`], [`WorkCompletion`], [`WcStatus`] and
 //! [`WcOpcode`] in [`Qp`]'s and [`Cq`]'s; [`QpAttr`], [`AttrMask`],
 //! [`QpState`] in [`Qp`]'s (RESET → INIT → RTR → RTS by hand); [`Access`]
-//! and [`Sge`] in [`Mr`]'s; [`NotifyOn`] and [`Pending`] in [`Cq`]'s;
+//! and [`Sge`] in [`Mr`]'s; [`UdDest`], [`UdSendWr`] and [`GRH_LEN`] in
+//! [`QpType::Ud`]'s (a datagram each way); [`NotifyOn`] and [`Pending`] in [`Cq`]'s;
 //! [`ConnectArgs`], [`AcceptArgs`], [`RequestInfo`], [`ConnectInfo`] and
 //! [`EpInfo`] in [`Endpoint`]'s; [`DeviceConfig`], [`Progress`], [`Stats`]
 //! and [`DeviceLimits`] in [`Device`]'s and [`DeviceAttr`]'s.

@@ -1,8 +1,9 @@
 //! Unreliable datagram queue pairs between two devices on loopback: a
 //! ping-pong that answers each datagram from what its completion and GRH
-//! area say (as `ibv_ud_pingpong` does), the GRH bytes themselves, the
-//! Q_Key check, the one-packet limit, the UD ladder's refusals, and UD and
-//! RC QPs sharing one CQ.
+//! area say (as `ibv_ud_pingpong` does), the GRH bytes themselves (IPv4
+//! and, in a namespace of this suite's own, IPv6), the Q_Key check, the
+//! one-packet limit, the UD ladder's refusals, and UD and RC QPs sharing one
+//! CQ.
 
 use ndverbs_testkit::addr;
 use ndverbs_verbs::*;
@@ -304,4 +305,66 @@ fn ud_and_rc_queue_pairs_share_a_cq_and_destroy_flushes() {
     drop(b.qp);
     let w = wc(&b.cq);
     assert_eq!((w.wr_id, w.qpn, w.status), (3, qpn, WcStatus::WrFlushErr));
+}
+
+/// Over IPv6 the GRH area is the IPv6 header as it arrived: version 6, UDP,
+/// the sender's address, from which the answer is addressed.
+fn ipv6_datagrams(a_addr: IpAddr, b_addr: IpAddr) {
+    let (a, b) = (side(a_addr), side(b_addr));
+    b.qp.post_recv(RecvWr::new(1, vec![b.mr.sge(0, 4096)]))
+        .expect("post_recv");
+    a.mr.write(0, b"over IPv6").expect("write");
+    let to_b = UdDest::new(b_addr, b.qp.qpn(), QKEY);
+    a.qp.post_send_ud(UdSendWr::new(1, to_b, vec![a.mr.sge(0, 9)]))
+        .expect("send");
+    assert_eq!(wc(&a.cq).status, WcStatus::Success);
+    let r = wc(&b.cq);
+    assert_eq!(
+        (r.status, r.grh, r.byte_len),
+        (WcStatus::Success, true, GRH_LEN as u32 + 9)
+    );
+    let g = b.mr.to_vec(0, GRH_LEN + 9).expect("read");
+    assert_eq!(g[0] >> 4, 6, "an IPv6 header");
+    assert_eq!(g[6], 17, "next header UDP");
+    let payload_len = usize::from(u16::from_be_bytes([g[4], g[5]]));
+    assert_eq!(
+        payload_len,
+        8 + 12 + 8 + 9 + 3 + 4,
+        "UDP, BTH, DETH, data, pad, ICRC"
+    );
+    let src: [u8; 16] = g[8..24].try_into().unwrap();
+    let dst: [u8; 16] = g[24..40].try_into().unwrap();
+    let src = IpAddr::V6(src.into());
+    assert_eq!((src, IpAddr::V6(dst.into())), (a_addr, b_addr));
+    assert_eq!(&g[GRH_LEN..], b"over IPv6");
+    // The answer goes to the GRH's source.
+    a.qp.post_recv(RecvWr::new(2, vec![a.mr.sge(4096, 4096)]))
+        .expect("post_recv");
+    b.qp.post_send_ud(UdSendWr::new(
+        2,
+        UdDest::new(src, r.src_qp, QKEY),
+        vec![b.mr.sge(GRH_LEN, 9)],
+    ))
+    .expect("answer");
+    assert_eq!(wc(&b.cq).queue, WcQueue::Send);
+    let r = wc(&a.cq);
+    assert_eq!(
+        (r.wr_id, r.status, r.src_qp),
+        (2, WcStatus::Success, b.qp.qpn())
+    );
+    assert_eq!(a.mr.to_vec(4096 + GRH_LEN, 9).expect("read"), b"over IPv6");
+}
+
+#[test]
+fn ipv6_datagrams_carry_the_ipv6_header_in_the_grh_area() {
+    let (a_addr, b_addr) = addr::pair_v6();
+    let ns = ndverbs_testkit::netns::Netns::new_prefixed("ndvud").and_then(|ns| {
+        for x in [a_addr, b_addr] {
+            ns.add_addr("lo", &x.to_string())?;
+        }
+        Ok(ns)
+    });
+    if let Some(ns) = ndverbs_testkit::skip::or_skip(ns, "a network namespace (root)") {
+        ns.run(|| ipv6_datagrams(a_addr, b_addr));
+    }
 }

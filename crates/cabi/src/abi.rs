@@ -73,6 +73,7 @@ pub const IBV_ACCESS_OPTIONAL_RANGE: c_uint = 0x3ff0_0000;
 
 // enum ibv_qp_type
 pub const IBV_QPT_RC: c_int = 2;
+pub const IBV_QPT_UD: c_int = 4;
 
 // enum ibv_qp_attr_mask (the bits verbs' AttrMask does not have)
 pub const IBV_QP_STATE: c_int = 1;
@@ -82,6 +83,7 @@ pub const IBV_QP_PKEY_INDEX: c_int = 1 << 4;
 pub const IBV_QP_PATH_MTU: c_int = 1 << 8;
 pub const IBV_QP_CUR_STATE: c_int = 1 << 1;
 pub const IBV_QP_ACCESS_FLAGS: c_int = 1 << 3;
+pub const IBV_QP_QKEY: c_int = 1 << 6;
 /// `IBV_QP_RATE_LIMIT`, the highest bit ibverbs defines.
 pub const IBV_QP_RATE_LIMIT: c_int = 1 << 25;
 
@@ -661,13 +663,22 @@ pub struct wr_atomic {
     pub rkey: u32,
 }
 
-/// The `wr` union of `struct ibv_send_wr` (its `ud` member is not read:
-/// ndverbs has RC QPs only).
+/// The `wr.ud` member of `struct ibv_send_wr`: where a UD send goes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct wr_ud {
+    pub ah: *mut ibv_ah,
+    pub remote_qpn: u32,
+    pub remote_qkey: u32,
+}
+
+/// The `wr` union of `struct ibv_send_wr`.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub union ibv_send_wr_wr {
     pub rdma: wr_rdma,
     pub atomic: wr_atomic,
+    pub ud: wr_ud,
 }
 
 #[repr(C)]
@@ -771,6 +782,7 @@ mod layout {
     check!(ibv_sge, 16);
     check!(ibv_send_wr, 128, wr_id @ 0, next @ 8, sg_list @ 16, num_sge @ 24, opcode @ 28,
         send_flags @ 32, imm_data @ 36, wr @ 40, qp_type @ 72, _tail @ 80);
+    check!(wr_ud, 16, ah @ 0, remote_qpn @ 8, remote_qkey @ 12);
     check!(ibv_recv_wr, 32);
     check!(ibv_qp_attr, 144, ah_attr @ 56, pkey_index @ 120, max_rd_atomic @ 126,
         port_num @ 129, timeout @ 130, rate_limit @ 136);

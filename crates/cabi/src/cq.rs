@@ -292,7 +292,12 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
         if cqe < 1 {
             return Err(libc::EINVAL);
         }
-        cq.cq.resize(cqe as u32).map_err(|e| e.errno())?;
+        // Fewer entries than completions waiting is EINVAL in rxe
+        // (`rxe_cq_chk_attr`), not verbs' EOVERFLOW.
+        cq.cq.resize(cqe as u32).map_err(|e| match e.kind() {
+            ndverbs_verbs::ErrorKind::Overflow => libc::EINVAL,
+            _ => e.errno(),
+        })?;
         // SAFETY: our public struct; `cqe` reports the new capacity.
         unsafe { (*cq.pub_.get()).cq.cqe = cq.cq.depth() as c_int };
         Ok(())
@@ -407,6 +412,7 @@ const NO_COMPLETION: WorkCompletion = WorkCompletion {
     qpn: 0,
     src_qp: 0,
     solicited: false,
+    grh: false,
 };
 
 /// `ibv_poll_cq` (the `poll_cq` op): up to `num_entries` completions, the
@@ -467,6 +473,8 @@ pub(crate) fn to_wc(w: &WorkCompletion) -> ibv_wc {
         (None, Some(rkey)) => (rkey, IBV_WC_WITH_INV),
         (None, None) => (0, 0),
     };
+    // A UD receive: the buffer starts with the GRH area.
+    let flags = if w.grh { flags | IBV_WC_GRH } else { flags };
     ibv_wc {
         wr_id: w.wr_id,
         status: w.status as c_int,

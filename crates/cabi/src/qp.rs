@@ -1,10 +1,12 @@
 //! Queue pairs: create, modify, query, destroy, and the post path.
 //!
-//! ndverbs has reliable connected QPs (`IBV_QPT_RC`); other types are
+//! ndverbs has reliable connected QPs (`IBV_QPT_RC`) and unreliable
+//! datagram QPs (`IBV_QPT_UD`, without an SRQ); other types are
 //! `EOPNOTSUPP`. `ibv_modify_qp` hands the attributes to verbs, which runs
-//! the IBTA transition table (required and optional attributes per
-//! transition): a refused transition or attribute is `EINVAL`, as from the
-//! kernel. RoCE needs a GRH, so an address vector without `is_global` is
+//! the IBTA transition table of the QP's type (required and optional
+//! attributes per transition; UD's INIT takes `IBV_QP_QKEY`, its RTR
+//! nothing, its RTS `IBV_QP_SQ_PSN`): a refused transition or attribute is
+//! `EINVAL`, as from the kernel. RoCE needs a GRH, so an address vector without `is_global` is
 //! `EINVAL`, as is a source GID index other than 0 (the GID table has one
 //! entry), a port other than 1 and a P_Key index other than 0. The peer's
 //! address comes from the destination GID.
@@ -16,16 +18,23 @@
 //! that refuses posts, `ENOMEM` for a full queue), and the ones before it
 //! stay posted, as with every provider. Immediate data is `__be32` in the
 //! request and travels as it is.
+//!
+//! On a UD QP a send is `IBV_WR_SEND` or `IBV_WR_SEND_WITH_IMM` (else
+//! `EINVAL`) addressed by `wr.ud`: the address handle (`ibv_create_ah`, its
+//! GID the destination), the remote QPN and Q_Key (top bit set: the QP's
+//! own). A message longer than the path MTU is `EINVAL`: a datagram is one
+//! packet. Each receive buffer starts with the 40 bytes of the GRH area.
 
 use crate::abi::*;
+use crate::ah::Ah;
 use crate::cq::Cq;
 use crate::ffi::{self, fast, lookup, ret_errno, ret_ptr, Kind, Object};
 use crate::pd::{next_handle, Pd};
 use crate::srq::Srq;
 use libc::c_int;
 use ndverbs_verbs::{
-    Access, AddressVector, AttrMask, PathMtu, QpAttr, QpCaps, QpInitAttr, QpState, RecvWr,
-    RemoteAddr, SendOp, SendWr, SgList, Sge,
+    Access, AddressVector, AttrMask, PathMtu, QpAttr, QpCaps, QpInitAttr, QpState, QpType, RecvWr,
+    RemoteAddr, SendOp, SendWr, SgList, Sge, UdDest, UdSendWr,
 };
 use std::cell::UnsafeCell;
 use std::sync::atomic::Ordering;
@@ -42,6 +51,8 @@ pub(crate) struct Qp {
     srq: Option<&'static Srq>,
     /// As created (what `ibv_query_qp` reports).
     pub(crate) cap: ibv_qp_cap,
+    /// `IBV_QPT_RC` or `IBV_QPT_UD`.
+    pub(crate) qp_type: c_int,
     sq_sig_all: bool,
     /// The `ibv_wr_*` state of a QP made by `ibv_create_qp_ex`.
     pub(crate) ex: Option<crate::qp_ex::QpEx>,
@@ -79,9 +90,11 @@ pub(crate) fn create(
     {
         // SAFETY: the caller's init attributes (NULL is EINVAL).
         let a = unsafe { ffi::read_in(init as *const ibv_qp_init_attr) }?;
-        if a.qp_type != IBV_QPT_RC {
-            return Err(libc::EOPNOTSUPP);
-        }
+        let qp_type = match a.qp_type {
+            IBV_QPT_RC => QpType::Rc,
+            IBV_QPT_UD => QpType::Ud,
+            _ => return Err(libc::EOPNOTSUPP),
+        };
         let send_cq = lookup::<Cq>(a.send_cq)?;
         let recv_cq = lookup::<Cq>(a.recv_cq)?;
         let srq = if a.srq.is_null() {
@@ -101,6 +114,7 @@ pub(crate) fn create(
             sq_sig_all: a.sq_sig_all != 0,
         };
         let mut vi = QpInitAttr::new(&send_cq.cq, &recv_cq.cq);
+        vi.qp_type = qp_type;
         vi.caps = caps;
         vi.srq = srq.map(|s| &s.srq);
         vi.max_recv_wr = a.cap.max_recv_wr.max(1);
@@ -130,7 +144,7 @@ pub(crate) fn create(
         b.handle = next_handle();
         b.qp_num = qp.qpn();
         b.state = QpState::Reset as c_int;
-        b.qp_type = IBV_QPT_RC;
+        b.qp_type = a.qp_type;
         if let Some(ex) = &ex {
             ex.fill(&mut public);
         }
@@ -143,6 +157,7 @@ pub(crate) fn create(
             recv_cq,
             srq,
             cap,
+            qp_type: a.qp_type,
             sq_sig_all: caps.sq_sig_all,
             ex,
         });
@@ -240,6 +255,9 @@ fn to_attr(a: &ibv_qp_attr, mask: c_int) -> Result<(QpAttr, AttrMask), c_int> {
     q.max_dest_rd_atomic = a.max_dest_rd_atomic;
     q.pkey_index = a.pkey_index;
     q.port_num = a.port_num;
+    if has(IBV_QP_QKEY) {
+        q.qkey = a.qkey;
+    }
     Ok((q, AttrMask::from_bits(mask as u32)))
 }
 
@@ -317,6 +335,7 @@ pub unsafe extern "C" fn ibv_query_qp(
         a.timeout = q.timeout;
         a.retry_cnt = q.retry_cnt;
         a.rnr_retry = q.rnr_retry;
+        a.qkey = q.qkey;
         // SAFETY: our public struct; rdma-core mirrors the state it
         // queried there (the QP may have gone to ERR on its own).
         let qp_context = unsafe {
@@ -330,7 +349,7 @@ pub unsafe extern "C" fn ibv_query_qp(
             recv_cq: qp.recv_cq.public(),
             srq: qp.srq.map_or(std::ptr::null_mut(), |s| s.public()),
             cap: qp.cap,
-            qp_type: IBV_QPT_RC,
+            qp_type: qp.qp_type,
             sq_sig_all: c_int::from(qp.sq_sig_all),
         };
         // SAFETY: the caller's two structs (checked non-NULL).
@@ -467,6 +486,44 @@ unsafe fn send_wr(wr: &ibv_send_wr) -> Result<SendWr, c_int> {
     Ok(w)
 }
 
+/// Where a UD send goes: the address handle's destination GID and path,
+/// QP `remote_qpn`, Q_Key `remote_qkey`. An address handle that is not one
+/// of ours is `EINVAL`.
+pub(crate) fn ud_dest(ah: *mut ibv_ah, remote_qpn: u32, remote_qkey: u32) -> Result<UdDest, c_int> {
+    let a = crate::ffi::lookup::<Ah>(ah)?.attr();
+    Ok(UdDest {
+        av: AddressVector {
+            dgid: a.grh.dgid.raw,
+            sgid_index: a.grh.sgid_index,
+            hop_limit: a.grh.hop_limit,
+            traffic_class: a.grh.traffic_class,
+            flow_label: a.grh.flow_label,
+            sl: a.sl,
+        },
+        remote_qpn: remote_qpn & 0xff_ffff,
+        remote_qkey,
+    })
+}
+
+/// A send request of a UD QP: SEND or SEND with immediate only (rxe's
+/// rule), to `dest`.
+pub(crate) fn ud_send_wr(w: SendWr, dest: UdDest) -> Result<UdSendWr, c_int> {
+    let imm = match w.op {
+        SendOp::Send => None,
+        SendOp::SendImm(imm) => Some(imm),
+        _ => return Err(libc::EINVAL),
+    };
+    Ok(UdSendWr {
+        wr_id: w.wr_id,
+        dest,
+        sgl: w.sgl.iter().copied().collect(),
+        inline: w.inline,
+        imm,
+        signaled: w.signaled,
+        solicited: w.solicited,
+    })
+}
+
 /// `ibv_post_send` (the `post_send` op).
 pub(crate) unsafe extern "C" fn post_send(
     qp: *mut ibv_qp,
@@ -483,7 +540,17 @@ pub(crate) unsafe extern "C" fn post_send(
             // SAFETY: each request of the chain the caller passed.
             let w = unsafe { &*cur };
             // SAFETY: forwarded from the caller.
-            let r = unsafe { send_wr(w) }.and_then(|sw| qp.qp.post_send(sw).map_err(|e| e.errno()));
+            let r = unsafe { send_wr(w) }.and_then(|sw| {
+                if qp.qp_type == IBV_QPT_UD {
+                    // SAFETY: on a UD QP the caller set the `ud` member.
+                    let ud = unsafe { w.wr.ud };
+                    let dest = ud_dest(ud.ah, ud.remote_qpn, ud.remote_qkey)?;
+                    let uw = ud_send_wr(sw, dest)?;
+                    qp.qp.post_send_ud(uw).map_err(|e| e.errno())
+                } else {
+                    qp.qp.post_send(sw).map_err(|e| e.errno())
+                }
+            });
             if let Err(e) = r {
                 if !bad_wr.is_null() {
                     // SAFETY: the caller's out-pointer.

@@ -8,8 +8,10 @@
 //! returns it for such a QP only (NULL otherwise, as rdma-core for a QP its
 //! provider did not create extended).
 //!
-//! **What is accepted.** RC QPs (other types are `EOPNOTSUPP`, as from
-//! `ibv_create_qp`); `comp_mask` bits `PD`, `CREATE_FLAGS` (with no flag
+//! **What is accepted.** RC and UD QPs (other types are `EOPNOTSUPP`, as
+//! from `ibv_create_qp`); on UD QPs only SEND and SEND with immediate, each
+//! addressed by `ibv_wr_set_ud_addr` (a UD request without one fails
+//! `ibv_wr_complete` with `EINVAL`); `comp_mask` bits `PD`, `CREATE_FLAGS` (with no flag
 //! set: rxe supports none) and `SEND_OPS_FLAGS`, anything else
 //! `EOPNOTSUPP` as rxe's `check_qp_init_attr`; of the send operations
 //! rxe offers on RC, those ndverbs' engine has — SEND, SEND with immediate,
@@ -44,7 +46,7 @@ use crate::pd::Pd;
 use crate::qp::{self, Qp};
 use crate::rdmacm::abi::{ibv_qp_init_attr_ex, IBV_QP_INIT_ATTR_PD};
 use libc::{c_int, c_void};
-use ndverbs_verbs::{RemoteAddr, SendOp, SendWr, SgList, Sge};
+use ndverbs_verbs::{RemoteAddr, SendOp, SendWr, SgList, Sge, UdDest};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -62,6 +64,9 @@ const SUPPORTED_SEND_OPS: u64 = IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
     | IBV_QP_EX_WITH_SEND_WITH_INV;
 
+/// The send operations of UD QPs (rxe's).
+const UD_SEND_OPS: u64 = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+
 /// The `ibv_send_flags` a work request may carry.
 const KNOWN_SEND_FLAGS: u32 =
     IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE | IBV_SEND_IP_CSUM;
@@ -70,6 +75,8 @@ const KNOWN_SEND_FLAGS: u32 =
 #[derive(Debug, Default)]
 struct Batch {
     wrs: Vec<SendWr>,
+    /// The destination of each request (UD QPs: `ibv_wr_set_ud_addr`).
+    dests: Vec<Option<UdDest>>,
     /// The `wr_flags` of each request (its inline flag matters to setters).
     flags: Vec<u32>,
     err: c_int,
@@ -142,15 +149,17 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
         if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
             return Err(libc::EOPNOTSUPP);
         }
-        if a.qp_type != IBV_QPT_RC {
-            return Err(libc::EOPNOTSUPP);
-        }
+        let supported = match a.qp_type {
+            IBV_QPT_RC => SUPPORTED_SEND_OPS,
+            IBV_QPT_UD => UD_SEND_OPS,
+            _ => return Err(libc::EOPNOTSUPP),
+        };
         let send_ops = if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {
             a.send_ops_flags
         } else {
             0
         };
-        if send_ops & !SUPPORTED_SEND_OPS != 0 {
+        if send_ops & !supported != 0 {
             return Err(libc::EOPNOTSUPP);
         }
         // Every QP but an XRC target needs a PD (rdma-core's rule).
@@ -225,6 +234,7 @@ fn build(qp: *mut ibv_qp_ex, needs: u64, op: SendOp) {
         w.solicited = flags & IBV_SEND_SOLICITED != 0;
         b.wrs.push(w);
         b.flags.push(flags);
+        b.dests.push(None);
     });
 }
 
@@ -344,8 +354,17 @@ unsafe extern "C" fn wr_atomic_write(qp: *mut ibv_qp_ex, _rkey: u32, _va: u64, _
 }
 
 /// UD addresses are for UD QPs, which ndverbs does not create.
-unsafe extern "C" fn wr_set_ud_addr(qp: *mut ibv_qp_ex, _ah: *mut ibv_ah, _qpn: u32, _qkey: u32) {
-    set(qp, |_, _, _| Err(libc::EINVAL));
+unsafe extern "C" fn wr_set_ud_addr(qp: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32, qkey: u32) {
+    with_batch(qp, |q, _, b| {
+        let r = match b.dests.last_mut() {
+            _ if q.qp_type != IBV_QPT_UD => Err(libc::EOPNOTSUPP),
+            Some(d) => qp::ud_dest(ah, qpn, qkey).map(|dest| *d = Some(dest)),
+            None => Err(libc::EINVAL),
+        };
+        if let Err(e) = r {
+            b.err = e;
+        }
+    });
 }
 
 /// XRC SRQ numbers are for XRC QPs, which ndverbs does not create.
@@ -467,6 +486,7 @@ unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
         let mut b = ex.lock();
         b.wrs.clear();
         b.flags.clear();
+        b.dests.clear();
         b.err = 0;
     });
 }
@@ -481,17 +501,28 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
     }
     let _returned = q.pd.nic.activity.entering();
     let rc = ffi::guarded(libc::EIO, || {
-        let (wrs, err) = {
+        let (wrs, dests, err) = {
             let mut b = ex.lock();
             b.flags.clear();
-            (std::mem::take(&mut b.wrs), std::mem::replace(&mut b.err, 0))
+            (
+                std::mem::take(&mut b.wrs),
+                std::mem::take(&mut b.dests),
+                std::mem::replace(&mut b.err, 0),
+            )
         };
         if err != 0 {
             return err;
         }
-        for w in wrs {
-            if let Err(e) = q.qp.post_send(w) {
-                return e.errno();
+        for (w, dest) in wrs.into_iter().zip(dests) {
+            let r = if q.qp_type == IBV_QPT_UD {
+                dest.ok_or(libc::EINVAL)
+                    .and_then(|d| qp::ud_send_wr(w, d))
+                    .and_then(|u| q.qp.post_send_ud(u).map_err(|e| e.errno()))
+            } else {
+                q.qp.post_send(w).map_err(|e| e.errno())
+            };
+            if let Err(e) = r {
+                return e;
             }
         }
         0
@@ -511,6 +542,7 @@ unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
             let mut b = ex.lock();
             b.wrs.clear();
             b.flags.clear();
+            b.dests.clear();
             b.err = 0;
         }
         ex.open.store(false, Ordering::Release);

@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 /// # use ndverbs_proto::rc::{WcOpcode, WcQueue, WcStatus, WorkCompletion};
 /// # fn wc(wr_id: u64, status: WcStatus) -> WorkCompletion {
 /// #     WorkCompletion { wr_id, status, opcode: WcOpcode::Recv, queue: WcQueue::Recv, byte_len: 0,
-/// #         imm: None, invalidated_rkey: None, qpn: 2, src_qp: 3, solicited: false }
+/// #         imm: None, invalidated_rkey: None, qpn: 2, src_qp: 3, solicited: false, grh: false }
 /// # }
 /// use ndverbs_engine::cq::{CompletionQueue, NotifyOn};
 /// let cq = CompletionQueue::new(8)?;
@@ -72,7 +72,7 @@ fn code(n: NotifyOn) -> u8 {
 /// # use ndverbs_proto::rc::{WcOpcode, WcQueue, WcStatus, WorkCompletion};
 /// # fn wc(wr_id: u64, status: WcStatus) -> WorkCompletion {
 /// #     WorkCompletion { wr_id, status, opcode: WcOpcode::Recv, queue: WcQueue::Recv, byte_len: 0,
-/// #         imm: None, invalidated_rkey: None, qpn: 2, src_qp: 3, solicited: false }
+/// #         imm: None, invalidated_rkey: None, qpn: 2, src_qp: 3, solicited: false, grh: false }
 /// # }
 /// use ndverbs_engine::cq::{CompletionQueue, ResizeError};
 /// let cq = CompletionQueue::new(4)?;
@@ -109,7 +109,7 @@ pub enum ResizeError {
 /// # use ndverbs_proto::rc::{WcOpcode, WcQueue, WcStatus, WorkCompletion};
 /// # fn wc(wr_id: u64, status: WcStatus) -> WorkCompletion {
 /// #     WorkCompletion { wr_id, status, opcode: WcOpcode::Recv, queue: WcQueue::Recv, byte_len: 0,
-/// #         imm: None, invalidated_rkey: None, qpn: 2, src_qp: 3, solicited: false }
+/// #         imm: None, invalidated_rkey: None, qpn: 2, src_qp: 3, solicited: false, grh: false }
 /// # }
 /// use ndverbs_engine::cq::{CompletionQueue, NotifyError, NotifyOn};
 /// let cq = CompletionQueue::new(1)?;
@@ -147,7 +147,7 @@ type Waiter = (NotifyOn, Completion<Result<(), NotifyError>>);
 /// # use ndverbs_proto::rc::{WcOpcode, WcQueue, WcStatus, WorkCompletion};
 /// # fn wc(wr_id: u64, status: WcStatus) -> WorkCompletion {
 /// #     WorkCompletion { wr_id, status, opcode: WcOpcode::Recv, queue: WcQueue::Recv, byte_len: 0,
-/// #         imm: None, invalidated_rkey: None, qpn: 2, src_qp: 3, solicited: false }
+/// #         imm: None, invalidated_rkey: None, qpn: 2, src_qp: 3, solicited: false, grh: false }
 /// # }
 /// use ndverbs_engine::cq::{CompletionQueue, NotifyOn};
 /// use std::time::Duration;
@@ -413,7 +413,7 @@ impl CompletionQueue {
     /// # fn wc(wr_id: u64, qpn: u32) -> WorkCompletion {
     /// #     WorkCompletion { wr_id, status: WcStatus::WrFlushErr, opcode: WcOpcode::Recv,
     /// #         queue: WcQueue::Recv, byte_len: 0, imm: None, invalidated_rkey: None, qpn,
-    /// #         src_qp: 0, solicited: false }
+    /// #         src_qp: 0, solicited: false, grh: false }
     /// # }
     /// use ndverbs_engine::cq::CompletionQueue;
     /// let cq = CompletionQueue::new(8)?;
@@ -550,6 +550,7 @@ mod tests {
             qpn: 2,
             src_qp: 0,
             solicited,
+            grh: false,
         }
     }
 

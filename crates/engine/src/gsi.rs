@@ -153,7 +153,7 @@ impl Gsi {
         dst: IpAddr,
         mem: &mut MemTable,
     ) {
-        let grh = grh(src, dst, pkt);
+        let grh = grh(src, dst, pkt, ReceivedIp::default());
         self.qp.handle_packet(pkt, &grh, mem, &mut self.rq);
         self.reap(mem);
     }
@@ -199,17 +199,38 @@ impl Gsi {
     }
 }
 
-/// The 40-byte GRH area rxe fills for a RoCEv2 packet: for IPv4, 20 zero bytes
-/// then the IPv4 header; for IPv6, the IPv6 header.
-fn grh(src: IpAddr, dst: IpAddr, pkt: &Packet<'_>) -> [u8; GRH_LEN] {
+/// What the receive path knows of a datagram's IP header beyond its
+/// addresses.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ReceivedIp {
+    /// The IPv4 ID (recovered by the ICRC check), if IPv4.
+    pub(crate) ipv4_id: Option<u16>,
+    /// The ECN bits it arrived with.
+    pub(crate) ecn: u8,
+}
+
+/// The TTL written into a GRH area: a UDP socket does not report the real
+/// one; 64 is what Linux sends with.
+const GRH_TTL: u8 = 64;
+
+/// The 40-byte GRH area rxe writes at the start of a UD receive buffer for
+/// a RoCEv2 packet from `src` to `dst`: for IPv4, 20 zero bytes then the
+/// IPv4 header (addresses, lengths, `ip`'s ID and ECN bits; TTL 64 and DSCP
+/// 0, which the socket does not report); for IPv6, the IPv6 header.
+pub(crate) fn grh(src: IpAddr, dst: IpAddr, pkt: &Packet<'_>, ip: ReceivedIp) -> [u8; GRH_LEN] {
     let mut g = [0u8; GRH_LEN];
     let udp_len = UDP_HEADER_LEN + pkt.encoded_len().unwrap_or(0);
     match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let _ = Ipv4Header::new_udp(s, d, udp_len, 64).write(&mut g[20..]);
+            let mut h = Ipv4Header::new_udp(s, d, udp_len, GRH_TTL);
+            h.id = ip.ipv4_id.unwrap_or(0);
+            h.tos = ip.ecn & 3;
+            h.checksum = h.compute_checksum();
+            let _ = h.write(&mut g[20..]);
         }
         (s, d) => {
-            let h = Ipv6Header::new_udp(ndverbs_wire::cma::gid_of(s), gid_of(d), udp_len, 64);
+            let mut h = Ipv6Header::new_udp(gid_of(s), gid_of(d), udp_len, GRH_TTL);
+            h.traffic_class = ip.ecn & 3;
             let _ = h.write(&mut g);
         }
     }
@@ -248,7 +269,11 @@ mod tests {
             ("::1", "fd00::4500:2"),
         ] {
             let (s, d): (IpAddr, IpAddr) = (s.parse().unwrap(), d.parse().unwrap());
-            assert_eq!(grh_source(&grh(s, d, &pkt)), Some(s), "{s} -> {d}");
+            assert_eq!(
+                grh_source(&grh(s, d, &pkt, ReceivedIp::default())),
+                Some(s),
+                "{s} -> {d}"
+            );
         }
         assert_eq!(grh_source(&[0u8; GRH_LEN]), None);
     }

@@ -17,7 +17,7 @@
 //!  "qp":[{"qpn":…,"state":"RTS","pd":…,"peer":"…"|null,"dest_qpn":…,"sq_psn":…,"rq_psn":…,
 //!         "sq_outstanding":…,"rq_outstanding":…,"send_cq":…,"recv_cq":…,"srq":…|null,
 //!         "sent_pkts":…,"rcvd_pkts":…,"retries":…,"rnr_naks":…,"seq_naks":…,
-//!         "retry_exceeded":…,"duplicates":…},…],
+//!         "retry_exceeded":…,"duplicates":…,"type":"RC"|"UD"},…],
 //!  "cq":[{"id":…,"depth":…,"entries":…,"overflowed":false},…],
 //!  "mr":[{"lkey":…,"rkey":…,"pd":…,"addr":…,"length":…,"access":"LOCAL_WRITE|REMOTE_READ","windows":…},…],
 //!  "cm_id":[{"id":…,"state":"connected","cm_state":"ESTABLISHED"|null,"local":"…","local_port":…,
@@ -104,6 +104,9 @@ fn publish(src: &dyn crate::stats::Source, stat_file: &Path) {
 pub struct QpRes {
     /// QP number.
     pub qpn: u32,
+    /// An unreliable datagram QP (no peer, no destination QPN, no receive
+    /// PSN); otherwise reliable connected.
+    pub ud: bool,
     /// State as of the engine's last step.
     pub state: QpState,
     /// Protection domain.
@@ -288,7 +291,7 @@ impl Resources {
                  \"sq_psn\":{},\"rq_psn\":{},\"sq_outstanding\":{},\"rq_outstanding\":{},\
                  \"send_cq\":{},\"recv_cq\":{},\"srq\":{},\"sent_pkts\":{},\"rcvd_pkts\":{},\
                  \"retries\":{},\"rnr_naks\":{},\"seq_naks\":{},\"retry_exceeded\":{},\
-                 \"duplicates\":{}}}",
+                 \"duplicates\":{},\"type\":\"{}\"}}",
                 if i == 0 { "" } else { "," },
                 q.qpn,
                 qp_state_name(q.state),
@@ -309,6 +312,7 @@ impl Resources {
                 c.rcvd_seq_err,
                 c.retry_exceeded_err + c.retry_rnr_exceeded_err,
                 c.duplicate_request,
+                if q.ud { "UD" } else { "RC" },
             );
         }
         s.push_str("],\"cq\":[");

@@ -213,6 +213,8 @@ pub fn add(acc: &mut Counters, c: &Counters) {
     x.unexpected_ack += d.unexpected_ack;
     x.redundant_nak += d.redundant_nak;
     x.tx_no_room += d.tx_no_room;
+    x.bad_qkey += d.bad_qkey;
+    x.no_recv += d.no_recv;
 }
 
 fn cm_pairs(c: &CmCounters) -> [(&'static str, u64); 16] {

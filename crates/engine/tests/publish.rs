@@ -77,6 +77,15 @@ fn counters_and_objects_are_published_while_the_nic_lives() {
         let r = read(&res);
         r.contains(&qpn) && r.contains(&lkey) && r.contains("\"depth\":8,")
     });
+    assert!(read(&res).contains("\"type\":\"RC\"}"));
+    // A UD QP is listed as one.
+    let ud = nic.create_ud_qp(init).unwrap();
+    let ud_qpn = format!("\"qpn\":{},\"state\":\"RESET\"", ud.qpn());
+    until("the UD QP published", || {
+        let r = read(&res);
+        r.contains(&ud_qpn) && r.contains("\"type\":\"UD\"}")
+    });
+    nic.destroy_qp(ud.qpn()).unwrap();
     // And leave with the objects.
     nic.destroy_qp(qp.qpn()).unwrap();
     until("the QP gone from the file", || {

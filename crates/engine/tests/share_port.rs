@@ -1,5 +1,5 @@
 //! Shared ports across processes: several processes open a NIC on one
-//! address, RC traffic reaches the right one, a killed member frees its
+//! address, RC traffic and UD datagrams reach the right one, a killed member frees its
 //! share, packets for a gone process are counted and dropped, listeners
 //! are host-wide.
 //!
@@ -15,7 +15,10 @@ use ndverbs_engine::ep::{AcceptArgs, ConnectArgs};
 use ndverbs_engine::mr::{Region, RegionBuf};
 use ndverbs_engine::nic::{Nic, QpInit, QpShared};
 use ndverbs_proto::mem::{Access, Sge};
-use ndverbs_proto::rc::{PathMtu, QpCaps, RcConnection, RecvWr, SendOp, SendWr, WcStatus};
+use ndverbs_proto::rc::{
+    AttrMask, PathMtu, QpAttr, QpCaps, QpState, RcConnection, RecvWr, SendOp, SendWr, WcStatus,
+};
+use ndverbs_proto::ud::{UdDest, UdSendWr, GRH_LEN};
 use std::io::{BufRead, BufReader, Write};
 use std::net::IpAddr;
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -28,6 +31,8 @@ use std::time::{Duration, Instant};
 const ROLE: &str = "NDV_SHARE_TEST_MEMBER";
 /// How long any one answer may take.
 const LIMIT: Duration = Duration::from_secs(20);
+/// The Q_Key of the UD QPs.
+const UD_QKEY: u32 = 0x5151_0000;
 
 /// One side's objects: NIC, CQ, one RC QP, a 4 KiB region.
 struct Side {
@@ -78,6 +83,46 @@ impl Side {
             .unwrap();
         self.qps.push(qp);
         self.qps.len() - 1
+    }
+
+    /// A new UD QP in RTS with Q_Key [`UD_QKEY`]; returns its index.
+    fn ud_qp(&mut self) -> usize {
+        let qp = self
+            .nic
+            .create_ud_qp(QpInit {
+                pd: self.pd,
+                send_cq: self.cq_id,
+                recv_cq: self.cq_id,
+                srq: None,
+                caps: QpCaps::default(),
+                max_recv_wr: 64,
+                max_recv_sge: 1,
+            })
+            .unwrap();
+        let mut a = QpAttr {
+            qp_state: QpState::Init,
+            qkey: UD_QKEY,
+            ..QpAttr::default()
+        };
+        let init = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY;
+        self.nic.modify_qp(qp.qpn(), &a, init).unwrap();
+        a.qp_state = QpState::Rtr;
+        self.nic.modify_qp(qp.qpn(), &a, AttrMask::STATE).unwrap();
+        a.qp_state = QpState::Rts;
+        let rts = AttrMask::STATE | AttrMask::SQ_PSN;
+        self.nic.modify_qp(qp.qpn(), &a, rts).unwrap();
+        self.qps.push(qp);
+        self.qps.len() - 1
+    }
+
+    /// Sends `text` as a datagram from UD QP `i` to QP `qpn` at `to`.
+    fn send_ud(&self, i: usize, to: IpAddr, qpn: u32, text: &str) {
+        self.mr.write(0, text.as_bytes()).unwrap();
+        let sge = Sge::new(self.mr.addr(), text.len() as u32, self.mr.lkey());
+        let dest = UdDest::new(to, qpn, UD_QKEY);
+        self.nic
+            .post_ud_send(&self.qps[i], UdSendWr::new(9, dest, vec![sge]))
+            .unwrap();
     }
 
     /// Connects QP `i` with the default retries: a packet dropped while a
@@ -185,6 +230,43 @@ fn member(progress: Progress, ip: IpAddr) {
                     side.post_recv(i);
                 }
                 say(format!("qp {qpn}"));
+            }
+            ["udqp"] => {
+                let i = side.ud_qp();
+                for _ in 0..8 {
+                    side.post_recv(i);
+                }
+                say(format!("udqp {}", side.qps[i].qpn()));
+            }
+            ["udexpect"] => {
+                // A datagram within 300 ms (UD loses what it loses: the
+                // test sends again), its text behind the GRH area.
+                let t0 = Instant::now();
+                let wc = loop {
+                    if progress == Progress::Manual {
+                        side.nic.progress();
+                    }
+                    if let Some(wc) = side.cq.poll_one() {
+                        break Some(wc);
+                    }
+                    if t0.elapsed() > Duration::from_millis(300) {
+                        break None;
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                };
+                match wc {
+                    Some(wc) if wc.status == WcStatus::Success && wc.grh => {
+                        let mut buf = vec![0; wc.byte_len as usize - GRH_LEN];
+                        side.mr.read(2048 + GRH_LEN, &mut buf).unwrap();
+                        // The receive it took, posted again.
+                        if let Some(i) = side.qps.iter().position(|q| q.qpn() == wc.qpn) {
+                            side.post_recv(i);
+                        }
+                        say(format!("got {}", String::from_utf8_lossy(&buf)));
+                    }
+                    None => say("none".into()),
+                    other => say(format!("failed {other:?}")),
+                }
             }
             ["newqp"] => {
                 let i = side.qp();
@@ -452,6 +534,42 @@ fn rc_traffic_reaches_the_right_process() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// `x` sends `text` from UD QP `i` to member `m`'s UD QP `qpn` at `y`
+/// until it arrives (a datagram lost while the group's steering settles is
+/// simply lost); the member must receive exactly it.
+fn deliver_ud(x: &Side, i: usize, y: IpAddr, m: &mut Member, qpn: u32, text: &str) {
+    for _ in 0..20 {
+        x.send_ud(i, y, qpn, text);
+        let wc = x.completion().expect("send completion");
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        m.tell("udexpect");
+        let l = m.lines.recv_timeout(LIMIT).expect("an answer to udexpect");
+        if l == "none" {
+            continue;
+        }
+        assert_eq!(l, format!("got {text}"));
+        return;
+    }
+    panic!("{text:?} never reached the member");
+}
+
+fn ud_datagrams_reach_the_right_process() {
+    let (x_ip, y) = ndverbs_testkit::addr::pair_v4();
+    let mut x = Side::open(x_ip, false, Progress::Thread);
+    let i = x.ud_qp();
+    let mut m1 = Member::spawn(y, "thread");
+    let mut m2 = Member::spawn(y, "manual");
+    let q1: u32 = m1.ask("udqp", "udqp")[0].parse().unwrap();
+    let q2: u32 = m2.ask("udqp", "udqp")[0].parse().unwrap();
+    // UD QPNs carry the slot as RC QPNs do: the kernel steers by it.
+    assert_eq!(q1 >> 16, u32::from(m1.slot));
+    assert_eq!(q2 >> 16, u32::from(m2.slot));
+    for n in 0..5 {
+        deliver_ud(&x, i, y, &mut m1, q1, &format!("datagram to one #{n}"));
+        deliver_ud(&x, i, y, &mut m2, q2, &format!("datagram to two #{n}"));
+    }
+}
+
 fn sigkill_frees_the_share_and_stale_packets_are_dropped() {
     let (x_ip, y) = ndverbs_testkit::addr::pair_v4();
     let mut x = Side::open(x_ip, false, Progress::Thread);
@@ -628,7 +746,7 @@ fn main() {
         member(progress, ip);
         return;
     }
-    let tests: [(&str, fn()); 6] = [
+    let tests: [(&str, fn()); 7] = [
         (
             "three_processes_open_one_address",
             three_processes_open_one_address,
@@ -636,6 +754,10 @@ fn main() {
         (
             "rc_traffic_reaches_the_right_process",
             rc_traffic_reaches_the_right_process,
+        ),
+        (
+            "ud_datagrams_reach_the_right_process",
+            ud_datagrams_reach_the_right_process,
         ),
         (
             "sigkill_frees_the_share_and_stale_packets_are_dropped",

@@ -87,10 +87,12 @@ fn line(head: &str, kind: &str, o: &Value) -> String {
     let s = |k: &str| o[k].as_str().unwrap_or("-").to_owned();
     match kind {
         "qp" => format!(
-            "{head} lqpn {} rqpn {} type RC state {} peer {} sq-psn {} rq-psn {} sq-wrs {} rq-wrs {} \
+            "{head} lqpn {} rqpn {} type {} state {} peer {} sq-psn {} rq-psn {} sq-wrs {} rq-wrs {} \
              send-cq {} recv-cq {}{} pdn {} retries {} rnr-naks {} seq-naks {} dups {} sent {} rcvd {}",
             u(o, "qpn"),
             u(o, "dest_qpn"),
+            // Files of older versions have no type: their QPs are RC.
+            o["type"].as_str().unwrap_or("RC"),
             s("state"),
             s("peer"),
             u(o, "sq_psn"),

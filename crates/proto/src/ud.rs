@@ -16,11 +16,18 @@
 //!
 //! Linux rxe sets AckReq on QP1's packets but not on other UD QPs' packets;
 //! [`UdQp`] does the same so that its bytes match rxe's.
+//!
+//! **An application's UD QP** ([`UdQp::new_reset`]) walks the UD ladder
+//! ([`ud_transition_rules`](crate::rc::ud_transition_rules)): RESET → INIT
+//! (Q_Key, P_Key index, port) → RTR (nothing: no peer) → RTS (first PSN).
+//! It takes receives from INIT on, delivers datagrams from RTR on and sends
+//! in RTS. A send longer than the path MTU is refused when posted
+//! ([`PostError::DatagramTooLong`]), not cut into packets.
 
 use crate::mem::{gather, scatter, sgl_len, Memory, Sge};
 use crate::rc::{
-    AddressVector, PathMtu, PostError, QpState, RecvQueue, WcOpcode, WcQueue, WcStatus,
-    WorkCompletion,
+    check_ud_modify, AddressVector, AttrMask, ModifyError, PathMtu, PostError, QpAttr, QpState,
+    RecvQueue, WcOpcode, WcQueue, WcStatus, WorkCompletion,
 };
 use ndverbs_wire::bth::{psn, Bth, MASK24};
 use ndverbs_wire::ext::Deth;
@@ -58,6 +65,28 @@ pub struct UdDest {
     /// Remote Q_Key. If its top bit is set the QP's own Q_Key is sent instead
     /// (IBTA: "controlled" Q_Keys).
     pub remote_qkey: u32,
+}
+
+impl UdDest {
+    /// QP `remote_qpn` at `addr` with Q_Key `remote_qkey` (top bit set:
+    /// the sending QP's own), over a path with hop limit 64.
+    ///
+    /// ```
+    /// use ndverbs_proto::ud::UdDest;
+    /// let d = UdDest::new("192.0.2.7".parse().unwrap(), 0x33, 0x1111);
+    /// assert_eq!(d.av.dgid[10..], [0xff, 0xff, 192, 0, 2, 7]); // an IPv4-mapped GID
+    /// ```
+    pub fn new(addr: std::net::IpAddr, remote_qpn: u32, remote_qkey: u32) -> Self {
+        UdDest {
+            av: AddressVector {
+                dgid: ndverbs_wire::cma::gid_of(addr).octets(),
+                hop_limit: 64,
+                ..AddressVector::default()
+            },
+            remote_qpn,
+            remote_qkey,
+        }
+    }
 }
 
 /// A UD send work request.
@@ -167,6 +196,39 @@ pub struct UdCounters {
     pub drop_bad_state: u64,
 }
 
+impl UdCounters {
+    /// The same counts under the names every QP reports
+    /// ([`Counters`](crate::rc::Counters), rxe's): packets that are not a
+    /// UD SEND for this QP in the default partition count as `not_rc`
+    /// (another transport's, for this QP).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_proto::ud::UdCounters;
+    /// let c = UdCounters { rcvd_pkts: 3, drop_bad_qkey: 1, drop_no_recv: 2, ..UdCounters::default() };
+    /// let r = c.to_counters();
+    /// assert_eq!((r.rcvd_pkts, r.drops.bad_qkey, r.drops.no_recv), (3, 1, 2));
+    /// ```
+    pub fn to_counters(&self) -> crate::rc::Counters {
+        let mut c = crate::rc::Counters {
+            sent_pkts: self.sent_pkts,
+            rcvd_pkts: self.rcvd_pkts,
+            rdma_sends: self.sent_pkts,
+            ..Default::default()
+        };
+        // Every drop was counted as received first.
+        c.rdma_recvs = self.rcvd_pkts.saturating_sub(
+            self.drop_malformed + self.drop_bad_qkey + self.drop_no_recv + self.drop_bad_state,
+        );
+        c.drops.not_rc = self.drop_malformed;
+        c.drops.bad_qkey = self.drop_bad_qkey;
+        c.drops.no_recv = self.drop_no_recv;
+        c.drops.bad_state = self.drop_bad_state;
+        c
+    }
+}
+
 /// A UD queue pair. Created ready to send and receive (the RESET → RTS walk of
 /// an RC QP carries no information for UD beyond the Q_Key and first PSN);
 /// [`UdQp::set_error`] flushes it.
@@ -234,6 +296,78 @@ impl UdQp {
         UdQp::new(1, pd, GSI_QKEY, mtu, 0, 256)
     }
 
+    /// An application's UD QP in RESET: [`UdQp::modify`] takes it to RTS.
+    /// `mtu` is the port's active MTU, the longest datagram it sends.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_proto::rc::{AttrMask, PathMtu, PostError, QpAttr, QpState};
+    /// use ndverbs_proto::ud::{UdDest, UdQp, UdSendWr};
+    /// let mut qp = UdQp::new_reset(0x20, 1, PathMtu::Mtu1024, 16);
+    /// let mut a = QpAttr { qp_state: QpState::Init, qkey: 0x1111, ..QpAttr::default() };
+    /// qp.modify(&a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY)?;
+    /// a.qp_state = QpState::Rtr;
+    /// qp.modify(&a, AttrMask::STATE)?;
+    /// let wr = UdSendWr::new(1, UdDest::default(), vec![]);
+    /// // Not in RTS yet: sends are refused.
+    /// assert_eq!(qp.post_send(wr.clone()), Err(PostError::InvalidState(QpState::Rtr)));
+    /// a.qp_state = QpState::Rts;
+    /// a.sq_psn = 0x42;
+    /// qp.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN)?;
+    /// qp.post_send(wr)?;
+    /// assert_eq!((qp.query().qkey, qp.query().sq_psn), (0x1111, 0x42));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn new_reset(qpn: u32, pd: u32, mtu: PathMtu, max_send_wr: u32) -> Self {
+        UdQp {
+            state: QpState::Reset,
+            ..UdQp::new(qpn, pd, 0, mtu, 0, max_send_wr)
+        }
+    }
+
+    /// Changes state and attributes by the UD transition table
+    /// ([`check_ud_modify`]); on error nothing changes. ERR flushes the
+    /// queued sends; RESET forgets them (and the completions not yet
+    /// taken), as a reset QP forgets its work.
+    pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
+        let to = check_ud_modify(self.state, attr, mask)?;
+        if mask.contains(AttrMask::QKEY) {
+            self.qkey = attr.qkey;
+        }
+        if mask.contains(AttrMask::SQ_PSN) {
+            self.psn = attr.sq_psn & MASK24;
+        }
+        match to {
+            QpState::Err if self.state != QpState::Err => self.set_error(),
+            QpState::Reset => {
+                self.sq.clear();
+                self.cq.clear();
+                self.state = QpState::Reset;
+            }
+            s => self.state = s,
+        }
+        Ok(())
+    }
+
+    /// The current attributes: state, Q_Key, next PSN, port 1, P_Key index 0,
+    /// the path MTU.
+    pub fn query(&self) -> QpAttr {
+        QpAttr {
+            qp_state: self.state,
+            cur_qp_state: self.state,
+            qkey: self.qkey,
+            sq_psn: self.psn,
+            path_mtu: PathMtu::at_most(self.mtu as usize).unwrap_or(PathMtu::Mtu256),
+            ..QpAttr::default()
+        }
+    }
+
+    /// The longest datagram this QP sends (its path MTU), in bytes.
+    pub fn mtu(&self) -> u32 {
+        self.mtu
+    }
+
     /// The QP number.
     pub fn qpn(&self) -> u32 {
         self.qpn
@@ -282,6 +416,7 @@ impl UdQp {
             qpn: self.qpn,
             src_qp: 0,
             solicited: false,
+            grh: false,
         });
     }
 
@@ -305,18 +440,23 @@ impl UdQp {
             qpn: self.qpn,
             src_qp,
             solicited,
+            grh: status == WcStatus::Success,
         });
     }
 
-    /// Queues a send (at most one MTU of data).
+    /// Queues a send (at most one MTU of data) in RTS; in ERR it completes
+    /// flushed; other states refuse it.
     pub fn post_send(&mut self, wr: UdSendWr) -> Result<(), PostError> {
+        if !matches!(self.state, QpState::Rts | QpState::Err) {
+            return Err(PostError::InvalidState(self.state));
+        }
         let len = match &wr.inline {
             Some(d) if wr.sgl.is_empty() => d.len() as u64,
             Some(_) => return Err(PostError::InlineNotAllowed),
             None => sgl_len(&wr.sgl),
         };
         if len > u64::from(self.mtu) {
-            return Err(PostError::MessageTooLong(len));
+            return Err(PostError::DatagramTooLong { len, mtu: self.mtu });
         }
         if self.sq.len() >= self.max_send_wr {
             return Err(PostError::QueueFull(self.max_send_wr as u32));
@@ -409,7 +549,7 @@ impl UdQp {
         rq: &mut RecvQueue,
     ) {
         self.counters.rcvd_pkts += 1;
-        if self.state != QpState::Rts {
+        if !matches!(self.state, QpState::Rtr | QpState::Rts) {
             self.counters.drop_bad_state += 1;
             return;
         }

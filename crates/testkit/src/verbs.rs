@@ -513,6 +513,7 @@ mod tests {
             qpn: 1,
             src_qp: 0,
             solicited: false,
+            grh: false,
         };
         let twice = std::panic::catch_unwind(|| {
             let mut q = vec![wc(0, WcStatus::Success), wc(0, WcStatus::Success)];

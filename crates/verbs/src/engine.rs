@@ -498,6 +498,7 @@ impl Nic {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn create_qp(
         &self,
+        qp_type: crate::qp::QpType,
         pd: u32,
         send_cq: u32,
         recv_cq: u32,
@@ -506,18 +507,20 @@ impl Nic {
         max_recv_wr: u32,
         max_recv_sge: u32,
     ) -> Result<QpRef> {
-        let q = self
-            .0
-            .create_qp(QpInit {
-                pd,
-                send_cq,
-                recv_cq,
-                srq: srq.map(SrqRef::id),
-                caps,
-                max_recv_wr,
-                max_recv_sge,
-            })
-            .map_err(|e| err("Pd::create_qp", e))?;
+        let init = QpInit {
+            pd,
+            send_cq,
+            recv_cq,
+            srq: srq.map(SrqRef::id),
+            caps,
+            max_recv_wr,
+            max_recv_sge,
+        };
+        let q = match qp_type {
+            crate::qp::QpType::Rc => self.0.create_qp(init),
+            crate::qp::QpType::Ud => self.0.create_ud_qp(init),
+        }
+        .map_err(|e| err("Pd::create_qp", e))?;
         Ok(QpRef(q))
     }
 
@@ -543,6 +546,12 @@ impl Nic {
         self.0
             .post_send(&qp.0, wr)
             .map_err(|e| err("Qp::post_send", e))
+    }
+
+    pub(crate) fn post_send_ud(&self, qp: &QpRef, wr: ndverbs_proto::ud::UdSendWr) -> Result<()> {
+        self.0
+            .post_ud_send(&qp.0, wr)
+            .map_err(|e| err("Qp::post_send_ud", e))
     }
 
     pub(crate) fn post_recv(&self, qp: &QpRef, wr: RecvWr) -> Result<()> {
@@ -797,6 +806,10 @@ impl QpRef {
 
     pub(crate) fn state(&self) -> QpState {
         self.0.state()
+    }
+
+    pub(crate) fn is_ud(&self) -> bool {
+        self.0.is_ud()
     }
 }
 

@@ -11,7 +11,7 @@
 //! | [`Mw`] | [`Pd::alloc_mw`] | memory window: a narrower grant over an MR |
 //! | [`Cq`] | [`Device::create_cq`] | completion queue, pollable and waitable (fd) |
 //! | [`Srq`] | [`Pd::create_srq`] | shared receive queue |
-//! | [`Qp`] | [`Pd::create_qp`] | reliable connected queue pair |
+//! | [`Qp`] | [`Pd::create_qp`] | queue pair: reliable connected, or unreliable datagram ([`QpType::Ud`]) |
 //! | [`Endpoint`] | [`Endpoint::new`] | connection endpoint: the IB CM side of a connection |
 //!
 //! **Layers.** This crate is the verbs layer of ndverbs: below it the engine
@@ -31,7 +31,8 @@
 //! [`RemoteAddr`], [`RecvWr`], [`WorkCompletion`], [`WcStatus`] and
 //! [`WcOpcode`] in [`Qp`]'s and [`Cq`]'s; [`QpAttr`], [`AttrMask`],
 //! [`QpState`] in [`Qp`]'s (RESET → INIT → RTR → RTS by hand); [`Access`]
-//! and [`Sge`] in [`Mr`]'s; [`NotifyOn`] and [`Pending`] in [`Cq`]'s;
+//! and [`Sge`] in [`Mr`]'s; [`UdDest`], [`UdSendWr`] and [`GRH_LEN`] in
+//! [`QpType::Ud`]'s (a datagram each way); [`NotifyOn`] and [`Pending`] in [`Cq`]'s;
 //! [`ConnectArgs`], [`AcceptArgs`], [`RequestInfo`], [`ConnectInfo`] and
 //! [`EpInfo`] in [`Endpoint`]'s; [`DeviceConfig`], [`Progress`], [`Stats`]
 //! and [`DeviceLimits`] in [`Device`]'s and [`DeviceAttr`]'s.
@@ -104,7 +105,7 @@ pub use observe::{
 };
 pub use owned::{AlignedBuf, OwnedMr, StableBuffer};
 pub use pending::Pending;
-pub use qp::{Qp, QpId, QpInitAttr, Srq};
+pub use qp::{Qp, QpId, QpInitAttr, QpType, Srq};
 
 pub use ndverbs_proto::cm::{CmError, CmState};
 pub use ndverbs_proto::mem::{Access, AccessError, SgList, Sge};
@@ -113,3 +114,4 @@ pub use ndverbs_proto::rc::{
     QpCaps, QpState, RcConnection, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcQueue, WcStatus,
     WorkCompletion,
 };
+pub use ndverbs_proto::ud::{UdDest, UdSendWr, GRH_LEN};

@@ -7,6 +7,7 @@ use ndverbs_proto::mem::Access;
 use ndverbs_proto::rc::{
     AttrMask, Counters, QpAttr, QpCaps, QpState, RcConnection, RecvWr, SendWr,
 };
+use ndverbs_proto::ud::UdSendWr;
 use std::sync::Arc;
 
 /// A queue pair's identity: what connection endpoints are given instead of
@@ -73,6 +74,8 @@ impl From<&Qp> for QpId {
 /// ```
 #[derive(Debug, Clone)]
 pub struct QpInitAttr<'a> {
+    /// Reliable connected (the default) or unreliable datagram.
+    pub qp_type: QpType,
     /// CQ for send completions.
     pub send_cq: &'a Cq,
     /// CQ for receive completions.
@@ -91,6 +94,7 @@ impl<'a> QpInitAttr<'a> {
     /// Defaults: 128 sends and receives, 4 SGEs each, 256 inline bytes.
     pub fn new(send_cq: &'a Cq, recv_cq: &'a Cq) -> Self {
         QpInitAttr {
+            qp_type: QpType::Rc,
             send_cq,
             recv_cq,
             srq: None,
@@ -106,7 +110,42 @@ impl<'a> QpInitAttr<'a> {
     }
 }
 
-/// A reliable connected queue pair. Dropping it destroys it (outstanding
+/// The transport of a queue pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum QpType {
+    /// Reliable connected: one peer, every message acknowledged, any size,
+    /// RDMA READ/WRITE and atomics.
+    #[default]
+    Rc,
+    /// Unreliable datagram: each send is one packet (at most the path MTU)
+    /// to any address and QP ([`Qp::post_send_ud`]); nothing is
+    /// acknowledged; each receive buffer starts with the 40-byte GRH area
+    /// ([`GRH_LEN`](crate::GRH_LEN)) that says where the datagram came from.
+    ///
+    /// ```
+    /// use ndverbs_verbs::*;
+    /// let dev = Device::open("127.92.40.1".parse().unwrap())?;
+    /// let (pd, cq) = (dev.alloc_pd()?, dev.create_cq(16)?);
+    /// let qp = pd.create_qp(&QpInitAttr { qp_type: QpType::Ud, ..QpInitAttr::new(&cq, &cq) })?;
+    /// qp.ud_ready(0x1111_1111, 0)?; // RESET -> INIT (the Q_Key) -> RTR -> RTS
+    /// let mr = pd.reg_mr(4096, Access::LOCAL_WRITE)?;
+    /// qp.post_recv(RecvWr::new(1, vec![mr.sge(0, 4096)]))?;
+    /// // To itself: its own address and QPN; Q_Key 0x8000_0000 means "my own".
+    /// let to_me = UdDest::new(dev.query().addr, qp.qpn(), 0x8000_0000);
+    /// mr.write(1024, b"hello")?;
+    /// qp.post_send_ud(UdSendWr::new(2, to_me, vec![mr.sge(1024, 5)]))?;
+    /// let t = std::time::Duration::from_secs(10);
+    /// let (a, b) = (cq.wait_one(t)?.expect("one"), cq.wait_one(t)?.expect("two"));
+    /// let recv = if a.queue == WcQueue::Recv { a } else { b };
+    /// assert_eq!((recv.src_qp, recv.byte_len, recv.grh), (qp.qpn(), GRH_LEN as u32 + 5, true));
+    /// assert_eq!(mr.to_vec(GRH_LEN, 5)?, b"hello");
+    /// # Ok::<(), Error>(())
+    /// ```
+    Ud,
+}
+
+/// A queue pair: reliable connected, or unreliable datagram
+/// ([`QpType::Ud`]). Dropping it destroys it (outstanding
 /// requests are flushed to its CQs first).
 ///
 /// # Example
@@ -172,6 +211,7 @@ impl Qp {
             ));
         }
         let shared = dev.create_qp(
+            init.qp_type,
             pd.inner.id,
             init.send_cq.inner.id,
             init.recv_cq.inner.id,
@@ -214,9 +254,46 @@ impl Qp {
         self.pd.dev.nic.post_send(&self.shared, wr)
     }
 
-    /// Posts a receive (QPs without an SRQ).
+    /// Posts a receive (QPs without an SRQ). On a UD QP the first
+    /// [`GRH_LEN`](crate::GRH_LEN) bytes of the buffer take the GRH area, the
+    /// datagram follows.
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
         self.pd.dev.nic.post_recv(&self.shared, wr)
+    }
+
+    /// The transport.
+    pub fn qp_type(&self) -> QpType {
+        if self.shared.is_ud() {
+            QpType::Ud
+        } else {
+            QpType::Rc
+        }
+    }
+
+    /// Sends a datagram on a UD QP (RTS): one packet to `wr.dest`, at most
+    /// the path MTU long (else [`PostError::DatagramTooLong`](crate::PostError::DatagramTooLong),
+    /// at once); it completes when handed to the network.
+    pub fn post_send_ud(&self, wr: UdSendWr) -> Result<()> {
+        self.pd.dev.nic.post_send_ud(&self.shared, wr)
+    }
+
+    /// Takes a UD QP from RESET to RTS: INIT with Q_Key `qkey` (port 1,
+    /// P_Key index 0), RTR, RTS with first PSN `sq_psn`.
+    pub fn ud_ready(&self, qkey: u32, sq_psn: u32) -> Result<()> {
+        let mut a = QpAttr {
+            qp_state: QpState::Init,
+            qkey,
+            sq_psn,
+            ..QpAttr::default()
+        };
+        self.modify(
+            &a,
+            AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY,
+        )?;
+        a.qp_state = QpState::Rtr;
+        self.modify(&a, AttrMask::STATE)?;
+        a.qp_state = QpState::Rts;
+        self.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN)
     }
 
     /// Per-QP counters (rxe names).

@@ -188,11 +188,11 @@ static void check_errors(void)
 	CHECK("errors", ibv_create_cq(ctx, 4, NULL, NULL, 1) == NULL && errno == EINVAL,
 	      "comp_vector 1");
 	struct ibv_cq *cq = ibv_create_cq(ctx, 4, NULL, NULL, 0);
-	struct ibv_qp_init_attr ia = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
+	struct ibv_qp_init_attr ia = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UC,
 				       .cap = { .max_send_wr = 1, .max_recv_wr = 1,
 						.max_send_sge = 1, .max_recv_sge = 1 } };
 	errno = 0;
-	CHECK("errors", ibv_create_qp(pd, &ia) == NULL && errno == EOPNOTSUPP, "UD QP");
+	CHECK("errors", ibv_create_qp(pd, &ia) == NULL && errno == EOPNOTSUPP, "UC QP");
 	ia.qp_type = IBV_QPT_RC;
 	ia.send_cq = (struct ibv_cq *)junk;
 	CHECK("errors", ibv_create_qp(pd, &ia) == NULL && errno == EINVAL, "foreign CQ");

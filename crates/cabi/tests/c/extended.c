@@ -366,7 +366,10 @@ static void check_qp_ex(void)
 	qp_ex_refused(cq[0], PD_OPS, IBV_QP_EX_WITH_ATOMIC_WRITE, IBV_QPT_RC, 0, EOPNOTSUPP,
 		      "atomic write");
 	qp_ex_refused(cq[0], PD_OPS, IBV_QP_EX_WITH_TSO, IBV_QPT_RC, 0, EOPNOTSUPP, "tso");
-	qp_ex_refused(cq[0], PD_OPS, IBV_QP_EX_WITH_SEND, IBV_QPT_UD, 0, EOPNOTSUPP, "UD");
+	qp_ex_refused(cq[0], PD_OPS, IBV_QP_EX_WITH_SEND, IBV_QPT_UC, 0, EOPNOTSUPP, "UC");
+	/* UD QPs send SENDs only (rxe's set). */
+	qp_ex_refused(cq[0], PD_OPS, IBV_QP_EX_WITH_RDMA_WRITE, IBV_QPT_UD, 0, EOPNOTSUPP,
+		      "UD write");
 	qp_ex_refused(cq[0], PD_OPS | IBV_QP_INIT_ATTR_CREATE_FLAGS, IBV_QP_EX_WITH_SEND,
 		      IBV_QPT_RC, IBV_QP_CREATE_SCATTER_FCS, EOPNOTSUPP, "create flags");
 	qp_ex_refused(cq[0], PD_OPS | IBV_QP_INIT_ATTR_XRCD, IBV_QP_EX_WITH_SEND, IBV_QPT_RC,

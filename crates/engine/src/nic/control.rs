@@ -38,6 +38,9 @@ impl Nic {
         c.tables.check_pd(pd)?;
         let why = "queue pairs still use the protection domain";
         c.tables.refuse_if_used(|q| q.qp.pd() == pd, why)?;
+        if c.tables.ud.values().any(|u| u.pd == pd) {
+            return Err(EngineError::Busy(why));
+        }
         c.tables.pds.remove(&pd);
         Ok(())
     }
@@ -127,6 +130,13 @@ impl Nic {
         let uses = |q: &QpEntry| Arc::ptr_eq(&q.send_cq, cq) || Arc::ptr_eq(&q.recv_cq, cq);
         let why = "queue pairs still use the completion queue";
         c.tables.refuse_if_used(uses, why)?;
+        if c.tables
+            .ud
+            .values()
+            .any(|u| Arc::ptr_eq(&u.send_cq, cq) || Arc::ptr_eq(&u.recv_cq, cq))
+        {
+            return Err(EngineError::Busy(why));
+        }
         c.tables.cqs.remove(&id);
         Ok(())
     }
@@ -255,21 +265,8 @@ impl Nic {
                 "the device has its maximum number of queue pairs",
             ));
         }
-        // A member of a shared port puts its slot in bits 16..23: the host
-        // steers packets to the process by that byte (`crate::share`).
-        let slot = c.share.as_ref().map(|s| u32::from(s.port.slot()) << 16);
-        let qpn = loop {
-            let q = match slot {
-                None => c.tables.keys.qpn(),
-                Some(hi) => hi | (c.tables.keys.qpn() & 0xffff),
-            };
-            if q <= 1 {
-                continue;
-            }
-            if !c.tables.qps.contains_key(&q) && !c.tables.timewait_qpns.contains(&q) {
-                break q;
-            }
-        };
+        let slot = c.share.as_ref().map(|s| s.port.slot());
+        let qpn = c.tables.fresh_qpn(slot);
         let (rq_wr, rq_sge) = if init.srq.is_some() {
             (1, 1)
         } else {
@@ -283,6 +280,7 @@ impl Nic {
             max_recv_wr: rq_wr,
             max_recv_sge: rq_sge,
             uses_srq: init.srq.is_some(),
+            ud: false,
             state: AtomicU8::new(state_to_u8(QpState::Reset)),
             sq_in: ArrayQueue::new(caps.max_send_wr as usize),
             rq_in: ArrayQueue::new(rq_wr as usize),
@@ -316,6 +314,14 @@ impl Nic {
         let _nic = self.shared.span.enter();
         let now = self.now();
         let mut c = self.core()?;
+        if c.tables.ud.contains_key(&qpn) {
+            c.modify_ud(qpn, attr, mask)?;
+            c.finish_step(&self.shared, now);
+            if mask.contains(AttrMask::STATE) && attr.qp_state == QpState::Reset {
+                c.purge_qp_completions(qpn);
+            }
+            return Ok(());
+        }
         let active = c.active_mtu;
         let e = c.tables.qp_mut(qpn)?;
         if mask.contains(AttrMask::PATH_MTU) && attr.path_mtu > active {
@@ -341,20 +347,18 @@ impl Nic {
             // go too, as libmlx5 cleans a QP's CQs when it is reset, so an
             // application that resets a failed QP and starts over does not
             // poll stale completions first.
-            if let Ok(e) = c.tables.qp(qpn) {
-                let (send, recv) = (e.send_cq.clone(), e.recv_cq.clone());
-                send.purge(|w| w.qpn == qpn);
-                if !Arc::ptr_eq(&send, &recv) {
-                    recv.purge(|w| w.qpn == qpn);
-                }
-            }
+            c.purge_qp_completions(qpn);
         }
         Ok(())
     }
 
     /// The current attributes of a queue pair.
     pub fn query_qp(&self, qpn: u32) -> Result<QpAttr, EngineError> {
-        Ok(self.core()?.tables.qp(qpn)?.qp.query())
+        let c = self.core()?;
+        match c.query_ud(qpn) {
+            Some(a) => Ok(a),
+            None => Ok(c.tables.qp(qpn)?.qp.query()),
+        }
     }
 
     /// Destroys a queue pair. Its outstanding requests are flushed to its CQs
@@ -364,6 +368,9 @@ impl Nic {
         let _span = tracing::debug_span!("destroy_qp", qp = qpn).entered();
         let now = self.now();
         let mut c = self.core_lock();
+        if c.destroy_ud(qpn) {
+            return Ok(());
+        }
         c.tables.qp_mut(qpn)?.flush_to_error();
         c.touched.push(qpn);
         c.finish_step(&self.shared, now);
@@ -375,6 +382,27 @@ impl Nic {
 
     /// Counters of one queue pair.
     pub fn qp_counters(&self, qpn: u32) -> Result<Counters, EngineError> {
-        Ok(*self.core_lock().tables.qp(qpn)?.qp.counters())
+        let c = self.core_lock();
+        match c.ud_counters(qpn) {
+            Some(u) => Ok(u),
+            None => Ok(*c.tables.qp(qpn)?.qp.counters()),
+        }
+    }
+}
+
+impl super::core::Core {
+    /// Removes queue pair `qpn`'s completions still queued in its CQs (a
+    /// QP moved to RESET forgets its work).
+    fn purge_qp_completions(&mut self, qpn: u32) {
+        let cqs = match (self.tables.qp(qpn), self.tables.ud.get(&qpn)) {
+            (Ok(e), _) => (e.send_cq.clone(), e.recv_cq.clone()),
+            (_, Some(u)) => (u.send_cq.clone(), u.recv_cq.clone()),
+            _ => return,
+        };
+        let (send, recv) = cqs;
+        send.purge(|w| w.qpn == qpn);
+        if !Arc::ptr_eq(&send, &recv) {
+            recv.purge(|w| w.qpn == qpn);
+        }
     }
 }

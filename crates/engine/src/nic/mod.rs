@@ -73,6 +73,7 @@ mod step;
 mod tables;
 mod trace;
 mod transmit;
+mod ud;
 mod worker;
 
 pub(crate) use self::core::{Core, Shared};
@@ -466,6 +467,9 @@ impl Nic {
             for e in c.tables.qps.values() {
                 crate::stats::add(&mut sum, e.qp.counters());
             }
+            for e in c.tables.ud.values() {
+                crate::stats::add(&mut sum, &e.qp.counters().to_counters());
+            }
             (sum, *c.cm.counters())
         };
         Stats::collect(self.counters(), &qp, &cm, self.is_removed())
@@ -522,6 +526,7 @@ impl Nic {
             c.tables.qps.get_mut(&qpn).expect("listed").flush_to_error();
             c.touched.push(qpn);
         }
+        c.flush_ud();
         c.remove_eps(now);
         for cq in c.tables.cqs.values() {
             cq.end_waiters(Err(crate::cq::NotifyError::DeviceRemoved));

@@ -28,6 +28,11 @@ impl Nic {
     /// for the step that is running (see the module docs on posting).
     pub fn post_send(&self, qp: &QpShared, wr: SendWr) -> Result<(), EngineError> {
         self.check()?;
+        if qp.ud {
+            return Err(EngineError::InvalidArgument(
+                "a UD queue pair sends datagrams (post_ud_send), each to an address",
+            ));
+        }
         // What the protocol would refuse later is refused here, at once, as
         // rxe's post_send does (EINVAL), not as a completion.
         validate_send(&qp.caps, qp.state(), &wr)?;
@@ -103,6 +108,9 @@ impl Nic {
     /// Posts a receive to a queue pair's own receive queue.
     pub fn post_recv(&self, qp: &QpShared, wr: RecvWr) -> Result<(), EngineError> {
         self.check()?;
+        if qp.ud {
+            return self.post_ud_recv(qp, wr);
+        }
         if qp.uses_srq {
             return Err(EngineError::InvalidArgument(
                 "the QP uses a shared receive queue",

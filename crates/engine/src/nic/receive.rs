@@ -28,6 +28,7 @@
 
 use super::core::{Core, Shared};
 use crate::counters::bump;
+use crate::gsi::{grh, ReceivedIp};
 use crate::icrc::VerifyError;
 use crate::link::{Datagram, Link, LinkError, LinkErrorKind};
 use ndverbs_proto::time::Instant;
@@ -158,7 +159,13 @@ impl Core {
             }
         }
         match self.io.icrc.verify(&self.io.rx[off..end], d.src, d.dst) {
-            Ok(r) => self.dispatch(shared, now, r.src.ip(), d.ecn, off, r.len),
+            Ok(r) => {
+                let ip = ReceivedIp {
+                    ipv4_id: r.ipv4_id,
+                    ecn: d.ecn,
+                };
+                self.dispatch(shared, now, r.src.ip(), ip, off, r.len)
+            }
             Err(VerifyError::BadIcrc) => {
                 bump(&shared.counters.drop_bad_icrc, 1);
                 tracing::trace!(src = %d.src, cause = "bad ICRC", "packet dropped");
@@ -178,10 +185,11 @@ impl Core {
         shared: &Shared,
         now: Instant,
         src: IpAddr,
-        ecn: u8,
+        ip: ReceivedIp,
         off: usize,
         len: usize,
     ) {
+        let ecn = ip.ecn;
         let pkt = match Packet::parse(&self.io.rx[off..off + len]) {
             Ok(p) => p,
             Err(_) => {
@@ -212,6 +220,14 @@ impl Core {
             return;
         }
         let t = &mut self.tables;
+        if let Some(u) = t.ud.get_mut(&qpn) {
+            // A datagram: no peer to check, no ACK, no congestion signal.
+            let grh = grh(src, shared.local, &pkt, ip);
+            let n = super::ud::receive(u, &mut t.mem, &pkt, &grh);
+            self.deliveries.count += n;
+            self.completion_ready |= n > 0;
+            return;
+        }
         let Some(e) = t.qps.get_mut(&qpn) else {
             bump(&shared.counters.drop_unknown_qp, 1);
             tracing::trace!(%src, qp = qpn, cause = "unknown QP", "packet dropped");

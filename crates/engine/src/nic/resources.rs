@@ -18,7 +18,7 @@ impl Nic {
         {
             let c = self.core_lock();
             let t = &c.tables;
-            r.qps.reserve(t.qps.len());
+            r.qps.reserve(t.qps.len() + t.ud.len());
             r.cqs.reserve(t.cqs.len());
             r.mrs.reserve(t.mem.regions());
             // A QP holds its CQs, not their ids.
@@ -37,6 +37,7 @@ impl Nic {
                 let a = e.qp.query();
                 r.qps.push(QpRes {
                     qpn,
+                    ud: false,
                     state: e.qp.state(),
                     pd: e.qp.pd(),
                     peer: e.peer,
@@ -49,6 +50,26 @@ impl Nic {
                     recv_cq: cq_id(&e.recv_cq),
                     srq: e.srq,
                     counters: *e.qp.counters(),
+                });
+            }
+            for (&qpn, e) in &t.ud {
+                let a = e.qp.query();
+                r.qps.push(QpRes {
+                    qpn,
+                    ud: true,
+                    state: a.qp_state,
+                    pd: e.pd,
+                    peer: None,
+                    dest_qpn: 0,
+                    sq_psn: a.sq_psn,
+                    rq_psn: 0,
+                    // Sends leave in the call that posts them.
+                    sq_outstanding: 0,
+                    rq_outstanding: e.rq.len() as u32,
+                    send_cq: cq_id(&e.send_cq),
+                    recv_cq: cq_id(&e.recv_cq),
+                    srq: None,
+                    counters: e.qp.counters().to_counters(),
                 });
             }
             // QP1's own buffers (the GSI's PD) are the NIC's, not the application's.

@@ -21,6 +21,7 @@ use ndverbs_proto::rc::{
     WorkCompletion,
 };
 use ndverbs_proto::time::Instant;
+use ndverbs_proto::ud::UdQp;
 // Object tables are keyed by ids this engine hands out; foldhash is several
 // times cheaper than SipHash on the packet path (every packet looks up its QP).
 use foldhash::HashMap;
@@ -42,6 +43,9 @@ pub(crate) struct Tables {
     pub(crate) pds: HashMap<u32, ()>,
     pub(crate) cqs: HashMap<u32, Arc<CompletionQueue>>,
     pub(crate) qps: HashMap<u32, QpEntry>,
+    /// Unreliable datagram queue pairs (`super::ud`); their QPNs come from
+    /// the same space as `qps`'.
+    pub(crate) ud: HashMap<u32, UdEntry>,
     pub(crate) srqs: HashMap<u32, SrqEntry>,
     /// QPNs in time-wait: not reused until the CM says so.
     pub(crate) timewait_qpns: HashSet<u32>,
@@ -59,6 +63,7 @@ impl Tables {
             pds: HashMap::default(),
             cqs: HashMap::default(),
             qps: HashMap::default(),
+            ud: HashMap::default(),
             srqs: HashMap::default(),
             timewait_qpns: HashSet::new(),
             retired: Counters::default(),
@@ -77,6 +82,27 @@ impl Tables {
         let g = self.next_qp_generation;
         self.next_qp_generation += 1;
         g
+    }
+
+    /// An unpredictable QPN no queue pair (RC or UD) has and none in
+    /// time-wait, never QP0 or QP1. `slot`: a member of a shared port puts
+    /// its slot in bits 16..23, the byte the host steers packets by
+    /// (`crate::share`).
+    pub(crate) fn fresh_qpn(&mut self, slot: Option<u8>) -> u32 {
+        let hi = slot.map(|s| u32::from(s) << 16);
+        loop {
+            let q = match hi {
+                None => self.keys.qpn(),
+                Some(hi) => hi | (self.keys.qpn() & 0xffff),
+            };
+            if q > 1
+                && !self.qps.contains_key(&q)
+                && !self.ud.contains_key(&q)
+                && !self.timewait_qpns.contains(&q)
+            {
+                return q;
+            }
+        }
     }
 
     /// Queue pair `id`: the one with its number *and* generation (a QP that
@@ -171,6 +197,8 @@ pub struct QpShared {
     pub(super) max_recv_wr: u32,
     pub(super) max_recv_sge: u32,
     pub(super) uses_srq: bool,
+    /// An unreliable datagram QP (its engine half is a `UdEntry`).
+    pub(super) ud: bool,
     pub(super) state: AtomicU8,
     pub(super) sq_in: ArrayQueue<SendWr>,
     pub(super) rq_in: ArrayQueue<RecvWr>,
@@ -203,6 +231,11 @@ impl QpShared {
     /// Creation-time send limits.
     pub fn caps(&self) -> QpCaps {
         self.caps
+    }
+
+    /// Whether this is an unreliable datagram QP.
+    pub fn is_ud(&self) -> bool {
+        self.ud
     }
 }
 
@@ -289,6 +322,18 @@ pub(crate) struct QpEntry {
     /// The counters as last reported in the logs (updated only while
     /// `debug` is on).
     pub(super) logged: Counters,
+}
+
+/// The engine's half of an unreliable datagram queue pair: the protocol
+/// state machine, its own receive queue and its CQs. Its posts take the core
+/// lock (`super::ud`), so it has no post queues of its own.
+pub(crate) struct UdEntry {
+    pub(crate) qp: UdQp,
+    pub(super) shared: Arc<QpShared>,
+    pub(super) pd: u32,
+    pub(super) rq: RecvQueue,
+    pub(super) send_cq: Arc<CompletionQueue>,
+    pub(super) recv_cq: Arc<CompletionQueue>,
 }
 
 /// The engine's half of a shared receive queue.

@@ -593,5 +593,6 @@ fn no_wc() -> WorkCompletion {
         qpn: 0,
         src_qp: 0,
         solicited: false,
+        grh: false,
     }
 }

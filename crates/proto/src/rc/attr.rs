@@ -187,6 +187,9 @@ attributes! {
     PKEY_INDEX = 4, "pkey_index";
     /// `port_num`.
     PORT = 5, "port_num";
+    /// `qkey`: the Q_Key of a UD QP (what it accepts, and what it sends
+    /// when a work request's Q_Key has its top bit set).
+    QKEY = 6, "qkey";
     /// `av`: the primary path.
     AV = 7, "av";
     /// `path_mtu`.
@@ -358,6 +361,8 @@ pub struct QpAttr {
     pub max_dest_rd_atomic: u8,
     /// UDP source port of every packet this QP sends.
     pub udp_sport: u16,
+    /// Q_Key (UD QPs only).
+    pub qkey: u32,
 }
 
 impl Default for QpAttr {
@@ -380,6 +385,7 @@ impl Default for QpAttr {
             max_rd_atomic: 1,
             max_dest_rd_atomic: 1,
             udp_sport: 0xc000,
+            qkey: 0,
         }
     }
 }
@@ -579,6 +585,56 @@ pub fn check_modify(
     attr: &QpAttr,
     mask: AttrMask,
 ) -> Result<QpState, ModifyError> {
+    check_against(transition_rules, current, attr, mask)
+}
+
+/// Required and optional attributes of a UD QP's transition, or `None` if
+/// illegal. UD has no peer: INIT takes the Q_Key (with the P_Key index and
+/// port), RTR nothing, RTS the first PSN; the Q_Key may change on the way.
+///
+/// # Example
+///
+/// ```
+/// use ndverbs_proto::rc::{ud_transition_rules, AttrMask, QpState};
+/// let (required, _) = ud_transition_rules(QpState::Reset, QpState::Init).unwrap();
+/// assert_eq!(required, AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY);
+/// let (required, optional) = ud_transition_rules(QpState::Init, QpState::Rtr).unwrap();
+/// assert!(required.is_empty() && !optional.contains(AttrMask::AV));
+/// ```
+pub fn ud_transition_rules(from: QpState, to: QpState) -> Option<(AttrMask, AttrMask)> {
+    use QpState::*;
+    const A: AttrMask = AttrMask::NONE;
+    let init = AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY;
+    Some(match (from, to) {
+        (_, Reset) => (A, A),
+        (Reset, Err) => return None,
+        (_, Err) => (A, A),
+        (Reset, Init) => (init, A),
+        (Init, Init) => (A, init),
+        (Init, Rtr) => (A, AttrMask::PKEY_INDEX | AttrMask::QKEY),
+        (Rtr, Rts) => (AttrMask::SQ_PSN, AttrMask::CUR_STATE | AttrMask::QKEY),
+        (Rts, Rts) | (Sqd, Rts) | (Sqe, Rts) => (A, AttrMask::CUR_STATE | AttrMask::QKEY),
+        (Rts, Sqd) => (A, A),
+        (Sqd, Sqd) => (A, AttrMask::PKEY_INDEX | AttrMask::QKEY),
+        _ => return None,
+    })
+}
+
+/// [`check_modify`] for a UD QP ([`ud_transition_rules`]).
+pub fn check_ud_modify(
+    current: QpState,
+    attr: &QpAttr,
+    mask: AttrMask,
+) -> Result<QpState, ModifyError> {
+    check_against(ud_transition_rules, current, attr, mask)
+}
+
+fn check_against(
+    rules: fn(QpState, QpState) -> Option<(AttrMask, AttrMask)>,
+    current: QpState,
+    attr: &QpAttr,
+    mask: AttrMask,
+) -> Result<QpState, ModifyError> {
     let to = if mask.contains(AttrMask::STATE) {
         attr.qp_state
     } else {
@@ -590,8 +646,8 @@ pub fn check_modify(
             actual: current,
         });
     }
-    let (required, optional) = transition_rules(current, to)
-        .ok_or(ModifyError::IllegalTransition { from: current, to })?;
+    let (required, optional) =
+        rules(current, to).ok_or(ModifyError::IllegalTransition { from: current, to })?;
     if let Some(attr) = required.minus(mask).first() {
         return Err(ModifyError::MissingAttribute {
             from: current,
@@ -734,5 +790,68 @@ mod tests {
             format!("{:?}", AttrMask::AV | AttrMask::SQ_PSN),
             "av|sq_psn"
         );
+    }
+
+    #[test]
+    fn the_ud_ladder_is_its_own_and_the_rc_one_takes_no_qkey() {
+        use QpState::{Init, Reset, Rtr, Rts};
+        let a = QpAttr::default();
+        let init = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY;
+        assert_eq!(
+            check_ud_modify(
+                Reset,
+                &QpAttr {
+                    qp_state: Init,
+                    ..a
+                },
+                init
+            ),
+            Ok(Init)
+        );
+        // RC's INIT needs access flags and takes no Q_Key.
+        assert_eq!(
+            check_modify(
+                Reset,
+                &QpAttr {
+                    qp_state: Init,
+                    ..a
+                },
+                init
+            ),
+            Err(ModifyError::MissingAttribute {
+                from: Reset,
+                to: Init,
+                attr: AttrMask::ACCESS_FLAGS
+            })
+        );
+        // UD's RTR has no path, no destination, no PSN; its RTS needs the PSN.
+        for attr in [
+            AttrMask::AV,
+            AttrMask::PATH_MTU,
+            AttrMask::DEST_QPN,
+            AttrMask::RQ_PSN,
+        ] {
+            assert_eq!(
+                check_ud_modify(Init, &QpAttr { qp_state: Rtr, ..a }, AttrMask::STATE | attr),
+                Err(ModifyError::UnexpectedAttribute {
+                    from: Init,
+                    to: Rtr,
+                    attr
+                })
+            );
+        }
+        assert_eq!(
+            check_ud_modify(Rtr, &QpAttr { qp_state: Rts, ..a }, AttrMask::STATE),
+            Err(ModifyError::MissingAttribute {
+                from: Rtr,
+                to: Rts,
+                attr: AttrMask::SQ_PSN
+            })
+        );
+        // The ladder is not skipped, and the Q_Key may change in RTS.
+        assert_eq!(ud_transition_rules(Reset, Rts), None);
+        let q = AttrMask::QKEY;
+        assert_eq!(check_ud_modify(Rts, &a, q), Ok(Rts));
+        assert_eq!(AttrMask::QKEY.bits(), 1 << 6, "IBV_QP_QKEY");
     }
 }

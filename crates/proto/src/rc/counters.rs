@@ -125,5 +125,9 @@ counters! {
         redundant_nak,
         /// `poll_transmit` buffer too small for the next packet.
         tx_no_room,
+        /// UD: the DETH's Q_Key is not the QP's.
+        bad_qkey,
+        /// UD: no receive was posted (the datagram is lost, as UD allows).
+        no_recv,
     }
 }

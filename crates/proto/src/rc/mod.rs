@@ -62,8 +62,9 @@ mod send_queue;
 mod wr;
 
 pub use attr::{
-    check_modify, rxe_default_udp_sport, rxe_udp_sport, transition_rules, AddressVector, AttrMask,
-    ModifyError, PathMtu, QpAttr, QpCaps, QpState, MAX_RD_ATOMIC,
+    check_modify, check_ud_modify, rxe_default_udp_sport, rxe_udp_sport, transition_rules,
+    ud_transition_rules, AddressVector, AttrMask, ModifyError, PathMtu, QpAttr, QpCaps, QpState,
+    MAX_RD_ATOMIC,
 };
 pub use cnp::{cnp_packet, CNP_INTERVAL};
 pub use connection::RcConnection;

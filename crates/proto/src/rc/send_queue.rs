@@ -133,6 +133,7 @@ pub(crate) fn complete_send(
             qpn: p.qpn,
             src_qp: p.dest_qpn,
             solicited: false,
+            grh: false,
         });
     }
 }

@@ -321,7 +321,7 @@ pub enum WcQueue {
 /// // What a receive that took a 5-byte SEND with immediate 7 looks like.
 /// let wc = WorkCompletion { wr_id: 1, status: WcStatus::Success, opcode: WcOpcode::Recv,
 ///     queue: WcQueue::Recv, byte_len: 5, imm: Some(7), invalidated_rkey: None,
-///     qpn: 0x22, src_qp: 0x11, solicited: false };
+///     qpn: 0x22, src_qp: 0x11, solicited: false, grh: false };
 /// match wc.status {
 ///     WcStatus::Success => assert_eq!((wc.byte_len, wc.imm), (5, Some(7))),
 ///     err => panic!("wr {} failed: {err:?}", wc.wr_id),
@@ -350,6 +350,9 @@ pub struct WorkCompletion {
     pub src_qp: u32,
     /// The solicited-event bit of the incoming message (receives).
     pub solicited: bool,
+    /// A UD receive: the buffer starts with the 40-byte GRH area
+    /// (`IBV_WC_GRH`), and `byte_len` counts it.
+    pub grh: bool,
 }
 
 impl WorkCompletion {
@@ -418,6 +421,7 @@ impl WorkCompletion {
             qpn,
             src_qp,
             solicited: false,
+            grh: false,
         }
     }
 }
@@ -472,4 +476,14 @@ pub enum PostError {
     /// READ or atomic on a QP with `max_rd_atomic` 0.
     #[error("READ/atomic needs max_rd_atomic > 0")]
     NoRdAtomicCredits,
+    /// A UD message longer than the path MTU: a datagram is one packet.
+    #[error(
+        "UD message of {len} bytes exceeds the path MTU of {mtu} bytes (a datagram is one packet)"
+    )]
+    DatagramTooLong {
+        /// Bytes in the request.
+        len: u64,
+        /// The QP's path MTU.
+        mtu: u32,
+    },
 }

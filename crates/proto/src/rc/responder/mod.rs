@@ -391,5 +391,6 @@ pub(super) fn push_recv(
         qpn: cx.p.qpn,
         src_qp: cx.p.dest_qpn,
         solicited: last.bth.se,
+        grh: false,
     });
 }

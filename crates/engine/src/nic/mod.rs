@@ -69,6 +69,7 @@ mod endpoints;
 mod post;
 mod receive;
 mod resources;
+mod rx_clock;
 mod step;
 mod tables;
 mod trace;
@@ -262,6 +263,20 @@ impl Nic {
                 tracing::debug!("ECN refused by the socket: no ECT, no CNPs");
             }
         }
+        // With congestion control, round trips end at the kernel's receive
+        // time stamps (`rx_clock.rs`); without, nothing reads them and the
+        // socket is not asked (a control message less per receive).
+        let epoch_ns = worker::monotonic_ns();
+        let rx_clock = match (&link, &config.congestion) {
+            (NicLink::Udp(s), Some(_)) if s.enable_rx_timestamps() => {
+                Some(rx_clock::RxClock::new(epoch_ns))
+            }
+            (NicLink::Udp(_), Some(_)) => {
+                tracing::debug!("receive time stamps refused by the socket");
+                None
+            }
+            _ => None,
+        };
         let capture = Arc::new(CaptureSlot::default());
         let stack = build_stack(link, config.faults, &capture)?;
         let link_fd = stack.fd();
@@ -277,7 +292,10 @@ impl Nic {
             cm,
             gsi,
             eps: EpTable::default(),
-            io: Io::new(stack),
+            io: Io {
+                rx_clock,
+                ..Io::new(stack)
+            },
             timers: Timers::default(),
             acks: Default::default(),
             deliveries: Deliveries::default(),
@@ -299,7 +317,7 @@ impl Nic {
             sleeping: AtomicBool::new(false),
             removed: AtomicBool::new(false),
             stop: AtomicBool::new(false),
-            epoch_ns: worker::monotonic_ns(),
+            epoch_ns,
             counters: NicCounters::default(),
             link_fd,
             link_error: AtomicBool::new(false),

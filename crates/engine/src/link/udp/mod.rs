@@ -207,6 +207,25 @@ impl RoceSocket {
         }
     }
 
+    /// Turns on kernel receive timestamps (`SO_TIMESTAMPNS`): each received
+    /// datagram reports when the kernel received it
+    /// ([`Datagram::rx_time`], `CLOCK_REALTIME` nanoseconds; one per GRO
+    /// datagram, its first packet's). Congestion control measures round
+    /// trips to them, so the time a packet then waits in the socket for our
+    /// thread — on a loaded host, milliseconds — is not taken for queueing
+    /// on the path. The kernel stamps software receive times only while
+    /// some socket asks, at `netif_rx`/`netif_receive_skb` (before the
+    /// protocol's processing). Returns whether the kernel accepted it.
+    pub fn enable_rx_timestamps(&self) -> bool {
+        setsockopt(
+            self.sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            1,
+        )
+        .is_ok()
+    }
+
     /// Whether sends may use UDP GSO (off after the kernel refused one).
     pub fn gso(&self) -> bool {
         self.gso.load(Ordering::Relaxed)
@@ -330,13 +349,14 @@ impl RoceSocket {
         // Each pending error is returned once: a few in a row at most.
         for _ in 0..4 {
             match sys::recvmsg_pktinfo(self.fd(), buf) {
-                Ok((len, src, dst, seg, tos)) => {
+                Ok(r) => {
                     return Ok(Some(Datagram {
-                        src,
-                        dst,
-                        ecn: tos & 3,
-                        len,
-                        seg: seg.filter(|&s| s > 0 && s < len).unwrap_or(len),
+                        src: r.src,
+                        dst: r.dst,
+                        ecn: r.tos & 3,
+                        len: r.len,
+                        seg: r.seg.filter(|&s| s > 0 && s < r.len).unwrap_or(r.len),
+                        rx_time: r.rx_time,
                     }))
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),

@@ -28,6 +28,15 @@
 //! A CNP from the peer for one of its QPs reaches the controller the same
 //! way (the QP still counts it in `qp_drop_not_rc`).
 //!
+//! **Round trips** end at the kernel's receive time stamp of the ACK
+//! (`rx_clock.rs`), not when the engine got round to it. **Loss probes**
+//! wait at least [`PROBE_FLOOR`] (2 ms): a probe is a loss to the
+//! controller, and on a busy host ACKs are late by a scheduling slice with
+//! nothing lost. **Loopback peers bypass the controller** (`bypassed`):
+//! no network, no queue but the peer's socket buffer, and round trips that
+//! time only the peer's process — their QPs keep the fixed window, as
+//! with congestion control off.
+//!
 //! **ECN.** With congestion control on, the NIC's packets leave with ECT(1)
 //! and the socket reports the ECN field of what arrives. A request or data
 //! packet marked Congestion Experienced by a router is answered with a CNP
@@ -274,7 +283,7 @@ impl Paths {
 /// address of this host is routed through loopback too but is not
 /// recognized: that needs the host's address list.)
 #[inline]
-fn bypassed(peer: IpAddr) -> bool {
+pub(crate) fn bypassed(peer: IpAddr) -> bool {
     match peer {
         IpAddr::V4(a) => a.is_loopback(),
         IpAddr::V6(a) => a.is_loopback() || a.to_ipv4_mapped().is_some_and(|a| a.is_loopback()),

@@ -256,9 +256,17 @@ impl Nic {
             NicLink::Udp(s) => s.enable_gro(),
             NicLink::Memory(_) => true,
         };
+        // A socket bound to a loopback address reaches only loopback peers,
+        // which bypass the controller (`congestion.rs`): neither ECN nor
+        // time stamps would be read, so the socket is not asked for their
+        // control messages.
+        let cc = config
+            .congestion
+            .as_ref()
+            .filter(|_| !congestion::bypassed(local));
         // With congestion control our packets say so (ECT), and marks on
         // what arrives are read (CNPs, `congestion.rs`); fine if refused.
-        if let (NicLink::Udp(s), Some(_)) = (&mut link, &config.congestion) {
+        if let (NicLink::Udp(s), Some(_)) = (&mut link, cc) {
             if !s.enable_ecn() {
                 tracing::debug!("ECN refused by the socket: no ECT, no CNPs");
             }
@@ -267,7 +275,7 @@ impl Nic {
         // time stamps (`rx_clock.rs`); without, nothing reads them and the
         // socket is not asked (a control message less per receive).
         let epoch_ns = worker::monotonic_ns();
-        let rx_clock = match (&link, &config.congestion) {
+        let rx_clock = match (&link, cc) {
             (NicLink::Udp(s), Some(_)) if s.enable_rx_timestamps() => {
                 Some(rx_clock::RxClock::new(epoch_ns))
             }

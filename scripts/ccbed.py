@@ -358,7 +358,8 @@ def c1(a, bed, rep, profile, cc, idle, test="write_bw", size="65536", crit="C1",
             f"<= {dmax} %; <= {rmax} %", (drop <= dmax and retx <= rmax) if judged else None)
     if a.verbose:
         keys = ("completer_retry_err", "rcvd_seq_err", "send_would_block", "send_no_buffers",
-                "cc_delay_cuts", "cc_loss_cuts", "cc_losses", "cc_mode_switches",
+                "cc_rtt_samples", "cc_delay_cuts", "cc_loss_cuts", "cc_losses",
+                "cc_mode_switches",
                 "cc_competitive_entries", "qp_drop_not_rc")
         print("  sender: " + ", ".join(f"{k} {ctr.get(k, 0)}" for k in keys)
               + f"; receiver UDP RcvbufErrors +{udp_rcvbuf_errors(bed, pairs[0][2]) - rb0}",

@@ -372,6 +372,14 @@ impl CompletionQueue {
         self.armed.store(code(on), Ordering::Release);
     }
 
+    /// Whether someone waits to be told of the next completion: the queue
+    /// is armed or has notification requests. A poll of such a queue comes
+    /// from a thread about to sleep (the arm, poll again, sleep pattern),
+    /// not from one spinning on it.
+    pub fn is_armed(&self) -> bool {
+        self.armed.load(Ordering::Acquire) != DISARMED || self.has_waiters.load(Ordering::Acquire)
+    }
+
     /// Disarms without firing (a cancelled wait).
     pub fn disarm(&self) {
         self.armed.store(DISARMED, Ordering::Release);

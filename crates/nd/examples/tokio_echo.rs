@@ -71,10 +71,16 @@ impl AsyncCq {
 
 /// One connection's queue pair, its completion queue and a registered
 /// buffer: `LINE` bytes to receive into, then `LINE` bytes to send from.
+///
+/// Send and receive completions share the queue and need not come in the
+/// order the requests were made: the echo may be taken before the ACK that
+/// completes our send (the peer lets the ACK ride behind its answer), so a
+/// receive completion met while awaiting a send is kept for `receive`.
 struct Conn {
     cq: AsyncCq,
     qp: QueuePair,
     mr: MemoryRegion,
+    received: std::sync::Mutex<Option<NdResultEntry>>,
 }
 
 impl Conn {
@@ -85,7 +91,12 @@ impl Conn {
         mr.register(2 * LINE, MrFlags::ALLOW_LOCAL_WRITE).await?;
         let cq =
             AsyncCq::new(cq).map_err(|e| NdError::new(NdStatus::INTERNAL_ERROR, e.to_string()))?;
-        Ok(Conn { cq, qp, mr })
+        Ok(Conn {
+            cq,
+            qp,
+            mr,
+            received: std::sync::Mutex::new(None),
+        })
     }
 
     fn post_receive(&self) -> NdResult<()> {
@@ -102,14 +113,23 @@ impl Conn {
             self.mr.local_token(),
         );
         self.qp.send(2, &[sge], OpFlags::empty())?;
-        let r = self.cq.next_ok().await?;
-        assert_eq!(r.request_type, RequestType::Send);
-        Ok(())
+        loop {
+            let r = self.cq.next_ok().await?;
+            match r.request_type {
+                RequestType::Send => return Ok(()),
+                RequestType::Receive => *self.received.lock().unwrap() = Some(r),
+                other => panic!("unexpected {other:?} completion"),
+            }
+        }
     }
 
     /// Awaits the posted receive and returns what arrived.
     async fn receive(&self) -> NdResult<Vec<u8>> {
-        let r = self.cq.next_ok().await?;
+        let kept = self.received.lock().unwrap().take();
+        let r = match kept {
+            Some(r) => r,
+            None => self.cq.next_ok().await?,
+        };
         assert_eq!(r.request_type, RequestType::Receive);
         let mut data = vec![0u8; r.bytes_transferred as usize];
         self.mr.read(0, &mut data)?;

@@ -193,6 +193,13 @@ impl Device {
         self.nic.end_busy_poll();
     }
 
+    /// What polling an empty CQ that waits for a notification does: one
+    /// engine step that neither holds the link for the caller nor lets an
+    /// ACK wait (the caller sleeps next).
+    pub(crate) fn poll_step_before_sleep(&self) -> bool {
+        self.nic.poll_step_before_sleep()
+    }
+
     /// Runs the engine once if no other thread is running it right now;
     /// returns whether it ran. A post made while another thread runs a step
     /// waits for the next step; a caller that must not leave it waiting
@@ -439,10 +446,20 @@ impl Cq {
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
         let ring = &self.inner.ring;
         let n = ring.poll(out);
-        if n > 0 || !self.inner.dev.poll_step() {
+        if n > 0 || !self.step_when_empty() {
             return n;
         }
         ring.poll(out)
+    }
+
+    /// The engine step of a poll that found the queue empty: a spinning
+    /// poller's, or (the queue armed) that of a thread about to sleep.
+    fn step_when_empty(&self) -> bool {
+        if self.inner.ring.is_armed() {
+            self.inner.dev.poll_step_before_sleep()
+        } else {
+            self.inner.dev.poll_step()
+        }
     }
 
     /// Takes one completion (see [`Cq::poll`]).
@@ -451,7 +468,7 @@ impl Cq {
         if let Some(w) = ring.poll_one() {
             return Some(w);
         }
-        if self.inner.dev.poll_step() {
+        if self.step_when_empty() {
             return ring.poll_one();
         }
         None

@@ -319,6 +319,10 @@ impl Nic {
         self.0.end_busy_poll();
     }
 
+    pub(crate) fn poll_step_before_sleep(&self) -> bool {
+        self.0.poll_step_before_sleep()
+    }
+
     pub(crate) fn progress_wait(&self, timeout: Duration) -> Result<()> {
         self.0
             .progress_wait(timeout)
@@ -674,6 +678,10 @@ impl CqRing {
 
     pub(crate) fn disarm(&self) {
         self.0.disarm();
+    }
+
+    pub(crate) fn is_armed(&self) -> bool {
+        self.0.is_armed()
     }
 
     pub(crate) fn take_events(&self) -> u64 {

@@ -321,7 +321,7 @@ pub struct FaultLayer {
     /// `stash` with their segment size.
     ready: VecDeque<Slice>,
     /// The source and destination of the stashed datagram.
-    stash_from: (SocketAddr, Option<IpAddr>, u8),
+    stash_from: (SocketAddr, Option<IpAddr>, u8, Option<u64>),
     /// The fates of a datagram's packets (kept for its allocation).
     fates: Vec<Fate>,
     /// Packets held back, in release order.
@@ -353,7 +353,7 @@ impl Default for FaultLayer {
             faults: None,
             stash: Vec::new(),
             ready: VecDeque::new(),
-            stash_from: (SocketAddr::from(([0, 0, 0, 0], 0)), None, 0),
+            stash_from: (SocketAddr::from(([0, 0, 0, 0], 0)), None, 0, None),
             fates: Vec::new(),
             held: VecDeque::new(),
         }
@@ -396,6 +396,7 @@ impl FaultLayer {
             len: s.len,
             seg: s.seg,
             ecn: self.stash_from.2,
+            rx_time: self.stash_from.3,
         })
     }
 
@@ -426,7 +427,7 @@ impl FaultLayer {
         self.ready.clear();
         self.stash.clear();
         self.stash.extend_from_slice(&buf[..d.len]);
-        self.stash_from = (d.src, d.dst, d.ecn);
+        self.stash_from = (d.src, d.dst, d.ecn, d.rx_time);
         // Packets that pass in a row stay coalesced, as `group`.
         let mut group = 0..0;
         for (p, &fate) in d.packets().zip(&fates) {
@@ -510,6 +511,8 @@ impl Layer for FaultLayer {
             len,
             seg: len,
             ecn: h.ecn,
+            // Held back on purpose (a delay fault): it arrives now.
+            rx_time: None,
         }))
     }
 

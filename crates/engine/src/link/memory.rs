@@ -130,6 +130,7 @@ impl MemoryLink {
             src: self.local,
             dst: None,
             ecn: 0,
+            rx_time: None,
             len: bytes.len(),
             seg: if seg > 0 && seg < bytes.len() {
                 seg

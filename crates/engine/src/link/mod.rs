@@ -211,7 +211,7 @@ impl SendFailure {
 /// ```
 /// use ndverbs_engine::link::Datagram;
 /// // Three packets of 1040 bytes and one of 500, coalesced: split by `seg`.
-/// let d = Datagram { src: "10.0.0.1:4791".parse().unwrap(), dst: None, len: 3 * 1040 + 500, seg: 1040, ecn: 0 };
+/// let d = Datagram { src: "10.0.0.1:4791".parse().unwrap(), dst: None, len: 3 * 1040 + 500, seg: 1040, ecn: 0, rx_time: None };
 /// let buf = vec![0u8; d.len];
 /// let sizes: Vec<usize> = buf[..d.len].chunks(d.seg).map(|p| p.len()).collect();
 /// assert_eq!(sizes, [1040, 1040, 1040, 500]);
@@ -233,6 +233,13 @@ pub struct Datagram {
     /// reports it (a socket with ECN on, [`udp::RoceSocket::enable_ecn`]); 0
     /// (Not-ECT) otherwise.
     pub ecn: u8,
+    /// When the kernel received it, in `CLOCK_REALTIME` nanoseconds, when
+    /// the link reports it (a socket with receive timestamps on,
+    /// [`udp::RoceSocket::enable_rx_timestamps`]). A GRO datagram carries
+    /// one, its first packet's: the kernel stamps a packet as it enters the
+    /// receive path, and coalesces only what arrives in one burst, so the
+    /// others arrived later by at most the burst's length on the wire.
+    pub rx_time: Option<u64>,
 }
 
 /// ECN field value Not-ECT: the sender does not speak ECN.

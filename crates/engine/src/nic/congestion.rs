@@ -28,6 +28,15 @@
 //! A CNP from the peer for one of its QPs reaches the controller the same
 //! way (the QP still counts it in `qp_drop_not_rc`).
 //!
+//! **Round trips** end at the kernel's receive time stamp of the ACK
+//! (`rx_clock.rs`), not when the engine got round to it. **Loss probes**
+//! wait at least [`PROBE_FLOOR`] (2 ms): a probe is a loss to the
+//! controller, and on a busy host ACKs are late by a scheduling slice with
+//! nothing lost. **Loopback peers bypass the controller** (`bypassed`):
+//! no network, no queue but the peer's socket buffer, and round trips that
+//! time only the peer's process — their QPs keep the fixed window, as
+//! with congestion control off.
+//!
 //! **ECN.** With congestion control on, the NIC's packets leave with ECT(1)
 //! and the socket reports the ECN field of what arrives. A request or data
 //! packet marked Congestion Experienced by a router is answered with a CNP
@@ -39,7 +48,7 @@ use crate::counters::{bump, NicCounters};
 use crate::link::{ECN_CE, ECN_ECT1, ECN_NOT_ECT};
 use ndverbs_proto::cc::{self, CcConfig, CcCounters, Pacer, PathController};
 use ndverbs_proto::rc::RcQp;
-use ndverbs_proto::time::Instant;
+use ndverbs_proto::time::{Duration, Instant};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
 
@@ -60,6 +69,18 @@ struct Path {
 /// The most a QP sends in one turn while others wait for the same path:
 /// one GSO run at an Ethernet MTU.
 const TURN: u64 = 64 * 1024;
+
+/// The shortest wait before a QP's loss probe with congestion control on
+/// (`RcQp::set_probe_floor`; the transport's own floor is 100 µs). A probe
+/// is a go-back-N retry and, to the controller, a loss: it halves the
+/// window. On a busy host an ACK is late by a scheduling delay now and then
+/// with nothing lost — Linux's EEVDF gives each runnable task a slice of
+/// 0.75 ms × (1 + log2 CPUs), 1.5 ms on two CPUs, so a process that wakes
+/// behind another waits about that long — and on the kernel test bed the
+/// 100-µs floor fired ~300 probes in 12 s, all spurious. Above one such
+/// slice, and still far below the ACK timeout a real tail loss would
+/// otherwise wait for (67 ms at perftest's `-u 14`).
+pub(crate) const PROBE_FLOOR: Duration = Duration::from_millis(2);
 
 impl Path {
     /// Bytes the path lets go now: its free window — at least a packet
@@ -100,6 +121,12 @@ impl Paths {
         }
     }
 
+    /// The probe floor for new QPs: [`PROBE_FLOOR`] with congestion control
+    /// on, the transport's own without.
+    pub(crate) fn probe_floor(&self) -> Option<Duration> {
+        self.config.as_ref().map(|_| PROBE_FLOOR)
+    }
+
     /// A packet from `peer` arrived with ECN field `ecn`: true if it was
     /// marked Congestion Experienced and `peer` takes CNPs — it has been
     /// seen sending ECT(1) ([`ECN_ECT1`]: why that means an ndverbs peer
@@ -136,6 +163,9 @@ impl Paths {
         let Some(config) = &self.config else {
             return;
         };
+        if bypassed(peer) {
+            return;
+        }
         let mtu = u64::from(qp.query().path_mtu.bytes());
         let path = self.paths.entry(peer).or_insert_with(|| {
             // The packet is the unit of increase and the smallest window:
@@ -242,6 +272,24 @@ impl Paths {
     }
 }
 
+/// Whether the path to `peer` bypasses its controller: a loopback peer
+/// (127/8, `::1`, or IPv4-mapped 127/8). Such a path has no network and no
+/// queue but the peer's socket buffer, which the fixed window bounds as it
+/// does without congestion control; its round trips measure only how soon
+/// the peer's process runs — on a busy host, far above any delay target —
+/// so a controller would only cut (C6: `write_bw` over loopback at 0.64× of
+/// the controller off). The QPs to it keep the fixed window, with no send
+/// budget: exactly the work of congestion control off. (A peer at another
+/// address of this host is routed through loopback too but is not
+/// recognized: that needs the host's address list.)
+#[inline]
+pub(crate) fn bypassed(peer: IpAddr) -> bool {
+    match peer {
+        IpAddr::V4(a) => a.is_loopback(),
+        IpAddr::V6(a) => a.is_loopback() || a.to_ipv4_mapped().is_some_and(|a| a.is_loopback()),
+    }
+}
+
 /// Adds what the controller did since the last report to the NIC's counters.
 fn report(path: &mut Path, c: &NicCounters) {
     let now = path.cc.counters();
@@ -266,7 +314,6 @@ mod tests {
     use ndverbs_proto::mem::testing::VecMemory;
     use ndverbs_proto::mem::Access;
     use ndverbs_proto::rc::{QpCaps, RcConnection, RemoteAddr, SendOp, SendWr};
-    use ndverbs_proto::time::Duration;
 
     const PEER: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 2));
     const KIB: u64 = 1024;
@@ -338,6 +385,26 @@ mod tests {
         p.take_ready(t1, &mut ready);
         assert_eq!(ready, [(3, PEER)]);
         assert_eq!(drain(&mut p, t1, &mut qps[2], &mut mem), 128 * KIB);
+    }
+
+    #[test]
+    fn loopback_paths_bypass_the_controller() {
+        let mut mem = VecMemory::new();
+        let mut qp = writer(1, &mut mem);
+        let mut p = Paths::new(Some(CcConfig::default()));
+        let c = NicCounters::default();
+        let t0 = Instant::from_nanos(1_000);
+        for lo in ["127.0.0.2", "::1", "::ffff:127.0.0.1"] {
+            let lo: IpAddr = lo.parse().unwrap();
+            p.before_drain(t0, lo, 1, &mut qp, &c);
+            assert_eq!(qp.send_budget(), None, "{lo}: the fixed window");
+            p.after_drain(t0, lo, 1, &mut qp, &c);
+            assert!(p.paths.is_empty(), "{lo}: no controller");
+        }
+        // Any other peer has one.
+        p.before_drain(t0, PEER, 1, &mut qp, &c);
+        assert_eq!(qp.send_budget(), Some(64 * KIB));
+        assert!(!bypassed("::ffff:10.0.0.2".parse().unwrap()));
     }
 
     #[test]

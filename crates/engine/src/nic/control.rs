@@ -288,8 +288,10 @@ impl Nic {
             rq_outstanding: AtomicU32::new(0),
             queued: AtomicBool::new(false),
         });
+        let mut qp = RcQp::new(qpn, init.pd, caps);
+        qp.set_probe_floor(c.paths.probe_floor());
         let entry = QpEntry {
-            qp: RcQp::new(qpn, init.pd, caps),
+            qp,
             shared: shared.clone(),
             rq: RecvQueue::new(rq_wr, rq_sge),
             srq: init.srq,

@@ -106,6 +106,9 @@ pub(crate) struct Io {
     /// dispatched (from this offset), left for the next step because an
     /// earlier one had a completion to deliver.
     pub(crate) rx_rest: Option<(Datagram, usize)>,
+    /// Converts the link's receive time stamps to the engine's clock, when
+    /// they are on (congestion control).
+    pub(super) rx_clock: Option<super::rx_clock::RxClock>,
 }
 
 /// Transmit buffer: a few full GSO runs.
@@ -120,6 +123,7 @@ impl Io {
             tx: vec![0u8; TX_BATCH_BYTES].into_boxed_slice(),
             batch: RunBatch::default(),
             rx_rest: None,
+            rx_clock: None,
         }
     }
 }

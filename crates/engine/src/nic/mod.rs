@@ -69,6 +69,7 @@ mod endpoints;
 mod post;
 mod receive;
 mod resources;
+mod rx_clock;
 mod step;
 mod tables;
 mod trace;
@@ -256,13 +257,35 @@ impl Nic {
             NicLink::Udp(s) => s.enable_gro(),
             NicLink::Memory(_) => true,
         };
+        // A socket bound to a loopback address reaches only loopback peers,
+        // which bypass the controller (`congestion.rs`): neither ECN nor
+        // time stamps would be read, so the socket is not asked for their
+        // control messages.
+        let cc = config
+            .congestion
+            .as_ref()
+            .filter(|_| !congestion::bypassed(local));
         // With congestion control our packets say so (ECT), and marks on
         // what arrives are read (CNPs, `congestion.rs`); fine if refused.
-        if let (NicLink::Udp(s), Some(_)) = (&mut link, &config.congestion) {
+        if let (NicLink::Udp(s), Some(_)) = (&mut link, cc) {
             if !s.enable_ecn() {
                 tracing::debug!("ECN refused by the socket: no ECT, no CNPs");
             }
         }
+        // With congestion control, round trips end at the kernel's receive
+        // time stamps (`rx_clock.rs`); without, nothing reads them and the
+        // socket is not asked (a control message less per receive).
+        let epoch_ns = worker::monotonic_ns();
+        let rx_clock = match (&link, cc) {
+            (NicLink::Udp(s), Some(_)) if s.enable_rx_timestamps() => {
+                Some(rx_clock::RxClock::new(epoch_ns))
+            }
+            (NicLink::Udp(_), Some(_)) => {
+                tracing::debug!("receive time stamps refused by the socket");
+                None
+            }
+            _ => None,
+        };
         let capture = Arc::new(CaptureSlot::default());
         let stack = build_stack(link, config.faults, &capture)?;
         let link_fd = stack.fd();
@@ -278,7 +301,10 @@ impl Nic {
             cm,
             gsi,
             eps: EpTable::default(),
-            io: Io::new(stack),
+            io: Io {
+                rx_clock,
+                ..Io::new(stack)
+            },
             timers: Timers::default(),
             acks: Default::default(),
             deliveries: Deliveries::default(),
@@ -301,7 +327,7 @@ impl Nic {
             sleeping: AtomicBool::new(false),
             removed: AtomicBool::new(false),
             stop: AtomicBool::new(false),
-            epoch_ns: worker::monotonic_ns(),
+            epoch_ns,
             counters: NicCounters::default(),
             link_fd,
             link_error: AtomicBool::new(false),

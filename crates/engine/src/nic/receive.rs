@@ -56,6 +56,9 @@ impl Core {
         };
         let mut busy = false;
         self.completion_ready = false;
+        if let Some(c) = &mut self.io.rx_clock {
+            c.refresh(now, shared.epoch_ns);
+        }
         for _ in 0..batch {
             if manual && self.completion_ready {
                 break;
@@ -72,9 +75,15 @@ impl Core {
                 },
             };
             busy = true;
+            // When the kernel received it (`rx_clock.rs`): round trips end
+            // there. One stamp for all the packets of a GRO datagram.
+            let arrived = match (d.rx_time, &self.io.rx_clock) {
+                (Some(t), Some(c)) => c.to_engine(t, now),
+                _ => now,
+            };
             while off < d.len {
                 let end = (off + d.seg).min(d.len);
-                self.receive_one(shared, now, &d, off, end);
+                self.receive_one(shared, now, arrived, &d, off, end);
                 off = end;
                 if manual && self.completion_ready && off < d.len && !riding_ack_left(&d, off) {
                     self.io.rx_rest = Some((d, off));
@@ -149,8 +158,17 @@ impl Core {
         }
     }
 
-    /// Verifies and dispatches the packet at `rx[off..end]` of datagram `d`.
-    fn receive_one(&mut self, shared: &Shared, now: Instant, d: &Datagram, off: usize, end: usize) {
+    /// Verifies and dispatches the packet at `rx[off..end]` of datagram `d`,
+    /// which reached the host at `arrived`.
+    fn receive_one(
+        &mut self,
+        shared: &Shared,
+        now: Instant,
+        arrived: Instant,
+        d: &Datagram,
+        off: usize,
+        end: usize,
+    ) {
         bump(&shared.counters.rcvd_datagrams, 1);
         if let Some(s) = &self.share {
             // Probes carry no ICRC: they are the host's, not RoCE's.
@@ -164,7 +182,7 @@ impl Core {
                     ipv4_id: r.ipv4_id,
                     ecn: d.ecn,
                 };
-                self.dispatch(shared, now, r.src.ip(), ip, off, r.len)
+                self.dispatch(shared, now, arrived, r.src.ip(), ip, off, r.len)
             }
             Err(VerifyError::BadIcrc) => {
                 bump(&shared.counters.drop_bad_icrc, 1);
@@ -179,11 +197,14 @@ impl Core {
 
     /// Hands the verified packet at `rx[off..off + len]` from `src` to
     /// QP1 or its queue pair; one that arrived with Congestion Experienced
-    /// (`ecn`) may be answered with a CNP (`answer_ce`).
+    /// (`ecn`) may be answered with a CNP (`answer_ce`). It reached the host
+    /// at `arrived` (≤ `now`), where a round-trip sample it ends stops.
+    #[allow(clippy::too_many_arguments)]
     fn dispatch(
         &mut self,
         shared: &Shared,
         now: Instant,
+        arrived: Instant,
         src: IpAddr,
         ip: ReceivedIp,
         off: usize,
@@ -245,7 +266,7 @@ impl Core {
             },
             None => &mut e.rq,
         };
-        e.qp.handle_packet(now, &pkt, &mut t.mem, rq);
+        e.qp.handle_packet_at(now, arrived, &pkt, &mut t.mem, rq);
         self.completion_ready |= e.qp.has_completion();
         self.touched.push(qpn);
         // A marked packet that carries data or a request (not an ACK or a

@@ -76,11 +76,39 @@ impl Nic {
     /// sleeping thread's wake-up, and wakes that thread only if the step
     /// armed a timer it would serve too late (as a direct post does).
     pub fn poll_step(&self) -> bool {
+        self.poll_step_as(true)
+    }
+
+    /// [`Nic::poll_step`] for a thread that polls a CQ it armed and will
+    /// sleep on next: its step neither holds the link for it nor lets an
+    /// ACK wait for an answer (nothing it will poll again soon).
+    pub fn poll_step_before_sleep(&self) -> bool {
+        self.poll_step_as(false)
+    }
+
+    fn poll_step_as(&self, spinning: bool) -> bool {
         if self.shared.mode == Progress::Manual {
             return self.progress();
         }
         if self.is_removed() {
             return false;
+        }
+        if !spinning {
+            let Ok(mut c) = self.shared.core.try_lock() else {
+                return false;
+            };
+            let _nic = self.shared.span.enter();
+            let now = self.now();
+            c.step(&self.shared, now);
+            c.flush_acks(&self.shared, now);
+            let wake = self.shared.worker_wake_ns.load(Ordering::Relaxed);
+            if c.next_deadline()
+                .is_some_and(|d| wakes_too_late(wake, d.as_nanos(), now.as_nanos()))
+            {
+                drop(c);
+                self.shared.doorbell.signal();
+            }
+            return true;
         }
         let now = self.now();
         // (`max(1)`: 0 means nobody polls.)

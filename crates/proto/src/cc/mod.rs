@@ -13,7 +13,11 @@
 //!
 //! * `on_send(now, bytes)` — bytes put on the wire (re-sends too);
 //! * `on_ack(now, bytes, rtt)` — bytes acknowledged, with a round-trip
-//!   sample when the acknowledgement covers a timed packet;
+//!   sample when the acknowledgement covers a timed packet. The QP measures
+//!   it from the packet's build to the ACK's *arrival*, which the caller
+//!   passes in ([`crate::rc::RcQp::handle_packet_at`]: the engine gives the
+//!   kernel's receive time stamp), so the time the ACK then waits for the
+//!   caller's thread is not taken for queueing;
 //! * `on_loss(now, abandoned)` — a go-back-N retry or probe: the bytes in
 //!   flight behind the loss will be sent again;
 //! * `on_cnp(now)` — a congestion notification packet for a QP on the path;
@@ -76,7 +80,12 @@
 //! engine's part: one controller per destination peer, shared by the QPs to
 //! it; before draining a QP, budget = its share of `available()`; after
 //! handling packets, feed; pace with `pacing_rate()` through a [`Pacer`]
-//! (bursts of at most two 100-µs quanta, so GSO runs stay, shorter).
+//! (bursts of at most two 100-µs quanta, so GSO runs stay, shorter). The
+//! engine also hands each packet's kernel arrival time to
+//! [`crate::rc::RcQp::handle_packet_at`], raises the QPs' loss-probe floor
+//! above its host's scheduling delays ([`crate::rc::RcQp::set_probe_floor`])
+//! and gives loopback peers no controller at all (nothing to congest; their
+//! round trips time only the peer process's scheduling).
 
 pub mod competitive;
 mod config;

@@ -56,6 +56,13 @@
 //! the retransmission timer alone, so `retry_cnt` still counts ACK timeouts
 //! exactly as before. They are counted in `completer_retry_err`. No probe
 //! fires while the probe wait would not be shorter than the ACK timeout.
+//! The QP's owner may raise the floor above [`PROBE_MIN`]
+//! ([`super::RcQp::set_probe_floor`]): on a host where our process waits
+//! milliseconds for a CPU, an ACK is late that often without any loss.
+//!
+//! **Round-trip samples** run from the time a packet was built to the time
+//! the ACK covering it *arrived* ([`super::RcQp::handle_packet_at`]: a
+//! kernel receive timestamp), not to when the completer got to it.
 //!
 //! **Retry budget.** Each retry costs one of `retry_cnt`, each RNR NAK one of
 //! `rnr_retry`; any progress restores both. An exhausted budget completes the
@@ -95,6 +102,11 @@ pub(crate) struct SendCx<'a> {
     pub cq: &'a mut VecDeque<WorkCompletion>,
     pub counters: &'a mut Counters,
     pub now: Instant,
+    /// When the packet being handled reached the host (a kernel receive
+    /// timestamp; `now` when the caller has none): round-trip samples end
+    /// here, so the time the packet then waited for our thread is not
+    /// counted as path delay. Every timer still runs from `now`.
+    pub arrived: Instant,
 }
 
 impl SendCx<'_> {
@@ -164,6 +176,9 @@ pub(crate) struct Completer {
     lossy_until: Option<Instant>,
     /// A packet sent once, at this time, whose acknowledgement gives a sample.
     rtt_sample: Option<(u32, Instant)>,
+    /// The shortest probe wait instead of [`PROBE_MIN`] (set by the QP's
+    /// owner, [`super::RcQp::set_probe_floor`]).
+    pub probe_floor: Option<Duration>,
 }
 
 impl Completer {
@@ -212,7 +227,7 @@ impl Completer {
         let ack_timeout = p.ack_timeout?;
         let base = (srtt * PROBE_RTTS)
             .max(srtt + self.rttvar * 4)
-            .max(PROBE_MIN);
+            .max(self.probe_floor.unwrap_or(PROBE_MIN));
         let wait = base.checked_mul(1u32.checked_shl(self.probes.min(20))?)?;
         (wait < ack_timeout).then_some(wait)
     }
@@ -258,7 +273,11 @@ impl Completer {
         let mut taken = None;
         if let Some((s, t)) = self.rtt_sample {
             if psn::diff(self.psn, s) > 0 {
-                let sample = cx.now.saturating_duration_since(t);
+                // Until the ACK reached the host, not until we got to it;
+                // an arrival before the send (a clock that moved under
+                // the caller's conversion) is no measurement: `now` then.
+                let end = if cx.arrived >= t { cx.arrived } else { cx.now };
+                let sample = end.saturating_duration_since(t);
                 taken = Some(sample);
                 match self.srtt {
                     Some(old) => {

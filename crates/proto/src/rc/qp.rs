@@ -14,7 +14,7 @@ use super::{
     QpState, RecvQueue, RecvWr, Requester, SendWr, WcStatus, WorkCompletion,
 };
 use crate::mem::{LentPayload, Memory};
-use crate::time::Instant;
+use crate::time::{Duration, Instant};
 use ndverbs_wire::bth::MASK24;
 use ndverbs_wire::opcode::Transport;
 use ndverbs_wire::packet::Packet;
@@ -223,7 +223,9 @@ impl RcQp {
                     cc: self.req.cc,
                     ..Requester::start(self.attr.sq_psn, self.attr.path_mtu.bytes())
                 };
+                let floor = self.comp.probe_floor;
                 self.comp = Completer::start(self.attr.sq_psn, &self.p);
+                self.comp.probe_floor = floor;
             }
             (QpState::Sqd, QpState::Sqd) => self.comp.set_limits(&self.p),
             _ => {}
@@ -239,7 +241,9 @@ impl RcQp {
             cc: self.req.cc,
             ..Requester::default()
         };
+        let floor = self.comp.probe_floor;
         self.comp = Completer::default();
+        self.comp.probe_floor = floor;
         self.resp = Responder::default();
         self.error = None;
         let sport = rxe_default_udp_sport(self.qpn);
@@ -341,6 +345,34 @@ impl RcQp {
         mem: &mut dyn Memory,
         rq: &mut RecvQueue,
     ) {
+        self.handle_packet_at(now, now, pkt, mem, rq);
+    }
+
+    /// [`RcQp::handle_packet`] for a packet that reached the host at
+    /// `arrived` (≤ `now`; a kernel receive timestamp in the caller's
+    /// clock): a round-trip sample its acknowledgement gives ends at
+    /// `arrived`, so it measures the path rather than how long the packet
+    /// then waited for the caller. Timers run from `now` as ever.
+    ///
+    /// ```
+    /// # use ndverbs_proto::rc::{QpCaps, RcQp, RecvQueue};
+    /// # use ndverbs_proto::mem::testing::VecMemory;
+    /// # use ndverbs_proto::time::Instant;
+    /// # use ndverbs_wire::{bth::Bth, opcode::Opcode, packet::Packet};
+    /// let mut qp = RcQp::new(1, 1, QpCaps::default());
+    /// let (mut mem, mut rq) = (VecMemory::new(), RecvQueue::new(16, 1));
+    /// let pkt = Packet::new(Bth::new(Opcode::RC_ACK, 1, 0));
+    /// let now = Instant::from_nanos(5_000);
+    /// qp.handle_packet_at(now, Instant::from_nanos(4_000), &pkt, &mut mem, &mut rq);
+    /// ```
+    pub fn handle_packet_at(
+        &mut self,
+        now: Instant,
+        arrived: Instant,
+        pkt: &Packet<'_>,
+        mem: &mut dyn Memory,
+        rq: &mut RecvQueue,
+    ) {
         self.counters.rcvd_pkts += 1;
         let drops = &mut self.counters.drops;
         if pkt.bth.dqpn != self.qpn {
@@ -383,6 +415,7 @@ impl RcQp {
                 return;
             }
             let (comp, mut cx) = self.completer(now);
+            cx.arrived = arrived.min(now);
             comp.handle(&mut cx, mem, info, pkt)
         };
         if let Err(Fatal(cause)) = result {
@@ -409,6 +442,7 @@ impl RcQp {
             cq: &mut self.cq,
             counters: &mut self.counters,
             now,
+            arrived: now,
         };
         (&mut self.comp, cx)
     }
@@ -422,6 +456,17 @@ impl RcQp {
         if let Err(Fatal(cause)) = comp.handle_timeout(&mut cx) {
             self.enter_error(cause);
         }
+    }
+
+    /// Sets the shortest wait before a loss probe (a go-back-N retry started
+    /// when nothing was acknowledged for a few round trips on a path that
+    /// lost packets lately) to `floor` instead of 100 µs;
+    /// `None` restores that. It survives resets and reconnections. An
+    /// engine on a host whose threads wait for a CPU raises it above the
+    /// scheduling delays it sees, or every such wait on a lossy path fires
+    /// a probe — a spurious go-back-N retry.
+    pub fn set_probe_floor(&mut self, floor: Option<Duration>) {
+        self.comp.probe_floor = floor;
     }
 
     /// Attaches a send budget (congestion control): from now on SEND and

@@ -84,10 +84,16 @@ impl Two {
 
     /// B's replies, delivered to A.
     fn b_replies(&mut self, now: Instant) {
+        self.b_replies_arriving(now, now);
+    }
+
+    /// B's replies, delivered to A at `now` as having reached its host at
+    /// `arrived`.
+    fn b_replies_arriving(&mut self, now: Instant, arrived: Instant) {
         while let Some(n) = self.b.poll_transmit(now, &mut self.mem_b, &mut self.buf) {
             let p = Packet::parse(&self.buf[..n]).unwrap();
             self.a
-                .handle_packet(now, &p, &mut self.mem_a, &mut self.rq_a);
+                .handle_packet_at(now, arrived, &p, &mut self.mem_a, &mut self.rq_a);
         }
     }
 }
@@ -126,6 +132,32 @@ fn a_budget_limits_payload_bytes_and_asks_for_an_ack_when_spent() {
     let sent = t.a_sends(t1, |_| false);
     assert_eq!(sent.len(), 502);
     t.a.set_send_budget(None);
+}
+
+#[test]
+fn a_round_trip_sample_ends_when_the_ack_arrived() {
+    let us = Duration::from_micros;
+    let mut t = pair(8 * 1024);
+    let t0 = Instant::ZERO + us(100);
+    t.a.set_send_budget(Some(8 * 1024));
+    assert_eq!(t.a_sends(t0, |_| false).len(), 8);
+    // The ACK reached the host 30 µs after the send but was handled 500 µs
+    // later (our thread waited for a CPU): the sample is 30 µs.
+    t.b_replies_arriving(t0 + us(530), t0 + us(30));
+    assert_eq!(t.a.take_cc_signals().rtt, Some(us(30)));
+    // An arrival before the send (a clock that moved under the caller's
+    // conversion) measures nothing: the sample ends at `now` instead.
+    let mut t = pair(8 * 1024);
+    t.a.set_send_budget(Some(8 * 1024));
+    t.a_sends(t0, |_| false);
+    t.b_replies_arriving(t0 + us(200), Instant::ZERO + us(50));
+    assert_eq!(t.a.take_cc_signals().rtt, Some(us(200)));
+    // An arrival after `now` is taken as `now`.
+    let mut t = pair(8 * 1024);
+    t.a.set_send_budget(Some(8 * 1024));
+    t.a_sends(t0, |_| false);
+    t.b_replies_arriving(t0 + us(40), t0 + us(90));
+    assert_eq!(t.a.take_cc_signals().rtt, Some(us(40)));
 }
 
 #[test]

@@ -349,16 +349,16 @@ fn responder_answers_chunk_rerequests_like_rxe() {
     assert_eq!(p.b.qp.counters().drops.invalid_duplicate, 1);
 }
 
-#[test]
-fn probe_recovers_a_lost_nak_long_before_the_ack_timeout() {
-    // ACK timeout ≈ 1.07 s. Round trips of ~10 µs are measured first; then the
-    // NAK of a gap is lost: the probe resends after a few round trips instead
-    // of the whole timeout, and is not charged to the retry budget.
+/// ACK timeout ≈ 1.07 s. Round trips of ~10 µs are measured first; then
+/// the NAK of a gap is lost: how long the WRITE then takes to complete, with
+/// A's probe floor at `floor`.
+fn lost_nak_recovery(floor: Option<Duration>) -> Duration {
     let mut p = Pair::new(Config {
         timeout: 18,
         retry_cnt: 1,
         ..Config::default()
     });
+    p.a.qp.set_probe_floor(floor);
     let data = pattern(77, 64 * 1024);
     let src = p.region(Side::A, 0x1000, data.clone(), Access::NONE);
     let dst = p.region(
@@ -409,13 +409,33 @@ fn probe_recovers_a_lost_nak_long_before_the_ack_timeout() {
     assert!(p.run_until(Duration::from_secs(5), |p| p.a.send_wcs().len() == 3));
     assert_eq!(step.get(), 4, "both losses happened");
     let took = p.now.saturating_duration_since(t0);
-    assert!(took < Duration::from_millis(5), "recovered after {took:?}");
     let wcs = p.a.send_wcs();
     assert_eq!(wcs[2].status, WcStatus::Success);
     assert!(p.b.mem.bytes(dst.lkey) == &data[..]);
     let c = p.a.qp.counters();
     assert_eq!(c.retry_exceeded_err, 0);
     assert!(c.completer_retry_err >= 2);
+    took
+}
+
+#[test]
+fn probe_recovers_a_lost_nak_long_before_the_ack_timeout() {
+    // The probe resends after a few round trips instead of the whole
+    // timeout, and is not charged to the retry budget.
+    let took = lost_nak_recovery(None);
+    assert!(took < Duration::from_millis(5), "recovered after {took:?}");
+}
+
+#[test]
+fn a_probe_floor_delays_the_probe_to_it_and_no_further() {
+    // An engine on a busy host raises the floor above its scheduling
+    // delays: the probe waits that long, still far from the ACK timeout.
+    let floor = Duration::from_millis(3);
+    let took = lost_nak_recovery(Some(floor));
+    assert!(
+        took >= floor && took < floor * 2,
+        "recovered after {took:?}"
+    );
 }
 
 #[test]

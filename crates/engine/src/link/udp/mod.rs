@@ -207,6 +207,28 @@ impl RoceSocket {
         }
     }
 
+    /// Turns on kernel receive timestamps (`SO_TIMESTAMPNS`): each received
+    /// datagram reports when the kernel received it
+    /// ([`Datagram::rx_time`], `CLOCK_REALTIME` nanoseconds; one per GRO
+    /// datagram, its first packet's). Congestion control measures round
+    /// trips to them, so the time a packet then waits in the socket for our
+    /// thread — on a loaded host, milliseconds — is not taken for queueing
+    /// on the path. The kernel stamps software receive times only while
+    /// some socket asks, at `netif_rx`/`netif_receive_skb` (before the
+    /// protocol's processing); the first socket of the host to ask turns
+    /// that on a moment later (a deferred static key), and until then a
+    /// datagram is stamped when read — as good as no time stamp. Returns
+    /// whether the kernel accepted it.
+    pub fn enable_rx_timestamps(&self) -> bool {
+        setsockopt(
+            self.sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            1,
+        )
+        .is_ok()
+    }
+
     /// Whether sends may use UDP GSO (off after the kernel refused one).
     pub fn gso(&self) -> bool {
         self.gso.load(Ordering::Relaxed)
@@ -330,13 +352,14 @@ impl RoceSocket {
         // Each pending error is returned once: a few in a row at most.
         for _ in 0..4 {
             match sys::recvmsg_pktinfo(self.fd(), buf) {
-                Ok((len, src, dst, seg, tos)) => {
+                Ok(r) => {
                     return Ok(Some(Datagram {
-                        src,
-                        dst,
-                        ecn: tos & 3,
-                        len,
-                        seg: seg.filter(|&s| s > 0 && s < len).unwrap_or(len),
+                        src: r.src,
+                        dst: r.dst,
+                        ecn: r.tos & 3,
+                        len: r.len,
+                        seg: r.seg.filter(|&s| s > 0 && s < r.len).unwrap_or(r.len),
+                        rx_time: r.rx_time,
                     }))
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
@@ -559,6 +582,45 @@ mod tests {
         assert_eq!(&buf[..r.len], &pkt[..]);
         let p = Packet::parse(&buf[..r.len]).unwrap();
         assert_eq!(p.payload, b"hello, rxe");
+    }
+
+    /// With receive time stamps on, a datagram carries the kernel's
+    /// `CLOCK_REALTIME` receive time, taken before the receive call and
+    /// after the send; without, none.
+    #[test]
+    fn receive_time_stamps_are_the_kernels_realtime() {
+        // Any free ports: the time stamps do not care, and a fixed one may
+        // be some other socket's ephemeral port.
+        let a = RoceSocket::bind_port("127.0.0.1".parse().unwrap(), 0).unwrap();
+        let b = RoceSocket::bind_port("127.0.0.2".parse().unwrap(), 0).unwrap();
+        let pkt = signed(b"stamped", &a, &b);
+        let mut buf = [0u8; MAX_TRANSPORT];
+        a.send_to(&pkt, b.addr()).unwrap();
+        assert_eq!(recv_wait(&b, &mut buf).rx_time, None, "not asked for");
+        assert!(b.enable_rx_timestamps());
+        let realtime = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        };
+        // The kernel turns stamping on receive on a moment later (a
+        // deferred static key, `netstamp_work`) unless another socket of
+        // the host already wants it; until then a datagram is stamped when
+        // read. So a few tries.
+        for _ in 0..50 {
+            let before = realtime();
+            a.send_to(&pkt, b.addr()).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            let t = recv_wait(&b, &mut buf).rx_time.expect("a time stamp");
+            let after = realtime();
+            assert!(before <= t, "stamped {} ns before the send", before - t);
+            // Received as sent, not when read 20 ms later.
+            if t + 10_000_000 < after {
+                return;
+            }
+        }
+        panic!("every datagram was stamped when read, not when received");
     }
 
     #[test]

@@ -142,10 +142,21 @@ fn recv_msghdr(
     msg
 }
 
-/// What `recvmsg_pktinfo` returns: length, source, destination, GRO segment
-/// size, and the IPv4 TOS or IPv6 traffic class (0 unless asked for with
-/// `IP_RECVTOS`/`IPV6_RECVTCLASS`).
-pub(super) type RecvInfo = (usize, SocketAddr, Option<IpAddr>, Option<usize>, u8);
+/// What `recvmsg_pktinfo` returns.
+pub(super) struct RecvInfo {
+    pub len: usize,
+    pub src: SocketAddr,
+    /// From `IP_PKTINFO`/`IPV6_PKTINFO` (a wildcard bind).
+    pub dst: Option<IpAddr>,
+    /// The GRO segment size.
+    pub seg: Option<usize>,
+    /// The IPv4 TOS or IPv6 traffic class (0 unless asked for with
+    /// `IP_RECVTOS`/`IPV6_RECVTCLASS`).
+    pub tos: u8,
+    /// The kernel's receive time in `CLOCK_REALTIME` nanoseconds (with
+    /// `SO_TIMESTAMPNS`).
+    pub rx_time: Option<u64>,
+}
 
 /// `recvmsg` that also returns the destination address from `IP_PKTINFO` /
 /// `IPV6_PKTINFO` and the segment size of a GRO-coalesced datagram.
@@ -155,8 +166,9 @@ pub(super) fn recvmsg_pktinfo(fd: RawFd, buf: &mut [u8]) -> io::Result<RecvInfo>
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
     };
-    // Room for an in_pktinfo or in6_pktinfo, a UDP_GRO and a TOS or traffic
-    // class message, 8-byte aligned.
+    // Room for an in_pktinfo or in6_pktinfo (32 or 40 bytes with its
+    // header), a UDP_GRO (24), a TOS or traffic class (24) and a timespec
+    // (32) message, 8-byte aligned: 120 bytes at most.
     let mut control = [0u64; 16];
     let mut msg = recv_msghdr(&mut addr, &mut iov, &mut control);
     // SAFETY: every pointer in `msg` refers to a live buffer of the stated size.
@@ -177,6 +189,7 @@ pub(super) fn recvmsg_pktinfo(fd: RawFd, buf: &mut [u8]) -> io::Result<RecvInfo>
     let mut dst = None;
     let mut seg = None;
     let mut tos = 0u8;
+    let mut rx_time = None;
     // SAFETY: CMSG_* walk the control buffer the kernel filled, within msg_controllen.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&msg);
@@ -199,11 +212,32 @@ pub(super) fn recvmsg_pktinfo(fd: RawFd, buf: &mut [u8]) -> io::Result<RecvInfo>
             } else if h.cmsg_level == libc::IPPROTO_IPV6 && h.cmsg_type == libc::IPV6_TCLASS {
                 let t = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
                 tos = (t & 0xff) as u8;
+            } else if h.cmsg_level == libc::SOL_SOCKET && h.cmsg_type == libc::SCM_TIMESTAMPNS {
+                // The target's own `SO_TIMESTAMPNS` (old or new numbering)
+                // comes with the target's own timespec.
+                let t = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::timespec>());
+                rx_time = timespec_ns(t.tv_sec as i64, t.tv_nsec as i64);
             }
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    Ok((n as usize, src, dst, seg, tos))
+    Ok(RecvInfo {
+        len: n as usize,
+        src,
+        dst,
+        seg,
+        tos,
+        rx_time,
+    })
+}
+
+/// A timespec as nanoseconds, if it is a time after the epoch that fits.
+fn timespec_ns(sec: i64, nsec: i64) -> Option<u64> {
+    let s = u64::try_from(sec).ok()?;
+    let n = u64::try_from(nsec).ok().filter(|&n| n < 1_000_000_000)?;
+    s.checked_mul(1_000_000_000)?
+        .checked_add(n)
+        .filter(|&t| t > 0)
 }
 
 /// # Safety

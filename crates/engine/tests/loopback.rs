@@ -411,3 +411,93 @@ fn a_polling_thread_answers_before_the_ack_and_the_engine_thread_sends_a_left_ac
         "the engine thread sends the ACK the poller left"
     );
 }
+
+/// A postponed ACK waits again only for a step that completes one of the
+/// QP's own requests (the application awaited that before answering): with
+/// the ACK of b's own SEND arriving in between, b's answer still carries
+/// the ACK; with another SEND arriving instead, the ACK leaves at once.
+#[test]
+fn a_postponed_ack_waits_again_for_a_send_completion_but_not_for_more_receives() {
+    let (peer_ip, b_ip) = ndverbs_testkit::addr::pair_v4();
+    let peer = RoceSocket::bind(peer_ip).unwrap();
+    let b = side(b_ip, Progress::Manual, 4096);
+    let (peer_qpn, peer_psn, b_psn) = (0x53, 0x300, 0xb00);
+    let to_peer = RcConnection {
+        rq_psn: peer_psn,
+        sq_psn: b_psn,
+        ..RcConnection::new(peer_qpn).to_peer(peer_ip)
+    };
+    b.modify(to_peer.steps());
+    for i in 0..4 {
+        b.post_recv(i, 64 * i as usize, 64);
+    }
+    let send_signed_packet = |p: Packet| {
+        let mut buf = [0u8; 64];
+        let n = p.write(&mut buf).unwrap();
+        send_signed(&peer, &mut buf[..n], b.nic.local());
+    };
+    let send_from_peer = |psn: u32| {
+        let mut bth = Bth::new(Opcode::RC_SEND_ONLY, b.qp.qpn(), psn);
+        bth.ack_req = true;
+        let mut p = Packet::new(bth);
+        p.payload = b"pingping";
+        send_signed_packet(p);
+    };
+    let ack_from_peer = |psn: u32| {
+        let mut p = Packet::new(Bth::new(Opcode::RC_ACK, b.qp.qpn(), psn));
+        p.ext.aeth = Some(Aeth::new(Syndrome::ACK, 1));
+        send_signed_packet(p);
+    };
+    let mut buf = vec![0u8; ndverbs_engine::link::MAX_DATAGRAM];
+    let mut icrc = IcrcCache::new(peer.addr());
+    let mut next_from_b = || -> Option<(Opcode, u32)> {
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < Duration::from_millis(200) {
+            if let Some(d) = peer.recv_datagram(&mut buf).unwrap() {
+                let r = icrc.verify(&buf[..d.len], d.src, d.dst).expect("verifies");
+                let p = Packet::parse(&buf[..r.len]).unwrap();
+                return Some((p.bth.opcode, p.bth.psn));
+            }
+        }
+        None
+    };
+    // Drives b until `want` completions; each step separately (one packet
+    // each: the peer's socket sends them one by one).
+    let step_until = |want: usize| {
+        let mut got = Vec::new();
+        let t0 = std::time::Instant::now();
+        while got.len() < want {
+            assert!(t0.elapsed() < WC_LIMIT, "completions: {got:?}");
+            b.nic.progress();
+            while let Some(wc) = b.cq.poll_one() {
+                got.push(wc);
+            }
+        }
+        got
+    };
+
+    // b's own SEND, which the peer will acknowledge.
+    b.post_send(SendWr::new(1, SendOp::Send, [b.sge(0, 8)]));
+    assert_eq!(next_from_b(), Some((Opcode::RC_SEND_ONLY, b_psn)));
+    // The peer's SEND, then (a step later) the ACK of b's: the postponed ACK
+    // waits through the step that completed b's SEND, and rides with b's
+    // answer.
+    send_from_peer(peer_psn);
+    assert_eq!(step_until(1)[0].opcode, WcOpcode::Recv);
+    ack_from_peer(b_psn);
+    assert_eq!(step_until(1)[0].opcode, WcOpcode::Send);
+    assert_eq!(next_from_b(), None, "the ACK waits for the answer");
+    b.post_send(SendWr::new(2, SendOp::Send, [b.sge(0, 8)]));
+    assert_eq!(next_from_b(), Some((Opcode::RC_SEND_ONLY, b_psn + 1)));
+    assert_eq!(next_from_b(), Some((Opcode::RC_ACK, peer_psn)));
+    ack_from_peer(b_psn + 1);
+    assert_eq!(step_until(1)[0].opcode, WcOpcode::Send);
+
+    // Two SENDs from the peer in two steps: the second step sends the ACK
+    // (of both) without waiting for an answer.
+    send_from_peer(peer_psn + 1);
+    assert_eq!(step_until(1)[0].opcode, WcOpcode::Recv);
+    send_from_peer(peer_psn + 2);
+    assert_eq!(step_until(1)[0].opcode, WcOpcode::Recv);
+    assert_eq!(next_from_b(), Some((Opcode::RC_ACK, peer_psn + 2)));
+}

@@ -167,12 +167,11 @@ impl Timers {
 /// application may answer at once — the answer then leaves first, with the
 /// ACK riding in its GSO run (see `drain_qp`).
 ///
-/// A step that delivers another completion of the same QP postpones the ACK
-/// again, at most [`AckPlan::MAX_POSTPONED`] steps in a row: the
-/// application is still taking that QP's completions (the rest of a GRO'd
-/// datagram, the send completion an ACK just brought) and its answer is
-/// still to come. The first step without a new completion of the QP sends
-/// the ACK, as does the engine before it sleeps (`flush_acks`).
+/// A step that completes one of the QP's own requests (the send
+/// completion the peer's ACK just brought, which the application awaits
+/// before it answers) postpones the ACK again, at most
+/// [`AckPlan::MAX_POSTPONED`] steps in a row. Any other step sends it, as
+/// does the engine before it sleeps (`flush_acks`).
 #[derive(Default)]
 pub(crate) struct AckPlan {
     /// Postponed by this step, with the number of steps in a row.

@@ -21,13 +21,13 @@
 //! at once, and the ACK then rides as the short last segment of the
 //! answer's GSO run — one send for both, and one (GRO'd) receive at the
 //! peer, whose RC requester (perftest's `send_lat`, for one) often waits
-//! for that ACK before it looks at the answer. A step that delivers
-//! another completion of the QP (the rest of a GRO'd datagram, the send
-//! completion an ACK brought) postpones the ACK again, a few steps at most
-//! (`AckPlan`); the first step without one sends it, with whatever data the
-//! QP has. Without a completion (the target of an RDMA WRITE stream) nobody
-//! will answer: the ACK goes at once, or the sender's window would wait a
-//! step for it. Every postponed ACK leaves before the engine sleeps
+//! for that ACK before it looks at the answer. A step that completes one
+//! of the QP's own requests (the send completion the peer's ACK brought,
+//! which the application is waiting for before it answers) postpones the
+//! ACK again, a few steps at most (`AckPlan`); any other step sends it,
+//! with whatever data the QP has. Without a completion (the target of an
+//! RDMA WRITE stream) nobody will answer: the ACK goes at once, or the
+//! sender's window would wait a step for it. Every postponed ACK leaves before the engine sleeps
 //! (`flush_acks`).
 
 use super::core::Shared;
@@ -77,15 +77,21 @@ impl Core {
         let dst = SocketAddr::new(peer, ROCEV2_PORT);
         let waited = self.acks.take_due(qpn);
         let due = waited > 0;
-        // (A QP in ERR answers nothing: its completions are flushes.)
+        // (A QP in ERR answers nothing: its completions are flushes.) An
+        // ACK waits again only for a step that completed one of the QP's
+        // own requests — the application was waiting for that and answers
+        // next; more receives (a stream of SENDs) must not hold it.
         let postpone = may_postpone
             && waited < AckPlan::MAX_POSTPONED
             && self.caller_polls(shared)
-            && self
-                .tables
-                .qps
-                .get(&qpn)
-                .is_some_and(|e| e.qp.has_completion() && e.qp.state() != QpState::Err);
+            && self.tables.qps.get(&qpn).is_some_and(|e| {
+                let waiting = if waited == 0 {
+                    e.qp.has_completion()
+                } else {
+                    e.qp.has_send_completion()
+                };
+                waiting && e.qp.state() != QpState::Err
+            });
         let ack_last = postpone || due;
         if let Some(e) = self.tables.qps.get_mut(&qpn) {
             self.paths

@@ -552,6 +552,12 @@ impl RcQp {
         !self.cq.is_empty()
     }
 
+    /// Whether a completion of the send queue waits to be polled (an ACK
+    /// or a response just completed one of the QP's own requests).
+    pub fn has_send_completion(&self) -> bool {
+        self.cq.iter().any(|wc| wc.queue == WcQueue::Send)
+    }
+
     /// The next completion.
     pub fn poll_completion(&mut self) -> Option<WorkCompletion> {
         self.cq.pop_front()

@@ -199,6 +199,107 @@ fn dropping_a_nic_releases_its_port() {
     }
 }
 
+/// A bare socket playing b's RC peer by hand: it sends b signed packets and
+/// reads b's packets one at a time (a GRO datagram split into its packets,
+/// each with the number of the datagram that brought it, so a test sees
+/// which packets rode together).
+struct HandPeer {
+    sock: RoceSocket,
+    /// Whether the socket coalesces datagrams (and b sends GSO runs) at all.
+    gro: bool,
+    icrc: IcrcCache,
+    buf: Vec<u8>,
+    pending: std::collections::VecDeque<(Opcode, u32, usize)>,
+    datagrams: usize,
+    b_qpn: u32,
+    b_ip: std::net::IpAddr,
+}
+
+/// b (`progress`) on a fresh address pair, connected to a [`HandPeer`]
+/// whose QP is `peer_qpn`: the peer's first PSN `peer_psn`, b's `b_psn`;
+/// `recvs` receives of 64 bytes posted.
+fn hand_peer(
+    progress: Progress,
+    (peer_qpn, peer_psn, b_psn): (u32, u32, u32),
+    recvs: u64,
+) -> (HandPeer, Side) {
+    let (peer_ip, b_ip) = ndverbs_testkit::addr::pair_v4();
+    let mut sock = RoceSocket::bind(peer_ip).unwrap();
+    let gro = sock.enable_gro();
+    let b = side(b_ip, progress, 4096);
+    let to_peer = RcConnection {
+        rq_psn: peer_psn,
+        sq_psn: b_psn,
+        ..RcConnection::new(peer_qpn).to_peer(peer_ip)
+    };
+    b.modify(to_peer.steps());
+    for i in 0..recvs {
+        b.post_recv(i, 64 * i as usize, 64);
+    }
+    let peer = HandPeer {
+        icrc: IcrcCache::new(sock.addr()),
+        sock,
+        gro: gro && b.nic.gso(),
+        buf: vec![0u8; ndverbs_engine::link::MAX_DATAGRAM],
+        pending: Default::default(),
+        datagrams: 0,
+        b_qpn: b.qp.qpn(),
+        b_ip: b.nic.local(),
+    };
+    (peer, b)
+}
+
+impl HandPeer {
+    fn send(&self, p: Packet) {
+        let mut buf = [0u8; 64];
+        let n = p.write(&mut buf).unwrap();
+        send_signed(&self.sock, &mut buf[..n], self.b_ip);
+    }
+
+    /// A SEND ONLY of 8 bytes with PSN `psn`, asking for an ACK.
+    fn send_request(&self, psn: u32) {
+        let mut bth = Bth::new(Opcode::RC_SEND_ONLY, self.b_qpn, psn);
+        bth.ack_req = true;
+        let mut p = Packet::new(bth);
+        p.payload = b"pingping";
+        self.send(p);
+    }
+
+    /// The ACK of b's packets up to `psn`.
+    fn ack(&self, psn: u32) {
+        let mut p = Packet::new(Bth::new(Opcode::RC_ACK, self.b_qpn, psn));
+        p.ext.aeth = Some(Aeth::new(Syndrome::ACK, 1));
+        self.send(p);
+    }
+
+    /// b's next packet (opcode, PSN, datagram number), if one comes within
+    /// `within`.
+    fn next(&mut self, within: Duration) -> Option<(Opcode, u32, usize)> {
+        let t0 = std::time::Instant::now();
+        while self.pending.is_empty() && t0.elapsed() < within {
+            match self.sock.recv_datagram(&mut self.buf).unwrap() {
+                Some(d) => {
+                    self.datagrams += 1;
+                    for seg in self.buf[..d.len].chunks(d.seg) {
+                        let r = self.icrc.verify(seg, d.src, d.dst);
+                        let r = r.expect("b's packets verify");
+                        let p = Packet::parse(&seg[..r.len]).unwrap();
+                        self.pending
+                            .push_back((p.bth.opcode, p.bth.psn, self.datagrams));
+                    }
+                }
+                None => std::thread::sleep(Duration::from_micros(50)),
+            }
+        }
+        self.pending.pop_front()
+    }
+
+    /// [`HandPeer::next`] within 200 ms, without the datagram number.
+    fn next_packet(&mut self) -> Option<(Opcode, u32)> {
+        self.next(Duration::from_millis(200)).map(|p| (p.0, p.1))
+    }
+}
+
 /// Manual progress answers before it acknowledges: the ACK of a received
 /// SEND is postponed while its completion waits for the application; a
 /// reply posted at once leaves first, the ACK riding behind it in the same
@@ -207,95 +308,43 @@ fn dropping_a_nic_releases_its_port() {
 /// hand-driven peer socket sees the exact order.
 #[test]
 fn manual_progress_sends_the_reply_before_the_ack() {
-    let (peer_ip, b_ip) = ndverbs_testkit::addr::pair_v4();
-    let mut peer = RoceSocket::bind(peer_ip).unwrap();
-    let gro = peer.enable_gro();
-    let b = side(b_ip, Progress::Manual, 4096);
-    let (peer_qpn, peer_psn, b_psn) = (0x51, 0x100, 0x900);
-    let to_peer = RcConnection {
-        rq_psn: peer_psn,
-        sq_psn: b_psn,
-        ..RcConnection::new(peer_qpn).to_peer(peer_ip)
-    };
-    b.modify(to_peer.steps());
-    for i in 0..2 {
-        b.post_recv(i, 64 * i as usize, 64);
-    }
-    // The peer's SEND ONLY, asking for an ACK.
-    let send_from_peer = |psn: u32| {
-        let mut bth = Bth::new(Opcode::RC_SEND_ONLY, b.qp.qpn(), psn);
-        bth.ack_req = true;
-        let mut p = Packet::new(bth);
-        p.payload = b"pingping";
-        let mut buf = [0u8; 64];
-        let n = p.write(&mut buf).unwrap();
-        send_signed(&peer, &mut buf[..n], b.nic.local());
-    };
-    let mut buf = vec![0u8; ndverbs_engine::link::MAX_DATAGRAM];
-    let mut icrc = IcrcCache::new(peer.addr());
-    // Packets already received, with the index of the datagram that
-    // brought each.
-    let mut pending = std::collections::VecDeque::new();
-    let mut datagrams = 0usize;
-    let mut next_from_b = || -> Option<(Opcode, u32, usize)> {
-        let t0 = std::time::Instant::now();
-        while pending.is_empty() && t0.elapsed() < Duration::from_millis(200) {
-            if let Some(d) = peer.recv_datagram(&mut buf).unwrap() {
-                datagrams += 1;
-                for seg in buf[..d.len].chunks(d.seg) {
-                    let r = icrc.verify(seg, d.src, d.dst);
-                    let r = r.expect("b's packets verify");
-                    let p = Packet::parse(&seg[..r.len]).unwrap();
-                    pending.push_back((p.bth.opcode, p.bth.psn, datagrams));
-                }
-            }
-        }
-        pending.pop_front()
-    };
+    let (peer_psn, b_psn) = (0x100, 0x900);
+    let (mut peer, b) = hand_peer(Progress::Manual, (0x51, peer_psn, b_psn), 2);
 
     // With a reply: the reply first, then the ACK of the request.
-    send_from_peer(peer_psn);
+    peer.send_request(peer_psn);
     let wc = wait_n(&b, 1);
     assert_eq!((wc[0].opcode, wc[0].byte_len), (WcOpcode::Recv, 8));
     b.post_send(SendWr::new(7, SendOp::Send, [b.sge(0, 8)]));
-    let (op, psn, first) = next_from_b().unwrap();
+    let within = Duration::from_millis(200);
+    let (op, psn, first) = peer.next(within).unwrap();
     assert_eq!((op, psn), (Opcode::RC_SEND_ONLY, b_psn));
-    let (op, psn, second) = next_from_b().unwrap();
+    let (op, psn, second) = peer.next(within).unwrap();
     assert_eq!((op, psn), (Opcode::RC_ACK, peer_psn));
-    if gro && b.nic.gso() {
+    if peer.gro {
         assert_eq!(first, second, "the ACK rides in the reply's datagram");
     }
     // The peer acknowledges the reply (or b would send it again).
-    let mut ack = Packet::new(Bth::new(Opcode::RC_ACK, b.qp.qpn(), b_psn));
-    ack.ext.aeth = Some(Aeth::new(Syndrome::ACK, 1));
-    let mut abuf = [0u8; 32];
-    let n = ack.write(&mut abuf).unwrap();
-    send_signed(&peer, &mut abuf[..n], b.nic.local());
+    peer.ack(b_psn);
     let wc = wait_n(&b, 1);
     assert_eq!((wc[0].wr_id, wc[0].status), (7, WcStatus::Success));
 
     // Without one: the ACK leaves with the next progress call.
-    send_from_peer(peer_psn + 1);
+    peer.send_request(peer_psn + 1);
     let wc = wait_n(&b, 1);
     assert_eq!(wc[0].opcode, WcOpcode::Recv);
     b.nic.progress();
-    assert_eq!(
-        next_from_b().map(|p| (p.0, p.1)),
-        Some((Opcode::RC_ACK, peer_psn + 1))
-    );
-    assert_eq!(next_from_b(), None);
+    assert_eq!(peer.next_packet(), Some((Opcode::RC_ACK, peer_psn + 1)));
+    assert_eq!(peer.next_packet(), None);
 
     // Nor is it lost when the QP goes away first (an application that took
     // its last message and tears down: the peer's send must complete).
     b.post_recv(2, 128, 64);
-    send_from_peer(peer_psn + 2);
+    peer.send_request(peer_psn + 2);
     let wc = wait_n(&b, 1);
     assert_eq!(wc[0].opcode, WcOpcode::Recv);
     b.nic.destroy_qp(b.qp.qpn()).unwrap();
-    assert_eq!(
-        next_from_b().map(|p| (p.0, p.1)),
-        Some((Opcode::RC_ACK, peer_psn + 2))
-    );
+    assert_eq!(peer.next_packet(), Some((Opcode::RC_ACK, peer_psn + 2)));
 }
 
 /// With an engine thread, an application thread that polls its CQ runs the
@@ -305,29 +354,8 @@ fn manual_progress_sends_the_reply_before_the_ack() {
 /// ACK (the peer's send must complete).
 #[test]
 fn a_polling_thread_answers_before_the_ack_and_the_engine_thread_sends_a_left_ack() {
-    let (peer_ip, b_ip) = ndverbs_testkit::addr::pair_v4();
-    let mut peer = RoceSocket::bind(peer_ip).unwrap();
-    let gro = peer.enable_gro();
-    let b = side(b_ip, Progress::Thread, 4096);
-    let (peer_qpn, peer_psn, b_psn) = (0x52, 0x200, 0xa00);
-    let to_peer = RcConnection {
-        rq_psn: peer_psn,
-        sq_psn: b_psn,
-        ..RcConnection::new(peer_qpn).to_peer(peer_ip)
-    };
-    b.modify(to_peer.steps());
-    for i in 0..2 {
-        b.post_recv(i, 64 * i as usize, 64);
-    }
-    let send_from_peer = |psn: u32| {
-        let mut bth = Bth::new(Opcode::RC_SEND_ONLY, b.qp.qpn(), psn);
-        bth.ack_req = true;
-        let mut p = Packet::new(bth);
-        p.payload = b"pingping";
-        let mut buf = [0u8; 64];
-        let n = p.write(&mut buf).unwrap();
-        send_signed(&peer, &mut buf[..n], b.nic.local());
-    };
+    let (peer_psn, b_psn) = (0x200, 0xa00);
+    let (mut peer, b) = hand_peer(Progress::Thread, (0x52, peer_psn, b_psn), 2);
     // Polls as a busy application does: the CQ, then the engine.
     let poll_until_recv = || {
         let t0 = std::time::Instant::now();
@@ -343,26 +371,7 @@ fn a_polling_thread_answers_before_the_ack_and_the_engine_thread_sends_a_left_ac
             b.nic.poll_step();
         }
     };
-    let mut buf = vec![0u8; ndverbs_engine::link::MAX_DATAGRAM];
-    let mut icrc = IcrcCache::new(peer.addr());
-    let mut datagrams = 0usize;
-    let mut from_b = Vec::new();
-    let mut wait_from_b = |want: usize, out: &mut Vec<(Opcode, u32, usize)>| {
-        let t0 = std::time::Instant::now();
-        while out.len() < want && t0.elapsed() < Duration::from_secs(2) {
-            match peer.recv_datagram(&mut buf).unwrap() {
-                Some(d) => {
-                    datagrams += 1;
-                    for seg in buf[..d.len].chunks(d.seg) {
-                        let r = icrc.verify(seg, d.src, d.dst).expect("b's packets verify");
-                        let p = Packet::parse(&seg[..r.len]).unwrap();
-                        out.push((p.bth.opcode, p.bth.psn, datagrams));
-                    }
-                }
-                None => std::thread::sleep(Duration::from_micros(50)),
-            }
-        }
-    };
+    let within = Duration::from_secs(2);
 
     // Answered at once: the answer first, the ACK riding with it — when
     // the polling thread took the SEND. The engine thread may take one that
@@ -374,23 +383,18 @@ fn a_polling_thread_answers_before_the_ack_and_the_engine_thread_sends_a_left_ac
         while t0.elapsed() < Duration::from_millis(20) {
             b.nic.poll_step();
         }
-        send_from_peer(peer_psn + round);
+        peer.send_request(peer_psn + round);
         poll_until_recv();
         b.post_recv(2 + u64::from(round), 128, 64);
         b.post_send(SendWr::new(7, SendOp::Send, [b.sge(0, 8)]));
-        from_b.clear();
-        wait_from_b(2, &mut from_b);
+        let from_b: Vec<_> = (0..2).filter_map(|_| peer.next(within)).collect();
         assert_eq!(from_b.len(), 2, "got {from_b:?}");
         let find = |op| *from_b.iter().find(|p| p.0 == op).unwrap();
         let (answer, ack) = (find(Opcode::RC_SEND_ONLY), find(Opcode::RC_ACK));
         assert_eq!((answer.1, ack.1), (b_psn + round, peer_psn + round));
         // The peer acknowledges the answer.
-        let mut a = Packet::new(Bth::new(Opcode::RC_ACK, b.qp.qpn(), b_psn + round));
-        a.ext.aeth = Some(Aeth::new(Syndrome::ACK, 1));
-        let mut abuf = [0u8; 32];
-        let n = a.write(&mut abuf).unwrap();
-        send_signed(&peer, &mut abuf[..n], b.nic.local());
-        let one_datagram = !gro || !b.nic.gso() || answer.2 == ack.2;
+        peer.ack(b_psn + round);
+        let one_datagram = !peer.gro || answer.2 == ack.2;
         if from_b[0] == answer && one_datagram {
             rides += 1;
         }
@@ -401,12 +405,10 @@ fn a_polling_thread_answers_before_the_ack_and_the_engine_thread_sends_a_left_ac
     );
 
     // Taken, never answered, and the poller gone: the ACK still comes.
-    from_b.clear();
-    send_from_peer(peer_psn + 5);
+    peer.send_request(peer_psn + 5);
     poll_until_recv();
-    wait_from_b(1, &mut from_b);
     assert_eq!(
-        from_b.first().map(|p| (p.0, p.1)),
+        peer.next(within).map(|p| (p.0, p.1)),
         Some((Opcode::RC_ACK, peer_psn + 5)),
         "the engine thread sends the ACK the poller left"
     );
@@ -418,49 +420,8 @@ fn a_polling_thread_answers_before_the_ack_and_the_engine_thread_sends_a_left_ac
 /// the ACK; with another SEND arriving instead, the ACK leaves at once.
 #[test]
 fn a_postponed_ack_waits_again_for_a_send_completion_but_not_for_more_receives() {
-    let (peer_ip, b_ip) = ndverbs_testkit::addr::pair_v4();
-    let peer = RoceSocket::bind(peer_ip).unwrap();
-    let b = side(b_ip, Progress::Manual, 4096);
-    let (peer_qpn, peer_psn, b_psn) = (0x53, 0x300, 0xb00);
-    let to_peer = RcConnection {
-        rq_psn: peer_psn,
-        sq_psn: b_psn,
-        ..RcConnection::new(peer_qpn).to_peer(peer_ip)
-    };
-    b.modify(to_peer.steps());
-    for i in 0..4 {
-        b.post_recv(i, 64 * i as usize, 64);
-    }
-    let send_signed_packet = |p: Packet| {
-        let mut buf = [0u8; 64];
-        let n = p.write(&mut buf).unwrap();
-        send_signed(&peer, &mut buf[..n], b.nic.local());
-    };
-    let send_from_peer = |psn: u32| {
-        let mut bth = Bth::new(Opcode::RC_SEND_ONLY, b.qp.qpn(), psn);
-        bth.ack_req = true;
-        let mut p = Packet::new(bth);
-        p.payload = b"pingping";
-        send_signed_packet(p);
-    };
-    let ack_from_peer = |psn: u32| {
-        let mut p = Packet::new(Bth::new(Opcode::RC_ACK, b.qp.qpn(), psn));
-        p.ext.aeth = Some(Aeth::new(Syndrome::ACK, 1));
-        send_signed_packet(p);
-    };
-    let mut buf = vec![0u8; ndverbs_engine::link::MAX_DATAGRAM];
-    let mut icrc = IcrcCache::new(peer.addr());
-    let mut next_from_b = || -> Option<(Opcode, u32)> {
-        let t0 = std::time::Instant::now();
-        while t0.elapsed() < Duration::from_millis(200) {
-            if let Some(d) = peer.recv_datagram(&mut buf).unwrap() {
-                let r = icrc.verify(&buf[..d.len], d.src, d.dst).expect("verifies");
-                let p = Packet::parse(&buf[..r.len]).unwrap();
-                return Some((p.bth.opcode, p.bth.psn));
-            }
-        }
-        None
-    };
+    let (peer_psn, b_psn) = (0x300, 0xb00);
+    let (mut peer, b) = hand_peer(Progress::Manual, (0x53, peer_psn, b_psn), 4);
     // Drives b until `want` completions; each step separately (one packet
     // each: the peer's socket sends them one by one).
     let step_until = |want: usize| {
@@ -478,26 +439,26 @@ fn a_postponed_ack_waits_again_for_a_send_completion_but_not_for_more_receives()
 
     // b's own SEND, which the peer will acknowledge.
     b.post_send(SendWr::new(1, SendOp::Send, [b.sge(0, 8)]));
-    assert_eq!(next_from_b(), Some((Opcode::RC_SEND_ONLY, b_psn)));
+    assert_eq!(peer.next_packet(), Some((Opcode::RC_SEND_ONLY, b_psn)));
     // The peer's SEND, then (a step later) the ACK of b's: the postponed ACK
     // waits through the step that completed b's SEND, and rides with b's
     // answer.
-    send_from_peer(peer_psn);
+    peer.send_request(peer_psn);
     assert_eq!(step_until(1)[0].opcode, WcOpcode::Recv);
-    ack_from_peer(b_psn);
+    peer.ack(b_psn);
     assert_eq!(step_until(1)[0].opcode, WcOpcode::Send);
-    assert_eq!(next_from_b(), None, "the ACK waits for the answer");
+    assert_eq!(peer.next_packet(), None, "the ACK waits for the answer");
     b.post_send(SendWr::new(2, SendOp::Send, [b.sge(0, 8)]));
-    assert_eq!(next_from_b(), Some((Opcode::RC_SEND_ONLY, b_psn + 1)));
-    assert_eq!(next_from_b(), Some((Opcode::RC_ACK, peer_psn)));
-    ack_from_peer(b_psn + 1);
+    assert_eq!(peer.next_packet(), Some((Opcode::RC_SEND_ONLY, b_psn + 1)));
+    assert_eq!(peer.next_packet(), Some((Opcode::RC_ACK, peer_psn)));
+    peer.ack(b_psn + 1);
     assert_eq!(step_until(1)[0].opcode, WcOpcode::Send);
 
     // Two SENDs from the peer in two steps: the second step sends the ACK
     // (of both) without waiting for an answer.
-    send_from_peer(peer_psn + 1);
+    peer.send_request(peer_psn + 1);
     assert_eq!(step_until(1)[0].opcode, WcOpcode::Recv);
-    send_from_peer(peer_psn + 2);
+    peer.send_request(peer_psn + 2);
     assert_eq!(step_until(1)[0].opcode, WcOpcode::Recv);
-    assert_eq!(next_from_b(), Some((Opcode::RC_ACK, peer_psn + 2)));
+    assert_eq!(peer.next_packet(), Some((Opcode::RC_ACK, peer_psn + 2)));
 }

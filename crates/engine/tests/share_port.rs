@@ -67,38 +67,30 @@ impl Side {
         }
     }
 
+    /// What both kinds of QP are created with: the side's PD and CQ, 64
+    /// receives of one SGE.
+    fn qp_init(&self) -> QpInit {
+        QpInit {
+            pd: self.pd,
+            send_cq: self.cq_id,
+            recv_cq: self.cq_id,
+            srq: None,
+            caps: QpCaps::default(),
+            max_recv_wr: 64,
+            max_recv_sge: 1,
+        }
+    }
+
     /// A new QP; returns its index.
     fn qp(&mut self) -> usize {
-        let qp = self
-            .nic
-            .create_qp(QpInit {
-                pd: self.pd,
-                send_cq: self.cq_id,
-                recv_cq: self.cq_id,
-                srq: None,
-                caps: QpCaps::default(),
-                max_recv_wr: 64,
-                max_recv_sge: 1,
-            })
-            .unwrap();
+        let qp = self.nic.create_qp(self.qp_init()).unwrap();
         self.qps.push(qp);
         self.qps.len() - 1
     }
 
     /// A new UD QP in RTS with Q_Key [`UD_QKEY`]; returns its index.
     fn ud_qp(&mut self) -> usize {
-        let qp = self
-            .nic
-            .create_ud_qp(QpInit {
-                pd: self.pd,
-                send_cq: self.cq_id,
-                recv_cq: self.cq_id,
-                srq: None,
-                caps: QpCaps::default(),
-                max_recv_wr: 64,
-                max_recv_sge: 1,
-            })
-            .unwrap();
+        let qp = self.nic.create_ud_qp(self.qp_init()).unwrap();
         let mut a = QpAttr {
             qp_state: QpState::Init,
             qkey: UD_QKEY,

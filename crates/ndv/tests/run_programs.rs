@@ -11,33 +11,12 @@
 mod programs;
 
 use ndverbs_testkit::guest::{Guest, Listen, GUEST, HOST};
-use ndverbs_testkit::netns::Netns;
-use ndverbs_testkit::process::{self, Finished, Running, LIMIT};
-use programs::{both_ok, installed, ndv_run, ndv_tool, rows, veth, wait_tcp_listening, A, B, NDV};
+use ndverbs_testkit::process::{self, Running, LIMIT};
+use programs::{
+    both_ok, installed, ndv_run, ndv_tool, perftest_clock_failed, rows, server_then_client, veth,
+    wait_tcp_listening, A, B, NDV,
+};
 use std::process::Command;
-
-/// Starts `server` (a program that listens on TCP `port` in `ns`), then
-/// `client`; both must succeed. (client, server) outputs.
-#[track_caller]
-fn server_then_client(
-    ns: &Netns,
-    port: u16,
-    server: &mut Command,
-    client: &mut Command,
-) -> (Finished, Finished) {
-    let s = Running::spawn(server);
-    wait_tcp_listening(ns, port, &s);
-    let c = Running::spawn(client).wait(LIMIT);
-    let s = s.wait(LIMIT);
-    (c, s)
-}
-
-/// perftest measures its CPU clock before it reports and gives up when the
-/// samples do not line up, which happens on a busy host; such a run says
-/// nothing about the exchange and is tried again.
-fn perftest_clock_failed(out: &str) -> bool {
-    out.contains("Correlation coefficient r^2")
-}
 
 #[test]
 fn ibv_devices_and_ibv_devinfo_list_what_ndv_devinfo_lists() {

@@ -5,47 +5,18 @@
 //! between two network namespaces joined by a veth pair, and against Linux
 //! rxe in the interop guest, in both roles. Exit statuses and result lines are checked.
 //!
-//! The namespaces are this suite's own (`ndvud-…`, 10.91.0.0/24). The veth's
-//! MTU is 1500, so the port's active MTU is 1024: a datagram is at most
+//! The veth's MTU is 1500, so the port's active MTU is 1024: a datagram is at most
 //! 1024 bytes, and `ibv_ud_pingpong` (2048 bytes by default) is given
 //! `-s 1024`.
 
 mod programs;
 
 use ndverbs_testkit::guest::{Guest, Listen, GUEST, HOST};
-use ndverbs_testkit::netns::Netns;
-use ndverbs_testkit::process::{Finished, Running, LIMIT};
-use programs::{both_ok, installed, ndv_run, rows, wait_tcp_listening};
-use std::process::Command;
-
-/// The server's and the client's address on this suite's veth pair.
-const A: &str = "10.91.0.1";
-const B: &str = "10.91.0.2";
-
-/// This suite's two namespaces joined by veth, or `None` after the skip
-/// rule (no root, or the programs missing).
-#[track_caller]
-fn veth(programs: &[&str]) -> Option<(Netns, Netns)> {
-    if !installed(programs) {
-        return None;
-    }
-    Netns::veth_pair_prefixed("ndvud", &format!("{A}/24"), &format!("{B}/24"))
-}
-
-/// Starts `server` (listening on TCP `port` in `ns`), then `client`.
-#[track_caller]
-fn server_then_client(
-    ns: &Netns,
-    port: u16,
-    server: &mut Command,
-    client: &mut Command,
-) -> (Finished, Finished) {
-    let s = Running::spawn(server);
-    wait_tcp_listening(ns, port, &s);
-    let c = Running::spawn(client).wait(LIMIT);
-    let s = s.wait(LIMIT);
-    (c, s)
-}
+use ndverbs_testkit::process::{Running, LIMIT};
+use programs::{
+    both_ok, installed, ndv_run, perftest_clock_failed, rows, server_then_client, veth,
+    wait_tcp_listening, A, B,
+};
 
 /// `ibv_ud_pingpong` against itself between the namespaces, with `extra`
 /// options on both sides.
@@ -98,12 +69,6 @@ fn check_ud_perftest(lat: bool, out: &str, size: f64, iters: f64) {
         // The message rate (the receiver has no peak bandwidth).
         assert!(r[0][4] > 0.0, "{out}");
     }
-}
-
-/// perftest gives up when its CPU clock samples disagree on a busy host; such
-/// a run says nothing about the exchange and is tried again.
-fn perftest_clock_failed(out: &str) -> bool {
-    out.contains("Correlation coefficient r^2")
 }
 
 /// `ib_send_<lat|bw> -c UD` against itself between the namespaces.

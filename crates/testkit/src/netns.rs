@@ -67,14 +67,8 @@ impl Netns {
     /// A fresh namespace with `lo` up, named after this process (unique
     /// across processes: the PID is in the name).
     pub fn new() -> Result<Netns, String> {
-        Netns::new_prefixed("ndvt")
-    }
-
-    /// A fresh namespace with `lo` up, named `PREFIX-<pid>-<n>`: a suite
-    /// that shares the host with others names its namespaces its own way.
-    pub fn new_prefixed(prefix: &str) -> Result<Netns, String> {
         let name = format!(
-            "{prefix}-{}-{}",
+            "ndvt-{}-{}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
@@ -112,16 +106,9 @@ impl Netns {
     /// rule.
     #[track_caller]
     pub fn veth_pair(addr_a: &str, addr_b: &str) -> Option<(Netns, Netns)> {
-        Netns::veth_pair_prefixed("ndvt", addr_a, addr_b)
-    }
-
-    /// [`Netns::veth_pair`] with namespaces named after `prefix` (see
-    /// [`Netns::new_prefixed`]).
-    #[track_caller]
-    pub fn veth_pair_prefixed(prefix: &str, addr_a: &str, addr_b: &str) -> Option<(Netns, Netns)> {
         let r = (|| -> Result<(Netns, Netns), String> {
-            let a = Netns::new_prefixed(prefix)?;
-            let b = Netns::new_prefixed(prefix)?;
+            let a = Netns::new()?;
+            let b = Netns::new()?;
             ip(&[
                 "link", "add", VETH, "netns", &a.name, "type", "veth", "peer", "name", VETH,
                 "netns", &b.name,

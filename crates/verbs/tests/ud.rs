@@ -358,7 +358,7 @@ fn ipv6_datagrams(a_addr: IpAddr, b_addr: IpAddr) {
 #[test]
 fn ipv6_datagrams_carry_the_ipv6_header_in_the_grh_area() {
     let (a_addr, b_addr) = addr::pair_v6();
-    let ns = ndverbs_testkit::netns::Netns::new_prefixed("ndvud").and_then(|ns| {
+    let ns = ndverbs_testkit::netns::Netns::new().and_then(|ns| {
         for x in [a_addr, b_addr] {
             ns.add_addr("lo", &x.to_string())?;
         }

@@ -236,22 +236,9 @@ impl Nic {
     pub fn create_qp(&self, init: QpInit) -> Result<Arc<QpShared>, EngineError> {
         let _nic = self.shared.span.enter();
         let caps = init.caps;
-        if caps.max_send_wr == 0 || caps.max_send_wr > LIMITS.max_qp_wr {
-            return Err(EngineError::InvalidArgument("max_send_wr out of range"));
-        }
-        if caps.max_send_sge > LIMITS.max_sge || caps.max_inline_data > LIMITS.max_inline_data {
-            return Err(EngineError::InvalidArgument(
-                "max_send_sge or max_inline_data out of range",
-            ));
-        }
-        if init.srq.is_none()
-            && (init.max_recv_wr == 0
-                || init.max_recv_wr > LIMITS.max_qp_wr
-                || init.max_recv_sge > LIMITS.max_sge)
-        {
-            return Err(EngineError::InvalidArgument(
-                "max_recv_wr or max_recv_sge out of range",
-            ));
+        check_send_sizes(&init)?;
+        if init.srq.is_none() {
+            check_recv_sizes(&init)?;
         }
         let mut c = self.core()?;
         c.tables.check_pd(init.pd)?;
@@ -407,4 +394,32 @@ impl super::core::Core {
             recv.purge(|w| w.qpn == qpn);
         }
     }
+}
+
+/// A new queue pair's send queue sizes against the device's limits.
+pub(super) fn check_send_sizes(init: &QpInit) -> Result<(), EngineError> {
+    let caps = &init.caps;
+    if caps.max_send_wr == 0 || caps.max_send_wr > LIMITS.max_qp_wr {
+        return Err(EngineError::InvalidArgument("max_send_wr out of range"));
+    }
+    if caps.max_send_sge > LIMITS.max_sge || caps.max_inline_data > LIMITS.max_inline_data {
+        return Err(EngineError::InvalidArgument(
+            "max_send_sge or max_inline_data out of range",
+        ));
+    }
+    Ok(())
+}
+
+/// The sizes of a new queue pair's own receive queue against the device's
+/// limits.
+pub(super) fn check_recv_sizes(init: &QpInit) -> Result<(), EngineError> {
+    if init.max_recv_wr == 0
+        || init.max_recv_wr > LIMITS.max_qp_wr
+        || init.max_recv_sge > LIMITS.max_sge
+    {
+        return Err(EngineError::InvalidArgument(
+            "max_recv_wr or max_recv_sge out of range",
+        ));
+    }
+    Ok(())
 }

@@ -27,6 +27,7 @@
 //! **Limits.** A UD QP takes receives from its own queue (no SRQ) and
 //! belongs to no connection endpoint (the CM's SIDR is not built).
 
+use super::control::{check_recv_sizes, check_send_sizes};
 use super::core::{Core, Shared};
 use super::tables::{state_to_u8, QpInit, QpShared, UdEntry};
 use super::Nic;
@@ -80,27 +81,13 @@ impl Nic {
     pub fn create_ud_qp(&self, init: QpInit) -> Result<Arc<QpShared>, EngineError> {
         let _nic = self.shared.span.enter();
         let caps = init.caps;
-        if caps.max_send_wr == 0 || caps.max_send_wr > LIMITS.max_qp_wr {
-            return Err(EngineError::InvalidArgument("max_send_wr out of range"));
-        }
-        if caps.max_send_sge > LIMITS.max_sge || caps.max_inline_data > LIMITS.max_inline_data {
-            return Err(EngineError::InvalidArgument(
-                "max_send_sge or max_inline_data out of range",
-            ));
-        }
+        check_send_sizes(&init)?;
         if init.srq.is_some() {
             return Err(EngineError::InvalidArgument(
                 "UD queue pairs take receives from their own queue, not a shared receive queue",
             ));
         }
-        if init.max_recv_wr == 0
-            || init.max_recv_wr > LIMITS.max_qp_wr
-            || init.max_recv_sge > LIMITS.max_sge
-        {
-            return Err(EngineError::InvalidArgument(
-                "max_recv_wr or max_recv_sge out of range",
-            ));
-        }
+        check_recv_sizes(&init)?;
         let mut c = self.core()?;
         c.tables.check_pd(init.pd)?;
         let send_cq = c.tables.cq(init.send_cq)?.clone();

@@ -93,47 +93,36 @@ impl Nic {
         if self.is_removed() {
             return false;
         }
-        if !spinning {
-            let Ok(mut c) = self.shared.core.try_lock() else {
-                return false;
-            };
-            let _nic = self.shared.span.enter();
-            let now = self.now();
-            c.step(&self.shared, now);
-            c.flush_acks(&self.shared, now);
-            let wake = self.shared.worker_wake_ns.load(Ordering::Relaxed);
-            if c.next_deadline()
-                .is_some_and(|d| wakes_too_late(wake, d.as_nanos(), now.as_nanos()))
+        let now = self.now();
+        if spinning {
+            // (`max(1)`: 0 means nobody polls.)
+            let before = self
+                .shared
+                .busy_poll_ns
+                .swap(now.as_nanos().max(1), Ordering::Relaxed);
+            // A poller that starts: an engine thread asleep on the link
+            // wakes once, to sleep on its doorbell instead.
+            if handoff_left(before, now.as_nanos()).is_none()
+                && self.shared.sleeping.load(Ordering::Relaxed)
             {
-                drop(c);
                 self.shared.doorbell.signal();
             }
-            return true;
-        }
-        let now = self.now();
-        // (`max(1)`: 0 means nobody polls.)
-        let before = self
-            .shared
-            .busy_poll_ns
-            .swap(now.as_nanos().max(1), Ordering::Relaxed);
-        // A poller that starts: an engine thread asleep on the link wakes
-        // once, to sleep on its doorbell instead.
-        if handoff_left(before, now.as_nanos()).is_none()
-            && self.shared.sleeping.load(Ordering::Relaxed)
-        {
-            self.shared.doorbell.signal();
         }
         let Ok(mut c) = self.shared.core.try_lock() else {
             return false;
         };
         let _nic = self.shared.span.enter();
-        // Run as a manual-progress step: the caller looks at its CQ next.
-        // An ACK it postpones leaves with the caller's answer or its next
-        // poll; if no poll comes, the engine thread sends it when it wakes,
-        // within the busy-poll hand-off (see the module docs).
-        c.polling = true;
+        // A spinning caller's step runs as a manual-progress step: the
+        // caller looks at its CQ next. An ACK it postpones leaves with the
+        // caller's answer or its next poll; if no poll comes, the engine
+        // thread sends it when it wakes, within the busy-poll hand-off (see
+        // the module docs). A caller about to sleep leaves nothing waiting.
+        c.polling = spinning;
         c.step(&self.shared, now);
         c.polling = false;
+        if !spinning {
+            c.flush_acks(&self.shared, now);
+        }
         let wake = self.shared.worker_wake_ns.load(Ordering::Relaxed);
         let late_timer = c
             .next_deadline()

@@ -1,7 +1,7 @@
 //! What the tests of unmodified Debian programs over `ndv run` share: the
 //! skip rule for programs not installed, the two namespaces joined by veth,
-//! `ndv run` and `ndv` commands inside a namespace, and perftest's result
-//! rows.
+//! `ndv run` and `ndv` commands inside a namespace, a server started before
+//! its client, and perftest's result rows and clock failures.
 #![allow(dead_code)]
 
 use ndverbs_testkit::netns::Netns;
@@ -102,4 +102,27 @@ pub fn wait_tcp_listening(ns: &Netns, port: u16, server: &Running) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Starts `server` (a program that listens on TCP `port` in `ns`), then
+/// `client`: (client, server) outputs.
+#[track_caller]
+pub fn server_then_client(
+    ns: &Netns,
+    port: u16,
+    server: &mut Command,
+    client: &mut Command,
+) -> (Finished, Finished) {
+    let s = Running::spawn(server);
+    wait_tcp_listening(ns, port, &s);
+    let c = Running::spawn(client).wait(process::LIMIT);
+    let s = s.wait(process::LIMIT);
+    (c, s)
+}
+
+/// perftest measures its CPU clock before it reports and gives up when the
+/// samples do not line up, which happens on a busy host; such a run says
+/// nothing about the exchange and is tried again.
+pub fn perftest_clock_failed(out: &str) -> bool {
+    out.contains("Correlation coefficient r^2")
 }

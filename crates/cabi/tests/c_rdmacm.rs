@@ -63,3 +63,8 @@ fn synchronous_endpoints_without_a_channel() {
 fn application_qp_with_qp_num_init_qp_attr_and_establish() {
     run("ownqp");
 }
+
+#[test]
+fn the_peers_disconnect_waits_for_its_last_message_to_be_polled() {
+    run("drain");
+}

@@ -13,8 +13,8 @@ mod programs;
 use ndverbs_testkit::guest::{Guest, Listen, GUEST, HOST};
 use ndverbs_testkit::process::{self, Running, LIMIT};
 use programs::{
-    both_ok, installed, ndv_run, ndv_tool, perftest_clock_failed, rows, server_then_client, veth,
-    wait_tcp_listening, A, B, NDV,
+    both_ok, installed, ndv_run, ndv_tool, perftest_clock_failed, perftest_with_rxe, rows,
+    server_then_client, veth, wait_tcp_listening, A, B, NDV,
 };
 use std::process::Command;
 
@@ -338,36 +338,9 @@ fn perftest_against_rxe(t: &str, port: u16) {
     .map(String::from);
     let ours: Vec<&str> = ours.iter().map(String::as_str).collect();
     let theirs = format!("timeout 90 ib_{t} -d rxe0 -x 1 -n 200 -p {port}");
-    for attempt in 1..=3 {
-        // rxe serves.
-        let job = g.spawn(&theirs);
-        g.wait_listening(&job, Listen::Tcp(port));
-        let c = Running::spawn(&mut ndv_run(
-            g.netns(),
-            &format!("ib_{t}"),
-            &[&ours[..], &[GUEST]].concat(),
-        ))
-        .wait(LIMIT);
-        let (ok_g, out_g) = g.wait(job);
-        if !(c.ok && ok_g) && attempt < 3 && perftest_clock_failed(&(c.text() + &out_g)) {
-            continue;
-        }
-        assert!(c.ok && ok_g, "ours:\n{}\nrxe:\n{out_g}", c.text());
-        check_perftest(t, &c.text(), "client", 200.0);
-        check_perftest(t, &out_g, "server", 200.0);
-        // We serve.
-        let server = Running::spawn(&mut ndv_run(g.netns(), &format!("ib_{t}"), &ours));
-        wait_tcp_listening(g.netns(), port, &server);
-        let (ok_g, out_g) = g.run(&format!("{theirs} {HOST}"));
-        let s = server.wait(LIMIT);
-        if !(s.ok && ok_g) && attempt < 3 && perftest_clock_failed(&(s.text() + &out_g)) {
-            continue;
-        }
-        assert!(s.ok && ok_g, "ours:\n{}\nrxe:\n{out_g}", s.text());
-        check_perftest(t, &out_g, "client", 200.0);
-        check_perftest(t, &s.text(), "server", 200.0);
-        return;
-    }
+    perftest_with_rxe(&g, &format!("ib_{t}"), port, &ours, &theirs, |out, role| {
+        check_perftest(t, out, role, 200.0)
+    });
 }
 
 #[test]

@@ -14,8 +14,8 @@ mod programs;
 use ndverbs_testkit::guest::{Guest, Listen, GUEST, HOST};
 use ndverbs_testkit::process::{Running, LIMIT};
 use programs::{
-    both_ok, installed, ndv_run, perftest_clock_failed, rows, server_then_client, veth,
-    wait_tcp_listening, A, B,
+    both_ok, installed, ndv_run, perftest_clock_failed, perftest_with_rxe, rows,
+    server_then_client, veth, wait_tcp_listening, A, B,
 };
 
 /// `ibv_ud_pingpong` against itself between the namespaces, with `extra`
@@ -176,36 +176,9 @@ fn ud_perftest_against_rxe(t: &str, port: u16) {
         "-c", "UD", "-d", "ndv0", "-x", "0", "-n", "200", "-p", &port_s,
     ];
     let theirs = format!("timeout 90 {program} -c UD -d rxe0 -x 1 -n 200 -p {port}");
-    for attempt in 1..=3 {
-        // rxe serves.
-        let job = g.spawn(&theirs);
-        g.wait_listening(&job, Listen::Tcp(port));
-        let c = Running::spawn(&mut ndv_run(
-            g.netns(),
-            &program,
-            &[&ours[..], &[GUEST]].concat(),
-        ))
-        .wait(LIMIT);
-        let (ok_g, out_g) = g.wait(job);
-        if !(c.ok && ok_g) && attempt < 3 && perftest_clock_failed(&(c.text() + &out_g)) {
-            continue;
-        }
-        assert!(c.ok && ok_g, "ours:\n{}\nrxe:\n{out_g}", c.text());
-        check_ud_perftest(lat, &c.text(), size, 200.0);
-        check_ud_perftest(lat, &out_g, size, 200.0);
-        // We serve.
-        let server = Running::spawn(&mut ndv_run(g.netns(), &program, &ours));
-        wait_tcp_listening(g.netns(), port, &server);
-        let (ok_g, out_g) = g.run(&format!("{theirs} {HOST}"));
-        let s = server.wait(LIMIT);
-        if !(s.ok && ok_g) && attempt < 3 && perftest_clock_failed(&(s.text() + &out_g)) {
-            continue;
-        }
-        assert!(s.ok && ok_g, "ours:\n{}\nrxe:\n{out_g}", s.text());
-        check_ud_perftest(lat, &out_g, size, 200.0);
-        check_ud_perftest(lat, &s.text(), size, 200.0);
-        return;
-    }
+    perftest_with_rxe(&g, &program, port, &ours, &theirs, |out, _| {
+        check_ud_perftest(lat, out, size, 200.0)
+    });
 }
 
 #[test]

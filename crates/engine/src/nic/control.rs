@@ -247,11 +247,7 @@ impl Nic {
         if let Some(s) = init.srq {
             c.tables.check_srq(s)?;
         }
-        if c.tables.qps.len() >= LIMITS.max_qp as usize {
-            return Err(EngineError::Busy(
-                "the device has its maximum number of queue pairs",
-            ));
-        }
+        c.tables.check_qp_room()?;
         let slot = c.share.as_ref().map(|s| s.port.slot());
         let qpn = c.tables.fresh_qpn(slot);
         let (rq_wr, rq_sge) = if init.srq.is_some() {

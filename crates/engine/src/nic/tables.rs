@@ -16,6 +16,7 @@ use crate::keys::KeyGen;
 use crate::mr::MemTable;
 use crate::pending::{pending, Completion, Pending};
 use crossbeam_queue::ArrayQueue;
+use ndverbs_proto::limits::LIMITS;
 use ndverbs_proto::rc::{
     AttrMask, Counters, ModifyError, QpAttr, QpCaps, QpState, RcQp, RecvQueue, RecvWr, SendWr,
     WorkCompletion,
@@ -119,6 +120,17 @@ impl Tables {
             true => Ok(()),
             false => Err(EngineError::NotFound { what: "PD", id: pd }),
         }
+    }
+
+    /// Fails when the device has its maximum number of queue pairs, RC
+    /// and UD together (`max_qp`, as `ibv_query_device` reports it).
+    pub(crate) fn check_qp_room(&self) -> Result<(), EngineError> {
+        if self.qps.len() + self.ud.len() >= LIMITS.max_qp as usize {
+            return Err(EngineError::Busy(
+                "the device has its maximum number of queue pairs",
+            ));
+        }
+        Ok(())
     }
 
     /// Fails unless shared receive queue `id` exists.

@@ -34,7 +34,6 @@ use super::Nic;
 use crate::error::EngineError;
 use crate::mr::MemTable;
 use crossbeam_queue::ArrayQueue;
-use ndverbs_proto::limits::LIMITS;
 use ndverbs_proto::rc::{
     AttrMask, Counters, PostError, QpAttr, QpState, RecvQueue, RecvWr, WcQueue,
 };
@@ -92,11 +91,7 @@ impl Nic {
         c.tables.check_pd(init.pd)?;
         let send_cq = c.tables.cq(init.send_cq)?.clone();
         let recv_cq = c.tables.cq(init.recv_cq)?.clone();
-        if c.tables.qps.len() + c.tables.ud.len() >= LIMITS.max_qp as usize {
-            return Err(EngineError::Busy(
-                "the device has its maximum number of queue pairs",
-            ));
-        }
+        c.tables.check_qp_room()?;
         let slot = c.share.as_ref().map(|s| s.port.slot());
         let qpn = c.tables.fresh_qpn(slot);
         let rq_sge = init.max_recv_sge.max(1);

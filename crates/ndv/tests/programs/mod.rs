@@ -1,11 +1,13 @@
 //! What the tests of unmodified Debian programs over `ndv run` share: the
 //! skip rule for programs not installed, the two namespaces joined by veth,
 //! `ndv run` and `ndv` commands inside a namespace, a server started before
-//! its client, and perftest's result rows and clock failures.
+//! its client, perftest's result rows and clock failures, and perftest
+//! against Linux rxe in both roles.
 #![allow(dead_code)]
 
+use ndverbs_testkit::guest::{Guest, Listen, GUEST, HOST};
 use ndverbs_testkit::netns::Netns;
-use ndverbs_testkit::process::{self, Finished, Running};
+use ndverbs_testkit::process::{self, Finished, Running, LIMIT};
 use ndverbs_testkit::skip;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -125,4 +127,47 @@ pub fn server_then_client(
 /// nothing about the exchange and is tried again.
 pub fn perftest_clock_failed(out: &str) -> bool {
     out.contains("Correlation coefficient r^2")
+}
+
+/// perftest `program` against Linux rxe in the guest, in both roles: rxe
+/// serves (`theirs`: the guest's command line without a peer) and ours
+/// (`ours`: its arguments without a peer) connects, then the reverse.
+/// `check(output, role)` checks each side's output, `role` "client" or
+/// "server". A round whose clock check failed ([`perftest_clock_failed`])
+/// is run again, three rounds at most.
+pub fn perftest_with_rxe(
+    g: &Guest,
+    program: &str,
+    port: u16,
+    ours: &[&str],
+    theirs: &str,
+    check: impl Fn(&str, &str),
+) {
+    for attempt in 1..=3 {
+        let again = |ok: bool, out: &str| !ok && attempt < 3 && perftest_clock_failed(out);
+        // rxe serves.
+        let job = g.spawn(theirs);
+        g.wait_listening(&job, Listen::Tcp(port));
+        let c = Running::spawn(&mut ndv_run(g.netns(), program, &[ours, &[GUEST]].concat()))
+            .wait(LIMIT);
+        let (ok_g, out_g) = g.wait(job);
+        if again(c.ok && ok_g, &(c.text() + &out_g)) {
+            continue;
+        }
+        assert!(c.ok && ok_g, "ours:\n{}\nrxe:\n{out_g}", c.text());
+        check(&c.text(), "client");
+        check(&out_g, "server");
+        // We serve.
+        let server = Running::spawn(&mut ndv_run(g.netns(), program, ours));
+        wait_tcp_listening(g.netns(), port, &server);
+        let (ok_g, out_g) = g.run(&format!("{theirs} {HOST}"));
+        let s = server.wait(LIMIT);
+        if again(s.ok && ok_g, &(s.text() + &out_g)) {
+            continue;
+        }
+        assert!(s.ok && ok_g, "ours:\n{}\nrxe:\n{out_g}", s.text());
+        check(&out_g, "client");
+        check(&s.text(), "server");
+        return;
+    }
 }

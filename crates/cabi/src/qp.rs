@@ -1,7 +1,7 @@
 //! Queue pairs: create, modify, query, destroy, and the post path.
 //!
 //! ndverbs has reliable connected QPs (`IBV_QPT_RC`) and unreliable
-//! datagram QPs (`IBV_QPT_UD`, without an SRQ); other types are
+//! datagram QPs (`IBV_QPT_UD`, on an SRQ or not); other types are
 //! `EOPNOTSUPP`. `ibv_modify_qp` hands the attributes to verbs, which runs
 //! the IBTA transition table of the QP's type (required and optional
 //! attributes per transition; UD's INIT takes `IBV_QP_QKEY`, its RTR

@@ -145,8 +145,9 @@ pub enum QpType {
 }
 
 /// A queue pair: reliable connected, or unreliable datagram
-/// ([`QpType::Ud`]). Dropping it destroys it (outstanding
-/// requests are flushed to its CQs first).
+/// ([`QpType::Ud`]). Dropping it destroys it: as with Linux rxe, its
+/// outstanding requests end without completions (the completions already
+/// in its CQs stay); [`Qp::to_error`] first flushes them.
 ///
 /// # Example
 ///

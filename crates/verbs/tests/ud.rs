@@ -247,16 +247,73 @@ fn the_ud_ladder_refuses_what_ud_does_not_have() {
     qp.to_error().expect("ERR");
     let w = wc(&cq);
     assert_eq!((w.wr_id, w.status), (1, WcStatus::WrFlushErr));
-    // A UD QP takes no SRQ.
-    let srq = pd.create_srq(4, 1).expect("srq");
-    let e = pd
-        .create_qp(&QpInitAttr {
-            qp_type: QpType::Ud,
-            srq: Some(&srq),
-            ..QpInitAttr::new(&cq, &cq)
-        })
-        .expect_err("UD with an SRQ");
+}
+
+/// UD QPs on a shared receive queue, as rxe allows: datagrams to two QPs
+/// take the SRQ's receives in order, a receive posted on such a QP is
+/// refused, and moving one to ERR leaves the SRQ's receives alone.
+#[test]
+fn ud_queue_pairs_on_a_shared_receive_queue() {
+    let (a_addr, b_addr) = addr::pair_v4();
+    let a = side(a_addr);
+    let dev = Device::open(b_addr).expect("open");
+    let pd = dev.alloc_pd().expect("pd");
+    let cq = dev.create_cq(16).expect("cq");
+    let mr = pd.reg_mr(1 << 16, Access::LOCAL_WRITE).expect("mr");
+    let srq = pd.create_srq(8, 1).expect("srq");
+    let on_srq = || {
+        let qp = pd
+            .create_qp(&QpInitAttr {
+                qp_type: QpType::Ud,
+                srq: Some(&srq),
+                ..QpInitAttr::new(&cq, &cq)
+            })
+            .expect("UD QP on an SRQ");
+        qp.ud_ready(QKEY, 0x100).expect("RESET -> RTS");
+        qp
+    };
+    let (q1, q2) = (on_srq(), on_srq());
+    let e = q1
+        .post_recv(RecvWr::new(9, vec![mr.sge(0, 64)]))
+        .expect_err("a receive on a QP with an SRQ");
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    for i in 0..3u64 {
+        srq.post_recv(RecvWr::new(10 + i, vec![mr.sge(256 * i as usize, 256)]))
+            .expect("SRQ recv");
+    }
+    a.mr.write(0, b"to-q1to-q2").expect("write");
+    for (k, qp) in [&q1, &q2].into_iter().enumerate() {
+        let to = UdDest::new(b_addr, qp.qpn(), QKEY);
+        a.qp.post_send_ud(UdSendWr::new(k as u64, to, vec![a.mr.sge(5 * k, 5)]))
+            .expect("UD send");
+        assert_eq!(wc(&a.cq).status, WcStatus::Success);
+        let w = wc(&cq);
+        assert_eq!(
+            (w.wr_id, w.qpn, w.status, w.byte_len),
+            (
+                10 + k as u64,
+                qp.qpn(),
+                WcStatus::Success,
+                GRH_LEN as u32 + 5
+            )
+        );
+        let at = 256 * k + GRH_LEN;
+        assert_eq!(mr.to_vec(at, 5).expect("read"), [b"to-q1", b"to-q2"][k]);
+    }
+    // ERR flushes nothing of the SRQ's: its last receive still serves q2.
+    q1.to_error().expect("ERR");
+    assert!(cq
+        .wait_one(Duration::from_millis(100))
+        .expect("wait")
+        .is_none());
+    let to = UdDest::new(b_addr, q2.qpn(), QKEY);
+    a.qp.post_send_ud(UdSendWr::new(7, to, vec![a.mr.sge(0, 5)]))
+        .expect("UD send");
+    let w = wc(&cq);
+    assert_eq!(
+        (w.wr_id, w.qpn, w.status),
+        (12, q2.qpn(), WcStatus::Success)
+    );
 }
 
 #[test]

@@ -228,6 +228,9 @@ impl Nic {
         c.tables.check_srq(id)?;
         let why = "queue pairs still use the shared receive queue";
         c.tables.refuse_if_used(|q| q.srq == Some(id), why)?;
+        if c.tables.ud.values().any(|u| u.srq == Some(id)) {
+            return Err(EngineError::Busy(why));
+        }
         c.tables.srqs.remove(&id);
         Ok(())
     }

@@ -244,7 +244,14 @@ impl Core {
         if let Some(u) = t.ud.get_mut(&qpn) {
             // A datagram: no peer to check, no ACK, no congestion signal.
             let grh = grh(src, shared.local, &pkt, ip);
-            let n = super::ud::receive(u, &mut t.mem, &pkt, &grh);
+            let srq = match u.srq {
+                Some(id) => match t.srqs.get_mut(&id) {
+                    Some(s) => Some(&mut s.rq),
+                    None => return,
+                },
+                None => None,
+            };
+            let n = super::ud::receive(u, srq, &mut t.mem, &pkt, &grh);
             self.deliveries.count += n;
             self.completion_ready |= n > 0;
             return;

@@ -344,6 +344,8 @@ pub(crate) struct UdEntry {
     pub(super) shared: Arc<QpShared>,
     pub(super) pd: u32,
     pub(super) rq: RecvQueue,
+    /// The shared receive queue it takes receives from instead of `rq`.
+    pub(super) srq: Option<u32>,
     pub(super) send_cq: Arc<CompletionQueue>,
     pub(super) recv_cq: Arc<CompletionQueue>,
 }

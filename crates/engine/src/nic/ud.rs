@@ -24,8 +24,12 @@
 //! Q_Key, a missing receive, a QP not yet in RTR: a counted drop
 //! ([`Drops`](ndverbs_proto::rc::Drops) `bad_qkey`, `no_recv`, `bad_state`).
 //!
-//! **Limits.** A UD QP takes receives from its own queue (no SRQ) and
-//! belongs to no connection endpoint (the CM's SIDR is not built).
+//! **Receive queues.** A UD QP takes receives from its own queue or, as
+//! rxe's may, from a shared receive queue that RC and UD QPs alike draw
+//! on (the SRQ's credits and limit event are the step's, as for RC).
+//!
+//! **Limits.** A UD QP belongs to no connection endpoint (the CM's SIDR is
+//! not built).
 
 use super::control::{check_recv_sizes, check_send_sizes};
 use super::core::{Core, Shared};
@@ -81,16 +85,16 @@ impl Nic {
         let _nic = self.shared.span.enter();
         let caps = init.caps;
         check_send_sizes(&init)?;
-        if init.srq.is_some() {
-            return Err(EngineError::InvalidArgument(
-                "UD queue pairs take receives from their own queue, not a shared receive queue",
-            ));
+        if init.srq.is_none() {
+            check_recv_sizes(&init)?;
         }
-        check_recv_sizes(&init)?;
         let mut c = self.core()?;
         c.tables.check_pd(init.pd)?;
         let send_cq = c.tables.cq(init.send_cq)?.clone();
         let recv_cq = c.tables.cq(init.recv_cq)?.clone();
+        if let Some(s) = init.srq {
+            c.tables.check_srq(s)?;
+        }
         c.tables.check_qp_room()?;
         let slot = c.share.as_ref().map(|s| s.port.slot());
         let qpn = c.tables.fresh_qpn(slot);
@@ -102,7 +106,7 @@ impl Nic {
             caps,
             max_recv_wr: init.max_recv_wr,
             max_recv_sge: rq_sge,
-            uses_srq: false,
+            uses_srq: init.srq.is_some(),
             ud: true,
             state: AtomicU8::new(state_to_u8(QpState::Reset)),
             // Posts take the core lock: the post queues stay empty.
@@ -120,6 +124,7 @@ impl Nic {
                 shared: shared.clone(),
                 pd: init.pd,
                 rq: RecvQueue::new(init.max_recv_wr, rq_sge),
+                srq: init.srq,
                 send_cq,
                 recv_cq,
             },
@@ -168,6 +173,11 @@ impl Nic {
     /// Posts a receive on a UD queue pair (from INIT on; see
     /// [`Nic::post_recv`], which sends UD QPs' receives here).
     pub(super) fn post_ud_recv(&self, qp: &QpShared, wr: RecvWr) -> Result<(), EngineError> {
+        if qp.uses_srq {
+            return Err(EngineError::InvalidArgument(
+                "the QP uses a shared receive queue",
+            ));
+        }
         let mut c = self.core()?;
         let e = c.tables.ud.get_mut(&qp.qpn).ok_or(EngineError::NotFound {
             what: "QP",
@@ -287,8 +297,9 @@ impl Core {
     }
 }
 
-/// Pushes a UD queue pair's completions to its CQs, flushing its receives
-/// first when it is in ERR; returns how many.
+/// Pushes a UD queue pair's completions to its CQs, flushing its own
+/// receives first when it is in ERR (never a shared queue's, which other
+/// QPs still use); returns how many.
 fn deliver(e: &mut UdEntry) -> u64 {
     e.qp.flush_recv(&mut e.rq);
     let mut n = 0;
@@ -304,16 +315,21 @@ fn deliver(e: &mut UdEntry) -> u64 {
 }
 
 /// Hands a packet to UD queue pair `e` with the GRH area the receive buffer
-/// starts with, and pushes what completed; returns how many completions.
-/// (A function of the pieces, not of the `Core`: the packet borrows the
-/// core's receive buffer.)
+/// starts with, the receive taken from `srq` when the QP uses one, and
+/// pushes what completed; returns how many completions. (A function of the
+/// pieces, not of the `Core`: the packet borrows the core's receive buffer.)
 pub(super) fn receive(
     e: &mut UdEntry,
+    srq: Option<&mut RecvQueue>,
     mem: &mut MemTable,
     pkt: &Packet<'_>,
     grh: &[u8; GRH_LEN],
 ) -> u64 {
-    e.qp.handle_packet(pkt, grh, mem, &mut e.rq);
+    let rq = match srq {
+        Some(rq) => rq,
+        None => &mut e.rq,
+    };
+    e.qp.handle_packet(pkt, grh, mem, rq);
     deliver(e)
 }
 

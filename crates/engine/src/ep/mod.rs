@@ -124,5 +124,6 @@ pub use machine::{Action, Endpoints, Outcome, QpError, QpOp, Refused, RequestId}
 pub(crate) use table::EpTable;
 pub use types::{
     AcceptArgs, ConnectArgs, ConnectInfo, EpError, EpInfo, EpPending, QpIdent, RequestInfo,
+    SidrArgs, SidrInfo,
 };
 pub(crate) use waiters::Later;

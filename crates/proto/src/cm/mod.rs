@@ -182,5 +182,5 @@ pub use outbox::Transmit;
 pub use params::{AcceptParams, ConnectParams, PeerParams, QpSetup};
 pub use rdma_cm::{flow_label, max_req_private_data, uses_cma_header};
 pub use requests::{AcceptArgs, ConnectArgs, ConnectInfo, EpInfo, RequestInfo};
-pub use sidr::{max_sidr_private_data, sidr_status, SidrAnswer, SidrParams};
+pub use sidr::{max_sidr_private_data, sidr_status, SidrAnswer, SidrArgs, SidrInfo, SidrParams};
 pub use state::CmState;

@@ -322,3 +322,31 @@ impl CmAgent {
         });
     }
 }
+
+/// What a UD endpoint resolves: the rdma_cm UDP service (`RDMA_PS_UDP`)
+/// at `remote`, port `remote_port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SidrArgs {
+    /// The responder's address.
+    pub remote: IpAddr,
+    /// Its rdma_cm UDP port.
+    pub remote_port: u16,
+    /// Our rdma_cm port (for the rdma_cm header).
+    pub local_port: u16,
+    /// At most 180 bytes for the responder's application.
+    pub private_data: Vec<u8>,
+}
+
+/// What the SIDR_REP said. `status` 0: the service's UD QP is `qpn` with
+/// Q_Key `qkey`; anything else is a refusal ([`sidr_status`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SidrInfo {
+    /// The SIDR_REP's status.
+    pub status: u8,
+    /// The responder's UD QP.
+    pub qpn: u32,
+    /// Its Q_Key.
+    pub qkey: u32,
+    /// The SIDR_REP's private data (136 bytes).
+    pub private_data: Vec<u8>,
+}

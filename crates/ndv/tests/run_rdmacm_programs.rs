@@ -28,7 +28,7 @@ mod pcapcheck;
 use ndverbs_testkit::guest::{Guest, Listen, GUEST, HOST};
 use ndverbs_testkit::netns::Netns;
 use ndverbs_testkit::process::{self, Finished, Running, LIMIT};
-use programs::{both_ok, installed, ndv_run, ndv_tool, rows, veth, A, NDV};
+use programs::{both_ok, installed, ndv_run, ndv_tool, rows, veth, A, B, NDV};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -440,6 +440,57 @@ fn ib_read_lat_rdma_cm_itself_and_ndv_perf() {
 #[test]
 fn ib_atomic_lat_rdma_cm_itself_and_ndv_perf() {
     perftest_rdma_cm_three_ways("atomic_lat", 18722);
+}
+
+/// What `udaddy` prints on a side whose datagrams all arrived.
+#[track_caller]
+fn check_udaddy(out: &str) {
+    assert!(out.contains("data transfers complete"), "{out}");
+    assert!(out.contains("return status 0"), "{out}");
+}
+
+#[test]
+fn udaddy_itself_over_veth_bound_and_wildcard_server() {
+    let Some((a, b)) = veth(&["udaddy"]) else {
+        return;
+    };
+    // udaddy always uses rdma_cm UDP port 7174 (its -p is the port space).
+    // Bound to the veth address, then bound to nothing (every device), two
+    // ids (SIDR requests) at once.
+    for (server, conns) in [(vec!["-b", A], "1"), (vec![], "2")] {
+        let server: Vec<&str> = server.into_iter().chain(["-c", conns]).collect();
+        let (c, s) = server_then_client(
+            &a,
+            A,
+            &mut ndv_run(&a, "udaddy", &server),
+            &mut ndv_run(&b, "udaddy", &["-s", A, "-b", B, "-c", conns]),
+        );
+        let (tc, ts) = both_ok(&c, &s);
+        check_udaddy(&tc);
+        check_udaddy(&ts);
+        assert!(tc.contains("initiating data transfers"), "{tc}");
+        assert!(ts.contains("sending replies"), "{ts}");
+    }
+}
+
+#[test]
+fn udaddy_without_a_udp_listener_is_unreachable_with_status_1() {
+    let Some((a, b)) = veth(&["udaddy", "rping"]) else {
+        return;
+    };
+    // An rping server holds rdma_cm TCP port 7174 on A: the engine is up,
+    // but nothing listens on UDP 7174, so the SIDR_REP says status 1
+    // (IB_SIDR_UNSUPPORTED), reported as the kernel's rdma_cm does.
+    let server = Running::spawn(&mut ndv_run(&a, "rping", &["-s", "-a", A, "-p", "7174"]));
+    wait_rdma_listening(&a, A, &server);
+    let c = Running::spawn(&mut ndv_run(&b, "udaddy", &["-s", A, "-b", B])).wait(LIMIT);
+    server.kill();
+    let out = c.text();
+    assert!(!c.ok, "{out}");
+    assert!(
+        out.contains("udaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: 1"),
+        "{out}"
+    );
 }
 
 // ---- Against Linux rxe in the interop guest --------------------------------

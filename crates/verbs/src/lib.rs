@@ -97,7 +97,8 @@ pub use config::{
 };
 pub use device::{node_guid, Cq, Device, DeviceAttr, DeviceLimits, NotifyOn, Pd, LIMITS};
 pub use ep::{
-    AcceptArgs, ConnectArgs, ConnectInfo, Endpoint, EpInfo, QpSetup, RequestInfo, SidrArgs, SidrInfo,
+    AcceptArgs, ConnectArgs, ConnectInfo, Endpoint, EpInfo, QpSetup, RequestInfo, SidrArgs,
+    SidrInfo,
 };
 pub use error::{Error, ErrorKind, Rejection, Result};
 pub use memory::{Mr, Mw};

@@ -29,21 +29,25 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Mutex, OnceLock};
 
-/// The port spaces ids may use: TCP's (0x0106), the one rdma_cm's RC
-/// connections and the engine's CM use. UDP and IPoIB (UD QPs) are not
-/// offered (`EOPNOTSUPP`), nor is the native IB space; anything else is
-/// `EINVAL`, as from the kernel.
+/// The port spaces ids may use: TCP's (0x0106: RC QPs, REQ/REP/RTU) and
+/// UDP's (0x0111: UD QPs, resolved by SIDR). IPoIB's is not offered
+/// (`EOPNOTSUPP`), nor is the native IB space; anything else is `EINVAL`,
+/// as from the kernel. Both spaces share this process's port table, so a
+/// TCP and a UDP id cannot hold the same port at once (the kernel keeps
+/// them apart).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(i32)]
 pub(crate) enum PortSpace {
     Tcp = RDMA_PS_TCP,
+    Udp = RDMA_PS_UDP,
 }
 
 impl PortSpace {
     pub(crate) fn from_c(ps: c_int) -> Result<PortSpace, c_int> {
         match ps {
             RDMA_PS_TCP => Ok(PortSpace::Tcp),
-            RDMA_PS_UDP | RDMA_PS_IPOIB | RDMA_PS_IB => Err(libc::EOPNOTSUPP),
+            RDMA_PS_UDP => Ok(PortSpace::Udp),
+            RDMA_PS_IPOIB | RDMA_PS_IB => Err(libc::EOPNOTSUPP),
             _ => Err(libc::EINVAL),
         }
     }

@@ -83,7 +83,12 @@ static void check_errors(void)
 
 	FAILS_WITH(n, rdma_create_id(ch, NULL, NULL, RDMA_PS_TCP), EINVAL);
 	FAILS_WITH(n, rdma_create_id(ch, &id, NULL, 0x9999), EINVAL);
-	FAILS_WITH(n, rdma_create_id(ch, &id, NULL, RDMA_PS_UDP), EOPNOTSUPP);
+	FAILS_WITH(n, rdma_create_id(ch, &id, NULL, RDMA_PS_IPOIB), EOPNOTSUPP);
+	CHECK(n, rdma_create_id(ch, &id, NULL, RDMA_PS_UDP) == 0, "UDP id");
+	CHECK(n, id->ps == RDMA_PS_UDP && id->qp_type == IBV_QPT_UD, "UDP id fields");
+	FAILS_WITH(n, rdma_connect(id, NULL), EINVAL);
+	FAILS_WITH(n, rdma_accept(id, NULL), EINVAL);
+	CHECK(n, rdma_destroy_id(id) == 0, "destroy UDP id");
 	FAILS_WITH(n, rdma_create_id((void *)&n, &id, NULL, RDMA_PS_TCP), EINVAL);
 	FAILS_WITH(n, rdma_destroy_id(NULL), EINVAL);
 	FAILS_WITH(n, rdma_destroy_id((void *)&n), EINVAL);

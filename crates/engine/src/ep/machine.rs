@@ -778,8 +778,7 @@ impl Endpoints {
     /// (its CM endpoint destroyed, which rejects the peer).
     pub fn cancel(&mut self, now: Instant, cm: &mut CmAgent, ep: u32) -> Result<(), Refused> {
         let e = self.ep(ep)?;
-        let setting_up =
-            e.requests.front().is_some_and(|r| r.job.sets_up()) || e.resolve.is_some();
+        let setting_up = e.requests.front().is_some_and(|r| r.job.sets_up()) || e.resolve.is_some();
         if setting_up {
             if let Some(cm_id) = e.state.cm() {
                 e.state = State::Idle;

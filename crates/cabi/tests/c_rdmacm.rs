@@ -63,3 +63,8 @@ fn synchronous_endpoints_without_a_channel() {
 fn application_qp_with_qp_num_init_qp_attr_and_establish() {
     run("ownqp");
 }
+
+#[test]
+fn udp_port_space_sidr_events_and_a_datagram() {
+    run("ud");
+}

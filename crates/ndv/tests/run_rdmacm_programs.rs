@@ -476,6 +476,29 @@ fn udaddy_itself_over_veth_bound_and_wildcard_server() {
 }
 
 #[test]
+fn udaddy_itself_over_ipv6_veth() {
+    if !installed(&["udaddy"]) {
+        return;
+    }
+    let (a6, b6) = ndverbs_testkit::addr::pair_v6();
+    let Some((a, b)) = Netns::veth_pair(&format!("{a6}/64"), &format!("{b6}/64")) else {
+        return;
+    };
+    // The rdma_cm header of the SIDR_REQ says IPv6 (0x60), and the
+    // ESTABLISHED event's address handle names the server's IPv6 GID.
+    let (sa, sb) = (a6.to_string(), b6.to_string());
+    let (c, s) = server_then_client(
+        &a,
+        &format!("[{sa}]"),
+        &mut ndv_run(&a, "udaddy", &["-b", &sa]),
+        &mut ndv_run(&b, "udaddy", &["-s", &sa, "-b", &sb]),
+    );
+    let (tc, ts) = both_ok(&c, &s);
+    check_udaddy(&tc);
+    check_udaddy(&ts);
+}
+
+#[test]
 fn udaddy_without_a_udp_listener_is_unreachable_with_status_1() {
     let Some((a, b)) = veth(&["udaddy", "rping"]) else {
         return;

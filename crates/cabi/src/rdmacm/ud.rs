@@ -10,6 +10,7 @@
 //! | `rdma_connect` | SIDR_REQ (retransmitted every 4 s, 15 times) | `ESTABLISHED`, `param.ud`: the peer's QPN and Q_Key, `ah_attr` with its GID (global, our GID 0, port 1) for `ibv_create_ah`, the SIDR_REP's 136 bytes of private data |
 //! | SIDR_REP with a status other than 0 | — | `UNREACHABLE`, `status` = that status (1: nobody listens, 2: rejected) |
 //! | no SIDR_REP | — | `UNREACHABLE`, `-ETIMEDOUT` |
+//! | ICMP port unreachable (no RoCE endpoint at the address; the kernel never sees it) | — | `CONNECT_ERROR`, `-ECONNREFUSED`, as for a REQ |
 //! | `rdma_accept` | SIDR_REP: status 0, the id's QP (or `conn_param->qp_num`), `RDMA_UDP_QKEY`, ≤ 136 bytes of private data; nothing follows | — |
 //! | `rdma_reject` | SIDR_REP: status 2 (`IB_SIDR_REJECT`), ≤ 136 bytes | — |
 //!

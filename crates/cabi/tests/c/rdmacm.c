@@ -773,6 +773,15 @@ static void check_ud(void)
 	struct sockaddr_in any = sin4("0.0.0.0", 7550);
 	CHECK(n, rdma_bind_addr(listen, (struct sockaddr *)&any) == 0, "bind");
 	CHECK(n, rdma_listen(listen, 4) == 0, "listen");
+	/* The port spaces' ports are apart, as the kernel's. */
+	struct rdma_cm_id *tcp, *udp2;
+	CHECK(n, rdma_create_id(ch, &tcp, NULL, RDMA_PS_TCP) == 0 &&
+	      rdma_create_id(ch, &udp2, NULL, RDMA_PS_UDP) == 0, "more ids");
+	CHECK(n, rdma_bind_addr(tcp, (struct sockaddr *)&any) == 0 && rdma_listen(tcp, 1) == 0,
+	      "TCP 7550 beside UDP 7550");
+	FAILS_WITH(n, rdma_bind_addr(udp2, (struct sockaddr *)&any), EADDRINUSE);
+	rdma_destroy_id(tcp);
+	rdma_destroy_id(udp2);
 
 	/* A UD QP on an id goes to RTS at once with the rdma_cm Q_Key, and
 	 * rdma_init_qp_attr says so. */

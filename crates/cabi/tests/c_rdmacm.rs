@@ -68,3 +68,8 @@ fn application_qp_with_qp_num_init_qp_attr_and_establish() {
 fn udp_port_space_sidr_events_and_a_datagram() {
     run("ud");
 }
+
+#[test]
+fn udp_port_space_synchronous_endpoints() {
+    run("udsync");
+}

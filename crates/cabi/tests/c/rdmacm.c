@@ -6,7 +6,8 @@
  * check prints "ok NAME" or "FAIL NAME: why" and the program exits non-zero
  * on the first failure.
  *
- *   rdmacm CHECK   CHECK: errors, channel, destroy, getaddrinfo, connect, sync, ownqp, ud
+ *   rdmacm CHECK   CHECK: errors, channel, destroy, getaddrinfo, connect, sync, ownqp, ud,
+ *                  udsync
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -880,6 +881,70 @@ static void check_ud(void)
 	printf("ok %s\n", n);
 }
 
+static void *ud_sync_server(void *arg)
+{
+	const char *n = "ud sync server";
+	struct rdma_cm_id *listen = arg, *id;
+	CHECK(n, rdma_get_request(listen, &id) == 0, "rdma_get_request");
+	CHECK(n, id->qp && id->qp->qp_type == IBV_QPT_UD && id->qp->state == IBV_QPS_RTS &&
+	      id->event && id->event->event == RDMA_CM_EVENT_CONNECT_REQUEST &&
+	      strcmp(id->event->param.ud.private_data, "sync ud") == 0,
+	      "a SIDR request with a UD QP in RTS");
+	static char in[40 + 64];
+	struct ibv_mr *mr = rdma_reg_msgs(id, in, sizeof in);
+	CHECK(n, mr && rdma_post_recv(id, NULL, in, sizeof in, mr) == 0, "recv");
+	CHECK(n, rdma_accept(id, NULL) == 0, "accept (nothing to wait for)");
+	struct ibv_wc wc;
+	CHECK(n, rdma_get_recv_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
+	      strcmp(in + 40, "sync datagram") == 0, "receive");
+	rdma_dereg_mr(mr);
+	rdma_destroy_ep(id);
+	return NULL;
+}
+
+/* rdma_create_ep on the UDP port space: synchronous resolve and accept. */
+static void check_ud_sync(void)
+{
+	const char *n = "udsync";
+	struct rdma_addrinfo hints, *passive, *res;
+	memset(&hints, 0, sizeof hints);
+	hints.ai_port_space = RDMA_PS_UDP;
+	hints.ai_qp_type = IBV_QPT_UD;
+	hints.ai_flags = RAI_PASSIVE;
+	CHECK(n, rdma_getaddrinfo(NULL, "7552", &hints, &passive) == 0, "passive info");
+	struct ibv_qp_init_attr qa = { .qp_type = IBV_QPT_UD, .cap = { .max_send_wr = 4,
+		.max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 }, .sq_sig_all = 1 };
+	struct rdma_cm_id *listen, *id;
+	CHECK(n, rdma_create_ep(&listen, passive, NULL, &qa) == 0, "passive endpoint");
+	CHECK(n, listen->ps == RDMA_PS_UDP && listen->qp_type == IBV_QPT_UD, "a UD id");
+	CHECK(n, rdma_listen(listen, 0) == 0, "listen");
+	pthread_t t;
+	pthread_create(&t, NULL, ud_sync_server, listen);
+	hints.ai_flags = RAI_NUMERICHOST;
+	CHECK(n, rdma_getaddrinfo("127.0.0.1", "7552", &hints, &res) == 0, "active info");
+	CHECK(n, rdma_create_ep(&id, res, NULL, &qa) == 0, "active endpoint");
+	struct rdma_conn_param cp = { .private_data = "sync ud", .private_data_len = 8 };
+	CHECK(n, rdma_connect(id, &cp) == 0, "connect (returns once resolved)");
+	CHECK(n, id->event && id->event->event == RDMA_CM_EVENT_ESTABLISHED &&
+	      id->event->param.ud.qkey == RDMA_UDP_QKEY, "the event kept on the id");
+	struct ibv_ah *ah = ibv_create_ah(id->pd, &id->event->param.ud.ah_attr);
+	CHECK(n, ah, "ibv_create_ah");
+	static char out[64] = "sync datagram";
+	struct ibv_mr *mr = rdma_reg_msgs(id, out, sizeof out);
+	CHECK(n, mr && rdma_post_ud_send(id, NULL, out, sizeof out, mr, 0, ah,
+					 id->event->param.ud.qp_num) == 0, "send");
+	struct ibv_wc wc;
+	CHECK(n, rdma_get_send_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "sent");
+	pthread_join(t, NULL);
+	ibv_destroy_ah(ah);
+	rdma_dereg_mr(mr);
+	rdma_destroy_ep(id);
+	rdma_destroy_ep(listen);
+	rdma_freeaddrinfo(res);
+	rdma_freeaddrinfo(passive);
+	printf("ok %s\n", n);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -903,6 +968,8 @@ int main(int argc, char **argv)
 		check_ownqp();
 	else if (strcmp(argv[1], "ud") == 0)
 		check_ud();
+	else if (strcmp(argv[1], "udsync") == 0)
+		check_ud_sync();
 	else
 		return 2;
 	return 0;

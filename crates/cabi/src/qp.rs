@@ -171,6 +171,15 @@ pub(crate) fn create(
     }
 }
 
+/// What the CQs of live QP `qp` hold now (see `rdmacm::conn`); none for
+/// a QP that is not ours or is gone.
+pub(crate) fn cq_marks(qp: *mut ibv_qp) -> Vec<ndverbs_verbs::CqMark> {
+    match lookup::<Qp>(qp) {
+        Ok(q) => vec![q.send_cq.cq.mark(), q.recv_cq.cq.mark()],
+        Err(_) => Vec::new(),
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     ret_errno(|| {

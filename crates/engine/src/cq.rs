@@ -224,6 +224,18 @@ impl CompletionQueue {
         self.len() == 0
     }
 
+    /// How many completions have landed so far: a point in the queue's
+    /// history that [`CompletionQueue::polled_past`] checks.
+    pub fn mark(&self) -> u64 {
+        self.pushed.load(Ordering::Acquire)
+    }
+
+    /// True once every completion that had landed at `mark` was taken
+    /// (polled, or purged with its queue pair).
+    pub fn polled_past(&self, mark: u64) -> bool {
+        self.popped.load(Ordering::Acquire) >= mark
+    }
+
     /// Takes up to `out.len()` completions; returns how many.
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
         if self.surely_empty() {

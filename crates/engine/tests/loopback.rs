@@ -10,8 +10,8 @@ use ndverbs_engine::icrc::IcrcCache;
 use ndverbs_engine::link::udp::RoceSocket;
 use ndverbs_engine::nic::Nic;
 use ndverbs_proto::rc::{
-    PathMtu, PostError, QpState, RcConnection, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode,
-    WcStatus,
+    AttrMask, PathMtu, PostError, QpAttr, QpState, RcConnection, RecvWr, RemoteAddr, SendOp,
+    SendWr, WcOpcode, WcStatus,
 };
 use ndverbs_wire::ext::{Aeth, Syndrome};
 use ndverbs_wire::{bth::Bth, opcode::Opcode, packet::Packet};
@@ -345,6 +345,32 @@ fn manual_progress_sends_the_reply_before_the_ack() {
     assert_eq!(wc[0].opcode, WcOpcode::Recv);
     b.nic.destroy_qp(b.qp.qpn()).unwrap();
     assert_eq!(peer.next_packet(), Some((Opcode::RC_ACK, peer_psn + 2)));
+}
+
+/// A QP moved straight to RESET after taking a message still acknowledges
+/// it first (the ACK waiting for an answer to ride with leaves alone), and
+/// the reset leaves nothing in the CQ: no flush of the receive still posted.
+/// Our `ibv_destroy_qp` resets a QP before destroying it, so this is what a
+/// program that takes its last message and tears down shows its peer.
+#[test]
+fn a_reset_after_taking_a_message_still_acknowledges_it() {
+    let (peer_psn, b_psn) = (0x180, 0x980);
+    let (mut peer, b) = hand_peer(Progress::Manual, (0x54, peer_psn, b_psn), 2);
+    peer.send_request(peer_psn);
+    let wc = wait_n(&b, 1);
+    assert_eq!((wc[0].opcode, wc[0].byte_len), (WcOpcode::Recv, 8));
+    let reset = QpAttr {
+        qp_state: QpState::Reset,
+        ..QpAttr::default()
+    };
+    b.modify([(reset, AttrMask::STATE)]);
+    assert_eq!(peer.next_packet(), Some((Opcode::RC_ACK, peer_psn)));
+    assert_eq!(peer.next_packet(), None);
+    b.nic.progress();
+    assert!(
+        b.cq.poll_one().is_none(),
+        "the flush of the second receive is purged"
+    );
 }
 
 /// With an engine thread, an application thread that polls its CQ runs the

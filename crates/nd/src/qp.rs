@@ -669,8 +669,13 @@ impl Drop for QueuePair {
     fn drop(&mut self) {
         let _lifecycle = self.adapter.lock_qp_lifecycle();
         let qpn = self.qpn();
-        // Destroyed first: its flushes are queued when the CQs are told.
-        drop(self.qp.take());
+        // Flushed (verbs' destroy alone ends outstanding work without
+        // results), then destroyed, before the CQs are told: its flushes
+        // are queued by then.
+        if let Some(qp) = self.qp.take() {
+            let _ = qp.to_error();
+            drop(qp);
+        }
         // Once per CQ: a second call for the same CQ finds nothing to do.
         self.cqs.0.inner.release_qp(qpn);
         self.cqs.1.inner.release_qp(qpn);

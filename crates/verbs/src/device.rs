@@ -359,6 +359,21 @@ impl Drop for CqInner {
     }
 }
 
+/// The completions a [`Cq`] held at one moment ([`Cq::mark`]). It keeps
+/// only the queue's ring alive, not the queue.
+#[derive(Debug, Clone)]
+pub struct CqMark {
+    pub(crate) ring: std::sync::Arc<ndverbs_engine::cq::CompletionQueue>,
+    pub(crate) at: u64,
+}
+
+impl CqMark {
+    /// True once the program has taken every one of those completions.
+    pub fn polled(&self) -> bool {
+        self.ring.polled_past(self.at)
+    }
+}
+
 /// A completion queue.
 ///
 /// # Example
@@ -460,6 +475,12 @@ impl Cq {
         } else {
             self.inner.dev.poll_step()
         }
+    }
+
+    /// What the queue holds now, to learn when the program has taken it
+    /// all ([`CqMark::polled`]).
+    pub fn mark(&self) -> CqMark {
+        self.inner.ring.mark()
     }
 
     /// Takes one completion (see [`Cq::poll`]).

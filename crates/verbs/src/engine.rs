@@ -692,6 +692,13 @@ impl Nic {
 pub(crate) struct CqRing(Arc<CompletionQueue>);
 
 impl CqRing {
+    pub(crate) fn mark(&self) -> crate::CqMark {
+        crate::CqMark {
+            ring: self.0.clone(),
+            at: self.0.mark(),
+        }
+    }
+
     pub(crate) fn poll(&self, out: &mut [WorkCompletion]) -> usize {
         self.0.poll(out)
     }

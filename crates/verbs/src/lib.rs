@@ -95,7 +95,7 @@ pub use config::{
     DeviceConfig, FaultConfig, Progress, CC_ENV, FAULTS_ENV, METRICS_ENV, PCAP_ENV, SHARE_ENV,
     STAT_ENV,
 };
-pub use device::{node_guid, Cq, Device, DeviceAttr, DeviceLimits, NotifyOn, Pd, LIMITS};
+pub use device::{node_guid, Cq, CqMark, Device, DeviceAttr, DeviceLimits, NotifyOn, Pd, LIMITS};
 pub use ep::{
     AcceptArgs, ConnectArgs, ConnectInfo, Endpoint, EpInfo, QpSetup, RequestInfo, SidrArgs,
     SidrInfo,

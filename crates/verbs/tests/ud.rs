@@ -260,7 +260,7 @@ fn the_ud_ladder_refuses_what_ud_does_not_have() {
 }
 
 #[test]
-fn ud_and_rc_queue_pairs_share_a_cq_and_destroy_flushes() {
+fn ud_and_rc_queue_pairs_share_a_cq_and_err_flushes() {
     let (a_addr, b_addr) = addr::pair_v4();
     let (a, b) = (side(a_addr), side(b_addr));
     // An RC pair on the same CQs as the UD QPs.
@@ -298,13 +298,27 @@ fn ud_and_rc_queue_pairs_share_a_cq_and_destroy_flushes() {
             (2, b.qp.qpn(), GRH_LEN as u32 + 9, true)
         ]
     );
-    // Destroying a UD QP flushes its receives into the shared CQ.
+    // Moving a UD QP to ERR flushes its receives into the shared CQ;
+    // destroying one ends them without a completion (as rxe does).
     b.qp.post_recv(RecvWr::new(3, vec![b.mr.sge(0, 1024)]))
         .expect("recv");
+    b.qp.post_recv(RecvWr::new(4, vec![b.mr.sge(1024, 1024)]))
+        .expect("recv");
     let qpn = b.qp.qpn();
-    drop(b.qp);
-    let w = wc(&b.cq);
-    assert_eq!((w.wr_id, w.qpn, w.status), (3, qpn, WcStatus::WrFlushErr));
+    b.qp.to_error().expect("to ERR");
+    for id in [3, 4] {
+        let w = wc(&b.cq);
+        assert_eq!((w.wr_id, w.qpn, w.status), (id, qpn, WcStatus::WrFlushErr));
+    }
+    rb.post_recv(RecvWr::new(5, vec![b.mr.sge(0, 1024)]))
+        .expect("RC recv");
+    drop(rb);
+    assert!(
+        b.cq.wait_one(Duration::from_millis(200))
+            .expect("wait")
+            .is_none(),
+        "a destroyed QP's receive completes nowhere"
+    );
 }
 
 /// Over IPv6 the GRH area is the IPv6 header as it arrived: version 6, UDP,

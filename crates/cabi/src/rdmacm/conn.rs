@@ -19,7 +19,7 @@
 //! | connect: REJ | `REJECTED`, status = the REJ's reason, its private data; QP to ERR (nobody listening, reason 8: after 2 s of REQs, see [`NO_LISTENER_RETRY`]) |
 //! | connect/accept: timeout | `UNREACHABLE`, status `-ETIMEDOUT` |
 //! | accept: RTU | `ESTABLISHED` |
-//! | the peer's DREQ, our DREQ's DREP (or its timeout) | `DISCONNECTED`, once per connection; `TIMEWAIT_EXIT` a second later |
+//! | the peer's DREQ, our DREQ's DREP (or its timeout) | `DISCONNECTED`, once per connection (after the peer's DREQ, once the program has polled what its CQs held then, at most 100 ms later: [`disconnected_after_polls`]); `TIMEWAIT_EXIT` a second later |
 //! | the device went away | `DEVICE_REMOVAL` |
 //!
 //! A listener bound to a wildcard address listens on every device of its
@@ -78,6 +78,12 @@ const REJ_PRIVATE: usize = 148;
 
 /// How long after a connection ends `TIMEWAIT_EXIT` comes.
 const TIMEWAIT: Duration = Duration::from_secs(1);
+
+/// Longest a peer's DREQ waits for the program to poll what came before it
+/// (see [`disconnected_after_polls`]).
+const DRAIN_WAIT: Duration = Duration::from_millis(100);
+/// How often it looks.
+const POLL_CHECK: Duration = Duration::from_millis(1);
 
 /// The REJ reason "invalid service ID": nothing listens on the port.
 const REJ_INVALID_SERVICE_ID: u16 = 8;
@@ -259,7 +265,7 @@ fn watch_disconnect(id: &Arc<Shared>, st: &State) {
             return;
         }
         match r {
-            Ok(()) => disconnected(&id, &mut st),
+            Ok(()) => disconnected_after_polls(&id, &mut st),
             Err(e) if e.kind() == ErrorKind::ConnectionAborted => disconnected(&id, &mut st),
             Err(e) if e.kind() == ErrorKind::DeviceRemoved => {
                 deliver(
@@ -274,6 +280,45 @@ fn watch_disconnect(id: &Arc<Shared>, st: &State) {
             Err(_) => {}
         }
     });
+}
+
+/// The peer's DREQ arrived: DISCONNECTED once the program has polled the
+/// completions its QP's CQs held then (the peer's last messages, the ACKs
+/// of our last sends), or after [`DRAIN_WAIT`].
+///
+/// The DREQ came after those on the wire, and with a NIC the program has
+/// them long before the event reaches it (a busy-polling thread takes a
+/// completion within microseconds; the event goes through the kernel's CM
+/// and a channel). Here both reach the program at about the same time, and
+/// a program busy elsewhere may see the event first: libfabric's rxm then
+/// closes the connection from its CM thread, and polls the message that
+/// was waiting afterwards, for an endpoint it has freed (or, if the
+/// completions went with the QP, never gets its last message).
+fn disconnected_after_polls(id: &Arc<Shared>, st: &mut State) {
+    let qp = id.with_public(st, |p| p.qp);
+    let marks = crate::qp::cq_marks(qp);
+    if marks.iter().all(|m| m.polled()) {
+        disconnected(id, st);
+        return;
+    }
+    let deadline = Instant::now() + DRAIN_WAIT;
+    let id = id.clone();
+    watch::after(POLL_CHECK, move || check_polled(id, marks, deadline));
+}
+
+/// [`disconnected_after_polls`] on the event thread's timer: delivers, or
+/// looks again after [`POLL_CHECK`].
+fn check_polled(id: Arc<Shared>, marks: Vec<ndverbs_verbs::CqMark>, deadline: Instant) {
+    let mut st = id.lock();
+    if !st.alive || st.disconnect_reported {
+        return;
+    }
+    if marks.iter().all(|m| m.polled()) || Instant::now() >= deadline {
+        disconnected(&id, &mut st);
+        return;
+    }
+    drop(st);
+    watch::after(POLL_CHECK, move || check_polled(id, marks, deadline));
 }
 
 /// The connection ended: DISCONNECTED (once), TIMEWAIT_EXIT later.

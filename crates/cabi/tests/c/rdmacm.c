@@ -6,8 +6,8 @@
  * check prints "ok NAME" or "FAIL NAME: why" and the program exits non-zero
  * on the first failure.
  *
- *   rdmacm CHECK   CHECK: errors, channel, destroy, getaddrinfo, connect, sync, ownqp, ud,
- *                  udsync
+ *   rdmacm CHECK   CHECK: errors, channel, destroy, getaddrinfo, connect, sync, ownqp, drain,
+ *                  ud, udsync
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -477,6 +477,86 @@ static void check_connect(void)
 	CHECK(n, rdma_destroy_id(cli) == 0 && rdma_destroy_id(srv) == 0 &&
 	      rdma_destroy_id(listen) == 0, "destroy");
 	rdma_destroy_event_channel(ch);
+	printf("ok %s\n", n);
+}
+
+/* A connection on `port` between a client id on `cc` and a server id on
+ * `sc` (the listener's channel), both with QPs, both ESTABLISHED. */
+static void connected_pair(struct rdma_event_channel *cc, struct rdma_event_channel *sc,
+			   int port, struct rdma_cm_id **listen, struct rdma_cm_id **cli,
+			   struct rdma_cm_id **srv, const char *n)
+{
+	struct rdma_cm_event *e;
+	struct sockaddr_in at = sin4("127.0.0.1", port);
+	CHECK(n, rdma_create_id(sc, listen, NULL, RDMA_PS_TCP) == 0 &&
+	      rdma_bind_addr(*listen, (struct sockaddr *)&at) == 0 &&
+	      rdma_listen(*listen, 1) == 0, "listen");
+	CHECK(n, rdma_create_id(cc, cli, NULL, RDMA_PS_TCP) == 0 &&
+	      rdma_resolve_addr(*cli, NULL, (struct sockaddr *)&at, 2000) == 0, "resolve");
+	rdma_ack_cm_event(expect(cc, RDMA_CM_EVENT_ADDR_RESOLVED, n));
+	CHECK(n, rdma_resolve_route(*cli, 2000) == 0, "route");
+	rdma_ack_cm_event(expect(cc, RDMA_CM_EVENT_ROUTE_RESOLVED, n));
+	struct ibv_qp_init_attr qa = { .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+			 .max_recv_sge = 1 } };
+	CHECK(n, rdma_create_qp(*cli, NULL, &qa) == 0, "client QP");
+	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1,
+		.retry_count = 7, .rnr_retry_count = 7 };
+	CHECK(n, rdma_connect(*cli, &cp) == 0, "connect");
+	e = expect(sc, RDMA_CM_EVENT_CONNECT_REQUEST, n);
+	*srv = e->id;
+	qa.send_cq = qa.recv_cq = NULL;
+	CHECK(n, rdma_create_qp(*srv, NULL, &qa) == 0 && rdma_accept(*srv, &cp) == 0,
+	      "accept");
+	rdma_ack_cm_event(e);
+	rdma_ack_cm_event(expect(cc, RDMA_CM_EVENT_ESTABLISHED, n));
+	rdma_ack_cm_event(expect(sc, RDMA_CM_EVENT_ESTABLISHED, n));
+}
+
+/* The peer's DREQ comes after its last message: the passive side hears of
+ * the disconnection only once it has polled that message (with a NIC it
+ * would have long before the event arrived; libfabric's rxm closes the
+ * connection on the event), or, if it never polls, a moment later. */
+static void check_drain(void)
+{
+	const char *n = "drain";
+	struct rdma_event_channel *cc = rdma_create_event_channel();
+	struct rdma_event_channel *sc = rdma_create_event_channel();
+	CHECK(n, cc && sc, "channels");
+	static char out[32] = "last words", in[32];
+	for (int polls = 1; polls >= 0; polls--) {
+		struct rdma_cm_id *listen, *cli, *srv;
+		connected_pair(cc, sc, 7550 + polls, &listen, &cli, &srv, n);
+		struct ibv_mr *mo = rdma_reg_msgs(cli, out, sizeof out);
+		struct ibv_mr *mi = rdma_reg_msgs(srv, in, sizeof in);
+		CHECK(n, mo && mi, "rdma_reg_msgs");
+		CHECK(n, rdma_post_recv(srv, NULL, in, sizeof in, mi) == 0, "post recv");
+		CHECK(n, rdma_post_send(cli, NULL, out, sizeof out, mo, IBV_SEND_SIGNALED) == 0,
+		      "post send");
+		struct ibv_wc wc;
+		/* Acknowledged: the server has the message. */
+		CHECK(n, rdma_get_send_comp(cli, &wc) == 1 && wc.status == IBV_WC_SUCCESS,
+		      "send completion");
+		CHECK(n, rdma_disconnect(cli) == 0, "disconnect");
+		if (polls) {
+			struct pollfd p = { .fd = sc->fd, .events = POLLIN };
+			CHECK(n, poll(&p, 1, 50) == 0,
+			      "DISCONNECTED before the last message was polled");
+			CHECK(n, rdma_get_recv_comp(srv, &wc) == 1 &&
+			      wc.status == IBV_WC_SUCCESS && strcmp(in, out) == 0, "receive");
+		}
+		rdma_ack_cm_event(expect(sc, RDMA_CM_EVENT_DISCONNECTED, n));
+		CHECK(n, rdma_disconnect(srv) == 0, "the passive side's disconnect");
+		rdma_ack_cm_event(expect(cc, RDMA_CM_EVENT_DISCONNECTED, n));
+		rdma_dereg_mr(mo);
+		rdma_dereg_mr(mi);
+		rdma_destroy_qp(cli);
+		rdma_destroy_qp(srv);
+		CHECK(n, rdma_destroy_id(cli) == 0 && rdma_destroy_id(srv) == 0 &&
+		      rdma_destroy_id(listen) == 0, "destroy");
+	}
+	rdma_destroy_event_channel(cc);
+	rdma_destroy_event_channel(sc);
 	printf("ok %s\n", n);
 }
 
@@ -966,6 +1046,8 @@ int main(int argc, char **argv)
 		check_sync();
 	else if (strcmp(argv[1], "ownqp") == 0)
 		check_ownqp();
+	else if (strcmp(argv[1], "drain") == 0)
+		check_drain();
 	else if (strcmp(argv[1], "ud") == 0)
 		check_ud();
 	else if (strcmp(argv[1], "udsync") == 0)

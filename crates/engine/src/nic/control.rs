@@ -324,6 +324,11 @@ impl Nic {
         }
         // Pending posts are ordered before the modification.
         e.absorb_posts();
+        let to_reset = mask.contains(AttrMask::STATE) && attr.qp_state == QpState::Reset;
+        if to_reset {
+            c.send_owed_ack(&self.shared, qpn);
+        }
+        let e = c.tables.qp_mut(qpn)?;
         e.modify(attr, mask)?;
         if mask.contains(AttrMask::AV) {
             e.peer = Some(addr_of_gid(Ipv6Addr::from(attr.av.dgid)));
@@ -350,19 +355,22 @@ impl Nic {
         }
     }
 
-    /// Destroys a queue pair. Its outstanding requests are flushed to its CQs
-    /// first, so each completes exactly once.
+    /// Destroys a queue pair, as `ibv_destroy_qp` does with Linux rxe: its
+    /// outstanding requests end with it, without completions (their
+    /// `wr_id`s may point at memory the program frees with the QP), and
+    /// the completions already in its CQs stay there. The plain ACK it
+    /// still owes leaves first: a program that takes its last message and
+    /// destroys its QP must not fail the peer's send. To flush what is
+    /// outstanding, move the QP to ERR first (ND's release does).
     pub fn destroy_qp(&self, qpn: u32) -> Result<(), EngineError> {
         let _nic = self.shared.span.enter();
         let _span = tracing::debug_span!("destroy_qp", qp = qpn).entered();
-        let now = self.now();
         let mut c = self.core_lock();
         if c.destroy_ud(qpn) {
             return Ok(());
         }
-        c.tables.qp_mut(qpn)?.flush_to_error();
-        c.touched.push(qpn);
-        c.finish_step(&self.shared, now);
+        c.tables.qp(qpn)?;
+        c.send_owed_ack(&self.shared, qpn);
         if let Some(e) = c.tables.qps.remove(&qpn) {
             crate::stats::add(&mut c.tables.retired, e.qp.counters());
         }

@@ -218,6 +218,12 @@ impl AckPlan {
         }
     }
 
+    /// Drops whatever `qpn` has postponed or due (its ACK left otherwise).
+    pub(crate) fn forget(&mut self, qpn: u32) {
+        self.postponed.retain(|p| p.qpn != qpn);
+        self.due.retain(|p| p.qpn != qpn);
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.postponed.is_empty() && self.due.is_empty()
     }

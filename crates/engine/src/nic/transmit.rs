@@ -149,6 +149,30 @@ impl Core {
         }
     }
 
+    /// Sends the plain ACK queue pair `qpn` owes now, alone, postponed or
+    /// not: before a reset, which forgets it. The peer's requests whose
+    /// completions the application took must complete at the peer too (a
+    /// program that takes its last message and destroys its QP, which
+    /// resets it first, must not fail the peer's send).
+    pub(super) fn send_owed_ack(&mut self, shared: &Shared, qpn: u32) {
+        self.acks.forget(qpn);
+        let Some(e) = self.tables.qps.get_mut(&qpn) else {
+            return;
+        };
+        let Some(peer) = e.peer else {
+            return;
+        };
+        let dst = SocketAddr::new(peer, ROCEV2_PORT);
+        let io = &mut self.io;
+        io.batch.reset(io.link.gso());
+        let end = io.batch.tx_end();
+        if let Some(n) = e.qp.poll_owed_ack(&mut self.tables.mem, &mut io.tx[end..]) {
+            io.batch
+                .add(&mut io.icrc, &mut io.tx, n, &LentPayload::default(), dst);
+            io.batch.flush(&mut io.link, &shared.counters, dst);
+        }
+    }
+
     /// Sends the ACKs the previous step postponed whose QPs had nothing
     /// else to send in this one.
     pub(super) fn drive_postponed_acks(&mut self, shared: &Shared, now: Instant) {

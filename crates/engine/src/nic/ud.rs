@@ -232,16 +232,14 @@ impl Core {
             .map(|e| e.qp.counters().to_counters())
     }
 
-    /// Destroys UD queue pair `qpn`: what is outstanding is flushed to its
-    /// CQs first. False if there is none.
+    /// Destroys UD queue pair `qpn` (see `Nic::destroy_qp`). False if
+    /// there is none.
     pub(super) fn destroy_ud(&mut self, qpn: u32) -> bool {
-        let Some(e) = self.tables.ud.get_mut(&qpn) else {
+        if !self.tables.ud.contains_key(&qpn) {
             return false;
-        };
-        e.qp.set_error();
-        e.shared
-            .state
-            .store(state_to_u8(QpState::Err), Ordering::Release);
+        }
+        // What completed is delivered; what is outstanding ends without a
+        // result, as with an RC queue pair (`Nic::destroy_qp`).
         self.deliver_ud(qpn);
         if let Some(e) = self.tables.ud.remove(&qpn) {
             let c = e.qp.counters().to_counters();

@@ -236,6 +236,9 @@ impl RcQp {
 
     fn reset(&mut self) {
         self.sq = SendQueue::default();
+        // Completions not yet taken are forgotten with the rest of the
+        // work: a reset QP has nothing left to report.
+        self.cq.clear();
         self.req.cc_release();
         self.req = Requester {
             cc: self.req.cc,
@@ -601,6 +604,19 @@ impl RcQp {
     /// to the message just received leaves without waiting for its ACK.
     pub fn owes_only_ack(&self) -> bool {
         !matches!(self.state, QpState::Reset | QpState::Init) && self.resp.owes_only_ack()
+    }
+
+    /// The plain ACK the responder owes ([`RcQp::owes_only_ack`]), alone;
+    /// `None` if it owes something else or nothing. For a caller about to
+    /// reset the QP, which forgets what the responder owes: the peer's
+    /// requests the application already took must still be acknowledged.
+    pub fn poll_owed_ack(&mut self, mem: &mut dyn Memory, buf: &mut [u8]) -> Option<usize> {
+        if !self.owes_only_ack() {
+            return None;
+        }
+        let n = self.poll_responder(mem, buf)?;
+        self.counters.sent_pkts += 1;
+        Some(n)
     }
 
     /// Like [`RcQp::poll_transmit_lending`], but only request packets; the

@@ -68,3 +68,13 @@ fn application_qp_with_qp_num_init_qp_attr_and_establish() {
 fn the_peers_disconnect_waits_for_its_last_message_to_be_polled() {
     run("drain");
 }
+
+#[test]
+fn udp_port_space_sidr_events_and_a_datagram() {
+    run("ud");
+}
+
+#[test]
+fn udp_port_space_synchronous_endpoints() {
+    run("udsync");
+}

@@ -1,7 +1,8 @@
 //! Shared ports across processes: several processes open a NIC on one
 //! address, RC traffic and UD datagrams reach the right one, a killed member frees its
 //! share, packets for a gone process are counted and dropped, listeners
-//! are host-wide.
+//! are host-wide, and SIDR (UD service ID resolution) finds its listener
+//! and its requester.
 //!
 //! Each member is this test binary run again (`harness = false`: `main`
 //! tells a member from the test run by [`ROLE`]), driven by lines on its
@@ -11,7 +12,7 @@
 
 use ndverbs_engine::config::{NicConfig, Progress};
 use ndverbs_engine::cq::CompletionQueue;
-use ndverbs_engine::ep::{AcceptArgs, ConnectArgs};
+use ndverbs_engine::ep::{AcceptArgs, ConnectArgs, SidrArgs};
 use ndverbs_engine::mr::{Region, RegionBuf};
 use ndverbs_engine::nic::{Nic, QpInit, QpShared};
 use ndverbs_proto::mem::{Access, Sge};
@@ -325,6 +326,36 @@ fn member(progress: Progress, ip: IpAddr) {
                     let _ = writeln!(o, "dreq {got} {}", drep.unwrap_or(false));
                     let _ = o.flush();
                 });
+            }
+            ["udserve", p] => {
+                // Listen on rdma_cm UDP port `p` and answer one SIDR
+                // request with a new UD QP.
+                let i = side.ud_qp();
+                for _ in 0..8 {
+                    side.post_recv(i);
+                }
+                let qpn = side.qps[i].qpn();
+                let (l, e) = (side.nic.create_ep().unwrap(), side.nic.create_ep().unwrap());
+                let ps = ndverbs_wire::cma::RDMA_PS_UDP;
+                side.nic.ep_listen_ps(l, ps, p.parse().unwrap(), 4).unwrap();
+                let req = side.nic.ep_get_request(l, e).unwrap();
+                say("serving".into());
+                let r = req.wait().unwrap();
+                side.nic.ep_accept_ud(e, qpn, UD_QKEY, b"").unwrap();
+                say(format!("udserved {qpn} {}", r.peer));
+            }
+            ["resolve", peer, p] => {
+                let ep = side.nic.create_ep().unwrap();
+                let args = SidrArgs {
+                    remote: peer.parse().unwrap(),
+                    remote_port: p.parse().unwrap(),
+                    local_port: 40000,
+                    private_data: Vec::new(),
+                };
+                match side.nic.ep_resolve(ep, args).unwrap().wait() {
+                    Ok(i) => say(format!("resolved {} {} {:#x}", i.status, i.qpn, i.qkey)),
+                    Err(e) => say(format!("failed {e}")),
+                }
             }
             ["remove"] => {
                 side.nic.remove();
@@ -724,6 +755,71 @@ fn cm_connections_reach_their_listeners() {
     }
 }
 
+fn sidr_reaches_its_listener_and_its_requester() {
+    let (x_ip, y) = ndverbs_testkit::addr::pair_v4();
+    let mut x = Side::open(x_ip, false, Progress::Thread);
+    let i = x.ud_qp();
+    let mut ms: Vec<Member> = (0..3).map(|_| Member::spawn(y, "thread")).collect();
+    // Each member serves a UDP port of its own: X's SIDR_REQ for it is
+    // steered by service ID, and the datagrams then by QPN.
+    for (n, m) in ms.iter_mut().enumerate() {
+        m.ask(&format!("udserve {}", 7300 + n), "serving");
+    }
+    for (n, m) in ms.iter_mut().enumerate() {
+        let ep = x.nic.create_ep().unwrap();
+        let args = SidrArgs {
+            remote: y,
+            remote_port: 7300 + n as u16,
+            local_port: 41000 + n as u16,
+            private_data: Vec::new(),
+        };
+        let info = x
+            .nic
+            .ep_resolve(ep, args)
+            .unwrap()
+            .wait()
+            .expect("SIDR_REP");
+        let w = m.answer("udserved");
+        assert_eq!(w[1], x_ip.to_string());
+        let qpn: u32 = w[0].parse().unwrap();
+        assert_eq!((info.status, info.qpn, info.qkey), (0, qpn, UD_QKEY));
+        assert_eq!(qpn >> 16, u32::from(m.slot));
+        deliver_ud(&x, i, y, m, qpn, &format!("resolved datagram to {n}"));
+    }
+    // The other way: every member resolves X's service at once, from the
+    // one shared address; each SIDR_REP finds its requester by the slot in
+    // its request ID.
+    let l = x.nic.create_ep().unwrap();
+    x.nic
+        .ep_listen_ps(l, ndverbs_wire::cma::RDMA_PS_UDP, 7310, 8)
+        .unwrap();
+    for m in ms.iter_mut() {
+        m.tell(&format!("resolve {x_ip} 7310"));
+    }
+    for n in 0..ms.len() {
+        let e = x.nic.create_ep().unwrap();
+        let req = x.nic.ep_get_request(l, e).unwrap().wait().unwrap();
+        assert_eq!(req.peer, y);
+        // A QPN per request: each member must get its own answer.
+        x.nic
+            .ep_accept_ud(e, 0x100 + n as u32, 0x1234, b"")
+            .unwrap();
+    }
+    let mut got: Vec<u32> = ms
+        .iter_mut()
+        .map(|m| {
+            let w = m.answer("resolved");
+            assert_eq!((w[0].as_str(), w[2].as_str()), ("0", "0x1234"));
+            w[1].parse().unwrap()
+        })
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, [0x100, 0x101, 0x102]);
+    for m in &mut ms {
+        assert_eq!(m.counters().1, 0, "a member dropped packets");
+    }
+}
+
 fn main() {
     if let Ok(mode) = std::env::var(ROLE) {
         let ip = std::env::args()
@@ -738,7 +834,7 @@ fn main() {
         member(progress, ip);
         return;
     }
-    let tests: [(&str, fn()); 7] = [
+    let tests: [(&str, fn()); 8] = [
         (
             "three_processes_open_one_address",
             three_processes_open_one_address,
@@ -763,6 +859,10 @@ fn main() {
         (
             "cm_connections_reach_their_listeners",
             cm_connections_reach_their_listeners,
+        ),
+        (
+            "sidr_reaches_its_listener_and_its_requester",
+            sidr_reaches_its_listener_and_its_requester,
         ),
     ];
     // `cargo test -- <filter>` runs the tests whose names contain it.

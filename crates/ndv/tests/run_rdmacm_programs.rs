@@ -1,13 +1,15 @@
 //! Debian 12's rdma_cm programs, unmodified, over ndverbs through `ndv run`
 //! (the `ndverbs-cabi` libraries, librdmacm included): `rping` (also with
 //! `-q`, its own QP moved by itself), `ucmatose`,
-//! `rdma_server`/`rdma_client`, `cmtime` and perftest's eight tests with
+//! `rdma_server`/`rdma_client`, `cmtime`, `udaddy` (UD over rdma_cm's UDP
+//! port space: SIDR) and perftest's eight tests with
 //! `-R` — each against itself between two network namespaces joined by a
 //! veth pair, against ndv's own tools where one speaks its protocol
 //! (`ndv ping` is rping, `ndv perf -R` is perftest's rdma_cm mode), and
 //! against Linux rxe in the interop guest in both roles. Exit statuses and
 //! result lines are checked; one rping exchange with rxe is captured and
-//! checked packet by packet with `ndv decode` and tshark.
+//! checked packet by packet with `ndv decode` and tshark, and the udaddy
+//! exchanges' SIDR_REQ/SIDR_REP are compared field by field with rxe's.
 //!
 //! Our servers listen on rdma_cm ports, which show nowhere in `ss`: a
 //! server counts as ready once its engine has bound UDP 4791 on its address
@@ -28,7 +30,7 @@ mod pcapcheck;
 use ndverbs_testkit::guest::{Guest, Listen, GUEST, HOST};
 use ndverbs_testkit::netns::Netns;
 use ndverbs_testkit::process::{self, Finished, Running, LIMIT};
-use programs::{both_ok, installed, ndv_run, ndv_tool, rows, veth, A, NDV};
+use programs::{both_ok, installed, ndv_run, ndv_tool, rows, veth, A, B, NDV};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -442,6 +444,80 @@ fn ib_atomic_lat_rdma_cm_itself_and_ndv_perf() {
     perftest_rdma_cm_three_ways("atomic_lat", 18722);
 }
 
+/// What `udaddy` prints on a side whose datagrams all arrived.
+#[track_caller]
+fn check_udaddy(out: &str) {
+    assert!(out.contains("data transfers complete"), "{out}");
+    assert!(out.contains("return status 0"), "{out}");
+}
+
+#[test]
+fn udaddy_itself_over_veth_bound_and_wildcard_server() {
+    let Some((a, b)) = veth(&["udaddy"]) else {
+        return;
+    };
+    // udaddy always uses rdma_cm UDP port 7174 (its -p is the port space).
+    // Bound to the veth address, then bound to nothing (every device), two
+    // ids (SIDR requests) at once.
+    for (server, conns) in [(vec!["-b", A], "1"), (vec![], "2")] {
+        let server: Vec<&str> = server.into_iter().chain(["-c", conns]).collect();
+        let (c, s) = server_then_client(
+            &a,
+            A,
+            &mut ndv_run(&a, "udaddy", &server),
+            &mut ndv_run(&b, "udaddy", &["-s", A, "-b", B, "-c", conns]),
+        );
+        let (tc, ts) = both_ok(&c, &s);
+        check_udaddy(&tc);
+        check_udaddy(&ts);
+        assert!(tc.contains("initiating data transfers"), "{tc}");
+        assert!(ts.contains("sending replies"), "{ts}");
+    }
+}
+
+#[test]
+fn udaddy_itself_over_ipv6_veth() {
+    if !installed(&["udaddy"]) {
+        return;
+    }
+    let (a6, b6) = ndverbs_testkit::addr::pair_v6();
+    let Some((a, b)) = Netns::veth_pair(&format!("{a6}/64"), &format!("{b6}/64")) else {
+        return;
+    };
+    // The rdma_cm header of the SIDR_REQ says IPv6 (0x60), and the
+    // ESTABLISHED event's address handle names the server's IPv6 GID.
+    let (sa, sb) = (a6.to_string(), b6.to_string());
+    let (c, s) = server_then_client(
+        &a,
+        &format!("[{sa}]"),
+        &mut ndv_run(&a, "udaddy", &["-b", &sa]),
+        &mut ndv_run(&b, "udaddy", &["-s", &sa, "-b", &sb]),
+    );
+    let (tc, ts) = both_ok(&c, &s);
+    check_udaddy(&tc);
+    check_udaddy(&ts);
+}
+
+#[test]
+fn udaddy_without_a_udp_listener_is_unreachable_with_status_1() {
+    let Some((a, b)) = veth(&["udaddy", "rping"]) else {
+        return;
+    };
+    // An rping server holds rdma_cm TCP port 7174 on A: the engine is up,
+    // but nothing listens on UDP 7174, so the SIDR_REP says status 1
+    // (IB_SIDR_UNSUPPORTED), reported as the kernel's rdma_cm does.
+    let server = Running::spawn(&mut ndv_run(&a, "rping", &["-s", "-a", A, "-p", "7174"]));
+    wait_rdma_listening(&a, A, &server);
+    let c = Running::spawn(&mut ndv_run(&b, "udaddy", &["-s", A, "-b", B])).wait(LIMIT);
+    server.kill();
+    let out = c.text();
+    assert!(!c.ok, "{out}");
+    assert!(
+        out.contains("udaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: 1"),
+        "{out}"
+    );
+}
+
 // ---- Against Linux rxe in the interop guest --------------------------------
 
 /// `server` (a program in the guest, listening on rdma_cm `port`) against
@@ -662,6 +738,96 @@ fn rdma_server_and_rdma_client_against_rxe_both_roles() {
     assert!(s.ok && ok_g, "ours:\n{}\nrxe:\n{out_g}", s.text());
     assert!(s.text().contains("rdma_server: end 0"), "{}", s.text());
     assert!(out_g.contains("rdma_client: end 0"), "{out_g}");
+}
+
+#[test]
+fn udaddy_against_rxe_both_roles_sidr_as_linux_writes_it() {
+    let Some(g) = guest(&["udaddy"]) else { return };
+    let wire = std::env::temp_dir().join(format!("ndv-rdmacm-udaddy-{}.pcap", std::process::id()));
+    let capture = g.capture(&wire, &["udp", "port", "4791"]);
+    // rxe serves: our SIDR_REQ, its SIDR_REP, then datagrams both ways
+    // (its replies go to the address handle it builds from our GRH).
+    let (c, (ok_g, out_g)) = rxe_serves(
+        &g,
+        &format!("udaddy -b {GUEST}"),
+        7174,
+        "udaddy",
+        &["-s", GUEST, "-b", HOST],
+    );
+    assert!(c.ok && ok_g, "ours:\n{}\nrxe:\n{out_g}", c.text());
+    check_udaddy(&c.text());
+    check_udaddy(&out_g);
+    // We serve: rxe's SIDR_REQ, our SIDR_REP.
+    let (s, (ok_g, out_g)) = we_serve(
+        &g,
+        "udaddy",
+        &["-b", HOST],
+        &format!("udaddy -s {HOST} -b {GUEST}"),
+    );
+    capture.stop();
+    assert!(s.ok && ok_g, "ours:\n{}\nrxe:\n{out_g}", s.text());
+    check_udaddy(&s.text());
+    check_udaddy(&out_g);
+    // Each of our messages laid out as the kernel lays out its own.
+    let m = sidr_mads(&wire);
+    let _ = std::fs::remove_file(&wire);
+    let (host, guest): (std::net::IpAddr, std::net::IpAddr) =
+        (HOST.parse().unwrap(), GUEST.parse().unwrap());
+    let find = |src, attr| {
+        m.iter()
+            .find(|(a, mad)| *a == src && mad[16..18] == u16::to_be_bytes(attr))
+            .map(|(_, mad)| mad.as_slice())
+            .unwrap_or_else(|| panic!("no {attr:#x} from {src} in {} SIDR MADs", m.len()))
+    };
+    use ndverbs_wire::cm::attr::{SIDR_REP, SIDR_REQ};
+    let (req_ours, req_rxe) = (find(host, SIDR_REQ), find(guest, SIDR_REQ));
+    let (rep_ours, rep_rxe) = (find(host, SIDR_REP), find(guest, SIDR_REP));
+    for (ours, rxe) in [(req_ours, req_rxe), (rep_ours, rep_rxe)] {
+        // MAD header: versions, class, method, status, attribute.
+        assert_eq!(ours[..8], rxe[..8]);
+        assert_eq!(ours[16..24], rxe[16..24]);
+    }
+    for req in [req_ours, req_rxe] {
+        // The TID's low word is the request ID as a little-endian CPU
+        // reads it (cm_form_tid); P_Key 0xFFFF; the rdma_cm header.
+        assert_eq!(req[12..16], [req[27], req[26], req[25], req[24]]);
+        assert_eq!(req[28..32], [0xff, 0xff, 0, 0]);
+        assert_eq!(req[32..40], 0x0111_1c06u64.to_be_bytes());
+        assert_eq!(req[40..42], [0, 0x40]);
+        assert!(req[76..].iter().all(|&b| b == 0));
+    }
+    for (rep, req) in [(rep_ours, req_rxe), (rep_rxe, req_ours)] {
+        // The TID and request ID echoed; status 0; service ID; Q_Key.
+        assert_eq!(rep[8..16], req[8..16]);
+        assert_eq!(rep[24..28], req[24..28]);
+        assert_eq!(rep[28..32], [0; 4]);
+        assert_eq!(rep[35], 0);
+        assert_eq!(rep[36..44], req[32..40]);
+        assert_eq!(rep[44..48], 0x0123_4567u32.to_be_bytes());
+        assert!(rep[48..].iter().all(|&b| b == 0));
+    }
+}
+
+/// The SIDR_REQs and SIDR_REPs of capture `path`: (source, MAD).
+fn sidr_mads(path: &std::path::Path) -> Vec<(std::net::IpAddr, Vec<u8>)> {
+    use ndverbs_wire::cm::attr::{SIDR_REP, SIDR_REQ};
+    let file = std::fs::read(path).expect("the capture");
+    let mut out = Vec::new();
+    for f in ndverbs_wire::capture::read_frames(&file).expect("a capture file") {
+        let Some((_, ip)) = ndverbs_wire::capture::ip_packet(f.link, f.data) else {
+            continue;
+        };
+        let Ok(d) = ndverbs_wire::packet::Datagram::parse(ip) else {
+            continue;
+        };
+        let mad = d.packet.payload;
+        if mad.len() >= 256
+            && [SIDR_REQ, SIDR_REP].contains(&u16::from_be_bytes([mad[16], mad[17]]))
+        {
+            out.push((d.envelope.ip.src(), mad[..256].to_vec()));
+        }
+    }
+    out
 }
 
 #[test]

@@ -590,6 +590,34 @@ impl Nic {
             .map_err(|e| err("Endpoint::listen", e))
     }
 
+    pub(crate) fn ep_listen_ud(&self, ep: u32, port: u16, backlog: usize) -> Result<()> {
+        self.0
+            .ep_listen_ps(ep, ndverbs_wire::cma::RDMA_PS_UDP, port, backlog)
+            .map_err(|e| err("Endpoint::listen_ud", e))
+    }
+
+    pub(crate) fn ep_resolve(
+        &self,
+        ep: u32,
+        a: ndverbs_proto::cm::SidrArgs,
+    ) -> Result<Pending<ndverbs_proto::cm::SidrInfo>> {
+        const OP: &str = "Endpoint::resolve";
+        let p = self.0.ep_resolve(ep, a).map_err(|e| err(OP, e))?;
+        Ok(pending(self, OP, p, |i| i))
+    }
+
+    pub(crate) fn ep_accept_ud(
+        &self,
+        ep: u32,
+        qpn: u32,
+        qkey: u32,
+        private_data: &[u8],
+    ) -> Result<()> {
+        self.0
+            .ep_accept_ud(ep, qpn, qkey, private_data)
+            .map_err(|e| err("Endpoint::accept_ud", e))
+    }
+
     pub(crate) fn ep_get_request(&self, listener: u32, into: u32) -> Result<Pending<RequestInfo>> {
         const OP: &str = "Endpoint::get_request";
         let p = self

@@ -35,7 +35,9 @@ use crate::device::Device;
 use crate::error::{Error, ErrorKind, Result};
 use crate::pending::Pending;
 use crate::qp::QpId;
-pub use ndverbs_proto::cm::{AcceptArgs, ConnectArgs, ConnectInfo, EpInfo, QpSetup, RequestInfo};
+pub use ndverbs_proto::cm::{
+    AcceptArgs, ConnectArgs, ConnectInfo, EpInfo, QpSetup, RequestInfo, SidrArgs, SidrInfo,
+};
 
 /// A connection endpoint. Dropping it destroys it (the CM endpoint ends the
 /// Linux way: REJ, DREQ or DREP as its state demands).
@@ -137,6 +139,57 @@ impl Endpoint {
     /// requests; a port already listened on is [`ErrorKind::Busy`].
     pub fn listen(&self, port: u16, backlog: usize) -> Result<()> {
         self.dev.nic.ep_listen(self.id, port, backlog)
+    }
+
+    /// Listens on rdma_cm UDP port `port` (`RDMA_PS_UDP`): each SIDR_REQ
+    /// becomes a request for [`get_request`](Self::get_request), answered
+    /// with [`accept_ud`](Self::accept_ud) or [`reject`](Self::reject).
+    pub fn listen_ud(&self, port: u16, backlog: usize) -> Result<()> {
+        self.dev.nic.ep_listen_ud(self.id, port, backlog)
+    }
+
+    /// UD: asks the rdma_cm UDP service `args` names for its QP (SIDR).
+    /// Completes with the SIDR_REP (a status other than 0 is the peer's
+    /// refusal), [`ErrorKind::TimedOut`] after the last retransmission or
+    /// [`ErrorKind::PortUnreachable`]. Local port 0 takes an ephemeral one.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_verbs::*;
+    /// let da = Device::open("127.92.12.1".parse().unwrap())?;
+    /// let db = Device::open("127.92.12.2".parse().unwrap())?;
+    /// let listener = Endpoint::new(&db)?;
+    /// listener.listen_ud(7001, 4)?;
+    /// let eb = Endpoint::new(&db)?;
+    /// let request = listener.get_request(&eb)?;
+    /// let ea = Endpoint::new(&da)?;
+    /// let rep = ea.resolve(SidrArgs { remote: db.query().addr, remote_port: 7001,
+    ///     local_port: 0, private_data: vec![] })?;
+    /// assert_eq!(request.wait()?.peer, da.query().addr);
+    /// eb.accept_ud(0x42, 0x0123_4567, b"ok")?;
+    /// let info: SidrInfo = rep.wait()?;
+    /// assert_eq!((info.status, info.qpn, info.qkey), (0, 0x42, 0x0123_4567));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn resolve(&self, mut args: SidrArgs) -> Result<Pending<SidrInfo>> {
+        if args.remote.is_unspecified() || args.remote_port == 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "Endpoint::resolve",
+                "no destination: give SidrArgs a remote address and port",
+            ));
+        }
+        if args.local_port == 0 {
+            args.local_port = ephemeral_port();
+        }
+        self.dev.nic.ep_resolve(self.id, args)
+    }
+
+    /// Accepts the SIDR request bound to this endpoint: our UD QP is `qpn`
+    /// with Q_Key `qkey`. Done when it returns.
+    pub fn accept_ud(&self, qpn: u32, qkey: u32, private_data: &[u8]) -> Result<()> {
+        self.dev.nic.ep_accept_ud(self.id, qpn, qkey, private_data)
     }
 
     /// Waits for a connection request and binds it to `into`.

@@ -96,7 +96,10 @@ pub use config::{
     STAT_ENV,
 };
 pub use device::{node_guid, Cq, CqMark, Device, DeviceAttr, DeviceLimits, NotifyOn, Pd, LIMITS};
-pub use ep::{AcceptArgs, ConnectArgs, ConnectInfo, Endpoint, EpInfo, QpSetup, RequestInfo};
+pub use ep::{
+    AcceptArgs, ConnectArgs, ConnectInfo, Endpoint, EpInfo, QpSetup, RequestInfo, SidrArgs,
+    SidrInfo,
+};
 pub use error::{Error, ErrorKind, Rejection, Result};
 pub use memory::{Mr, Mw};
 pub use netif::DeviceInfo;

@@ -16,6 +16,8 @@ pub const RDMA_PS_IPOIB: c_int = 0x0002;
 pub const RDMA_PS_TCP: c_int = 0x0106;
 pub const RDMA_PS_UDP: c_int = 0x0111;
 pub const RDMA_PS_IB: c_int = 0x013F;
+/// The Q_Key of every UD QP on a `RDMA_PS_UDP` id (`rdma_cma.h`).
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 
 pub const RDMA_MAX_RESP_RES: u8 = 0xff;
 pub const RDMA_MAX_INIT_DEPTH: u8 = 0xff;

@@ -29,21 +29,24 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Mutex, OnceLock};
 
-/// The port spaces ids may use: TCP's (0x0106), the one rdma_cm's RC
-/// connections and the engine's CM use. UDP and IPoIB (UD QPs) are not
-/// offered (`EOPNOTSUPP`), nor is the native IB space; anything else is
-/// `EINVAL`, as from the kernel.
+/// The port spaces ids may use: TCP's (0x0106: RC QPs, REQ/REP/RTU) and
+/// UDP's (0x0111: UD QPs, resolved by SIDR). IPoIB's is not offered
+/// (`EOPNOTSUPP`), nor is the native IB space; anything else is `EINVAL`,
+/// as from the kernel. As the kernel's, the two spaces' ports are apart: a
+/// TCP and a UDP id may hold the same port (their service IDs differ).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(i32)]
 pub(crate) enum PortSpace {
     Tcp = RDMA_PS_TCP,
+    Udp = RDMA_PS_UDP,
 }
 
 impl PortSpace {
     pub(crate) fn from_c(ps: c_int) -> Result<PortSpace, c_int> {
         match ps {
             RDMA_PS_TCP => Ok(PortSpace::Tcp),
-            RDMA_PS_UDP | RDMA_PS_IPOIB | RDMA_PS_IB => Err(libc::EOPNOTSUPP),
+            RDMA_PS_UDP => Ok(PortSpace::Udp),
+            RDMA_PS_IPOIB | RDMA_PS_IB => Err(libc::EOPNOTSUPP),
             _ => Err(libc::EINVAL),
         }
     }
@@ -119,6 +122,7 @@ pub(crate) fn gid(a: IpAddr) -> crate::abi::ibv_gid {
 
 struct PortUse {
     serial: u64,
+    ps: PortSpace,
     ip: IpAddr,
     reuse: bool,
     listening: bool,
@@ -136,13 +140,20 @@ fn overlap(a: IpAddr, b: IpAddr) -> bool {
 /// The kernel's default ephemeral range.
 const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=60999;
 
-/// Takes `port` (0: a free ephemeral one) on `ip` for id `serial`.
-pub(crate) fn take_port(serial: u64, ip: IpAddr, port: u16, reuse: bool) -> Result<u16, c_int> {
+/// Takes `port` (0: a free ephemeral one) of port space `ps` on `ip` for
+/// id `serial`.
+pub(crate) fn take_port(
+    serial: u64,
+    ps: PortSpace,
+    ip: IpAddr,
+    port: u16,
+    reuse: bool,
+) -> Result<u16, c_int> {
     let mut m = ports().lock().unwrap_or_else(|e| e.into_inner());
     let free = |m: &HashMap<u16, Vec<PortUse>>, p: u16| {
         m.get(&p).is_none_or(|uses| {
             uses.iter()
-                .all(|u| !overlap(u.ip, ip) || (reuse && u.reuse && !u.listening))
+                .all(|u| u.ps != ps || !overlap(u.ip, ip) || (reuse && u.reuse && !u.listening))
         })
     };
     let port = if port != 0 {
@@ -160,6 +171,7 @@ pub(crate) fn take_port(serial: u64, ip: IpAddr, port: u16, reuse: bool) -> Resu
     };
     m.entry(port).or_default().push(PortUse {
         serial,
+        ps,
         ip,
         reuse,
         listening: false,
@@ -172,12 +184,16 @@ pub(crate) fn take_port(serial: u64, ip: IpAddr, port: u16, reuse: bool) -> Resu
 pub(crate) fn listen_port(serial: u64, port: u16) -> Result<(), c_int> {
     let mut m = ports().lock().unwrap_or_else(|e| e.into_inner());
     let uses = m.entry(port).or_default();
-    let Some(ip) = uses.iter().find(|u| u.serial == serial).map(|u| u.ip) else {
+    let Some((ps, ip)) = uses
+        .iter()
+        .find(|u| u.serial == serial)
+        .map(|u| (u.ps, u.ip))
+    else {
         return Err(libc::EINVAL);
     };
     if uses
         .iter()
-        .any(|u| u.serial != serial && overlap(u.ip, ip) && (u.listening || !u.reuse))
+        .any(|u| u.serial != serial && u.ps == ps && overlap(u.ip, ip) && (u.listening || !u.reuse))
     {
         return Err(libc::EADDRINUSE);
     }
@@ -263,7 +279,7 @@ pub(crate) fn bind(id: &Shared, st: &mut State, sa: SocketAddr) -> Result<(), c_
     } else {
         Some(devices::by_addr(ip)?)
     };
-    let port = take_port(id.serial(), ip, sa.port(), st.reuseaddr)?;
+    let port = take_port(id.serial(), st.ps, ip, sa.port(), st.reuseaddr)?;
     if let Some(d) = dev {
         if let Err(e) = id::attach_device(id, st, d) {
             release_port(id.serial(), port);

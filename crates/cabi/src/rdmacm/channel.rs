@@ -34,6 +34,24 @@ pub(crate) struct ConnData {
     pub(crate) rnr_retry_count: u8,
     pub(crate) srq: u8,
     pub(crate) qp_num: u32,
+    /// A UD id's event: `param.ud` instead of `param.conn`.
+    pub(crate) ud: Option<UdData>,
+}
+
+/// What a UD id's event reports in `param.ud` besides its private data:
+/// the peer's QP and Q_Key and the address handle attributes to reach it
+/// (RoCE: global, the peer's GID, our GID 0, port 1), as the kernel's
+/// `ib_init_ah_attr_from_path` fills them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct UdData {
+    pub(crate) qp_num: u32,
+    pub(crate) qkey: u32,
+    /// The peer's GID; `None` leaves `ah_attr` zero (a connection
+    /// request's, as the kernel's).
+    pub(crate) dgid: Option<[u8; 16]>,
+    pub(crate) flow_label: u32,
+    pub(crate) hop_limit: u8,
+    pub(crate) traffic_class: u8,
 }
 
 /// An event not yet taken by the application.
@@ -205,7 +223,29 @@ pub(crate) fn get_event(ch: &ChanInner) -> Result<*mut rdma_cm_event, c_int> {
         };
         // SAFETY: plain C data; all zeroes is valid for the union.
         let mut param: rdma_cm_event_param = unsafe { std::mem::zeroed() };
-        param.conn = conn;
+        match &q.conn.ud {
+            None => param.conn = conn,
+            Some(u) => {
+                // SAFETY: plain C data; all zeroes is valid.
+                let mut ah: crate::abi::ibv_ah_attr = unsafe { std::mem::zeroed() };
+                if let Some(dgid) = u.dgid {
+                    ah.is_global = 1;
+                    ah.port_num = 1;
+                    ah.grh.dgid = crate::abi::ibv_gid { raw: dgid };
+                    ah.grh.sgid_index = 0;
+                    ah.grh.flow_label = u.flow_label;
+                    ah.grh.hop_limit = u.hop_limit;
+                    ah.grh.traffic_class = u.traffic_class;
+                }
+                param.ud = rdma_ud_param {
+                    private_data: conn.private_data,
+                    private_data_len: conn.private_data_len,
+                    ah_attr: ah,
+                    qp_num: u.qp_num,
+                    qkey: u.qkey,
+                };
+            }
+        }
         let (_, p) = ffi::publish(Event {
             pub_: UnsafeCell::new(rdma_cm_event {
                 id: id_ptr,

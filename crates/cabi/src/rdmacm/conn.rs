@@ -97,10 +97,10 @@ const REJ_INVALID_SERVICE_ID: u16 = 8;
 /// every race against this library's instant address and route
 /// resolution. Within this window the client waits for the listener
 /// instead.
-const NO_LISTENER_RETRY: Duration = Duration::from_secs(2);
+pub(crate) const NO_LISTENER_RETRY: Duration = Duration::from_secs(2);
 
 /// The pause between those REQs.
-const RETRY_GAP: Duration = Duration::from_millis(20);
+pub(crate) const RETRY_GAP: Duration = Duration::from_millis(20);
 
 /// The QP of `qp` as verbs names it.
 fn qp_id(qp: *mut ibv_qp) -> Result<QpId, c_int> {
@@ -197,7 +197,10 @@ fn valid_param(has_qp: bool, p: Option<&rdma_conn_param>) -> Result<(), c_int> {
 ///
 /// # Safety
 /// `p`'s private data pointer must hold its length in bytes.
-unsafe fn private_data(p: Option<&rdma_conn_param>, max: usize) -> Result<Vec<u8>, c_int> {
+pub(crate) unsafe fn private_data(
+    p: Option<&rdma_conn_param>,
+    max: usize,
+) -> Result<Vec<u8>, c_int> {
     let Some(p) = p else { return Ok(Vec::new()) };
     let n = usize::from(p.private_data_len);
     if p.private_data.is_null() || n == 0 {
@@ -212,7 +215,7 @@ unsafe fn private_data(p: Option<&rdma_conn_param>, max: usize) -> Result<Vec<u8
 
 /// What an ending request that failed means for the id: the event, or
 /// nothing if the id's requests were cancelled (it is being destroyed).
-fn failure_event(e: &Error) -> Option<(EventType, c_int, ConnData)> {
+pub(crate) fn failure_event(e: &Error) -> Option<(EventType, c_int, ConnData)> {
     Some(match e.kind() {
         ErrorKind::Canceled => return None,
         ErrorKind::Rejected => {
@@ -371,12 +374,17 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
         };
         addr::listen_port(id.serial(), src.port())?;
         let backlog = if backlog <= 0 { 1024 } else { backlog as usize };
+        let ps = st.ps;
         let mut listeners = Vec::new();
         let mut first_err = libc::ENODEV;
         for d in devs {
             let r = d.ctx.nic().and_then(|nic| {
                 let ep = Endpoint::new(&nic.dev).map_err(|e| e.errno())?;
-                ep.listen(src.port(), backlog).map_err(|e| match e.kind() {
+                match ps {
+                    addr::PortSpace::Tcp => ep.listen(src.port(), backlog),
+                    addr::PortSpace::Udp => ep.listen_ud(src.port(), backlog),
+                }
+                .map_err(|e| match e.kind() {
                     ErrorKind::Busy => libc::EADDRINUSE,
                     _ => e.errno(),
                 })?;
@@ -472,7 +480,8 @@ fn new_request(
         st.ep = Some(ep);
         st.phase = Phase::Requested;
         st.qp_init_attr = lst.qp_init_attr;
-        st.setup = Some(req.qp);
+        // A SIDR request implies no QP attributes.
+        st.setup = (lst.ps == addr::PortSpace::Tcp).then_some(req.qp);
         let (src, dst) = (st.src, st.dst);
         let rec: *mut ibv_sa_path_rec = &mut *st.path_rec;
         child.with_public(&st, |p| {
@@ -487,14 +496,21 @@ fn new_request(
             p.route.num_paths = 1;
         });
     }
-    let conn = ConnData {
-        private_data: req.private_data.clone(),
-        responder_resources: req.peer_read_limits.1,
-        initiator_depth: req.peer_read_limits.0,
-        retry_count: req.qp.retry_cnt,
-        rnr_retry_count: req.qp.rnr_retry,
-        qp_num: req.qp.dest_qpn,
-        ..ConnData::default()
+    let conn = if lst.ps == addr::PortSpace::Udp {
+        ConnData {
+            private_data: req.private_data.clone(),
+            ..super::ud::ud_data(None)
+        }
+    } else {
+        ConnData {
+            private_data: req.private_data.clone(),
+            responder_resources: req.peer_read_limits.1,
+            initiator_depth: req.peer_read_limits.0,
+            retry_count: req.qp.retry_cnt,
+            rnr_retry_count: req.qp.rnr_retry,
+            qp_num: req.qp.dest_qpn,
+            ..ConnData::default()
+        }
     };
     lst.channel.push(Queued {
         id: child,
@@ -639,7 +655,7 @@ fn start_connect(
 ///
 /// # Safety
 /// `p` must be NULL or point to a readable `rdma_conn_param`.
-unsafe fn param<'a>(p: *const rdma_conn_param) -> Option<&'a rdma_conn_param> {
+pub(crate) unsafe fn param<'a>(p: *const rdma_conn_param) -> Option<&'a rdma_conn_param> {
     // SAFETY: by the caller's contract.
     unsafe { p.as_ref() }
 }
@@ -655,6 +671,12 @@ pub unsafe extern "C" fn rdma_connect(
         let p = unsafe { param(conn_param) };
         {
             let mut st = id.lock();
+            if st.ps == addr::PortSpace::Udp {
+                // SAFETY: the caller's conn_param or NULL.
+                unsafe { super::ud::connect(&id, &mut st, conn_param) }?;
+                drop(st);
+                return id::complete(&id);
+            }
             let qp = id.with_public(&st, |p| p.qp);
             let (qpid, own) = qp_to_move(qp, p, &st, Phase::RouteResolved)?;
             st.app_qp = own;
@@ -699,6 +721,10 @@ pub unsafe extern "C" fn rdma_accept(
         let p = unsafe { param(conn_param) };
         {
             let mut st = id.lock();
+            if st.ps == addr::PortSpace::Udp {
+                // SAFETY: the caller's conn_param or NULL.
+                return unsafe { super::ud::accept(&id, &mut st, conn_param) };
+            }
             let qp = id.with_public(&st, |p| p.qp);
             let (qpid, own) = qp_to_move(qp, p, &st, Phase::Requested)?;
             let max = LIMITS.max_qp_rd_atom;
@@ -779,7 +805,11 @@ pub unsafe extern "C" fn rdma_reject(
             return Err(libc::EINVAL);
         }
         let n = usize::from(private_data_len);
-        if n > REJ_PRIVATE {
+        let max = match st.ps {
+            addr::PortSpace::Tcp => REJ_PRIVATE,
+            addr::PortSpace::Udp => super::ud::REJECT_PRIVATE,
+        };
+        if n > max {
             return Err(libc::EINVAL);
         }
         let data = if private_data.is_null() || n == 0 {

@@ -266,7 +266,11 @@ pub(crate) fn create(
     public.channel = chan_ptr;
     public.context = context;
     public.ps = ps as c_int;
-    public.qp_type = crate::abi::IBV_QPT_RC;
+    // As librdmacm: the UDP port space means UD QPs.
+    public.qp_type = match ps {
+        PortSpace::Tcp => crate::abi::IBV_QPT_RC,
+        PortSpace::Udp => crate::abi::IBV_QPT_UD,
+    };
     // SAFETY: plain C data.
     let path_rec = Box::new(unsafe { std::mem::zeroed::<ibv_sa_path_rec>() });
     let state = State {

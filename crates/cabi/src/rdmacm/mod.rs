@@ -19,11 +19,12 @@
 //! | QPs and SRQs on ids, `rdma_init_qp_attr` | `qp` |
 //! | `rdma_create_ep`, `rdma_get_request` | `ep` |
 //! | `rdma_getaddrinfo` | `addrinfo` |
+//! | UD ids (`RDMA_PS_UDP`): SIDR instead of a connection | `ud` |
 //! | the thread that turns ending requests into events | `watch` |
 //! | rsockets, multicast and ECE (not offered) | `rsocket` |
 //!
-//! Ids use the TCP port space and RC QPs; UD (`RDMA_PS_UDP`, `RDMA_PS_IPOIB`),
-//! multicast, ECE and rsockets are not offered. Every call checks its id,
+//! Ids use the TCP port space and RC QPs, or the UDP port space and UD QPs
+//! (`ud`); `RDMA_PS_IPOIB`, multicast, ECE and rsockets are not offered. Every call checks its id,
 //! channel or event against the live objects (`EINVAL` otherwise) and fails
 //! with rdma-core's errno (`-1` and `errno`), never by crashing.
 //!
@@ -39,6 +40,7 @@ mod ep;
 mod id;
 mod qp;
 mod rsocket;
+mod ud;
 mod watch;
 
 use crate::ffi::cstr;

@@ -143,15 +143,19 @@ fn create_qp(id_ptr: *mut rdma_cm_id, a: &mut ibv_qp_init_attr_ex) -> Result<(),
             return Err(e);
         }
         a.cap = init.cap;
-        // SAFETY: plain C data; all zeroes is valid.
-        let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        attr.qp_state = 1;
-        attr.port_num = 1;
-        attr.pkey_index = 0;
-        attr.qp_access_flags = CM_ACCESS;
-        let mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
-        // SAFETY: the QP just made and our attributes.
-        let rc = unsafe { crate::qp::ibv_modify_qp(qp, &mut attr, mask) };
+        let rc = if p.qp_type == IBV_QPT_UD {
+            ud_to_rts(qp)
+        } else {
+            // SAFETY: plain C data; all zeroes is valid.
+            let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
+            attr.qp_state = 1;
+            attr.port_num = 1;
+            attr.pkey_index = 0;
+            attr.qp_access_flags = CM_ACCESS;
+            let mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+            // SAFETY: the QP just made and our attributes.
+            unsafe { crate::qp::ibv_modify_qp(qp, &mut attr, mask) }
+        };
         if rc != 0 {
             // SAFETY: the QP just made.
             unsafe { crate::qp::ibv_destroy_qp(qp) };
@@ -162,6 +166,37 @@ fn create_qp(id_ptr: *mut rdma_cm_id, a: &mut ibv_qp_init_attr_ex) -> Result<(),
         p.qp = qp;
         Ok(())
     })
+}
+
+/// A UD id's QP goes all the way to RTS at once, as librdmacm's
+/// `ucma_init_ud_qp` takes it: INIT with P_Key index 0, port 1 and the
+/// rdma_cm Q_Key ([`RDMA_UDP_QKEY`], what the kernel's `rdma_init_qp_attr`
+/// gives a `RDMA_PS_UDP` id), RTR, then RTS with send PSN 0. A UD QP needs
+/// no peer: each send names its own address handle.
+fn ud_to_rts(qp: *mut ibv_qp) -> c_int {
+    let steps = [
+        (
+            1,
+            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY,
+        ),
+        (2, IBV_QP_STATE),
+        (3, IBV_QP_STATE | IBV_QP_SQ_PSN),
+    ];
+    for (state, mask) in steps {
+        // SAFETY: plain C data; all zeroes is valid.
+        let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        attr.qp_state = state;
+        attr.port_num = 1;
+        attr.pkey_index = 0;
+        attr.qkey = RDMA_UDP_QKEY;
+        attr.sq_psn = 0;
+        // SAFETY: the caller's new QP and our attributes.
+        let rc = unsafe { crate::qp::ibv_modify_qp(qp, &mut attr, mask) };
+        if rc != 0 {
+            return rc;
+        }
+    }
+    0
 }
 
 #[no_mangle]
@@ -288,6 +323,9 @@ pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
 /// | RTR | `path_mtu`, `dest_qp_num`, `rq_psn` (our starting PSN), `max_dest_rd_atomic`, `min_rnr_timer` 0, `ah_attr` (the peer's GID, hop limit, traffic class, flow label) (+ STATE, AV, PATH_MTU, DEST_QPN, RQ_PSN, MAX_DEST_RD_ATOMIC, MIN_RNR_TIMER) | once a request (passive) or the REP (active) told them, until the connection ends |
 /// | RTS | `sq_psn` (the peer's starting PSN), `timeout`, `retry_cnt`, `rnr_retry`, `max_rd_atomic` (+ STATE, SQ_PSN, TIMEOUT, RETRY_CNT, RNR_RETRY, MAX_QP_RD_ATOMIC) | as RTR |
 ///
+/// A UD id (`RDMA_PS_UDP`) gets INIT's `pkey_index`, `port_num` and the
+/// rdma_cm Q_Key (+ STATE, PKEY_INDEX, PORT, QKEY) whatever state is asked.
+///
 /// Before the request is accepted, the read limits are the peer's offer;
 /// after, what the REP said. Anything else is `EINVAL` (the kernel answers
 /// RTR and RTS before a connection with INIT's attributes, which no move
@@ -307,6 +345,18 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
         let verbs = id.with_public(&st, |p| p.verbs);
         if verbs.is_null() {
             return Err(libc::EINVAL);
+        }
+        if st.ps == super::addr::PortSpace::Udp {
+            // A UD id: the kernel's cma_ib_init_qp_attr answers INIT's
+            // attributes (with the rdma_cm Q_Key) whatever state is asked.
+            // SAFETY: the caller's attributes (checked non-NULL).
+            let a = unsafe { &mut *qp_attr };
+            a.pkey_index = 0;
+            a.port_num = 1;
+            a.qkey = RDMA_UDP_QKEY;
+            // SAFETY: the caller's int (checked non-NULL).
+            unsafe { *qp_attr_mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY };
+            return Ok(());
         }
         let (connected, setup) = match st.phase {
             Phase::Connecting => (true, None),

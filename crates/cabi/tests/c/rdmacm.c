@@ -6,7 +6,8 @@
  * check prints "ok NAME" or "FAIL NAME: why" and the program exits non-zero
  * on the first failure.
  *
- *   rdmacm CHECK   CHECK: errors, channel, destroy, getaddrinfo, connect, sync, ownqp
+ *   rdmacm CHECK   CHECK: errors, channel, destroy, getaddrinfo, connect, sync, ownqp, drain,
+ *                  ud, udsync
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -83,7 +84,12 @@ static void check_errors(void)
 
 	FAILS_WITH(n, rdma_create_id(ch, NULL, NULL, RDMA_PS_TCP), EINVAL);
 	FAILS_WITH(n, rdma_create_id(ch, &id, NULL, 0x9999), EINVAL);
-	FAILS_WITH(n, rdma_create_id(ch, &id, NULL, RDMA_PS_UDP), EOPNOTSUPP);
+	FAILS_WITH(n, rdma_create_id(ch, &id, NULL, RDMA_PS_IPOIB), EOPNOTSUPP);
+	CHECK(n, rdma_create_id(ch, &id, NULL, RDMA_PS_UDP) == 0, "UDP id");
+	CHECK(n, id->ps == RDMA_PS_UDP && id->qp_type == IBV_QPT_UD, "UDP id fields");
+	FAILS_WITH(n, rdma_connect(id, NULL), EINVAL);
+	FAILS_WITH(n, rdma_accept(id, NULL), EINVAL);
+	CHECK(n, rdma_destroy_id(id) == 0, "destroy UDP id");
 	FAILS_WITH(n, rdma_create_id((void *)&n, &id, NULL, RDMA_PS_TCP), EINVAL);
 	FAILS_WITH(n, rdma_destroy_id(NULL), EINVAL);
 	FAILS_WITH(n, rdma_destroy_id((void *)&n), EINVAL);
@@ -814,6 +820,211 @@ static void check_sync(void)
 	printf("ok %s\n", n);
 }
 
+/* A UDP-space id resolved to 127.0.0.1:port with a UD QP; connected with
+ * `data` (NUL-terminated). */
+static struct rdma_cm_id *ud_client(struct rdma_event_channel *ch, int port, const char *data,
+				    const char *n)
+{
+	struct rdma_cm_id *id;
+	CHECK(n, rdma_create_id(ch, &id, NULL, RDMA_PS_UDP) == 0, "client id");
+	CHECK(n, id->qp_type == IBV_QPT_UD, "a UDP id is UD");
+	struct sockaddr_in dst = sin4("127.0.0.1", port);
+	CHECK(n, rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) == 0, "resolve");
+	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, n));
+	CHECK(n, rdma_resolve_route(id, 2000) == 0, "route");
+	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, n));
+	struct ibv_qp_init_attr qa = { .qp_type = IBV_QPT_UD,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+			 .max_recv_sge = 1 } };
+	CHECK(n, rdma_create_qp(id, NULL, &qa) == 0, "client QP");
+	struct rdma_conn_param cp = { .private_data = data,
+		.private_data_len = strlen(data) + 1 };
+	CHECK(n, rdma_connect(id, &cp) == 0, "connect");
+	return id;
+}
+
+static void check_ud(void)
+{
+	const char *n = "ud";
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *listen, *cli, *srv;
+	struct rdma_cm_event *e;
+	CHECK(n, ch, "channel");
+	CHECK(n, rdma_create_id(ch, &listen, NULL, RDMA_PS_UDP) == 0, "listen id");
+	struct sockaddr_in any = sin4("0.0.0.0", 7550);
+	CHECK(n, rdma_bind_addr(listen, (struct sockaddr *)&any) == 0, "bind");
+	CHECK(n, rdma_listen(listen, 4) == 0, "listen");
+	/* The port spaces' ports are apart, as the kernel's. */
+	struct rdma_cm_id *tcp, *udp2;
+	CHECK(n, rdma_create_id(ch, &tcp, NULL, RDMA_PS_TCP) == 0 &&
+	      rdma_create_id(ch, &udp2, NULL, RDMA_PS_UDP) == 0, "more ids");
+	CHECK(n, rdma_bind_addr(tcp, (struct sockaddr *)&any) == 0 && rdma_listen(tcp, 1) == 0,
+	      "TCP 7550 beside UDP 7550");
+	FAILS_WITH(n, rdma_bind_addr(udp2, (struct sockaddr *)&any), EADDRINUSE);
+	rdma_destroy_id(tcp);
+	rdma_destroy_id(udp2);
+
+	/* A UD QP on an id goes to RTS at once with the rdma_cm Q_Key, and
+	 * rdma_init_qp_attr says so. */
+	cli = ud_client(ch, 7550, "refuse me", n);
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+	CHECK(n, ibv_query_qp(cli->qp, &a, IBV_QP_STATE | IBV_QP_QKEY, &ia) == 0 &&
+	      a.qp_state == IBV_QPS_RTS && a.qkey == RDMA_UDP_QKEY, "UD QP in RTS, Q_Key");
+	int mask = 0;
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_INIT;
+	CHECK(n, rdma_init_qp_attr(cli, &a, &mask) == 0 && a.qkey == RDMA_UDP_QKEY &&
+	      mask == (IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY),
+	      "rdma_init_qp_attr on a UD id");
+	/* The SIDR request: the private data after the rdma_cm header, no
+	 * QP, Q_Key or address handle yet (as the kernel's). */
+	e = expect(ch, RDMA_CM_EVENT_CONNECT_REQUEST, n);
+	srv = e->id;
+	CHECK(n, e->listen_id == listen && srv->qp_type == IBV_QPT_UD &&
+	      e->param.ud.private_data_len == 180 &&
+	      strcmp(e->param.ud.private_data, "refuse me") == 0 &&
+	      e->param.ud.qp_num == 0 && e->param.ud.qkey == 0 &&
+	      e->param.ud.ah_attr.is_global == 0, "CONNECT_REQUEST param.ud");
+	char lots[200] = { 0 };
+	FAILS_WITH(n, rdma_reject(srv, lots, 137), EINVAL);
+	CHECK(n, rdma_reject(srv, "busy", 5) == 0, "reject");
+	rdma_ack_cm_event(e);
+	/* Rejected: UNREACHABLE with the SIDR status (2, IB_SIDR_REJECT). */
+	e = expect(ch, RDMA_CM_EVENT_UNREACHABLE, n);
+	CHECK(n, e->id == cli && e->status == 2 && e->param.ud.private_data &&
+	      strcmp(e->param.ud.private_data, "busy") == 0, "rejected: status 2");
+	rdma_ack_cm_event(e);
+	rdma_destroy_qp(cli);
+	rdma_destroy_id(cli);
+	rdma_destroy_id(srv);
+
+	/* Accepted: ESTABLISHED with the server's QP, Q_Key, an address
+	 * handle to reach it and the SIDR_REP's private data. */
+	cli = ud_client(ch, 7550, "hello", n);
+	e = expect(ch, RDMA_CM_EVENT_CONNECT_REQUEST, n);
+	srv = e->id;
+	struct ibv_qp_init_attr qa = { .qp_type = IBV_QPT_UD,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+			 .max_recv_sge = 1 } };
+	CHECK(n, rdma_create_qp(srv, NULL, &qa) == 0, "server QP");
+	static char in[40 + 64];
+	struct ibv_mr *mi = rdma_reg_msgs(srv, in, sizeof in);
+	CHECK(n, mi && rdma_post_recv(srv, NULL, in, sizeof in, mi) == 0, "post recv");
+	struct rdma_conn_param ap = { .private_data = lots, .private_data_len = 137 };
+	FAILS_WITH(n, rdma_accept(srv, &ap), EINVAL);
+	ap.private_data = "welcome";
+	ap.private_data_len = 8;
+	CHECK(n, rdma_accept(srv, &ap) == 0, "accept");
+	rdma_ack_cm_event(e);
+	e = expect(ch, RDMA_CM_EVENT_ESTABLISHED, n);
+	static const uint8_t mapped[16] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff,
+					    127, 0, 0, 1 };
+	CHECK(n, e->id == cli && e->status == 0 && e->param.ud.qp_num == srv->qp->qp_num &&
+	      e->param.ud.qkey == RDMA_UDP_QKEY && e->param.ud.private_data_len == 136 &&
+	      strcmp(e->param.ud.private_data, "welcome") == 0 &&
+	      e->param.ud.ah_attr.is_global == 1 && e->param.ud.ah_attr.port_num == 1 &&
+	      memcmp(e->param.ud.ah_attr.grh.dgid.raw, mapped, 16) == 0,
+	      "ESTABLISHED param.ud");
+	/* What the event gave reaches the server's QP. */
+	struct ibv_ah *ah = ibv_create_ah(cli->pd, &e->param.ud.ah_attr);
+	CHECK(n, ah, "ibv_create_ah from param.ud.ah_attr");
+	static char out[64] = "a datagram";
+	struct ibv_mr *mo = rdma_reg_msgs(cli, out, sizeof out);
+	CHECK(n, mo, "reg");
+	CHECK(n, rdma_post_ud_send(cli, NULL, out, sizeof out, mo, IBV_SEND_SIGNALED, ah,
+				   e->param.ud.qp_num) == 0, "UD send");
+	rdma_ack_cm_event(e);
+	struct ibv_wc wc;
+	CHECK(n, rdma_get_send_comp(cli, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "send comp");
+	CHECK(n, rdma_get_recv_comp(srv, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
+	      (wc.wc_flags & IBV_WC_GRH) && wc.src_qp == cli->qp->qp_num &&
+	      strcmp(in + 40, out) == 0, "the datagram, behind its GRH");
+	ibv_destroy_ah(ah);
+	rdma_dereg_mr(mo);
+	rdma_dereg_mr(mi);
+
+	/* Nobody listens on UDP 7551 (the engine is up): status 1,
+	 * IB_SIDR_UNSUPPORTED, after the library's no-listener window. */
+	struct rdma_cm_id *lone = ud_client(ch, 7551, "anyone?", n);
+	e = expect(ch, RDMA_CM_EVENT_UNREACHABLE, n);
+	CHECK(n, e->id == lone && e->status == 1, "no listener: status 1");
+	rdma_ack_cm_event(e);
+	rdma_destroy_qp(lone);
+	rdma_destroy_id(lone);
+	rdma_destroy_qp(cli);
+	rdma_destroy_qp(srv);
+	rdma_destroy_id(cli);
+	rdma_destroy_id(srv);
+	rdma_destroy_id(listen);
+	rdma_destroy_event_channel(ch);
+	printf("ok %s\n", n);
+}
+
+static void *ud_sync_server(void *arg)
+{
+	const char *n = "ud sync server";
+	struct rdma_cm_id *listen = arg, *id;
+	CHECK(n, rdma_get_request(listen, &id) == 0, "rdma_get_request");
+	CHECK(n, id->qp && id->qp->qp_type == IBV_QPT_UD && id->qp->state == IBV_QPS_RTS &&
+	      id->event && id->event->event == RDMA_CM_EVENT_CONNECT_REQUEST &&
+	      strcmp(id->event->param.ud.private_data, "sync ud") == 0,
+	      "a SIDR request with a UD QP in RTS");
+	static char in[40 + 64];
+	struct ibv_mr *mr = rdma_reg_msgs(id, in, sizeof in);
+	CHECK(n, mr && rdma_post_recv(id, NULL, in, sizeof in, mr) == 0, "recv");
+	CHECK(n, rdma_accept(id, NULL) == 0, "accept (nothing to wait for)");
+	struct ibv_wc wc;
+	CHECK(n, rdma_get_recv_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
+	      strcmp(in + 40, "sync datagram") == 0, "receive");
+	rdma_dereg_mr(mr);
+	rdma_destroy_ep(id);
+	return NULL;
+}
+
+/* rdma_create_ep on the UDP port space: synchronous resolve and accept. */
+static void check_ud_sync(void)
+{
+	const char *n = "udsync";
+	struct rdma_addrinfo hints, *passive, *res;
+	memset(&hints, 0, sizeof hints);
+	hints.ai_port_space = RDMA_PS_UDP;
+	hints.ai_qp_type = IBV_QPT_UD;
+	hints.ai_flags = RAI_PASSIVE;
+	CHECK(n, rdma_getaddrinfo(NULL, "7552", &hints, &passive) == 0, "passive info");
+	struct ibv_qp_init_attr qa = { .qp_type = IBV_QPT_UD, .cap = { .max_send_wr = 4,
+		.max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 }, .sq_sig_all = 1 };
+	struct rdma_cm_id *listen, *id;
+	CHECK(n, rdma_create_ep(&listen, passive, NULL, &qa) == 0, "passive endpoint");
+	CHECK(n, listen->ps == RDMA_PS_UDP && listen->qp_type == IBV_QPT_UD, "a UD id");
+	CHECK(n, rdma_listen(listen, 0) == 0, "listen");
+	pthread_t t;
+	pthread_create(&t, NULL, ud_sync_server, listen);
+	hints.ai_flags = RAI_NUMERICHOST;
+	CHECK(n, rdma_getaddrinfo("127.0.0.1", "7552", &hints, &res) == 0, "active info");
+	CHECK(n, rdma_create_ep(&id, res, NULL, &qa) == 0, "active endpoint");
+	struct rdma_conn_param cp = { .private_data = "sync ud", .private_data_len = 8 };
+	CHECK(n, rdma_connect(id, &cp) == 0, "connect (returns once resolved)");
+	CHECK(n, id->event && id->event->event == RDMA_CM_EVENT_ESTABLISHED &&
+	      id->event->param.ud.qkey == RDMA_UDP_QKEY, "the event kept on the id");
+	struct ibv_ah *ah = ibv_create_ah(id->pd, &id->event->param.ud.ah_attr);
+	CHECK(n, ah, "ibv_create_ah");
+	static char out[64] = "sync datagram";
+	struct ibv_mr *mr = rdma_reg_msgs(id, out, sizeof out);
+	CHECK(n, mr && rdma_post_ud_send(id, NULL, out, sizeof out, mr, 0, ah,
+					 id->event->param.ud.qp_num) == 0, "send");
+	struct ibv_wc wc;
+	CHECK(n, rdma_get_send_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "sent");
+	pthread_join(t, NULL);
+	ibv_destroy_ah(ah);
+	rdma_dereg_mr(mr);
+	rdma_destroy_ep(id);
+	rdma_destroy_ep(listen);
+	rdma_freeaddrinfo(res);
+	rdma_freeaddrinfo(passive);
+	printf("ok %s\n", n);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -837,6 +1048,10 @@ int main(int argc, char **argv)
 		check_ownqp();
 	else if (strcmp(argv[1], "drain") == 0)
 		check_drain();
+	else if (strcmp(argv[1], "ud") == 0)
+		check_ud();
+	else if (strcmp(argv[1], "udsync") == 0)
+		check_ud_sync();
 	else
 		return 2;
 	return 0;

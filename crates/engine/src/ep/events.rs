@@ -3,7 +3,7 @@
 
 use super::machine::{Endpoints, Outcome, State};
 use super::types::EpError;
-use ndverbs_proto::cm::{CmAgent, CmEvent, DisconnectHow, EndpointId};
+use ndverbs_proto::cm::{CmAgent, CmEvent, DisconnectHow, EndpointId, SidrInfo};
 use ndverbs_proto::time::Instant;
 
 /// The name of a CM event, for the logs.
@@ -22,6 +22,7 @@ fn cm_event_name(ev: &CmEvent) -> &'static str {
         CmEvent::StaleConnection { .. } => "stale connection",
         CmEvent::TimewaitExit { .. } => "time-wait exit",
         CmEvent::DeviceRemoved { .. } => "device removed",
+        CmEvent::SidrReply { .. } => "SIDR_REP received",
     }
 }
 
@@ -86,6 +87,30 @@ impl Endpoints {
         let Some(e) = self.eps.get_mut(&id) else {
             return;
         };
+        if let State::Resolving { .. } = e.state {
+            // A UD endpoint's SIDR exchange: over with its first answer.
+            let v = match ev {
+                CmEvent::SidrReply {
+                    status,
+                    qpn,
+                    qkey,
+                    private_data,
+                    ..
+                } => Ok(SidrInfo {
+                    status,
+                    qpn,
+                    qkey,
+                    private_data,
+                }),
+                CmEvent::ConnectTimeout { .. } => Err(EpError::Timeout),
+                CmEvent::Unreachable { .. } => Err(EpError::PortUnreachable),
+                CmEvent::DeviceRemoved { .. } => Err(EpError::DeviceRemoved),
+                _ => return,
+            };
+            e.state.close();
+            self.end_resolve(id, v);
+            return;
+        }
         match ev {
             CmEvent::RepReceived { peer, qp, .. } => {
                 e.state = match std::mem::replace(&mut e.state, State::Idle) {

@@ -6,7 +6,10 @@ use super::request::{Job, Request};
 use super::types::{AcceptArgs, ConnectArgs, ConnectInfo, EpError, EpInfo, QpIdent, RequestInfo};
 use crate::keys::KeyGen;
 use crate::resources::CmIdRes;
-use ndverbs_proto::cm::{CmAgent, CmError, CmState, ConnectRequest, EndpointId, QpSetup};
+use ndverbs_proto::cm::{
+    sidr_status, CmAgent, CmError, CmState, ConnectRequest, EndpointId, QpSetup, SidrAnswer,
+    SidrArgs, SidrInfo, SidrParams,
+};
 use ndverbs_proto::rc::ModifyError;
 use ndverbs_proto::time::Instant;
 use ndverbs_wire::cma;
@@ -77,6 +80,8 @@ pub enum Outcome {
     Request(Result<RequestInfo, EpError>),
     /// CompleteConnect, Accept, Disconnect, NotifyDisconnect.
     Done(Result<(), EpError>),
+    /// Resolve (SIDR, a UD endpoint).
+    Resolve(Result<SidrInfo, EpError>),
 }
 
 impl Outcome {
@@ -86,6 +91,7 @@ impl Outcome {
             Outcome::Connect(r) => r.as_ref().err(),
             Outcome::Request(r) => r.as_ref().err(),
             Outcome::Done(r) => r.as_ref().err(),
+            Outcome::Resolve(r) => r.as_ref().err(),
         }
     }
 }
@@ -143,6 +149,8 @@ pub(crate) enum State {
     Listening(Listener),
     /// Active: the REQ is out; the Connect waits for the REP.
     Connecting { cm: EndpointId },
+    /// UD: our SIDR_REQ is out; the Resolve waits for the SIDR_REP.
+    Resolving { cm: EndpointId },
     /// Active: the REP arrived; CompleteConnect (or Reject) comes next.
     RepReceived { cm: EndpointId, setup: QpSetup },
     /// Passive: a connection request was handed over; Accept or Reject.
@@ -175,6 +183,7 @@ impl State {
         match *self {
             State::Idle | State::Listening(_) => None,
             State::Connecting { cm }
+            | State::Resolving { cm }
             | State::RepReceived { cm, .. }
             | State::RequestReceived { cm, .. }
             | State::Accepting { cm, .. }
@@ -192,6 +201,7 @@ impl State {
             State::Idle => "idle",
             State::Listening(_) => "listening",
             State::Connecting { .. } => "connecting",
+            State::Resolving { .. } => "resolving",
             State::RepReceived { .. } => "rep_received",
             State::RequestReceived { .. } => "request_received",
             State::Accepting { .. } => "accepting",
@@ -274,6 +284,8 @@ pub(crate) struct Endpoint {
     pub(crate) requests: VecDeque<Request>,
     /// NotifyDisconnect calls waiting for the peer's DREQ.
     pub(crate) notify: Vec<Notify>,
+    /// The Resolve waiting for its SIDR_REP (UD endpoints).
+    pub(crate) resolve: Option<Notify>,
     /// What queries report (peer, private data, read limits).
     pub(crate) info: EpInfo,
     /// The CM state last reported in the logs.
@@ -291,6 +303,7 @@ impl Endpoint {
             state: State::Idle,
             requests: VecDeque::new(),
             notify: Vec::new(),
+            resolve: None,
             info: EpInfo::default(),
             cm_seen: None,
             local_port: 0,
@@ -439,6 +452,15 @@ impl Endpoints {
         for w in waiters {
             self.finish(&w.span, w.id, Outcome::Request(Err(err.clone())));
         }
+        self.end_resolve(ep, Err(err));
+    }
+
+    /// Completes endpoint `ep`'s parked Resolve (if any) with `v`.
+    pub(crate) fn end_resolve(&mut self, ep: u32, v: Result<SidrInfo, EpError>) {
+        let Some(r) = self.eps.get_mut(&ep).and_then(|e| e.resolve.take()) else {
+            return;
+        };
+        self.finish(&r.span, r.id, Outcome::Resolve(v));
     }
 
     /// Reports endpoint `ep`'s CM state if it changed since the last report.
@@ -488,7 +510,20 @@ impl Endpoints {
         port: u16,
         backlog: usize,
     ) -> Result<(), Refused> {
-        let sid = cma::service_id(cma::RDMA_PS_TCP, port);
+        self.listen_ps(cm, ep, cma::RDMA_PS_TCP, port, backlog)
+    }
+
+    /// Listens on `port` of rdma_cm port space `ps` (`RDMA_PS_TCP`: REQs;
+    /// `RDMA_PS_UDP`: SIDR_REQs, answered with [`Endpoints::accept_ud`]).
+    pub fn listen_ps(
+        &mut self,
+        cm: &mut CmAgent,
+        ep: u32,
+        ps: u16,
+        port: u16,
+        backlog: usize,
+    ) -> Result<(), Refused> {
+        let sid = cma::service_id(ps, port);
         if !matches!(self.ep(ep)?.state, State::Idle) {
             return Err(Refused::Busy("the endpoint is already in use"));
         }
@@ -579,6 +614,82 @@ impl Endpoints {
         Ok(self.submit(now, cm, ep, qp, span, Job::accept(args)))
     }
 
+    /// Resolve (UD): sends a SIDR_REQ for the rdma_cm UDP service `args`
+    /// names; completes with what the SIDR_REP said (any status), or
+    /// [`EpError::Timeout`] when the retries run out, or
+    /// [`EpError::PortUnreachable`]. Refused unless the endpoint is idle or
+    /// its last exchange is over.
+    pub fn resolve(
+        &mut self,
+        now: Instant,
+        cm: &mut CmAgent,
+        ep: u32,
+        args: SidrArgs,
+    ) -> Result<RequestId, Refused> {
+        let e = self.ep(ep)?;
+        if !matches!(e.state, State::Idle | State::Closed { .. })
+            || !e.requests.is_empty()
+            || e.resolve.is_some()
+        {
+            return Err(Refused::Busy("connection already active"));
+        }
+        let span = tracing::debug_span!("ep_resolve", ep);
+        let p = SidrParams {
+            service_id: cma::service_id(cma::RDMA_PS_UDP, args.remote_port),
+            remote_addr: args.remote,
+            local_port: args.local_port,
+            private_data: args.private_data,
+        };
+        let cm_id = span
+            .in_scope(|| cm.sidr_request(now, p))
+            .map_err(|e| Refused::InvalidArgument(cm_error_text(e)))?;
+        let id = self.request_id(ep);
+        span.in_scope(|| tracing::debug!("SIDR_REQ sent"));
+        if let Some(old) = self.ep(ep)?.state.cm() {
+            self.by_cm.remove(&old);
+        }
+        self.by_cm.insert(cm_id, ep);
+        let e = self.ep(ep)?;
+        e.state = State::Resolving { cm: cm_id };
+        e.local_port = args.local_port;
+        e.info.peer = Some(args.remote);
+        e.info.peer_port = args.remote_port;
+        e.resolve = Some(Notify { id, span });
+        self.note_cm_state(cm, ep);
+        Ok(id)
+    }
+
+    /// Accepts the SIDR request handed over to `ep`: one SIDR_REP naming
+    /// our UD QP `qpn` and its `qkey`. Done when it returns (nothing comes
+    /// back: the requester just starts sending).
+    pub fn accept_ud(
+        &mut self,
+        cm: &mut CmAgent,
+        ep: u32,
+        qpn: u32,
+        qkey: u32,
+        private_data: &[u8],
+    ) -> Result<(), Refused> {
+        let e = self.ep(ep)?;
+        let State::RequestReceived { cm: cm_id, .. } = e.state else {
+            return Err(Refused::InvalidArgument("no SIDR request to accept"));
+        };
+        let a = SidrAnswer {
+            status: sidr_status::SUCCESS,
+            qpn,
+            qkey,
+            private_data: private_data.to_vec(),
+        };
+        cm.sidr_reply(cm_id, a)
+            .map_err(|e| Refused::InvalidArgument(cm_error_text(e)))?;
+        tracing::debug!(ep, qpn, "SIDR_REP sent");
+        let e = self.ep(ep)?;
+        e.qpn = Some(qpn);
+        e.state.close();
+        self.note_cm_state(cm, ep);
+        Ok(())
+    }
+
     /// Disconnect. Taken only on an established connection: connected, the
     /// peer's DREQ arrived (we answer with the DREP), our DREQ is out (it
     /// queues behind the first Disconnect), or the peer's REJ ended it (only
@@ -667,7 +778,7 @@ impl Endpoints {
     /// (its CM endpoint destroyed, which rejects the peer).
     pub fn cancel(&mut self, now: Instant, cm: &mut CmAgent, ep: u32) -> Result<(), Refused> {
         let e = self.ep(ep)?;
-        let setting_up = e.requests.front().is_some_and(|r| r.job.sets_up());
+        let setting_up = e.requests.front().is_some_and(|r| r.job.sets_up()) || e.resolve.is_some();
         if setting_up {
             if let Some(cm_id) = e.state.cm() {
                 e.state = State::Idle;
@@ -748,7 +859,27 @@ impl Endpoints {
     ) -> Option<RequestInfo> {
         self.eps.get(&new_ep)?;
         let psn = self.keys.psn();
-        let qp = cm.request_qp_setup(req.endpoint, psn).ok()?;
+        let qp = if req.sidr {
+            // No connection, no QP attributes: only the peer's address.
+            QpSetup {
+                remote_addr: req.peer.addr,
+                dest_qpn: 0,
+                rq_psn: 0,
+                sq_psn: 0,
+                path_mtu: 0,
+                max_rd_atomic: 0,
+                max_dest_rd_atomic: 0,
+                retry_cnt: 0,
+                rnr_retry: 0,
+                min_rnr_timer: 0,
+                timeout: 0,
+                flow_label: 0,
+                hop_limit: 0,
+                traffic_class: 0,
+            }
+        } else {
+            cm.request_qp_setup(req.endpoint, psn).ok()?
+        };
         let e = self.eps.get_mut(&new_ep)?;
         let peer_port = req.cma.map_or(0, |h| h.src_port);
         let info = RequestInfo {

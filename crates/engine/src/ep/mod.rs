@@ -29,7 +29,17 @@
 //!
 //! NotifyDisconnect does not queue: it parks until a DREQ arrives (and never
 //! touches the QP), and GetConnectionRequest parks on a listening endpoint
-//! until a REQ arrives. The endpoint never holds a QP and the QP never holds
+//! until a REQ arrives.
+//!
+//! **UD endpoints (SIDR).** rdma_cm's UDP port space has no connection: a
+//! Resolve sends a SIDR_REQ for the service (`0x0111 << 16 | port`) and
+//! parks until the SIDR_REP (whatever its status: the caller decides what a
+//! refusal means), the last retransmission ([`EpError::Timeout`]) or ICMP
+//! ([`EpError::PortUnreachable`]); a listener of the UDP space
+//! ([`Endpoints::listen_ps`]) hands SIDR requests to GetConnectionRequest
+//! like REQs, and `accept_ud` answers one with our UD QP's number and Q_Key
+//! (Reject refuses it). Neither touches a QP: the application's UD QP is
+//! ready on its own. The endpoint never holds a QP and the QP never holds
 //! an endpoint: each QP phase names the QP by identity, and a QP that is
 //! gone is a status ([`EpError::NoQp`]), not a crash — also when a newer QP
 //! took its number, which no phase ever touches. Device removal completes
@@ -92,8 +102,9 @@
 //! | Idle | creation; Cancel of a Connect/Accept | Listen, Connect's REQ, a handed-over request |
 //! | Listening | Listen | (destroy) |
 //! | Connecting | Connect's REQ | REP → RepReceived; REJ, timeout → Closed |
+//! | Resolving | Resolve's SIDR_REQ | SIDR_REP, timeout, ICMP → Closed |
 //! | RepReceived | the REP | CompleteConnect → Connected; Reject, REJ → Closed |
-//! | RequestReceived | GetConnectionRequest | Accept's REP → Accepting; Reject → Closed |
+//! | RequestReceived | GetConnectionRequest | Accept's REP → Accepting; a SIDR request's SIDR_REP (`accept_ud`), Reject → Closed |
 //! | Accepting | Accept's REP | RTU → Connected; DREQ → PeerDisconnected; REJ, timeout → Closed |
 //! | Connected | RTU sent or received | DREQ → PeerDisconnected; our DREQ → Disconnecting; REJ → Broken |
 //! | Broken | the peer's REJ on an established connection | Disconnect (flush only) → Closed |
@@ -103,7 +114,7 @@
 //!
 //! **Tracing.** Each request is a `debug` span (`ep_connect`,
 //! `ep_complete_connect`, `ep_accept`, `ep_disconnect`,
-//! `ep_notify_disconnect`, `ep_get_request`) with the endpoint id `ep` and,
+//! `ep_notify_disconnect`, `ep_get_request`, `ep_resolve`) with the endpoint id `ep` and,
 //! for the four that name one, the QP number `qp`, open from the call until
 //! the request completes (inside the NIC's `nic` span, field `local`);
 //! its phases are child spans `cm_phase` and `qp_phase`, in the order they
@@ -124,5 +135,6 @@ pub use machine::{Action, Endpoints, Outcome, QpError, QpOp, Refused, RequestId}
 pub(crate) use table::EpTable;
 pub use types::{
     AcceptArgs, ConnectArgs, ConnectInfo, EpError, EpInfo, EpPending, QpIdent, RequestInfo,
+    SidrArgs, SidrInfo,
 };
 pub(crate) use waiters::Later;

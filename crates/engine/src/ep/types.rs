@@ -2,7 +2,9 @@
 //! request reports back, and how it ends badly.
 
 use crate::pending::Pending;
-pub use ndverbs_proto::cm::{AcceptArgs, CmError, ConnectArgs, ConnectInfo, EpInfo, RequestInfo};
+pub use ndverbs_proto::cm::{
+    AcceptArgs, CmError, ConnectArgs, ConnectInfo, EpInfo, RequestInfo, SidrArgs, SidrInfo,
+};
 use ndverbs_proto::rc::ModifyError;
 
 /// How an endpoint request ended badly.

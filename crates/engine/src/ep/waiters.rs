@@ -4,7 +4,7 @@
 //! [`EpPending`] results, delivered at the end of the step.
 
 use super::machine::{Outcome, RequestId};
-use super::types::{ConnectInfo, EpError, EpPending, RequestInfo};
+use super::types::{ConnectInfo, EpError, EpPending, RequestInfo, SidrInfo};
 use crate::pending::{pending, Completion};
 use std::collections::HashMap;
 
@@ -18,6 +18,7 @@ enum Waiter {
     Connect(Done<ConnectInfo>),
     Request(Done<RequestInfo>),
     Done(Done<()>),
+    Resolve(Done<SidrInfo>),
 }
 
 /// A handle dropped without an outcome (a request the machine lost) reads
@@ -54,6 +55,12 @@ impl Waiters {
     }
 
     /// Queues request `id`'s completion with `outcome` on `later`.
+    pub(crate) fn resolve(&mut self, id: RequestId) -> EpPending<SidrInfo> {
+        let (p, done) = pending(lost);
+        self.0.insert(id, Waiter::Resolve(done));
+        p
+    }
+
     pub(crate) fn complete(&mut self, id: RequestId, outcome: Outcome, later: &mut Later) {
         let Some(w) = self.0.remove(&id) else {
             return;
@@ -66,6 +73,9 @@ impl Waiters {
                 later.push(Box::new(move || d.complete(v)))
             }
             (Waiter::Done(d), Outcome::Done(v)) => later.push(Box::new(move || d.complete(v))),
+            (Waiter::Resolve(d), Outcome::Resolve(v)) => {
+                later.push(Box::new(move || d.complete(v)))
+            }
             // A kind mismatch is a machine bug: the handle drops and reads
             // as lost rather than hanging.
             (w, _) => later.push(Box::new(move || drop(w))),

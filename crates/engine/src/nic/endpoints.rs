@@ -192,14 +192,30 @@ impl Nic {
     /// makes this `EADDRINUSE` (as [`EngineError::Io`]), as the kernel's
     /// rdma_cm does.
     pub fn ep_listen(&self, ep: u32, port: u16, backlog: usize) -> Result<(), EngineError> {
-        let sid = ndverbs_wire::cma::service_id(ndverbs_wire::cma::RDMA_PS_TCP, port);
+        self.ep_listen_ps(ep, ndverbs_wire::cma::RDMA_PS_TCP, port, backlog)
+    }
+
+    /// Listens on `port` of rdma_cm port space `ps`: `RDMA_PS_TCP` as
+    /// [`Nic::ep_listen`], or `RDMA_PS_UDP` (service ID `0x0111 << 16 |
+    /// port`), whose SIDR_REQs are handed over by [`Nic::ep_get_request`]
+    /// and answered with [`Nic::ep_accept_ud`] or [`Nic::ep_reject`]. On a
+    /// shared port the service ID is registered host-wide, so each SIDR_REQ
+    /// is steered to this process.
+    pub fn ep_listen_ps(
+        &self,
+        ep: u32,
+        ps: u16,
+        port: u16,
+        backlog: usize,
+    ) -> Result<(), EngineError> {
+        let sid = ndverbs_wire::cma::service_id(ps, port);
         let share = self.shared_port();
         let added = match &share {
             Some(s) => s.listen(sid)?,
             None => false,
         };
         let r = self.with_eps(|c, _| {
-            c.eps.machine.listen(&mut c.cm, ep, port, backlog)?;
+            c.eps.machine.listen_ps(&mut c.cm, ep, ps, port, backlog)?;
             if let Some(s) = &mut c.share {
                 s.listeners.insert(ep, sid);
             }
@@ -331,6 +347,61 @@ impl Nic {
                 .machine
                 .connect(now, &mut c.cm, ep, qp, args, exists)?;
             Ok(c.eps.waiters.connect(id))
+        })
+    }
+
+    /// Resolves the rdma_cm UDP service `args` names from UD endpoint `ep`
+    /// (SIDR): completes with the SIDR_REP's status, QPN, Q_Key and private
+    /// data, or fails [`crate::ep::EpError::Timeout`] after the last
+    /// retransmission, [`crate::ep::EpError::PortUnreachable`] on ICMP.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use ndverbs_engine::config::Progress;
+    /// use ndverbs_engine::ep::SidrArgs;
+    /// use ndverbs_engine::nic::Nic;
+    /// use ndverbs_wire::cma::RDMA_PS_UDP;
+    /// let a = Nic::open("127.93.16.1".parse().unwrap(), Progress::Thread)?;
+    /// let b = Nic::open("127.93.16.2".parse().unwrap(), Progress::Thread)?;
+    /// let (listener, eb, ea) = (b.create_ep()?, b.create_ep()?, a.create_ep()?);
+    /// b.ep_listen_ps(listener, RDMA_PS_UDP, 7000, 4)?;
+    /// let request = b.ep_get_request(listener, eb)?;
+    /// let args = SidrArgs { remote: b.local(), remote_port: 7000, local_port: 40000,
+    ///     private_data: b"hi".to_vec() };
+    /// let rep = a.ep_resolve(ea, args)?;
+    /// let req = request.wait()?;
+    /// assert!(req.private_data.starts_with(b"hi"));
+    /// b.ep_accept_ud(eb, 0x99, 0x0123_4567, b"there")?;
+    /// let info = rep.wait()?;
+    /// assert_eq!((info.status, info.qpn, info.qkey), (0, 0x99, 0x0123_4567));
+    /// assert!(info.private_data.starts_with(b"there"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn ep_resolve(
+        &self,
+        ep: u32,
+        args: crate::ep::SidrArgs,
+    ) -> Result<EpPending<crate::ep::SidrInfo>, EngineError> {
+        self.with_eps(|c, now| {
+            let id = c.eps.machine.resolve(now, &mut c.cm, ep, args)?;
+            Ok(c.eps.waiters.resolve(id))
+        })
+    }
+
+    /// Accepts the SIDR request handed over to `ep`: a SIDR_REP naming UD
+    /// QP `qpn` and its `qkey` (the QP is the application's to set up).
+    pub fn ep_accept_ud(
+        &self,
+        ep: u32,
+        qpn: u32,
+        qkey: u32,
+        private_data: &[u8],
+    ) -> Result<(), EngineError> {
+        self.with_eps(|c, _| {
+            c.eps
+                .machine
+                .accept_ud(&mut c.cm, ep, qpn, qkey, private_data)
         })
     }
 

@@ -28,8 +28,9 @@
 //! rxe's may, from a shared receive queue that RC and UD QPs alike draw
 //! on (the SRQ's credits and limit event are the step's, as for RC).
 //!
-//! **Limits.** A UD QP belongs to no connection endpoint (the CM's SIDR is
-//! not built).
+//! **Endpoints.** A UD QP belongs to no connection: rdma_cm's UDP port
+//! space finds a peer's QPN and Q_Key with SIDR (`endpoints.rs`,
+//! `ndverbs_proto::cm::sidr`) and leaves the QP as it is.
 
 use super::control::{check_recv_sizes, check_send_sizes};
 use super::core::{Core, Shared};

@@ -60,6 +60,9 @@ pub struct CmAgent {
     pub(crate) remote_ids: HashMap<(u32, u64), EndpointId>,
     /// (remote QPN, remote CA GUID) → endpoint: stale connection detection.
     pub(crate) remote_qpns: HashMap<(u32, u64), EndpointId>,
+    /// (source address, request ID) → SIDR request waiting for the
+    /// application: duplicate SIDR_REQ detection (`sidr.rs`).
+    pub(crate) remote_sidr: HashMap<(IpAddr, u32), EndpointId>,
     pub(crate) timers: super::timers::Timers,
     pub(crate) out: Outbox,
     comm_ids: CommIdAllocator,
@@ -78,6 +81,7 @@ impl CmAgent {
             listeners: HashMap::new(),
             remote_ids: HashMap::new(),
             remote_qpns: HashMap::new(),
+            remote_sidr: HashMap::new(),
             timers: Default::default(),
             out: Outbox::default(),
             next_id: 1,
@@ -102,7 +106,7 @@ impl CmAgent {
         self.removed
     }
 
-    fn live(&self, id: EndpointId) -> Result<&Endpoint, CmError> {
+    pub(crate) fn live(&self, id: EndpointId) -> Result<&Endpoint, CmError> {
         if self.removed {
             return Err(CmError::DeviceRemoved);
         }
@@ -392,6 +396,18 @@ impl CmAgent {
         private_data: &[u8],
     ) -> Result<(), CmError> {
         let ep = self.live(id)?;
+        if ep.state == CmState::SidrReqRcvd {
+            // rdma_reject on a UD id: SIDR_REP with IB_SIDR_REJECT.
+            return self.sidr_reply(
+                id,
+                super::sidr::SidrAnswer {
+                    status: super::sidr::sidr_status::REJECT,
+                    qpn: 0,
+                    qkey: 0,
+                    private_data: private_data.to_vec(),
+                },
+            );
+        }
         match ep.state {
             CmState::ReqRcvd
             | CmState::MraReqSent
@@ -501,7 +517,18 @@ impl CmAgent {
             }
             CmState::DreqSent => self.enter_timewait(now, id),
             CmState::DreqRcvd => self.send_drep_and_wait(now, id),
-            CmState::Timewait | CmState::Idle => {}
+            // cm_destroy_id: a SIDR request left unanswered is refused; our
+            // own SIDR_REQ just stops.
+            CmState::SidrReqRcvd => self.send_sidr_rep(
+                id,
+                &super::sidr::SidrAnswer {
+                    status: super::sidr::sidr_status::REJECT,
+                    qpn: 0,
+                    qkey: 0,
+                    private_data: Vec::new(),
+                },
+            ),
+            CmState::SidrReqSent | CmState::Timewait | CmState::Idle => {}
         }
         let Some(ep) = self.endpoints.get_mut(&id) else {
             return Ok(());
@@ -533,6 +560,7 @@ impl CmAgent {
         self.listeners.clear();
         self.remote_ids.clear();
         self.remote_qpns.clear();
+        self.remote_sidr.clear();
         self.timers.clear();
         self.out.tx.clear();
     }
@@ -571,6 +599,11 @@ impl CmAgent {
             }
             ep.retransmit = None;
             match ep.state {
+                CmState::SidrReqSent => {
+                    // Linux IB_CM_SIDR_REQ_ERROR: back to IDLE.
+                    self.reset_to_idle(id);
+                    self.out.event(CmEvent::ConnectTimeout { endpoint: id });
+                }
                 CmState::ReqSent | CmState::MraReqRcvd => {
                     // Linux IB_CM_REQ_ERROR: back to IDLE, no REJ.
                     self.reset_to_idle(id);
@@ -627,7 +660,10 @@ impl CmAgent {
             .filter(|ep| {
                 !ep.destroyed
                     && ep.remote_addr == peer
-                    && matches!(ep.state, CmState::ReqSent | CmState::MraReqRcvd)
+                    && matches!(
+                        ep.state,
+                        CmState::ReqSent | CmState::MraReqRcvd | CmState::SidrReqSent
+                    )
             })
             .map(|ep| ep.id)
             .collect();
@@ -726,6 +762,7 @@ impl CmAgent {
     /// Forgets an endpoint entirely.
     pub(crate) fn free(&mut self, id: EndpointId) {
         self.cancel(id);
+        self.forget_sidr(id);
         self.remove_tables(id);
         if let Some(ep) = self.endpoints.remove(&id) {
             if self.by_comm_id.get(&ep.local_comm_id) == Some(&id) {

@@ -10,8 +10,9 @@
 //! | `connect` | [`RepReceived`](CmEvent::RepReceived), [`Rejected`](CmEvent::Rejected), [`ConnectTimeout`](CmEvent::ConnectTimeout), [`Unreachable`](CmEvent::Unreachable), [`DeviceRemoved`](CmEvent::DeviceRemoved) |
 //! | `accept` | [`Established`](CmEvent::Established), [`Rejected`](CmEvent::Rejected), [`AcceptTimeout`](CmEvent::AcceptTimeout), [`DeviceRemoved`](CmEvent::DeviceRemoved) |
 //! | `disconnect` | [`DisconnectDone`](CmEvent::DisconnectDone), [`DeviceRemoved`](CmEvent::DeviceRemoved) |
+//! | `sidr_request` | [`SidrReply`](CmEvent::SidrReply), [`ConnectTimeout`](CmEvent::ConnectTimeout), [`Unreachable`](CmEvent::Unreachable), [`DeviceRemoved`](CmEvent::DeviceRemoved) |
 //!
-//! `complete_connect`, `reject`, `notify_established` and `destroy` finish
+//! `complete_connect`, `sidr_reply`, `reject`, `notify_established` and `destroy` finish
 //! when they return. The other events are notifications: a new connection
 //! request, the peer's DREQ (ND's NotifyDisconnect), an MRA, a stale
 //! connection, the end of time-wait (the QPN may be reused).
@@ -68,6 +69,10 @@ pub struct ConnectRequest {
     pub cma: Option<CmaHeader>,
     /// The peer's parameters and private data (after the rdma_cm header).
     pub peer: PeerParams,
+    /// A SIDR_REQ (UD service ID resolution), not a REQ: answer it with
+    /// [`sidr_reply`](super::CmAgent::sidr_reply) or `reject`; only the
+    /// peer's address, request ID (`comm_id`) and private data are set.
+    pub sidr: bool,
 }
 
 /// How the CM phase of a disconnect ended.
@@ -329,6 +334,21 @@ pub enum CmEvent {
         /// The QPN the connection used.
         local_qpn: u32,
     },
+    /// SIDR: the SIDR_REP to our SIDR_REQ arrived (the endpoint is back in
+    /// IDLE). `status` 0 means `qpn` and `qkey` name the service's UD QP;
+    /// anything else is a refusal (see [`sidr_status`](super::sidr_status)).
+    SidrReply {
+        /// The endpoint.
+        endpoint: EndpointId,
+        /// The SIDR_REP's status.
+        status: u8,
+        /// The service's UD QP.
+        qpn: u32,
+        /// Its Q_Key.
+        qkey: u32,
+        /// The SIDR_REP's private data (136 bytes).
+        private_data: Vec<u8>,
+    },
     /// The device went away: the endpoint's last event; every pending
     /// request fails with `ND_DEVICE_REMOVED`.
     DeviceRemoved {
@@ -353,6 +373,7 @@ impl CmEvent {
             | CmEvent::DisconnectDone { endpoint, .. }
             | CmEvent::StaleConnection { endpoint }
             | CmEvent::TimewaitExit { endpoint, .. }
+            | CmEvent::SidrReply { endpoint, .. }
             | CmEvent::DeviceRemoved { endpoint } => *endpoint,
         }
     }

@@ -43,6 +43,7 @@
 //! | `ids.rs` | [`EndpointId`], unpredictable comm IDs, Linux's TID layout |
 //! | `params.rs` | connect/accept parameters, the peer's, the QP attributes they imply |
 //! | `event.rs` | [`CmEvent`] (and which are terminal), [`CmError`] |
+//! | `sidr.rs` | service ID resolution for UD (SIDR_REQ/SIDR_REP): rdma_cm's `RDMA_PS_UDP` |
 //! | `rdma_cm.rs` | service IDs, the 36-byte rdma_cm header, the flow label |
 //! | `timers.rs`, `outbox.rs`, `endpoint.rs`, `counters.rs` | bookkeeping |
 //!
@@ -101,7 +102,7 @@
 //! * passive checks: REJ 12 if the REQ's remote GID is not ours, REJ 9 for a
 //!   transport other than RC, REJ 26 for an invalid MTU; the rdma_cm header
 //!   checks accept loopback sources (ndverbs' own tests use 127.0.0.x);
-//! * not implemented: SIDR, LAP/APR (Linux refuses them on RoCE too),
+//! * not implemented: LAP/APR (Linux refuses them on RoCE too),
 //!   alternate paths, the late-2024 MAD layer's exponential backoff.
 //!
 //! ## Example: two agents back to back
@@ -168,6 +169,7 @@ mod params;
 mod rdma_cm;
 mod recv;
 mod requests;
+mod sidr;
 mod state;
 mod timers;
 
@@ -180,4 +182,5 @@ pub use outbox::Transmit;
 pub use params::{AcceptParams, ConnectParams, PeerParams, QpSetup};
 pub use rdma_cm::{flow_label, max_req_private_data, uses_cma_header};
 pub use requests::{AcceptArgs, ConnectArgs, ConnectInfo, EpInfo, RequestInfo};
+pub use sidr::{max_sidr_private_data, sidr_status, SidrAnswer, SidrArgs, SidrInfo, SidrParams};
 pub use state::CmState;

@@ -105,7 +105,9 @@ impl CmAgent {
             CmMessage::Rej(r) => self.on_rej(now, src, &r),
             CmMessage::Dreq(r) => self.on_dreq(now, src, tid, &r),
             CmMessage::Drep(r) => self.on_drep(now, src, &r),
-            // SIDR, and messages the wire crate may learn later.
+            CmMessage::SidrReq(r) => self.on_sidr_req(src, tid, &r),
+            CmMessage::SidrRep(r) => self.on_sidr_rep(src, &r),
+            // LAP/APR, and messages the wire crate may learn later.
             _ => self.out.counters.rx_unsupported += 1,
         }
     }
@@ -119,7 +121,7 @@ impl CmAgent {
 
     /// Whether a message naming endpoint `id` came from its peer's address
     /// (counted as `rx_wrong_source` when not).
-    fn sent_by_peer(&mut self, id: EndpointId, src: IpAddr) -> bool {
+    pub(crate) fn sent_by_peer(&mut self, id: EndpointId, src: IpAddr) -> bool {
         let ok = self
             .endpoints
             .get(&id)
@@ -256,6 +258,7 @@ impl CmAgent {
                 service_id: req.service_id,
                 cma: header,
                 peer,
+                sidr: false,
             })));
     }
 

@@ -80,6 +80,10 @@ pub enum CmState {
     DreqRcvd,
     /// Disconnected; the QPN and comm ID are not reused until it ends.
     Timewait,
+    /// SIDR: our SIDR_REQ is out, waiting for the SIDR_REP.
+    SidrReqSent,
+    /// SIDR: a SIDR_REQ arrived; the application answers it.
+    SidrReqRcvd,
 }
 
 impl CmState {
@@ -100,6 +104,8 @@ impl CmState {
             CmState::DreqSent => "DREQ_SENT",
             CmState::DreqRcvd => "DREQ_RCVD",
             CmState::Timewait => "TIMEWAIT",
+            CmState::SidrReqSent => "SIDR_REQ_SENT",
+            CmState::SidrReqRcvd => "SIDR_REQ_RCVD",
         }
     }
 }

@@ -11,4 +11,5 @@ mod hostile;
 mod lifecycle;
 #[path = "../common/rng.rs"]
 mod rng;
+mod sidr;
 mod sim;

@@ -139,6 +139,8 @@ impl Sim {
                 CmEvent::MraReceived { .. }
                 | CmEvent::StaleConnection { .. }
                 | CmEvent::TimewaitExit { .. } => {}
+                // This simulation sends no SIDR_REQ.
+                CmEvent::SidrReply { .. } => panic!("unexpected {e:?}"),
             }
         }
     }

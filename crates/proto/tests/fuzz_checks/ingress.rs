@@ -22,7 +22,7 @@
 //! each WR completes at most once; the local-only and foreign-PD regions are
 //! byte-identical to their initial contents; the source region is unchanged.
 
-use ndverbs_proto::cm::{AcceptParams, CmAgent, CmConfig, CmEvent, ConnectParams};
+use ndverbs_proto::cm::{AcceptParams, CmAgent, CmConfig, CmEvent, ConnectParams, SidrParams};
 use ndverbs_proto::mem::testing::{MrKeys, VecMemory};
 use ndverbs_proto::mem::Access;
 use ndverbs_proto::rc::{
@@ -184,6 +184,12 @@ fn cm() -> Cm {
     pump(now, &mut a, &mut b);
     // A second service listening, for REQs the fuzzer forms.
     b.listen(cma::service_id(cma::RDMA_PS_TCP, 7175)).unwrap();
+    // A UDP service and a SIDR request of A's waiting on it (B's
+    // application never answers), for the SIDR messages the fuzzer forms.
+    let udp = cma::service_id(cma::RDMA_PS_UDP, 7175);
+    b.listen(udp).unwrap();
+    a.sidr_request(now, SidrParams::new(udp, b_ip)).unwrap();
+    pump(now, &mut a, &mut b);
     Cm { a, b, a_ip }
 }
 

@@ -1,5 +1,5 @@
 //! Service ID resolution (SIDR_REQ, SIDR_REP): which UD QP serves a service ID.
-//! Parsed and written for completeness; ndverbs' CM does not use them.
+//! ndverbs' CM (`ndverbs_proto::cm`) uses them for rdma_cm's UDP port space.
 
 use super::fields::array;
 use super::pdata;
@@ -12,7 +12,7 @@ use crate::be::{put_u16, put_u24, put_u32, put_u64, u16_at, u24_at, u32_at, u64_
 /// ```
 /// use ndverbs_wire::cm::{attr, private_data, CmMessage, SidrReq};
 /// use ndverbs_wire::mad::Mad;
-/// // Which UD QP serves this service ID? (parsed, not used by ndverbs' CM)
+/// // Which UD QP serves this service ID?
 /// let m = SidrReq { request_id: 9, pkey: 0xffff, service_id: 0x0111_1234, private_data: [0; 216] };
 /// // Into a 256-byte MAD and back.
 /// let mad = CmMessage::SidrReq(m).to_mad(0x2_0000_0001);

@@ -9,6 +9,7 @@
 mod connect;
 mod disconnect;
 mod lifecycle;
+mod sidr;
 
 use super::machine::{Action, Endpoints, Outcome, QpError, QpOp, Refused, RequestId, State};
 use super::types::{AcceptArgs, ConnectArgs, ConnectInfo, EpError, QpIdent, RequestInfo};

@@ -19,12 +19,17 @@ namespaces and prints what it measured next to the issue's target
       4 peers (processes with their own addresses): Jain >= 0.90
   c5  beside one iperf3 CUBIC flow: each >= 0.5 x its share, both >= 880 Mb/s
   c7  R marks CE on 0.5 % of RoCE packets (nftables): CNPs sent, cuts taken
+  c8  toward Linux rxe (the interop guest, scripts/interop.sh up): write_bw 64 KiB
+      from ndverbs in the guest's namespace through the same tbf on its tap;
+      c1-c3 measured and reported
   c9  read_bw 1 MiB, the data A->B through the bottleneck: >= 850 Mb/s, c2/c3 DEEP
 
 c1-c3 are one run (`c1` runs them). Every run is done with the controller
 off (today's default) and on (NDV_CC=swift) unless --cc says otherwise.
-c6 (loopback cost) is `ndv bench --only p1,p2` with and without NDV_CC=swift;
-c8 needs the interop guest (scripts/interop.sh).
+c6 (loopback cost) is `ndv bench --only p1,p2` with and without NDV_CC=swift.
+c8 runs only when asked (--only c8) and the interop guest is up; the guest
+is emulated, so its rxe, not the tbf, may be what limits the rate: the
+report says which (the tbf's drops and backlog).
 
   scripts/ccbed.py                          # everything, 12-s runs (3 s warm-up, 6 s measured)
   scripts/ccbed.py --only c1,c5 --cc swift --profiles shallow --secs 20
@@ -473,6 +478,91 @@ def c5(a, bed, rep, profile, cc):
             ">= 237, >= 250, >= 880", ok)
 
 
+GUEST_SH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "interop",
+                        "guest.sh")
+GUEST_NS, GUEST_TAP, GUEST_IP = "ndv-interop", "ndvtap0", "10.77.0.2"
+
+
+def guest(*cmd, check=True):
+    """`interop/guest.sh CMD...`: its stdout."""
+    return sh(GUEST_SH, *cmd, check=check).stdout
+
+
+def guest_tbf(profile):
+    """A fresh tbf on the tap's egress, toward the guest."""
+    sh("tc", "-n", GUEST_NS, "qdisc", "del", "dev", GUEST_TAP, "root", check=False)
+    sh("tc", "-n", GUEST_NS, "qdisc", "add", "dev", GUEST_TAP, "root", "tbf", *TBF[profile])
+
+
+def guest_tbf_counts():
+    out = sh("tc", "-n", GUEST_NS, "-s", "qdisc", "show", "dev", GUEST_TAP).stdout
+    m = re.search(r"Sent \d+ bytes (\d+) pkt \(dropped (\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def guest_ping():
+    return subprocess.Popen(["ip", "netns", "exec", GUEST_NS, "ping", "-D", "-n", "-i", "0.01",
+                             GUEST_IP], stdout=subprocess.PIPE, text=True)
+
+
+def c8(a, rep, profile, cc, idle):
+    """C1-C3 toward Linux rxe: perftest's ib_write_bw serves in the guest,
+    ndv perf write_bw sends from the guest's namespace through a tbf on the
+    tap (the same DEEP or SHALLOW profile)."""
+    guest_tbf(profile)
+    port = 18960
+    secs = a.secs
+    job = guest("bg", f"timeout {secs + 60} ib_write_bw -d rxe0 -x 1 -s 65536 -D {secs} "
+                      f"-p {port} --report_gbits").strip()
+    t0 = time.time()
+    while f":{port} " not in guest("run", "ss -ltnH", check=False):
+        if time.time() - t0 > 60:
+            raise RuntimeError("ib_write_bw in the guest did not listen")
+        time.sleep(0.2)
+    statdir = tempfile.mkdtemp(prefix="ccbed-stat-")
+    env = dict(os.environ, NDV_STAT_DIR=statdir, NDV_CC=cc.cc)
+    ping = guest_ping()
+    t0 = time.time()
+    cmd = ["ip", "netns", "exec", GUEST_NS, cc.ndv, "perf", "write_bw", "-s", "65536", "-x", "0",
+           "-D", str(secs), "-p", str(port), "--report_gbits", GUEST_IP]
+    client = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    ctr = {}
+    while client.poll() is None:
+        for f in glob.glob(os.path.join(statdir, "*.json")):
+            try:
+                with open(f) as fh:
+                    ctr = json.load(fh).get("counters", ctr)
+            except (OSError, ValueError):
+                pass
+        time.sleep(0.25)
+    out, err = client.communicate()
+    ping.send_signal(signal.SIGINT)
+    pout, _ = ping.communicate()
+    theirs = guest("wait", job, check=False)
+    shutil.rmtree(statdir, ignore_errors=True)
+    if client.returncode != 0:
+        raise RuntimeError(f"ndv perf toward rxe failed: {err.strip()[-500:]}\n{theirs}")
+    samples = [(float(m.group(1)), float(m.group(2))) for m in
+               (re.match(r"\[(\d+\.\d+)\].* time=([\d.]+) ms", l) for l in pout.splitlines())
+               if m]
+    row = next((l.split() for l in out.splitlines() if l.startswith(" ") and l[1:2].isdigit()),
+               None)
+    mbps = float(row[3]) * 1000 if row else float("nan")
+    sent, dropped = guest_tbf_counts()
+    p50, p99 = queueing(samples, t0, secs, idle)
+    drop = 100.0 * dropped / max(1, sent + dropped)
+    first, resent = ctr.get("req_psns_first", 0), ctr.get("req_psns_resent", 0)
+    retx = 100.0 * resent / max(1, first)
+    rep.add("C8", profile, cc, "write_bw -s 65536 toward rxe: goodput", f"{mbps:.0f} Mb/s",
+            "(reported)", None)
+    rep.add("C8", profile, cc, "queueing p50 / p99", f"{p50:.2f} / {p99:.2f} ms", "(reported)",
+            None)
+    rep.add("C8", profile, cc, "tbf drops; resent/first PSNs",
+            f"{drop:.2f} % ({dropped}/{sent + dropped}); {retx:.2f} % ({resent}/{first})",
+            "(reported)", None)
+
+
 def ci(a, bed):
     """The suite's form (scripts/test.sh): with the controller on, what
     holds with wide margins on a loaded 2-core machine, and failed before
@@ -540,7 +630,7 @@ def main():
                          "in each criterion (before/after comparisons on a shared machine)")
     ap.add_argument("--only", default="tcp,c1,c4,c5,c7,c9",
                     help="tcp (iperf3 alone, the bed's baseline), c1 (with c2, c3), c4, c5, "
-                         "c7, c9")
+                         "c7, c9; c8 (toward rxe in the interop guest) only when named")
     ap.add_argument("--profiles", default="deep,shallow")
     ap.add_argument("--cc", default="off,swift", help="NDV_CC values to run with")
     ap.add_argument("--secs", type=int, default=12, help="seconds per ndv perf run")
@@ -575,6 +665,19 @@ def main():
             bed.close()
         return 1 if fails else 0
     rep = Report()
+    if "c8" in only:
+        if sh(GUEST_SH, "status", check=False).returncode != 0:
+            print("SKIPPED: c8 needs the interop guest (scripts/interop.sh up)")
+            only.discard("c8")
+        else:
+            p = guest_ping()
+            time.sleep(2)
+            p.send_signal(signal.SIGINT)
+            out, _ = p.communicate()
+            rtts = [float(m.group(1)) for m in
+                    (re.search(r"time=([\d.]+) ms", l) for l in out.splitlines()) if m]
+            guest_idle = statistics.median(rtts) if rtts else 0.0
+            print(f"c8: idle RTT to the guest median {guest_idle:.3f} ms")
     try:
         idle = idle_rtt(bed)
         print(f"load average {os.getloadavg()[0]:.1f}; idle RTT A->B median {idle:.3f} ms; runs of {a.secs} s "
@@ -598,8 +701,12 @@ def main():
                 if "c9" in only:
                     c1(a, bed, rep, profile, cc, idle, test="read_bw", size="1048576",
                        crit="C9")
+                if "c8" in only:
+                    c8(a, rep, profile, cc, guest_idle)
     finally:
         bed.close()
+        if "c8" in only:
+            sh("tc", "-n", GUEST_NS, "qdisc", "del", "dev", GUEST_TAP, "root", check=False)
     if rep.failed:
         print(f"\nmissed: {len(rep.failed)}: " + "; ".join(rep.failed))
     return 1 if (a.check and rep.failed) else 0

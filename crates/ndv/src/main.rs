@@ -16,6 +16,7 @@ mod bench;
 mod cm;
 mod decode;
 mod demo;
+mod devfiles;
 mod device;
 mod devinfo;
 mod net;

@@ -161,8 +161,11 @@ int main(int argc, char **argv)
 		      qa.qp_state == IBV_QPS_RTS && qi.qp_type == IBV_QPT_UD,
 	      "ibv_query_qp: qkey %#x state %d type %d", qa.qkey, qa.qp_state, qi.qp_type);
 
+	/* Every bit of the flow label set, as UCX's ud_verbs does (~0 for
+	 * path 0): the kernel keeps the header's 20 bits. */
 	struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1,
-				  .grh = { .dgid = gid, .sgid_index = 0, .hop_limit = 1 } };
+				  .grh = { .dgid = gid, .sgid_index = 0, .hop_limit = 1,
+					   .flow_label = 0xffffffff } };
 	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
 	CHECK(ah, "ibv_create_ah");
 

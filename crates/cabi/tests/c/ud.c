@@ -183,6 +183,9 @@ int main(int argc, char **argv)
 	CHECK((r.wc_flags & IBV_WC_GRH) && (r.wc_flags & IBV_WC_WITH_IMM) &&
 		      r.imm_data == htobe32(0x1234),
 	      "wc_flags %#x imm %#x", r.wc_flags, r.imm_data);
+	/* sl is the RoCE packet type, as libmlx5 reports it: 2 for IPv4 (UCX's
+	 * ud_verbs finds the destination address in the GRH area by it). */
+	CHECK(r.sl == 2 && s.sl == 0, "sl: recv %d send %d", r.sl, s.sl);
 	static const unsigned char zero[20];
 	unsigned char *g = (unsigned char *)buf;
 	CHECK(memcmp(g, zero, 20) == 0 && g[20] == 0x45 && g[29] == 17, "GRH area: IPv4 header");

@@ -10,9 +10,12 @@
 //! - `ucx_info -d` lists our device's `rc_verbs` and `ud_verbs` transports
 //!   with `--ucx`, and no ndverbs memory domain without it (UCX's
 //!   `/dev/infiniband` gate is what the option answers);
-//! - `ucx_perftest` over `rc_verbs` from one namespace to the other: short
-//!   and zero-copy RDMA WRITE bandwidth (`put_bw`) and active-message
-//!   latency (`am_lat`), every iteration reported.
+//! - `ucx_perftest` from one namespace to the other, every iteration
+//!   reported: over `rc_verbs`, short and zero-copy RDMA WRITE bandwidth
+//!   (`put_bw`) and active-message latency (`am_lat`); over `ud_verbs`,
+//!   active-message latency and bandwidth; and UCP (`tag_lat`, `tag_bw`,
+//!   `ucp_am_bw`) with only our two transports allowed (`UCX_TLS`), and
+//!   over `ud_verbs` alone.
 //!
 //! The UCX runs are in the release section of `scripts/test.sh` (ignored in
 //! the debug run), as the other programs' exchanges are.
@@ -160,16 +163,31 @@ fn final_row(out: &str) -> Option<(u64, Vec<f64>)> {
     Some((n, w.filter_map(|v| v.parse().ok()).collect()))
 }
 
-/// `ucx_perftest ARGS` served in A, run from B, `iters` iterations; both
-/// sides' final rows.
+/// `ucx_perftest ARGS` served in A, run from B, `iters` iterations; the
+/// client's final row (iterations, then the seven measures).
 fn perftest(a: &Netns, b: &Netns, args: &[&str], iters: u64) -> Vec<(u64, Vec<f64>)> {
+    perftest_env(a, b, &[], args, iters)
+}
+
+/// [`perftest`] with `env` set on both sides.
+fn perftest_env(
+    a: &Netns,
+    b: &Netns,
+    env: &[(&str, &str)],
+    args: &[&str],
+    iters: u64,
+) -> Vec<(u64, Vec<f64>)> {
     let n = iters.to_string();
     let mut all: Vec<&str> = args.to_vec();
     all.extend(["-n", &n]);
-    let s = Running::spawn(&mut ndv_run_ucx(a, "ucx_perftest", &all));
+    let mut server = ndv_run_ucx(a, "ucx_perftest", &all);
+    server.envs(env.iter().copied());
+    let s = Running::spawn(&mut server);
     wait_tcp_listening(a, PERFTEST_PORT, &s);
     let client: Vec<&str> = [A].iter().copied().chain(all.iter().copied()).collect();
-    let c = Running::spawn(&mut ndv_run_ucx(b, "ucx_perftest", &client)).wait(LIMIT);
+    let mut client = ndv_run_ucx(b, "ucx_perftest", &client);
+    client.envs(env.iter().copied());
+    let c = Running::spawn(&mut client).wait(LIMIT);
     let s = s.wait(LIMIT);
     let (tc, ts) = both_ok(&c, &s);
     let row = final_row(&tc).unwrap_or_else(|| panic!("no result for {args:?}:\n{tc}\n{ts}"));
@@ -209,6 +227,55 @@ fn ucx_perftest_rc_verbs_between_namespaces() {
         &a,
         &b,
         &[&rc[..], &["-t", "am_lat", "-s", "8"]].concat(),
+        10000,
+    );
+}
+
+#[test]
+#[ignore = "release section of scripts/test.sh"]
+fn ucx_perftest_ud_verbs_between_namespaces() {
+    let Some((a, b)) = veth(&["ucx_perftest"]) else {
+        return;
+    };
+    let ud = ["-d", "ndv0:1", "-x", "ud_verbs"];
+    // UCX's reliable protocol over datagrams: every datagram's GRH area must
+    // name this side's address for ud_verbs to take it.
+    perftest(
+        &a,
+        &b,
+        &[&ud[..], &["-t", "am_lat", "-s", "8"]].concat(),
+        10000,
+    );
+    perftest(
+        &a,
+        &b,
+        &[&ud[..], &["-t", "am_bw", "-s", "8"]].concat(),
+        10000,
+    );
+}
+
+#[test]
+#[ignore = "release section of scripts/test.sh"]
+fn ucx_perftest_ucp_between_namespaces() {
+    let Some((a, b)) = veth(&["ucx_perftest"]) else {
+        return;
+    };
+    // Our transports only (no TCP, no shared memory between the
+    // namespaces): UCP wires up over ud_verbs and sends over both.
+    let env = [
+        ("UCX_TLS", "rc_verbs,ud_verbs"),
+        ("UCX_NET_DEVICES", "ndv0:1"),
+    ];
+    perftest_env(&a, &b, &env, &["-t", "tag_lat", "-s", "8"], 10000);
+    let bw = perftest_env(&a, &b, &env, &["-t", "tag_bw", "-s", "1048576"], 500);
+    assert!(bw[0].1[3] > 1.0, "{bw:?}");
+    perftest_env(&a, &b, &env, &["-t", "ucp_am_bw", "-s", "65536"], 2000);
+    // UD alone carries UCP too.
+    perftest_env(
+        &a,
+        &b,
+        &[("UCX_TLS", "ud_verbs"), ("UCX_NET_DEVICES", "ndv0:1")],
+        &["-t", "tag_lat", "-s", "8"],
         10000,
     );
 }

@@ -261,7 +261,7 @@ unsafe extern "C" fn read_slid(cq: *mut ibv_cq_ex) -> u32 {
 /// receive ([`crate::cq::roce_packet_type`]), 0 otherwise.
 unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
     ex_of(cq).map_or(0, |(cq, ex)| {
-        let grh = ex.cur.wc_flags.load(Ordering::Relaxed) & IBV_WC_GRH as u32 != 0;
+        let grh = ex.cur.wc_flags.load(Ordering::Relaxed) & IBV_WC_GRH != 0;
         crate::cq::roce_packet_type(grh, cq.ctx.dev.addr.is_ipv4())
     })
 }

@@ -15,7 +15,13 @@
 //!   (`put_bw`) and active-message latency (`am_lat`); over `ud_verbs`,
 //!   active-message latency and bandwidth; and UCP (`tag_lat`, `tag_bw`,
 //!   `ucp_am_bw`) with only our two transports allowed (`UCX_TLS`), and
-//!   over `ud_verbs` alone.
+//!   over `ud_verbs` alone;
+//! - MPICH 4.0.2 (Debian's is `ch4:ucx`): `mpirun.mpich` under `ndv run
+//!   --ucx` with one rank per namespace, the remote one started by a
+//!   launcher agent that enters the other namespace through `ndv run --ucx`
+//!   (what `ssh HOST ndv run --ucx -- …` would be), running
+//!   `tests/mpi/mpicheck.c` built with `mpicc.mpich`: every check passes
+//!   over our transports only (`UCX_TLS=rc_verbs,ud_verbs`).
 //!
 //! The UCX runs are in the release section of `scripts/test.sh` (ignored in
 //! the debug run), as the other programs' exchanges are.
@@ -25,7 +31,7 @@ mod programs;
 use ndverbs_testkit::netns::Netns;
 use ndverbs_testkit::process::{Running, LIMIT};
 use programs::{both_ok, ndv_run, veth, wait_tcp_listening, A, NDV};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// ucx_perftest's default TCP port for its exchange.
 const PERFTEST_PORT: u16 = 13337;
@@ -278,4 +284,77 @@ fn ucx_perftest_ucp_between_namespaces() {
         &["-t", "tag_lat", "-s", "8"],
         10000,
     );
+}
+
+/// MPICH's launcher agent (hydra's `-launcher-exec`, called as ssh is:
+/// options, then the host, then the command): runs the command in the
+/// namespace that has the host's address under `ndv run --ucx`, without
+/// `LD_LIBRARY_PATH`, as a login over ssh would start it.
+fn write_mpich_agent(dir: &Path, hosts: &[(&str, &Netns)]) -> PathBuf {
+    let mut cases = String::new();
+    for (addr, ns) in hosts {
+        cases.push_str(&format!("    {addr}) ns={} ;;\n", ns.name()));
+    }
+    let script = format!(
+        "#!/bin/sh\nwhile [ \"${{1#-}}\" != \"$1\" ]; do shift; done\nhost=$1\nshift\ncase $host in\n{cases}    *) echo \"no namespace for $host\" >&2; exit 1 ;;\nesac\nexec ip netns exec \"$ns\" env -u LD_LIBRARY_PATH {NDV} run --ucx -- sh -c \"$*\"\n"
+    );
+    let path = dir.join("mpich-agent.sh");
+    std::fs::write(&path, script).expect("agent script");
+    let mut perm = std::fs::metadata(&path).expect("agent").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&path, perm).expect("chmod agent");
+    path
+}
+
+#[test]
+#[ignore = "release section of scripts/test.sh"]
+fn mpich_over_ucx_one_rank_per_namespace() {
+    let Some((a, b)) = veth(&["mpicc.mpich", "mpirun.mpich", "ucx_info"]) else {
+        return;
+    };
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "mpich-{}-{}",
+        std::process::id(),
+        a.name()
+    ));
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/mpicheck.c");
+    let bin = dir.join("mpicheck");
+    // Not -Wall: MPICH's MPI_STATUSES_IGNORE trips gcc's
+    // -Wstringop-overflow on MPI_Waitall.
+    let out = std::process::Command::new("mpicc.mpich")
+        .args(["-O2", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .expect("mpicc.mpich");
+    assert!(
+        out.status.success(),
+        "mpicc.mpich:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let agent = write_mpich_agent(&dir, &[(A, &a), (programs::B, &b)]);
+    let hosts = format!("{A},{}", programs::B);
+    let mut cmd = ndv_run_ucx(&a, "mpirun.mpich", &["-hosts", &hosts, "-np", "2"]);
+    cmd.args(["-iface", "veth0", "-launcher", "ssh", "-launcher-exec"])
+        .arg(&agent)
+        .arg(&bin)
+        .envs([
+            ("UCX_TLS", "rc_verbs,ud_verbs"),
+            ("UCX_NET_DEVICES", "ndv0:1"),
+        ]);
+    let f = Running::spawn(&mut cmd).wait(LIMIT);
+    let out = f.text();
+    assert!(f.ok, "mpirun.mpich:\n{out}");
+    for line in [
+        "allreduce ok",
+        "bcast ok",
+        "alltoall ok",
+        "put/get ok",
+        "mpicheck ok (2 ranks)",
+    ] {
+        assert!(out.lines().any(|l| l == line), "no {line:?} in:\n{out}");
+    }
+    assert!(!out.contains("FAIL"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

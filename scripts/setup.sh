@@ -14,6 +14,11 @@
 #   libfabric-bin openmpi-bin libopenmpi-dev
 #            fi_info/fi_pingpong (libfabric's verbs provider) and Open MPI
 #            (mpirun, mpicc) over the C ABI libraries
+#   ucx-utils  ucx_info and ucx_perftest (UCX 1.13, libucx0) over the C ABI
+#            libraries through `ndv run --ucx`
+#   mpich libmpich-dev
+#            MPICH (ch4:ucx: mpirun.mpich, mpicc.mpich and its headers)
+#            over UCX through `ndv run --ucx`
 set -euo pipefail
 need=()
 command -v tshark >/dev/null 2>&1 || need+=(tshark)
@@ -30,6 +35,9 @@ command -v ib_write_bw >/dev/null 2>&1 || need+=(perftest)
 command -v fi_pingpong >/dev/null 2>&1 || need+=(libfabric-bin)
 command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
 dpkg -s libopenmpi-dev >/dev/null 2>&1 || need+=(libopenmpi-dev)
+command -v ucx_perftest >/dev/null 2>&1 || need+=(ucx-utils)
+command -v mpirun.mpich >/dev/null 2>&1 || need+=(mpich)
+dpkg -s libmpich-dev >/dev/null 2>&1 || need+=(libmpich-dev)
 if ((${#need[@]})); then
     if [ "$(id -u)" != 0 ]; then
         echo "setup: missing ${need[*]}; run as root (apt-get) to install" >&2

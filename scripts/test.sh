@@ -56,5 +56,9 @@ NDV_CC_COEXIST_S=${NDV_CC_COEXIST_S:-30} cargo test --release -p ndverbs-proto -
 # rank per namespace and with two sharing its device (NDV_SHARE=1), in
 # release (ignored in the debug run above).
 cargo test --release -p ndv --test libfabric_mpi -- --ignored
+# UCX's ucx_info and ucx_perftest (rc_verbs, ud_verbs, UCP) over the C ABI libraries through
+# `ndv run --ucx` between two namespaces, in release (ignored in the debug
+# run above).
+cargo test --release -p ndv --test ucx -- --ignored
 # The parsers under libFuzzer for a short fixed budget per target.
 scripts/fuzz-short.sh "${FUZZ_SECONDS:-20}"

@@ -441,7 +441,7 @@ pub(crate) unsafe extern "C" fn poll_cq(
         for (i, w) in buf[..n].iter().enumerate() {
             // SAFETY: the caller's array has num_entries slots; done + i <
             // num_entries.
-            unsafe { wc.add(done + i).write(to_wc(w)) };
+            unsafe { wc.add(done + i).write(to_wc(w, cq.ctx.dev.addr.is_ipv4())) };
         }
         done += n;
         // Nothing even after running the engine: done. A caller asking for
@@ -456,8 +456,24 @@ pub(crate) unsafe extern "C" fn poll_cq(
     done as c_int
 }
 
-/// A completion as `struct ibv_wc`.
-pub(crate) fn to_wc(w: &WorkCompletion) -> ibv_wc {
+/// What a UD receive's `sl` says on RoCE, as libmlx5 reports it from the
+/// CQE: the packet's network header, 2 for IPv4 and 1 for IPv6 (RoCE has no
+/// service level on the wire). UCX's `ud_verbs` reads it to know where the
+/// destination address sits in the GRH area (the IPv4 header fills its last
+/// 20 bytes) and drops every datagram whose address is not its own, so with
+/// 0 there it dropped all IPv4 ones. A device's datagrams are all of its
+/// address's family. Other completions: 0.
+pub(crate) fn roce_packet_type(grh: bool, ipv4: bool) -> u8 {
+    match (grh, ipv4) {
+        (false, _) => 0,
+        (true, true) => 2,
+        (true, false) => 1,
+    }
+}
+
+/// A completion as `struct ibv_wc`, of a CQ whose device's address is
+/// IPv4 (`ipv4`) or IPv6.
+pub(crate) fn to_wc(w: &WorkCompletion, ipv4: bool) -> ibv_wc {
     let opcode = match w.opcode {
         WcOpcode::Send => IBV_WC_SEND,
         WcOpcode::RdmaWrite => IBV_WC_RDMA_WRITE,
@@ -487,7 +503,7 @@ pub(crate) fn to_wc(w: &WorkCompletion) -> ibv_wc {
         wc_flags: flags,
         pkey_index: 0,
         slid: 0,
-        sl: 0,
+        sl: roce_packet_type(w.grh, ipv4),
         dlid_path_bits: 0,
     }
 }

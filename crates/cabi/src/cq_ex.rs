@@ -153,7 +153,7 @@ fn advance(cq: &Cq, ex: &CqEx) -> bool {
     let Some(w) = cq.cq.poll_one() else {
         return false;
     };
-    let wc = to_wc(&w);
+    let wc = to_wc(&w, cq.ctx.dev.addr.is_ipv4());
     let c = &ex.cur;
     c.opcode.store(wc.opcode, Ordering::Relaxed);
     c.byte_len.store(wc.byte_len, Ordering::Relaxed);
@@ -257,9 +257,13 @@ unsafe extern "C" fn read_slid(cq: *mut ibv_cq_ex) -> u32 {
     read(cq, |_| 0)
 }
 
-/// The service level of RC completions is 0, as `ibv_poll_cq` reports.
+/// What `ibv_poll_cq` reports in `sl`: the RoCE packet type of a UD
+/// receive ([`crate::cq::roce_packet_type`]), 0 otherwise.
 unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
-    read(cq, |_| 0)
+    ex_of(cq).map_or(0, |(cq, ex)| {
+        let grh = ex.cur.wc_flags.load(Ordering::Relaxed) & IBV_WC_GRH != 0;
+        crate::cq::roce_packet_type(grh, cq.ctx.dev.addr.is_ipv4())
+    })
 }
 
 /// No LIDs, no path bits.

@@ -249,7 +249,7 @@ fn to_attr(a: &ibv_qp_attr, mask: c_int) -> Result<(QpAttr, AttrMask), c_int> {
             sgid_index: ah.grh.sgid_index,
             hop_limit: ah.grh.hop_limit,
             traffic_class: ah.grh.traffic_class,
-            flow_label: ah.grh.flow_label,
+            flow_label: flow_label(ah.grh.flow_label),
             sl: ah.sl,
         };
     }
@@ -292,6 +292,14 @@ pub unsafe extern "C" fn ibv_modify_qp(
         }
         Ok(())
     })
+}
+
+/// The 20 bits of a GRH flow label that the header carries. The kernel
+/// keeps only these of `ibv_global_route.flow_label` and ignores the rest,
+/// and UCX relies on it: its RoCE address vectors carry
+/// `~(path_factor * path_index)`, all 32 bits set for path 0.
+pub(crate) fn flow_label(v: u32) -> u32 {
+    v & 0xf_ffff
 }
 
 pub(crate) fn ah_attr_of(av: &AddressVector) -> ibv_ah_attr {
@@ -506,7 +514,7 @@ pub(crate) fn ud_dest(ah: *mut ibv_ah, remote_qpn: u32, remote_qkey: u32) -> Res
             sgid_index: a.grh.sgid_index,
             hop_limit: a.grh.hop_limit,
             traffic_class: a.grh.traffic_class,
-            flow_label: a.grh.flow_label,
+            flow_label: flow_label(a.grh.flow_label),
             sl: a.sl,
         },
         remote_qpn: remote_qpn & 0xff_ffff,

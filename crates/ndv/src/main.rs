@@ -6,7 +6,8 @@
 //! down to its stdout, plus the modules they share: [`net`] (addresses and
 //! the TCP exchange connection), [`qp`] and [`cm`] (RC QP set-up), [`oob`]
 //! (the C tools' text messages), [`printf`] (C number formatting), [`plot`]
-//! and [`device`] (how every device a tool opens is configured).
+//! and [`device`] (how every device a tool opens is configured), and
+//! [`devfiles`] (the device files `ndv run --ucx` makes).
 //!
 //! Errors carry what was being done (`anyhow` contexts); `main` prints them
 //! as `ndv TOOL: what: why` on stderr and exits with status 1, or with the
@@ -16,6 +17,7 @@ mod bench;
 mod cm;
 mod decode;
 mod demo;
+mod devfiles;
 mod device;
 mod devinfo;
 mod net;

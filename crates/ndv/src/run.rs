@@ -23,7 +23,15 @@
 //! Open MPI refuses that list next to `-x` options, so when an Open MPI
 //! launcher's command line has `-x`, the variables go as `-x VAR` options
 //! in front of its arguments instead.
+//!
+//! `--ucx` runs the program in a private view of `/dev` and `/sys/class`
+//! holding the kernel's files of our devices, which UCX checks before it
+//! uses a device ([`crate::devfiles`] says what and how). It is off unless
+//! asked for: it needs a mount namespace (and, not root, a user namespace),
+//! which containers may refuse, and the programs that do not look for those
+//! files gain nothing from it.
 
+use crate::devfiles;
 use anyhow::{bail, Context, Result};
 use ndverbs_cabi::install;
 use std::os::unix::process::CommandExt;
@@ -36,6 +44,12 @@ pub struct Args {
     /// (for `eval "$(ndv run --env)"`) instead of running a program.
     #[arg(long)]
     pub env: bool,
+    /// Run the program with /dev/infiniband/uverbsN, /dev/infiniband/rdma_cm
+    /// and /sys/class/infiniband/ndvN/… made for our devices, in a private
+    /// mount namespace (plus a user namespace when not root), as UCX needs
+    /// to use them.
+    #[arg(long)]
+    pub ucx: bool,
     /// The program and its arguments.
     #[arg(
         trailing_var_arg = true,
@@ -77,6 +91,9 @@ fn library_path(dir: &Path) -> std::ffi::OsString {
 /// Runs `ndv run`.
 pub fn run(a: &Args, pcap: Option<&Path>) -> Result<()> {
     let dir = libraries()?;
+    if a.env && a.ucx {
+        bail!("--ucx makes a namespace for a program it runs; it has no shell line (--env)");
+    }
     if a.env {
         let d = dir.to_string_lossy();
         println!(
@@ -88,6 +105,13 @@ pub fn run(a: &Args, pcap: Option<&Path>) -> Result<()> {
     let Some((program, args)) = a.command.split_first() else {
         bail!("no program to run (ndv run [--] PROGRAM [ARGS...])");
     };
+    if a.ucx {
+        // Before anything starts a thread: a user namespace takes only a
+        // process with one.
+        let devices = ndverbs_verbs::Device::list().context("listing the devices")?;
+        devfiles::enter(&devfiles::Layout::for_devices(&devices))
+            .context("making /dev/infiniband and /sys/class/infiniband (--ucx)")?;
+    }
     let mut cmd = std::process::Command::new(program);
     cmd.env("LD_LIBRARY_PATH", library_path(&dir));
     let mut forward: Vec<String> = std::env::vars_os()

@@ -110,6 +110,10 @@ static struct pair connect_pair(struct ibv_srq *srq, struct ibv_comp_channel *ch
 			.ah_attr = { .is_global = 1, .port_num = 1,
 				     .grh = { .dgid = gid, .sgid_index = 0, .hop_limit = 64 } },
 		};
+		/* UCX's RoCE address vectors set every bit of the flow label
+		 * (~0 for path 0); the kernel keeps the header's 20 bits. */
+		if (i == 1)
+			a.ah_attr.grh.flow_label = 0xffffffff;
 		CHECK("connect", ibv_modify_qp(p.qp[i], &a, IBV_QP_STATE | IBV_QP_AV |
 					       IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
 					       IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0,

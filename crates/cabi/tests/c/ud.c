@@ -161,8 +161,11 @@ int main(int argc, char **argv)
 		      qa.qp_state == IBV_QPS_RTS && qi.qp_type == IBV_QPT_UD,
 	      "ibv_query_qp: qkey %#x state %d type %d", qa.qkey, qa.qp_state, qi.qp_type);
 
+	/* Every bit of the flow label set, as UCX's ud_verbs does (~0 for
+	 * path 0): the kernel keeps the header's 20 bits. */
 	struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1,
-				  .grh = { .dgid = gid, .sgid_index = 0, .hop_limit = 1 } };
+				  .grh = { .dgid = gid, .sgid_index = 0, .hop_limit = 1,
+					   .flow_label = 0xffffffff } };
 	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
 	CHECK(ah, "ibv_create_ah");
 
@@ -180,6 +183,9 @@ int main(int argc, char **argv)
 	CHECK((r.wc_flags & IBV_WC_GRH) && (r.wc_flags & IBV_WC_WITH_IMM) &&
 		      r.imm_data == htobe32(0x1234),
 	      "wc_flags %#x imm %#x", r.wc_flags, r.imm_data);
+	/* sl is the RoCE packet type, as libmlx5 reports it: 2 for IPv4 (UCX's
+	 * ud_verbs finds the destination address in the GRH area by it). */
+	CHECK(r.sl == 2 && s.sl == 0, "sl: recv %d send %d", r.sl, s.sl);
 	static const unsigned char zero[20];
 	unsigned char *g = (unsigned char *)buf;
 	CHECK(memcmp(g, zero, 20) == 0 && g[20] == 0x45 && g[29] == 17, "GRH area: IPv4 header");

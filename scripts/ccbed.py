@@ -74,6 +74,25 @@ def sh(*args, check=True, **kw):
     return r
 
 
+def set_tbf(ns, dev, profile):
+    """A fresh tbf (zero counters) of `profile` on `dev`'s egress in `ns`."""
+    sh("tc", "-n", ns, "qdisc", "del", "dev", dev, "root", check=False)
+    sh("tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", *TBF[profile])
+
+
+def tbf_counts(ns, dev):
+    """(packets sent, packets dropped) by the tbf on `dev` in `ns` so far."""
+    out = sh("tc", "-n", ns, "-s", "qdisc", "show", "dev", dev).stdout
+    m = re.search(r"Sent \d+ bytes (\d+) pkt \(dropped (\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def result_row(out):
+    """ndv perf's result row (a blank, then a digit), split; None if none."""
+    return next((l.split() for l in out.splitlines() if l.startswith(" ") and l[1:2].isdigit()),
+                None)
+
+
 class Bed:
     """The three namespaces, deleted by close()."""
 
@@ -109,14 +128,11 @@ class Bed:
 
     def bottleneck(self, profile):
         """A fresh tbf (zero counters) on R's egress toward B."""
-        sh("tc", "-n", self.r, "qdisc", "del", "dev", "rb", "root", check=False)
-        sh("tc", "-n", self.r, "qdisc", "add", "dev", "rb", "root", "tbf", *TBF[profile])
+        set_tbf(self.r, "rb", profile)
 
     def tbf_counts(self):
         """(packets sent, packets dropped) by the bottleneck so far."""
-        out = sh("tc", "-n", self.r, "-s", "qdisc", "show", "dev", "rb").stdout
-        m = re.search(r"Sent \d+ bytes (\d+) pkt \(dropped (\d+)", out)
-        return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+        return tbf_counts(self.r, "rb")
 
     def mark_ce(self, on):
         """CE on a random 0.5 % of the RoCE packets R forwards (C7)."""
@@ -150,11 +166,12 @@ class Bed:
 
 
 class Pinger:
-    """ping -i 0.01 A -> B in the background, with receive timestamps."""
+    """ping -i 0.01 from namespace `ns` to `dst` in the background, with
+    receive timestamps."""
 
-    def __init__(self, bed, dst=B_IP):
-        self.p = subprocess.Popen(bed.exec(bed.a, "ping", "-D", "-n", "-i", "0.01", dst),
-                                  stdout=subprocess.PIPE, text=True)
+    def __init__(self, ns, dst):
+        self.p = subprocess.Popen(["ip", "netns", "exec", ns, "ping", "-D", "-n", "-i", "0.01",
+                                   dst], stdout=subprocess.PIPE, text=True)
 
     def stop(self):
         """[(unix time, rtt ms)] of the replies."""
@@ -249,8 +266,7 @@ class Run:
         results = []
         self.server_counters = []
         for (out, err), (_, cip, _, sip) in zip(outs, pairs):
-            row = next((l.split() for l in out.splitlines()
-                        if l.startswith(" ") and l[1:2].isdigit()), None)
+            row = result_row(out)
             ticks = [l for l in err.splitlines() if l.startswith("[ndv perf]")]
             counters = next((v["counters"] for k, v in snaps.items()
                              if k.endswith(f"-{cip}.json")), {})
@@ -307,8 +323,9 @@ def udp_rcvbuf_errors(bed, ns):
     return int(dict(zip(rows[0], rows[1])).get("RcvbufErrors", 0))
 
 
-def idle_rtt(bed):
-    p = Pinger(bed)
+def idle_rtt(ns, dst):
+    """The median RTT from `ns` to `dst` over two idle seconds."""
+    p = Pinger(ns, dst)
     time.sleep(2)
     s = p.stop()
     return statistics.median([r for _, r in s]) if s else 0.0
@@ -331,7 +348,7 @@ def c1(a, bed, rep, profile, cc, idle, test="write_bw", size="65536", crit="C1",
         pairs = [(bed.a, A_IP, bed.b, B_IP)]
     ce0 = bed.ce_marked() if mark else 0
     rb0 = udp_rcvbuf_errors(bed, pairs[0][2])
-    ping = Pinger(bed)
+    ping = Pinger(bed.a, B_IP)
     t0 = time.time()
     (row, _, ctr), = run.perf(test, pairs, ["-s", size], a.secs)
     samples = ping.stop()
@@ -392,7 +409,7 @@ def tcp_alone(a, bed, rep, profile, idle):
     srv = subprocess.Popen(bed.exec(bed.b, "iperf3", "-s", "-1", "-B", B_IP, "-p", str(port)),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     bed.wait_tcp(bed.b, port, srv)
-    ping = Pinger(bed)
+    ping = Pinger(bed.a, B_IP)
     t0 = time.time()
     out = sh(*bed.exec(bed.a, "iperf3", "-J", "-B", A_IP, "-p", str(port), "-t", str(a.secs),
                        "-c", B_IP)).stdout
@@ -488,28 +505,12 @@ def guest(*cmd, check=True):
     return sh(GUEST_SH, *cmd, check=check).stdout
 
 
-def guest_tbf(profile):
-    """A fresh tbf on the tap's egress, toward the guest."""
-    sh("tc", "-n", GUEST_NS, "qdisc", "del", "dev", GUEST_TAP, "root", check=False)
-    sh("tc", "-n", GUEST_NS, "qdisc", "add", "dev", GUEST_TAP, "root", "tbf", *TBF[profile])
-
-
-def guest_tbf_counts():
-    out = sh("tc", "-n", GUEST_NS, "-s", "qdisc", "show", "dev", GUEST_TAP).stdout
-    m = re.search(r"Sent \d+ bytes (\d+) pkt \(dropped (\d+)", out)
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
-
-
-def guest_ping():
-    return subprocess.Popen(["ip", "netns", "exec", GUEST_NS, "ping", "-D", "-n", "-i", "0.01",
-                             GUEST_IP], stdout=subprocess.PIPE, text=True)
-
-
 def c8(a, rep, profile, cc, idle):
     """C1-C3 toward Linux rxe: perftest's ib_write_bw serves in the guest,
     ndv perf write_bw sends from the guest's namespace through a tbf on the
     tap (the same DEEP or SHALLOW profile)."""
-    guest_tbf(profile)
+    # The bottleneck on the tap's egress, toward the guest.
+    set_tbf(GUEST_NS, GUEST_TAP, profile)
     port = 18960
     secs = a.secs
     job = guest("bg", f"timeout {secs + 60} ib_write_bw -d rxe0 -x 1 -s 65536 -D {secs} "
@@ -521,7 +522,7 @@ def c8(a, rep, profile, cc, idle):
         time.sleep(0.2)
     statdir = tempfile.mkdtemp(prefix="ccbed-stat-")
     env = dict(os.environ, NDV_STAT_DIR=statdir, NDV_CC=cc.cc)
-    ping = guest_ping()
+    ping = Pinger(GUEST_NS, GUEST_IP)
     t0 = time.time()
     cmd = ["ip", "netns", "exec", GUEST_NS, cc.ndv, "perf", "write_bw", "-s", "65536", "-x", "0",
            "-D", str(secs), "-p", str(port), "--report_gbits", GUEST_IP]
@@ -537,19 +538,14 @@ def c8(a, rep, profile, cc, idle):
                 pass
         time.sleep(0.25)
     out, err = client.communicate()
-    ping.send_signal(signal.SIGINT)
-    pout, _ = ping.communicate()
+    samples = ping.stop()
     theirs = guest("wait", job, check=False)
     shutil.rmtree(statdir, ignore_errors=True)
     if client.returncode != 0:
         raise RuntimeError(f"ndv perf toward rxe failed: {err.strip()[-500:]}\n{theirs}")
-    samples = [(float(m.group(1)), float(m.group(2))) for m in
-               (re.match(r"\[(\d+\.\d+)\].* time=([\d.]+) ms", l) for l in pout.splitlines())
-               if m]
-    row = next((l.split() for l in out.splitlines() if l.startswith(" ") and l[1:2].isdigit()),
-               None)
+    row = result_row(out)
     mbps = float(row[3]) * 1000 if row else float("nan")
-    sent, dropped = guest_tbf_counts()
+    sent, dropped = tbf_counts(GUEST_NS, GUEST_TAP)
     p50, p99 = queueing(samples, t0, secs, idle)
     drop = 100.0 * dropped / max(1, sent + dropped)
     first, resent = ctr.get("req_psns_first", 0), ctr.get("req_psns_resent", 0)
@@ -670,16 +666,10 @@ def main():
             print("SKIPPED: c8 needs the interop guest (scripts/interop.sh up)")
             only.discard("c8")
         else:
-            p = guest_ping()
-            time.sleep(2)
-            p.send_signal(signal.SIGINT)
-            out, _ = p.communicate()
-            rtts = [float(m.group(1)) for m in
-                    (re.search(r"time=([\d.]+) ms", l) for l in out.splitlines()) if m]
-            guest_idle = statistics.median(rtts) if rtts else 0.0
+            guest_idle = idle_rtt(GUEST_NS, GUEST_IP)
             print(f"c8: idle RTT to the guest median {guest_idle:.3f} ms")
     try:
-        idle = idle_rtt(bed)
+        idle = idle_rtt(bed.a, B_IP)
         print(f"load average {os.getloadavg()[0]:.1f}; idle RTT A->B median {idle:.3f} ms; runs of {a.secs} s "
               f"(measured: seconds {window(a.secs)[0]}-{window(a.secs)[1]})\n")
         print("| criterion | profile | NDV_CC | what | measured | target | |")

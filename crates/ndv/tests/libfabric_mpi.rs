@@ -32,7 +32,7 @@ mod programs;
 use ndverbs_testkit::netns::Netns;
 use ndverbs_testkit::process::{self, Finished, Running, LIMIT};
 use ndverbs_testkit::skip;
-use programs::{both_ok, ndv_run, veth, wait_tcp_listening, A, B};
+use programs::{both_ok, ndv_run, veth, wait_tcp_listening, write_netns_agent, A, B};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -163,25 +163,6 @@ fn build_mpicheck(dir: &Path) -> PathBuf {
     bin
 }
 
-/// Open MPI's rsh agent for the two namespaces: `AGENT HOST COMMAND…` runs
-/// the command in the namespace that has HOST's address, with
-/// `LD_LIBRARY_PATH` removed as a login over ssh would.
-fn write_agent(dir: &Path, hosts: &[(&str, &Netns)]) -> PathBuf {
-    let mut cases = String::new();
-    for (addr, ns) in hosts {
-        cases.push_str(&format!("    {addr}) ns={} ;;\n", ns.name()));
-    }
-    let script = format!(
-        "#!/bin/sh\nhost=$1\nshift\ncase $host in\n{cases}    *) echo \"no namespace for $host\" >&2; exit 1 ;;\nesac\nexec ip netns exec \"$ns\" env -u LD_LIBRARY_PATH sh -c \"$*\"\n"
-    );
-    let path = dir.join("netns-agent.sh");
-    std::fs::write(&path, script).expect("agent script");
-    let mut perm = std::fs::metadata(&path).expect("agent").permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
-    std::fs::set_permissions(&path, perm).expect("chmod agent");
-    path
-}
-
 /// The number after `prefix` on a line of `out`.
 fn value_after(out: &str, prefix: &str) -> Option<f64> {
     out.lines()
@@ -216,7 +197,7 @@ impl MpiHosts {
         ));
         std::fs::create_dir_all(&dir).expect("scratch directory");
         let bin = build_mpicheck(&dir);
-        let agent = write_agent(&dir, &[(A, &a), (B, &b)]);
+        let agent = write_netns_agent(&dir, "netns-agent.sh", &[(A, &a), (B, &b)], "");
         let hostfile = dir.join("hosts");
         std::fs::write(&hostfile, format!("{A} slots={slots}\n{B} slots={slots}\n"))
             .expect("hostfile");

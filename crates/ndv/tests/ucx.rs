@@ -30,8 +30,8 @@ mod programs;
 
 use ndverbs_testkit::netns::Netns;
 use ndverbs_testkit::process::{Running, LIMIT};
-use programs::{both_ok, ndv_run, veth, wait_tcp_listening, A, NDV};
-use std::path::{Path, PathBuf};
+use programs::{both_ok, ndv_run, veth, wait_tcp_listening, write_netns_agent, A, NDV};
+use std::path::Path;
 
 /// ucx_perftest's default TCP port for its exchange.
 const PERFTEST_PORT: u16 = 13337;
@@ -286,26 +286,6 @@ fn ucx_perftest_ucp_between_namespaces() {
     );
 }
 
-/// MPICH's launcher agent (hydra's `-launcher-exec`, called as ssh is:
-/// options, then the host, then the command): runs the command in the
-/// namespace that has the host's address under `ndv run --ucx`, without
-/// `LD_LIBRARY_PATH`, as a login over ssh would start it.
-fn write_mpich_agent(dir: &Path, hosts: &[(&str, &Netns)]) -> PathBuf {
-    let mut cases = String::new();
-    for (addr, ns) in hosts {
-        cases.push_str(&format!("    {addr}) ns={} ;;\n", ns.name()));
-    }
-    let script = format!(
-        "#!/bin/sh\nwhile [ \"${{1#-}}\" != \"$1\" ]; do shift; done\nhost=$1\nshift\ncase $host in\n{cases}    *) echo \"no namespace for $host\" >&2; exit 1 ;;\nesac\nexec ip netns exec \"$ns\" env -u LD_LIBRARY_PATH {NDV} run --ucx -- sh -c \"$*\"\n"
-    );
-    let path = dir.join("mpich-agent.sh");
-    std::fs::write(&path, script).expect("agent script");
-    let mut perm = std::fs::metadata(&path).expect("agent").permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
-    std::fs::set_permissions(&path, perm).expect("chmod agent");
-    path
-}
-
 #[test]
 #[ignore = "release section of scripts/test.sh"]
 fn mpich_over_ucx_one_rank_per_namespace() {
@@ -333,7 +313,12 @@ fn mpich_over_ucx_one_rank_per_namespace() {
         "mpicc.mpich:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let agent = write_mpich_agent(&dir, &[(A, &a), (programs::B, &b)]);
+    let agent = write_netns_agent(
+        &dir,
+        "mpich-agent.sh",
+        &[(A, &a), (programs::B, &b)],
+        &format!("{NDV} run --ucx --"),
+    );
     let hosts = format!("{A},{}", programs::B);
     let mut cmd = ndv_run_ucx(&a, "mpirun.mpich", &["-hosts", &hosts, "-np", "2"]);
     cmd.args(["-iface", "veth0", "-launcher", "ssh", "-launcher-exec"])

@@ -27,6 +27,7 @@
 //! counted and logged at debug.
 
 use super::core::{Core, Shared};
+use super::tables::receive_queue;
 use crate::counters::bump;
 use crate::gsi::{grh, ReceivedIp};
 use crate::icrc::VerifyError;
@@ -244,14 +245,11 @@ impl Core {
         if let Some(u) = t.ud.get_mut(&qpn) {
             // A datagram: no peer to check, no ACK, no congestion signal.
             let grh = grh(src, shared.local, &pkt, ip);
-            let srq = match u.srq {
-                Some(id) => match t.srqs.get_mut(&id) {
-                    Some(s) => Some(&mut s.rq),
-                    None => return,
-                },
-                None => None,
+            let Some(rq) = receive_queue(&mut t.srqs, u.srq, &mut u.rq) else {
+                return;
             };
-            let n = super::ud::receive(u, srq, &mut t.mem, &pkt, &grh);
+            u.qp.handle_packet(&pkt, &grh, &mut t.mem, rq);
+            let n = super::ud::deliver(u);
             self.deliveries.count += n;
             self.completion_ready |= n > 0;
             return;
@@ -266,12 +264,8 @@ impl Core {
             tracing::trace!(%src, qp = qpn, cause = "not the QP's peer", "packet dropped");
             return;
         }
-        let rq = match e.srq {
-            Some(id) => match t.srqs.get_mut(&id) {
-                Some(s) => &mut s.rq,
-                None => return,
-            },
-            None => &mut e.rq,
+        let Some(rq) = receive_queue(&mut t.srqs, e.srq, &mut e.rq) else {
+            return;
         };
         e.qp.handle_packet_at(now, arrived, &pkt, &mut t.mem, rq);
         self.completion_ready |= e.qp.has_completion();

@@ -350,6 +350,20 @@ pub(crate) struct UdEntry {
     pub(super) recv_cq: Arc<CompletionQueue>,
 }
 
+/// The receive queue a QP takes receives from: shared receive queue `srq`
+/// when it has one (`None` if that is gone), else its own `rq`. (A function
+/// of the pieces: the QP entry is borrowed from the same tables.)
+pub(super) fn receive_queue<'a>(
+    srqs: &'a mut HashMap<u32, SrqEntry>,
+    srq: Option<u32>,
+    rq: &'a mut RecvQueue,
+) -> Option<&'a mut RecvQueue> {
+    match srq {
+        Some(id) => srqs.get_mut(&id).map(|s| &mut s.rq),
+        None => Some(rq),
+    }
+}
+
 /// The engine's half of a shared receive queue.
 pub(crate) struct SrqEntry {
     pub(super) rq: RecvQueue,

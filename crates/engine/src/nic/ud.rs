@@ -37,14 +37,12 @@ use super::core::{Core, Shared};
 use super::tables::{state_to_u8, QpInit, QpShared, UdEntry};
 use super::Nic;
 use crate::error::EngineError;
-use crate::mr::MemTable;
 use crossbeam_queue::ArrayQueue;
 use ndverbs_proto::rc::{
     AttrMask, Counters, PostError, QpAttr, QpState, RecvQueue, RecvWr, WcQueue,
 };
-use ndverbs_proto::ud::{UdQp, UdSendWr, GRH_LEN};
+use ndverbs_proto::ud::{UdQp, UdSendWr};
 use ndverbs_wire::cma::addr_of_gid;
-use ndverbs_wire::packet::Packet;
 use std::net::Ipv6Addr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -301,7 +299,7 @@ impl Core {
 /// Pushes a UD queue pair's completions to its CQs, flushing its own
 /// receives first when it is in ERR (never a shared queue's, which other
 /// QPs still use); returns how many.
-fn deliver(e: &mut UdEntry) -> u64 {
+pub(super) fn deliver(e: &mut UdEntry) -> u64 {
     e.qp.flush_recv(&mut e.rq);
     let mut n = 0;
     while let Some(wc) = e.qp.poll_completion() {
@@ -313,25 +311,6 @@ fn deliver(e: &mut UdEntry) -> u64 {
         n += 1;
     }
     n
-}
-
-/// Hands a packet to UD queue pair `e` with the GRH area the receive buffer
-/// starts with, the receive taken from `srq` when the QP uses one, and
-/// pushes what completed; returns how many completions. (A function of the
-/// pieces, not of the `Core`: the packet borrows the core's receive buffer.)
-pub(super) fn receive(
-    e: &mut UdEntry,
-    srq: Option<&mut RecvQueue>,
-    mem: &mut MemTable,
-    pkt: &Packet<'_>,
-    grh: &[u8; GRH_LEN],
-) -> u64 {
-    let rq = match srq {
-        Some(rq) => rq,
-        None => &mut e.rq,
-    };
-    e.qp.handle_packet(pkt, grh, mem, rq);
-    deliver(e)
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use ndverbs_testkit::guest::{Guest, Listen, GUEST, HOST};
 use ndverbs_testkit::netns::Netns;
 use ndverbs_testkit::process::{self, Finished, Running, LIMIT};
 use ndverbs_testkit::skip;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -170,4 +171,26 @@ pub fn perftest_with_rxe(
         check(&s.text(), "server");
         return;
     }
+}
+
+/// An MPI launcher agent for the namespaces, called as ssh is (`AGENT
+/// [OPTIONS] HOST COMMAND…`: Open MPI's rsh agent, MPICH's
+/// `-launcher-exec`): runs COMMAND in the namespace that has HOST's
+/// address, after `wrap` (nothing, or `ndv run --ucx --`), with
+/// `LD_LIBRARY_PATH` removed as a login over ssh would. Written to `dir` as
+/// `name`.
+pub fn write_netns_agent(dir: &Path, name: &str, hosts: &[(&str, &Netns)], wrap: &str) -> PathBuf {
+    let mut cases = String::new();
+    for (addr, ns) in hosts {
+        cases.push_str(&format!("    {addr}) ns={} ;;\n", ns.name()));
+    }
+    let script = format!(
+        "#!/bin/sh\nwhile [ \"${{1#-}}\" != \"$1\" ]; do shift; done\nhost=$1\nshift\ncase $host in\n{cases}    *) echo \"no namespace for $host\" >&2; exit 1 ;;\nesac\nexec ip netns exec \"$ns\" env -u LD_LIBRARY_PATH {wrap} sh -c \"$*\"\n"
+    );
+    let path = dir.join(name);
+    std::fs::write(&path, script).expect("agent script");
+    let mut perm = std::fs::metadata(&path).expect("agent").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&path, perm).expect("chmod agent");
+    path
 }

@@ -296,6 +296,14 @@ def tick_series(ticks):
     return out
 
 
+def sender_counters(ctr):
+    """The sender's loss and controller counters, for -v."""
+    keys = ("completer_retry_err", "rcvd_seq_err", "send_would_block", "send_no_buffers",
+            "cc_rtt_samples", "cc_delay_cuts", "cc_loss_cuts", "cc_losses",
+            "cc_mode_switches", "cc_competitive_entries", "qp_drop_not_rc")
+    return ", ".join(f"{k} {ctr.get(k, 0)}" for k in keys)
+
+
 def fmt_ok(ok):
     return "ok" if ok else "MISS"
 
@@ -379,13 +387,10 @@ def c1(a, bed, rep, profile, cc, idle, test="write_bw", size="65536", crit="C1",
             f"{drop:.2f} % ({dropped}/{sent + dropped}); {retx:.2f} % ({resent}/{first})",
             f"<= {dmax} %; <= {rmax} %", (drop <= dmax and retx <= rmax) if judged else None)
     if a.verbose:
-        keys = ("completer_retry_err", "rcvd_seq_err", "send_would_block", "send_no_buffers",
-                "cc_rtt_samples", "cc_delay_cuts", "cc_loss_cuts", "cc_losses",
-                "cc_mode_switches",
-                "cc_competitive_entries", "qp_drop_not_rc")
-        print("  sender: " + ", ".join(f"{k} {ctr.get(k, 0)}" for k in keys)
-              + f"; receiver UDP RcvbufErrors +{udp_rcvbuf_errors(bed, pairs[0][2]) - rb0}",
-              flush=True)
+        srv = run.server_counters[0] if run.server_counters else {}
+        print(f"  sender: {sender_counters(ctr)}; receiver: resequenced "
+              f"{srv.get('resequenced', 0)}, out_of_seq_request {srv.get('out_of_seq_request', 0)}, "
+              f"UDP RcvbufErrors +{udp_rcvbuf_errors(bed, pairs[0][2]) - rb0}", flush=True)
     if mark:
         # The receiver answers CE with CNPs (data to the sender: the
         # requester's side for WRITEs; for READs, the requester answers the
@@ -475,7 +480,7 @@ def c5(a, bed, rep, profile, cc):
     cli = subprocess.Popen(bed.exec(bed.a, "iperf3", "-J", "-B", A_IP, "-p", str(port), "-t",
                                     str(secs), "-c", B_IP),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    (row, _, ctr), = run.perf("write_bw", [(bed.a, A_IP, bed.b, B_IP)], ["-s", "65536"], secs)
+    (row, ticks, ctr), = run.perf("write_bw", [(bed.a, A_IP, bed.b, B_IP)], ["-s", "65536"], secs)
     out, _ = cli.communicate()
     srv.wait()
     lo, hi = window(secs)
@@ -493,6 +498,9 @@ def c5(a, bed, rep, profile, cc):
             f"{roce:.0f}, {tcp:.0f}, {roce + tcp:.0f} Mb/s; competitive entries "
             f"{ctr.get('cc_competitive_entries', 0)}",
             ">= 237, >= 250, >= 880", ok)
+    if a.verbose:
+        per_s = " ".join(f"{g * 1000:.0f}" for _, g, _ in tick_series(ticks))
+        print(f"  sender: {sender_counters(ctr)}\n  RoCE Mb/s each second: {per_s}", flush=True)
 
 
 GUEST_SH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "interop",

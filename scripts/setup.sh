@@ -6,6 +6,7 @@
 #   python3  helper scripts (tshark comparison)
 #   nftables kernel packet drops between test namespaces (no netem here)
 #   iperf3   the TCP baseline of `ndv bench` (P1 and the -a sweep)
+#   iputils-ping  queueing delay in scripts/ccbed.py's full run
 #   ibverbs-utils rdmacm-utils perftest
 #            the unmodified Debian programs run over the C ABI libraries
 #            (ndverbs-cabi) and against ndv's tools
@@ -26,6 +27,7 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)
 command -v editcap >/dev/null 2>&1 || need+=(wireshark-common)
 command -v iperf3 >/dev/null 2>&1 || need+=(iperf3)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
+command -v ping >/dev/null 2>&1 || need+=(iputils-ping)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v ibv_rc_pingpong >/dev/null 2>&1 || need+=(ibverbs-utils)
 command -v rping >/dev/null 2>&1 || need+=(rdmacm-utils)

@@ -83,6 +83,7 @@ pub fn help(counter: &str) -> String {
         "rcvd_pkts" => "Datagrams received (rxe: rcvd_pkts).",
         "duplicate_request" => "Duplicate requests received: the peer retransmitted.",
         "out_of_seq_request" => "Sequence NAKs sent for a gap in the request PSNs.",
+        "resequenced" => "PSN gaps a late request filled while later ones were held (reordering).",
         "rcvd_rnr_err" => "RNR NAKs received.",
         "send_rnr_err" => "RNR NAKs sent (no receive was posted).",
         "rcvd_seq_err" => "Sequence NAKs received.",

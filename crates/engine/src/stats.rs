@@ -19,6 +19,7 @@
 //! | `peer_errors` | other ICMP errors and path-MTU reports about our packets |
 //! | `cm_unreachable` | connects that ended at once on a port unreachable answer |
 //! | `req_psns_first`, `req_psns_resent` | request PSNs the queue pairs sent for the first time, and again by go-back-N |
+//! | `resequenced` | PSN gaps a late request filled while the requests ahead of it were held (reordering, not loss: no NAK, no go-back-N) |
 //!
 //! | rxe counter | here |
 //! |---|---|
@@ -134,6 +135,7 @@ impl Stats {
             ("zero_copy_packets", ld(&nic.zero_copy_packets)),
             ("req_psns_first", qp.req_psns_first),
             ("req_psns_resent", qp.req_psns_resent),
+            ("resequenced", qp.resequenced),
             ("cc_rtt_samples", ld(&nic.cc_rtt_samples)),
             ("cc_losses", ld(&nic.cc_losses)),
             ("cc_delay_cuts", ld(&nic.cc_delay_cuts)),
@@ -186,6 +188,7 @@ pub fn add(acc: &mut Counters, c: &Counters) {
     acc.rcvd_pkts += a.rcvd_pkts;
     acc.duplicate_request += a.duplicate_request;
     acc.out_of_seq_request += a.out_of_seq_request;
+    acc.resequenced += a.resequenced;
     acc.rcvd_rnr_err += a.rcvd_rnr_err;
     acc.send_rnr_err += a.send_rnr_err;
     acc.rcvd_seq_err += a.rcvd_seq_err;

@@ -48,6 +48,9 @@ counters! {
         duplicate_request,
         /// Responder: PSN-sequence NAKs sent for a PSN gap.
         out_of_seq_request,
+        /// Responder: PSN gaps that a late request filled while the
+        /// requests ahead of it were held (a reordering, not a loss).
+        resequenced,
         /// Completer: RNR NAKs received.
         rcvd_rnr_err,
         /// Responder: RNR NAKs sent (no receive posted).

@@ -403,15 +403,12 @@ impl RcQp {
             }
         };
         let result = if info.is_request() {
-            if !matches!(
-                self.state,
-                QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
-            ) {
+            if !takes_requests(self.state) {
                 drops.bad_state += 1;
                 return;
             }
             let (resp, mut cx) = self.responder();
-            resp.handle(&mut cx, mem, rq, info, pkt)
+            resp.handle(&mut cx, now, mem, rq, info, pkt)
         } else {
             if !matches!(self.state, QpState::Rts | QpState::Sqd) {
                 drops.bad_state += 1;
@@ -452,6 +449,10 @@ impl RcQp {
 
     /// Runs the timers that expired by `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
+        if takes_requests(self.state) {
+            let (resp, mut cx) = self.responder();
+            resp.reorder_expired(&mut cx, now);
+        }
         if !matches!(self.state, QpState::Rts | QpState::Sqd) {
             return;
         }
@@ -544,10 +545,14 @@ impl RcQp {
 
     /// When `handle_timeout` is next due.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        match self.state {
+        let comp = match self.state {
             QpState::Rts | QpState::Sqd => self.comp.next_deadline(),
             _ => None,
-        }
+        };
+        let resp = takes_requests(self.state)
+            .then(|| self.resp.reorder_deadline())
+            .flatten();
+        comp.into_iter().chain(resp).min()
     }
 
     /// Whether a completion is waiting for [`RcQp::poll_completion`].
@@ -728,4 +733,12 @@ impl RcQp {
     pub fn is_send_idle(&self) -> bool {
         self.sq.wqes.iter().all(|w| !w.assigned)
     }
+}
+
+/// Whether a QP in `state` lets its responder take requests.
+fn takes_requests(state: QpState) -> bool {
+    matches!(
+        state,
+        QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+    )
 }

@@ -3,100 +3,12 @@
 //! payload bytes are spent from it and the QP reports what it sent, what was
 //! acknowledged, its round-trip samples and its retries.
 
+use crate::two::{pair, Two};
 use ndverbs_proto::cc::{self, CcConfig, PathController};
-use ndverbs_proto::mem::testing::VecMemory;
 use ndverbs_proto::mem::Access;
 use ndverbs_proto::rc::*;
 use ndverbs_proto::time::{Duration, Instant};
 use ndverbs_wire::packet::Packet;
-
-struct Two {
-    a: RcQp,
-    b: RcQp,
-    mem_a: VecMemory,
-    mem_b: VecMemory,
-    rq_a: RecvQueue,
-    rq_b: RecvQueue,
-    buf: Vec<u8>,
-}
-
-/// A connected pair with one WRITE of `len` bytes posted at A.
-fn pair(len: u32) -> Two {
-    let caps = QpCaps::default();
-    let (mut a, mut b) = (RcQp::new(0x11, 1, caps), RcQp::new(0x22, 1, caps));
-    let to_b = RcConnection {
-        rq_psn: 500,
-        sq_psn: 100,
-        ..RcConnection::new(0x22)
-    };
-    let to_a = RcConnection {
-        rq_psn: 100,
-        sq_psn: 500,
-        ..RcConnection::new(0x11)
-    };
-    for (attr, mask) in to_b.steps() {
-        a.modify(&attr, mask).unwrap();
-    }
-    for (attr, mask) in to_a.steps() {
-        b.modify(&attr, mask).unwrap();
-    }
-    let (mut mem_a, mut mem_b) = (VecMemory::new(), VecMemory::new());
-    let src = mem_a.register_bytes(1, 0x1000, vec![7; len as usize], Access::NONE);
-    let dst = mem_b.register(
-        1,
-        0x10_0000,
-        len,
-        Access::REMOTE_WRITE | Access::LOCAL_WRITE,
-    );
-    let at = RemoteAddr {
-        va: dst.addr,
-        rkey: dst.rkey,
-    };
-    a.post_send(SendWr::new(1, SendOp::Write(at), vec![src.sge(0, len)]))
-        .unwrap();
-    let buf = vec![0u8; a.max_packet_len()];
-    Two {
-        a,
-        b,
-        mem_a,
-        mem_b,
-        rq_a: RecvQueue::new(4, 1),
-        rq_b: RecvQueue::new(4, 1),
-        buf,
-    }
-}
-
-impl Two {
-    /// Everything A sends now: (PSN, AckReq) of each packet, delivered to B
-    /// unless `drop` says otherwise.
-    fn a_sends(&mut self, now: Instant, mut drop: impl FnMut(u32) -> bool) -> Vec<(u32, bool)> {
-        let mut out = Vec::new();
-        while let Some(n) = self.a.poll_transmit(now, &mut self.mem_a, &mut self.buf) {
-            let p = Packet::parse(&self.buf[..n]).unwrap();
-            out.push((p.bth.psn, p.bth.ack_req));
-            if !drop(p.bth.psn) {
-                self.b
-                    .handle_packet(now, &p, &mut self.mem_b, &mut self.rq_b);
-            }
-        }
-        out
-    }
-
-    /// B's replies, delivered to A.
-    fn b_replies(&mut self, now: Instant) {
-        self.b_replies_arriving(now, now);
-    }
-
-    /// B's replies, delivered to A at `now` as having reached its host at
-    /// `arrived`.
-    fn b_replies_arriving(&mut self, now: Instant, arrived: Instant) {
-        while let Some(n) = self.b.poll_transmit(now, &mut self.mem_b, &mut self.buf) {
-            let p = Packet::parse(&self.buf[..n]).unwrap();
-            self.a
-                .handle_packet_at(now, arrived, &p, &mut self.mem_a, &mut self.rq_a);
-        }
-    }
-}
 
 #[test]
 fn without_a_budget_the_window_is_the_fixed_byte_window() {
@@ -174,10 +86,12 @@ fn a_go_back_n_retry_reports_a_loss_and_feeds_a_controller() {
     let mut path = PathController::new(CcConfig::default());
     let t0 = Instant::ZERO;
     t.a.set_send_budget(Some(path.available()));
-    // The fifth packet is lost: B answers the sixth with a sequence NAK.
+    // The fifth packet is lost: B holds the rest for a while, then answers
+    // with a sequence NAK.
     let sent = t.a_sends(t0, |psn| psn == 104);
     assert_eq!(sent.len(), 64);
-    let t1 = t0 + Duration::from_micros(30);
+    let t1 = t0 + REORDER_WAIT;
+    t.b.handle_timeout(t1);
     t.b_replies(t1);
     let s = t.a.take_cc_signals();
     assert_eq!(s.losses, 1);

@@ -359,6 +359,7 @@ fn mixed_transfer_4mib_under_loss_reordering_duplication() {
     assert!(p.packets_lost > 100, "lost {}", p.packets_lost);
     assert!(a.duplicate_request + b.duplicate_request > 0);
     assert!(a.out_of_seq_request + b.out_of_seq_request > 0);
+    assert!(a.resequenced + b.resequenced > 0);
     assert!(a.send_rnr_err + b.send_rnr_err > 0);
     eprintln!(
         "{bytes} bytes: sent {} lost {} virtual {:?}\nA {:?}\nB {:?}",

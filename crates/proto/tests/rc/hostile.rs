@@ -255,7 +255,8 @@ fn protocol_violations() {
         Some(QpErrorCause::Responder(NakCode::InvalidRequest))
     );
 
-    // Out-of-sequence requests: one NAK, then silence.
+    // Out-of-sequence requests: held while the gap may still fill, then
+    // one NAK, and silence.
     let mut p = Pair::new(Config::default());
     let psn = p.cfg.psn_b;
     for d in 1..5 {
@@ -266,9 +267,19 @@ fn protocol_violations() {
         );
     }
     let c = p.a.qp.counters();
+    assert_eq!((c.out_of_seq_request, c.drops.out_of_seq), (0, 0));
+    assert_eq!(p.a.qp.poll_timeout(), Some(p.now + REORDER_WAIT));
+    let now = p.now + REORDER_WAIT;
+    p.a.qp.handle_timeout(now);
+    let c = p.a.qp.counters();
     assert_eq!((c.out_of_seq_request, c.drops.out_of_seq), (1, 3));
+    inject(
+        &mut p,
+        Bth::new(Opcode::RC_SEND_ONLY, QPN_A, psn + 5),
+        |_| {},
+    );
+    assert_eq!(p.a.qp.counters().drops.out_of_seq, 4);
     let mut out = [0u8; 64];
-    let now = p.now;
     let n = p.a.qp.poll_transmit(now, &mut p.a.mem, &mut out).unwrap();
     let nak = Packet::parse(&out[..n]).unwrap();
     assert_eq!((nak.bth.psn, nak.ext.aeth.unwrap().syndrome), (psn, 0x60));

@@ -13,5 +13,7 @@ mod modify;
 #[path = "../common/qp.rs"]
 mod qp;
 mod read_retry;
+mod reorder;
 #[path = "../common/rng.rs"]
 mod rng;
+mod two;

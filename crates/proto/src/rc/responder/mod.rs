@@ -24,9 +24,11 @@
 //! PSN `epsn − 1` (never re-executed), a READ is answered again from the saved
 //! *responder resource* (it may ask for a tail of the original, as a partial
 //! retry does), an atomic gets its saved original value — it must never run
-//! twice. A request ahead of `epsn` means packets were lost: one NAK
-//! PSN-sequence error carrying `epsn` goes out and later out-of-order packets
-//! are dropped silently until `epsn` arrives.
+//! twice. A request ahead of `epsn` means packets were lost or reordered: it
+//! is held for a few tens of µs ([`reorder`]); if the gap fills meanwhile
+//! everything is handled in PSN order, else one NAK PSN-sequence error
+//! carrying `epsn` goes out and later out-of-order packets are dropped
+//! silently until `epsn` arrives.
 //!
 //! **Acknowledgements.** An ACK (syndrome 0x1F, "no credit count", as rxe)
 //! carries the packet's PSN and the *MSN*, which counts finished messages,
@@ -52,6 +54,7 @@
 //! moves to ERR.
 
 mod execute;
+pub(super) mod reorder;
 mod replies;
 
 use super::emit::{write_packet, EmitError};
@@ -60,10 +63,12 @@ use super::send_queue::npkts;
 use super::wr::{RecvWr, WcOpcode, WcQueue, WcStatus, WorkCompletion};
 use super::{Counters, Fatal, Params, QpErrorCause};
 use crate::mem::{scatter, sgl_len, Access, AccessError, AtomicOp, Memory};
+use crate::time::Instant;
 use ndverbs_wire::bth::{psn, Bth};
 use ndverbs_wire::ext::{Aeth, NakCode, Syndrome};
 use ndverbs_wire::opcode::{Opcode, OpcodeInfo, Operation, Position};
 use ndverbs_wire::packet::{ExtHeaders, Packet};
+use reorder::Reorder;
 use std::collections::VecDeque;
 
 /// Most replies queued before further requests are treated as lost.
@@ -146,6 +151,8 @@ pub(crate) struct Responder {
     /// Message sequence number.
     pub msn: u32,
     sent_psn_nak: bool,
+    /// Requests ahead of a PSN gap, waiting for it to fill.
+    ahead: Reorder,
     cur: Current,
     resources: VecDeque<Resource>,
     replies: VecDeque<Reply>,
@@ -195,6 +202,7 @@ impl Responder {
             )
         });
         self.resources.clear();
+        self.ahead.clear();
         match std::mem::take(&mut self.cur) {
             Current::Send { wr, .. } => Some(wr),
             _ => None,
@@ -276,13 +284,60 @@ impl Responder {
         Fatal(QpErrorCause::Responder(code))
     }
 
-    /// Handles one request packet of opcode `info`.
+    /// Handles one request packet of opcode `info`, then the held requests
+    /// it lets through.
     pub fn handle(
         &mut self,
         cx: &mut RespCx<'_>,
+        now: Instant,
         mem: &mut dyn Memory,
         rq: &mut RecvQueue,
-        info: &OpcodeInfo,
+        info: &'static OpcodeInfo,
+        pkt: &Packet<'_>,
+    ) -> Result<(), Fatal> {
+        let filled = !self.ahead.is_empty() && pkt.bth.psn == self.epsn;
+        self.handle_one(cx, now, mem, rq, info, pkt)?;
+        if filled {
+            cx.counters.resequenced += 1;
+        }
+        while !self.ahead.is_empty() {
+            let (next, stale) = self.ahead.take_next(self.epsn);
+            cx.counters.duplicate_request += stale as u64;
+            let Some(h) = next else { break };
+            self.handle_one(cx, now, mem, rq, h.info, &h.packet())?;
+        }
+        Ok(())
+    }
+
+    /// When held requests are taken for lost ([`Responder::reorder_expired`]).
+    pub fn reorder_deadline(&self) -> Option<Instant> {
+        self.ahead.deadline()
+    }
+
+    /// The gap did not fill in time: the sequence NAK goes out and what
+    /// was held is dropped, as it would have been on arrival.
+    pub fn reorder_expired(&mut self, cx: &mut RespCx<'_>, now: Instant) {
+        if self.ahead.deadline().is_none_or(|t| t > now) {
+            return;
+        }
+        let n = self.ahead.clear() as u64;
+        if self.sent_psn_nak {
+            cx.counters.drops.out_of_seq += n;
+        } else {
+            self.sent_psn_nak = true;
+            cx.counters.out_of_seq_request += 1;
+            cx.counters.drops.out_of_seq += n.saturating_sub(1);
+            self.ack(cx, self.epsn, Syndrome::Nak(NakCode::PsnSequence));
+        }
+    }
+
+    fn handle_one(
+        &mut self,
+        cx: &mut RespCx<'_>,
+        now: Instant,
+        mem: &mut dyn Memory,
+        rq: &mut RecvQueue,
+        info: &'static OpcodeInfo,
         pkt: &Packet<'_>,
     ) -> Result<(), Fatal> {
         // CHK_PSN
@@ -291,7 +346,9 @@ impl Responder {
         if d > 0 {
             if self.sent_psn_nak {
                 cx.counters.drops.out_of_seq += 1;
-            } else {
+            } else if !self.ahead.hold(now, info, pkt) {
+                // More ahead than a reordering explains: a loss.
+                cx.counters.drops.out_of_seq += self.ahead.clear() as u64;
                 self.sent_psn_nak = true;
                 cx.counters.out_of_seq_request += 1;
                 self.ack(cx, self.epsn, Syndrome::Nak(NakCode::PsnSequence));

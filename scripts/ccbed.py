@@ -148,10 +148,14 @@ class Bed:
             self.nft = False
 
     def ce_marked(self):
+        """Packets R marked so far. The rule counts skbs, and a GSO skb (A
+        sends up to 64 packets as one) is marked whole, so its bytes say
+        more: every data packet here carries 1024 payload bytes, so bytes /
+        1024 bounds the marked packets from above."""
         out = sh("ip", "netns", "exec", self.r, "nft", "list", "table", "ip", "ccbed",
                  check=False).stdout
-        m = re.search(r"counter packets (\d+)", out)
-        return int(m.group(1)) if m else 0
+        m = re.search(r"counter packets (\d+) bytes (\d+)", out)
+        return max(int(m.group(1)), int(m.group(2)) // 1024) if m else 0
 
     def wait_tcp(self, ns, port, proc, timeout=30):
         t0 = time.time()
@@ -267,7 +271,10 @@ class Run:
         self.server_counters = []
         for (out, err), (_, cip, _, sip) in zip(outs, pairs):
             row = result_row(out)
-            ticks = [l for l in err.splitlines() if l.startswith("[ndv perf]")]
+            # Progress lines, and the controller's mode changes when
+            # RUST_LOG asks for them (ndverbs_engine::nic::congestion=debug).
+            ticks = [l for l in err.splitlines()
+                     if l.startswith("[ndv perf]") or "congestion control mode" in l]
             counters = next((v["counters"] for k, v in snaps.items()
                              if k.endswith(f"-{cip}.json")), {})
             results.append((row, ticks, counters))
@@ -399,7 +406,7 @@ def c1(a, bed, rep, profile, cc, idle, test="write_bw", size="65536", crit="C1",
         marked = bed.ce_marked() - ce0
         sent_cnps = srv.get("cc_cnps_sent", 0)
         rx, cuts = ctr.get("cc_cnps_received", 0), ctr.get("cc_cnp_cuts", 0)
-        rep.add("C7", profile, cc, "CE marked; CNPs sent by B; received by A; cuts at A",
+        rep.add("C7", profile, cc, "CE marked (packets, at most); CNPs sent by B; received by A; cuts at A",
                 f"{marked}; {sent_cnps}; {rx}; {cuts}",
                 "0 < CNPs <= marked, cuts <= CNPs",
                 # Without a controller nothing is ECN-capable: no CNPs, by design.
@@ -501,6 +508,9 @@ def c5(a, bed, rep, profile, cc):
     if a.verbose:
         per_s = " ".join(f"{g * 1000:.0f}" for _, g, _ in tick_series(ticks))
         print(f"  sender: {sender_counters(ctr)}\n  RoCE Mb/s each second: {per_s}", flush=True)
+        for l in ticks:
+            if "congestion control mode" in l:
+                print(f"  {l}", flush=True)
 
 
 GUEST_SH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "interop",

@@ -47,7 +47,7 @@
 use crate::counters::{bump, NicCounters};
 use crate::link::{ECN_CE, ECN_ECT1, ECN_NOT_ECT};
 use ndverbs_proto::cc::{self, CcConfig, CcCounters, Pacer, PathController};
-use ndverbs_proto::rc::RcQp;
+use ndverbs_proto::rc::{CcSignals, RcQp};
 use ndverbs_proto::time::{Duration, Instant};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
@@ -182,7 +182,7 @@ impl Paths {
                 reported: CcCounters::default(),
             }
         });
-        cc::feed(&mut path.cc, now, qp.take_cc_signals());
+        feed(&mut path.cc, now, qp.take_cc_signals(), peer);
         let mut budget = path.free(now);
         let granted = path.grants.iter().position(|g| g.0 == qpn);
         match granted {
@@ -211,7 +211,7 @@ impl Paths {
         };
         let signals = qp.take_cc_signals();
         path.pacer.consume(signals.sent);
-        cc::feed(&mut path.cc, now, signals);
+        feed(&mut path.cc, now, signals, peer);
         let mtu = u64::from(qp.query().path_mtu.bytes());
         if qp.send_budget().is_some_and(|b| b < mtu) && !path.waiting.contains(&qpn) {
             tracing::trace!(
@@ -306,6 +306,25 @@ fn report(path: &mut Path, c: &NicCounters) {
         now.competitive_entries - was.competitive_entries,
     );
     path.reported = now;
+}
+
+/// [`cc::feed`], logging a change of mode (at debug level) with what the
+/// controller saw.
+fn feed(cc: &mut PathController, now: Instant, signals: CcSignals, peer: IpAddr) {
+    let mode = cc.mode();
+    cc::feed(cc, now, signals);
+    if cc.mode() != mode {
+        tracing::debug!(
+            %peer,
+            from = ?mode,
+            to = ?cc.mode(),
+            window = cc.window(),
+            srtt = ?cc.srtt(),
+            base = ?cc.base_rtt(),
+            target = ?cc.target(),
+            "congestion control mode"
+        );
+    }
 }
 
 #[cfg(test)]

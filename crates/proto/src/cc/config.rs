@@ -56,6 +56,14 @@ pub struct CcConfig {
     pub competitive_after: u32,
     /// Round trips at least in a mode before leaving it (hysteresis, 10).
     pub mode_hold_rtts: u32,
+    /// How long after competitive mode ended the competitor is remembered
+    /// (2 s): a CUBIC flow's queue drains for a moment after each of its
+    /// losses, about once a second here, which ends competitive mode.
+    pub competitor_memory: Duration,
+    /// Undrained round trips in a row that bring back competitive mode
+    /// while the competitor is remembered (2); the window then returns to
+    /// what it was when competing ended, times `competitive_loss_factor`.
+    pub competitive_return_after: u32,
     /// DCQCN's `g` (1/16, the HPCC ns-3 model's default).
     pub dcqcn_g: f64,
     /// Shortest time between two CNP cuts besides one srtt (50 µs, the
@@ -95,6 +103,8 @@ impl Default for CcConfig {
             target_relax: Duration::from_secs(10),
             competitive_after: 8,
             mode_hold_rtts: 10,
+            competitor_memory: Duration::from_secs(2),
+            competitive_return_after: 2,
             dcqcn_g: 1.0 / 16.0,
             cnp_min_interval: Duration::from_micros(50),
             cnp_recovery_steps: 5,

@@ -85,6 +85,8 @@ pub struct PathController {
     losses_in_row: u32,
     observer: Observer,
     detector: Detector,
+    /// When competitive mode last ended, and the window then.
+    competed: Option<(Instant, f64)>,
     dcqcn: Dcqcn,
     /// The last congestion signal (a cut, a loss, a CNP).
     congested_at: Option<Instant>,
@@ -108,6 +110,7 @@ impl PathController {
             losses_in_row: 0,
             observer: Observer::default(),
             detector: Detector::default(),
+            competed: None,
             dcqcn: Dcqcn::new(cfg.dcqcn_g, cfg.cnp_recovery_steps),
             congested_at: None,
             now: Instant::ZERO,
@@ -311,20 +314,39 @@ impl PathController {
         let (Some(base), Some(target)) = (self.base.get(), self.target()) else {
             return;
         };
-        let (after, hold) = (self.cfg.competitive_after, self.cfg.mode_hold_rtts);
+        let hold = self.cfg.mode_hold_rtts;
         match self.mode {
             Mode::SlowStart => {}
             Mode::Delay => {
                 let threshold = target + self.q_eff / 2;
+                // A competitor that let its queue drain a moment ago is
+                // most likely still there: back quickly, at the window
+                // competing had reached (less a loss's cut), rather than
+                // after the delay cuts of a full hold took it away.
+                let recent = self.competed.filter(|&(t, _)| {
+                    now.saturating_duration_since(t) < self.cfg.competitor_memory
+                });
+                let (after, hold) = match recent {
+                    Some(_) => (
+                        self.cfg.competitive_return_after,
+                        self.cfg.competitive_return_after,
+                    ),
+                    None => (self.cfg.competitive_after, hold),
+                };
                 if self.detector.delay_mode(w, threshold, after, hold) {
                     self.set_mode(Mode::Competitive);
                     self.counters.competitive_entries += 1;
+                    if let Some((_, window)) = recent {
+                        self.cwnd = self.cwnd.max(window * self.cfg.competitive_loss_factor);
+                        self.clamp();
+                    }
                 }
             }
             Mode::Competitive => {
                 let empty = base + self.cfg.target_queue / 2;
                 if self.detector.competitive_mode(w, empty, hold) {
                     self.set_mode(Mode::Delay);
+                    self.competed = Some((now, self.cwnd));
                 }
             }
         }
@@ -503,6 +525,58 @@ mod tests {
             assert!(n < 1000, "never left");
         }
         assert_eq!(cc.base_rtt(), Some(us(20)), "held while competing");
+    }
+
+    #[test]
+    fn a_competitor_whose_queue_drained_a_moment_is_met_again_at_once() {
+        let mut cc = settled();
+        let mut t = 10_000;
+        while cc.mode() != Mode::Competitive {
+            t += 500;
+            cc.on_ack(at(t), 1024, Some(us(3000)));
+        }
+        // Competing for a while: Reno's growth.
+        for _ in 0..400 {
+            t += 500;
+            cc.on_ack(at(t), 1024, Some(us(3000)));
+        }
+        let competing = cc.window();
+        // CUBIC's queue drains after its loss: delay mode...
+        while cc.mode() != Mode::Delay {
+            t += 500;
+            cc.on_ack(at(t), 1024, Some(us(25)));
+        }
+        // ...and stands again: the delay cuts start, and two undrained
+        // round trips later it competes again at 0.7 of its window.
+        let mut n = 0;
+        while cc.mode() != Mode::Competitive {
+            t += 500;
+            n += 1;
+            cc.on_ack(at(t), 1024, Some(us(3000)));
+            assert!(n < 40, "not back");
+        }
+        assert_eq!(cc.counters().competitive_entries, 2);
+        assert!(
+            cc.window() as f64 >= 0.69 * competing as f64,
+            "{} of {competing}",
+            cc.window()
+        );
+        // Much later the competitor is forgotten: the full count again.
+        let mut t = t + 3_000_000;
+        while cc.mode() != Mode::Delay {
+            t += 500;
+            cc.on_ack(at(t), 1024, Some(us(25)));
+        }
+        let t_left = t;
+        t += 3_000_000;
+        cc.on_ack(at(t), 1024, Some(us(25)));
+        let mut n = 0;
+        while cc.mode() != Mode::Competitive {
+            t += 500;
+            n += 1;
+            cc.on_ack(at(t), 1024, Some(us(3000)));
+        }
+        assert!(t - t_left > 3_000_000 && n > 16, "{n} samples");
     }
 
     #[test]

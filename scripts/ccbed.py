@@ -464,7 +464,8 @@ def c4(a, bed, rep, profile, cc):
     run = Run(a, bed, cc)
     pairs = [(bed.a, f"{A_NET}.{10 + i}", bed.b, f"{B_NET}.{10 + i}")
              for i in range(1, PEERS + 1)]
-    res = run.perf("write_bw", pairs, ["-s", "65536"], a.secs)
+    res = run.perf("write_bw", pairs, ["-s", "65536"] + (["-e"] if a.peer_events else []),
+                   a.secs)
     per = [{sec: g for sec, g, _ in tick_series(t)} for _, t, _ in res]
     js = []
     for sec in range(lo + 1, hi + 1):
@@ -472,8 +473,10 @@ def c4(a, bed, rep, profile, cc):
             js.append(jain([p[sec] for p in per]))
     agg = sum(float(r[3]) * 1000 for r, _, _ in res if r)
     jmin = min(js) if js else float("nan")
-    rep.add("C4", profile, cc, f"{PEERS} peers: Jain min over 1-s windows; aggregate",
-            f"{jmin:.3f}; {agg:.0f} Mb/s", ">= 0.90", jmin >= 0.90)
+    jmed = statistics.median(js) if js else float("nan")
+    how = ", sleeping on events" if a.peer_events else ""
+    rep.add("C4", profile, cc, f"{PEERS} peers{how}: Jain min (median) over 1-s windows; aggregate",
+            f"{jmin:.3f} ({jmed:.3f}); {agg:.0f} Mb/s", ">= 0.90", jmin >= 0.90)
 
 
 def c5(a, bed, rep, profile, cc):
@@ -649,6 +652,10 @@ def main():
     ap.add_argument("--cc", default="off,swift", help="NDV_CC values to run with")
     ap.add_argument("--secs", type=int, default=12, help="seconds per ndv perf run")
     ap.add_argument("--coexist-secs", type=int, default=30, help="seconds of the c5 runs")
+    ap.add_argument("--peer-events", action="store_true",
+                    help="C4's four peer processes sleep on completion events (ndv perf -e) "
+                         "instead of spinning: eight spinning processes on a 2-CPU machine "
+                         "measure its scheduler")
     ap.add_argument("-v", "--verbose", action="store_true",
                     help="print the sender's loss and controller counters after each run")
     ap.add_argument("--check", action="store_true", help="exit 1 if a criterion is missed")

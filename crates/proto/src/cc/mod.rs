@@ -54,7 +54,11 @@
 //! like Reno: +1 packet per RTT, ×0.7 on loss (CUBIC's β); the base-RTT
 //! filter holds still meanwhile. A round trip in which the queue drained to
 //! `base + q_t/2` returns it to delay mode. Both switches need 10 round trips
-//! in the current mode ([`competitive`]).
+//! in the current mode ([`competitive`]). A CUBIC flow's queue also drains
+//! for a moment after each of its losses, so the competitor is remembered
+//! for 2 s after competitive mode ends: two undrained round trips then bring
+//! it back, at 0.7 of the window it had (a full hold of delay cuts would
+//! have taken the window to one packet).
 //!
 //! **CNPs (DCQCN, SIGCOMM 2015).** `α ← (1 − g)α + g` per CNP (g = 1/16); a
 //! cut `cwnd ×= 1 − α/2` at most once per `max(srtt, 50 µs)`; per quiet

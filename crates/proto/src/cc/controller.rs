@@ -527,34 +527,42 @@ mod tests {
         assert_eq!(cc.base_rtt(), Some(us(20)), "held while competing");
     }
 
+    /// Acknowledges a packet every 500 µs with round trips of `rtt_us`
+    /// until the controller is in `mode`; the samples that took (at most
+    /// `limit`).
+    fn samples_until(
+        cc: &mut PathController,
+        t: &mut u64,
+        rtt_us: u64,
+        mode: Mode,
+        limit: usize,
+    ) -> usize {
+        let mut n = 0;
+        while cc.mode() != mode {
+            *t += 500;
+            n += 1;
+            cc.on_ack(at(*t), 1024, Some(us(rtt_us)));
+            assert!(n < limit, "not {mode:?} after {n} samples");
+        }
+        n
+    }
+
     #[test]
     fn a_competitor_whose_queue_drained_a_moment_is_met_again_at_once() {
         let mut cc = settled();
         let mut t = 10_000;
-        while cc.mode() != Mode::Competitive {
-            t += 500;
-            cc.on_ack(at(t), 1024, Some(us(3000)));
-        }
+        samples_until(&mut cc, &mut t, 3000, Mode::Competitive, 1000);
         // Competing for a while: Reno's growth.
         for _ in 0..400 {
             t += 500;
             cc.on_ack(at(t), 1024, Some(us(3000)));
         }
         let competing = cc.window();
-        // CUBIC's queue drains after its loss: delay mode...
-        while cc.mode() != Mode::Delay {
-            t += 500;
-            cc.on_ack(at(t), 1024, Some(us(25)));
-        }
-        // ...and stands again: the delay cuts start, and two undrained
-        // round trips later it competes again at 0.7 of its window.
-        let mut n = 0;
-        while cc.mode() != Mode::Competitive {
-            t += 500;
-            n += 1;
-            cc.on_ack(at(t), 1024, Some(us(3000)));
-            assert!(n < 40, "not back");
-        }
+        // CUBIC's queue drains after its loss: delay mode; it stands again:
+        // the delay cuts start, and two undrained round trips later it
+        // competes again at 0.7 of its window.
+        samples_until(&mut cc, &mut t, 25, Mode::Delay, 1000);
+        samples_until(&mut cc, &mut t, 3000, Mode::Competitive, 40);
         assert_eq!(cc.counters().competitive_entries, 2);
         assert!(
             cc.window() as f64 >= 0.69 * competing as f64,
@@ -562,21 +570,12 @@ mod tests {
             cc.window()
         );
         // Much later the competitor is forgotten: the full count again.
-        let mut t = t + 3_000_000;
-        while cc.mode() != Mode::Delay {
-            t += 500;
-            cc.on_ack(at(t), 1024, Some(us(25)));
-        }
-        let t_left = t;
+        t += 3_000_000;
+        samples_until(&mut cc, &mut t, 25, Mode::Delay, 1000);
         t += 3_000_000;
         cc.on_ack(at(t), 1024, Some(us(25)));
-        let mut n = 0;
-        while cc.mode() != Mode::Competitive {
-            t += 500;
-            n += 1;
-            cc.on_ack(at(t), 1024, Some(us(3000)));
-        }
-        assert!(t - t_left > 3_000_000 && n > 16, "{n} samples");
+        let n = samples_until(&mut cc, &mut t, 3000, Mode::Competitive, 1000);
+        assert!(n > 16, "back after {n} samples");
     }
 
     #[test]

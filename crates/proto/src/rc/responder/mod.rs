@@ -324,11 +324,17 @@ impl Responder {
         if self.sent_psn_nak {
             cx.counters.drops.out_of_seq += n;
         } else {
-            self.sent_psn_nak = true;
-            cx.counters.out_of_seq_request += 1;
             cx.counters.drops.out_of_seq += n.saturating_sub(1);
-            self.ack(cx, self.epsn, Syndrome::Nak(NakCode::PsnSequence));
+            self.psn_nak(cx);
         }
+    }
+
+    /// The one PSN-sequence NAK of a gap, naming `epsn`; later requests
+    /// ahead of it are dropped until it arrives.
+    fn psn_nak(&mut self, cx: &mut RespCx<'_>) {
+        self.sent_psn_nak = true;
+        cx.counters.out_of_seq_request += 1;
+        self.ack(cx, self.epsn, Syndrome::Nak(NakCode::PsnSequence));
     }
 
     fn handle_one(
@@ -349,9 +355,7 @@ impl Responder {
             } else if !self.ahead.hold(now, info, pkt) {
                 // More ahead than a reordering explains: a loss.
                 cx.counters.drops.out_of_seq += self.ahead.clear() as u64;
-                self.sent_psn_nak = true;
-                cx.counters.out_of_seq_request += 1;
-                self.ack(cx, self.epsn, Syndrome::Nak(NakCode::PsnSequence));
+                self.psn_nak(cx);
             }
             return Ok(());
         }

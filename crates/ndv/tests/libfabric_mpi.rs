@@ -32,7 +32,9 @@ mod programs;
 use ndverbs_testkit::netns::Netns;
 use ndverbs_testkit::process::{self, Finished, Running, LIMIT};
 use ndverbs_testkit::skip;
-use programs::{both_ok, ndv_run, veth, wait_tcp_listening, write_netns_agent, A, B};
+use programs::{
+    both_ok, mpicheck_rank_pid, ndv_run, veth, wait_tcp_listening, write_netns_agent, A, B,
+};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -318,14 +320,6 @@ fn open_mpi_two_ranks_per_namespace_share_the_devices() {
     check_mpicheck(&Running::spawn(&mut cmd).wait(LIMIT), 4);
 }
 
-/// The pid `mpicheck`'s rank `rank` announced in `out`.
-fn rank_pid(out: &str, rank: u32) -> Option<i32> {
-    let prefix = format!("mpicheck: rank {rank} pid ");
-    out.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|p| p.trim().parse().ok())
-}
-
 #[test]
 #[ignore = "release section of scripts/test.sh"]
 fn open_mpi_job_with_a_rank_killed_mid_transfer_ends_in_error_and_the_next_runs() {
@@ -338,7 +332,7 @@ fn open_mpi_job_with_a_rank_killed_mid_transfer_ends_in_error_and_the_next_runs(
     job.wait_for_stderr("mpicheck: rank 1 pid ", process::READY_LIMIT)
         .unwrap_or_else(|e| panic!("rank 1 never started: {e}"));
     std::thread::sleep(Duration::from_secs(2));
-    let pid = rank_pid(&job.output_so_far(), 1).expect("rank 1's pid");
+    let pid = mpicheck_rank_pid(&job.output_so_far(), 1).expect("rank 1's pid");
     // SAFETY: kill(2) on the pid the rank announced, a process of this test.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "kill {pid}");
     let killed = Instant::now();
@@ -370,6 +364,6 @@ fn fi_pingpong_rows_and_mpicheck_values_parse() {
     assert_eq!(value_after(m, "bandwidth 1048576 B: "), Some(2345.67));
     assert_eq!(value_after(m, "latency 64 B: "), None);
     let r = "mpicheck: rank 0 pid 17\nmpicheck: rank 1 pid 4242\n";
-    assert_eq!(rank_pid(r, 1), Some(4242));
-    assert_eq!(rank_pid(r, 2), None);
+    assert_eq!(mpicheck_rank_pid(r, 1), Some(4242));
+    assert_eq!(mpicheck_rank_pid(r, 2), None);
 }

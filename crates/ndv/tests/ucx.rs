@@ -17,7 +17,7 @@
 //!   `ucp_am_bw`) with only our two transports allowed (`UCX_TLS`), and
 //!   over `ud_verbs` alone;
 //! - MPICH 4.0.2 (Debian's is `ch4:ucx`): `mpirun.mpich` under `ndv run
-//!   --ucx` with one rank per namespace, the remote one started by a
+//!   --ucx` with one and with two ranks per namespace, the remote ones started by a
 //!   launcher agent that enters the other namespace through `ndv run --ucx`
 //!   (what `ssh HOST ndv run --ucx -- …` would be), running
 //!   `tests/mpi/mpicheck.c` built with `mpicc.mpich`: every check passes
@@ -29,9 +29,12 @@
 mod programs;
 
 use ndverbs_testkit::netns::Netns;
-use ndverbs_testkit::process::{Running, LIMIT};
-use programs::{both_ok, ndv_run, veth, wait_tcp_listening, write_netns_agent, A, NDV};
+use ndverbs_testkit::process::{Finished, Running, LIMIT, READY_LIMIT};
+use programs::{
+    both_ok, mpicheck_rank_pid, ndv_run, veth, wait_tcp_listening, write_netns_agent, A, NDV,
+};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// ucx_perftest's default TCP port for its exchange.
 const PERFTEST_PORT: u16 = 13337;
@@ -289,57 +292,144 @@ fn ucx_perftest_ucp_between_namespaces() {
 #[test]
 #[ignore = "release section of scripts/test.sh"]
 fn mpich_over_ucx_one_rank_per_namespace() {
-    let Some((a, b)) = veth(&["mpicc.mpich", "mpirun.mpich", "ucx_info"]) else {
+    let Some(h) = MpichHosts::new() else {
         return;
     };
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "mpich-{}-{}",
-        std::process::id(),
-        a.name()
-    ));
-    std::fs::create_dir_all(&dir).expect("scratch directory");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/mpicheck.c");
-    let bin = dir.join("mpicheck");
-    // Not -Wall: MPICH's MPI_STATUSES_IGNORE trips gcc's
-    // -Wstringop-overflow on MPI_Waitall.
-    let out = std::process::Command::new("mpicc.mpich")
-        .args(["-O2", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .output()
-        .expect("mpicc.mpich");
+    check_mpicheck(&Running::spawn(&mut h.mpirun(1, &[])).wait(LIMIT), 2);
+}
+
+/// Two ranks per namespace: the two processes of a host share its device
+/// (`NDV_SHARE=1`; MPICH's launcher hands the environment to every rank);
+/// ranks on one host talk through MPICH's shared memory, across hosts
+/// through UCX on ndverbs.
+#[test]
+#[ignore = "release section of scripts/test.sh"]
+fn mpich_over_ucx_two_ranks_per_namespace_share_the_device() {
+    let Some(h) = MpichHosts::new() else {
+        return;
+    };
+    let mut cmd = h.mpirun(2, &[]);
+    cmd.env("NDV_SHARE", "1");
+    check_mpicheck(&Running::spawn(&mut cmd).wait(LIMIT), 4);
+}
+
+/// A rank killed with SIGKILL in the middle of the transfers: the job ends
+/// in error (UCX's peer failure, MPICH aborts the job), not a hang, and a
+/// new job runs on the same addresses at once.
+#[test]
+#[ignore = "release section of scripts/test.sh"]
+fn mpich_job_with_a_rank_killed_mid_transfer_ends_in_error_and_the_next_runs() {
+    let Some(h) = MpichHosts::new() else {
+        return;
+    };
+    let mut job = Running::spawn(&mut h.mpirun(1, &["30000"]));
+    job.wait_for_stderr("mpicheck: rank 1 pid ", READY_LIMIT)
+        .unwrap_or_else(|e| panic!("rank 1 never started: {e}"));
+    std::thread::sleep(Duration::from_secs(2));
+    let pid = mpicheck_rank_pid(&job.output_so_far(), 1).expect("rank 1's pid");
+    // SAFETY: kill(2) on the pid the rank announced, a process of this test.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "kill {pid}");
+    let killed = Instant::now();
+    let f = job.wait(LIMIT);
     assert!(
-        out.status.success(),
-        "mpicc.mpich:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        !f.timed_out && !f.ok,
+        "the job must end in error, not hang or pass:\n{}",
+        f.text()
     );
-    let agent = write_netns_agent(
-        &dir,
-        "mpich-agent.sh",
-        &[(A, &a), (programs::B, &b)],
-        &format!("{NDV} run --ucx --"),
+    assert!(
+        killed.elapsed() < Duration::from_secs(30),
+        "the job took {:?} to end",
+        killed.elapsed()
     );
-    let hosts = format!("{A},{}", programs::B);
-    let mut cmd = ndv_run_ucx(&a, "mpirun.mpich", &["-hosts", &hosts, "-np", "2"]);
-    cmd.args(["-iface", "veth0", "-launcher", "ssh", "-launcher-exec"])
-        .arg(&agent)
-        .arg(&bin)
-        .envs([
-            ("UCX_TLS", "rc_verbs,ud_verbs"),
-            ("UCX_NET_DEVICES", "ndv0:1"),
-        ]);
-    let f = Running::spawn(&mut cmd).wait(LIMIT);
+    check_mpicheck(&Running::spawn(&mut h.mpirun(1, &["200"])).wait(LIMIT), 2);
+}
+
+/// Two namespaces, `mpicheck` built with MPICH's compiler and the launcher
+/// agent that starts remote ranks under `ndv run --ucx` in the other one.
+struct MpichHosts {
+    a: Netns,
+    _b: Netns,
+    dir: std::path::PathBuf,
+    bin: std::path::PathBuf,
+    agent: std::path::PathBuf,
+}
+
+impl MpichHosts {
+    fn new() -> Option<MpichHosts> {
+        let (a, b) = veth(&["mpicc.mpich", "mpirun.mpich", "ucx_info"])?;
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "mpich-{}-{}",
+            std::process::id(),
+            a.name()
+        ));
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/mpicheck.c");
+        let bin = dir.join("mpicheck");
+        // Not -Wall: MPICH's MPI_STATUSES_IGNORE trips gcc's
+        // -Wstringop-overflow on MPI_Waitall.
+        let out = std::process::Command::new("mpicc.mpich")
+            .args(["-O2", "-o"])
+            .arg(&bin)
+            .arg(&src)
+            .output()
+            .expect("mpicc.mpich");
+        assert!(
+            out.status.success(),
+            "mpicc.mpich:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let agent = write_netns_agent(
+            &dir,
+            "mpich-agent.sh",
+            &[(A, &a), (programs::B, &b)],
+            &format!("{NDV} run --ucx --"),
+        );
+        Some(MpichHosts {
+            a,
+            _b: b,
+            dir,
+            bin,
+            agent,
+        })
+    }
+
+    /// `mpirun.mpich` of `mpicheck args` with `per_host` ranks in each
+    /// namespace, over our two UCX transports only.
+    fn mpirun(&self, per_host: u32, args: &[&str]) -> std::process::Command {
+        let hosts = format!("{A}:{per_host},{}:{per_host}", programs::B);
+        let np = (2 * per_host).to_string();
+        let mut cmd = ndv_run_ucx(&self.a, "mpirun.mpich", &["-hosts", &hosts, "-np", &np]);
+        cmd.args(["-iface", "veth0", "-launcher", "ssh", "-launcher-exec"])
+            .arg(&self.agent)
+            .arg(&self.bin)
+            .args(args)
+            .envs([
+                ("UCX_TLS", "rc_verbs,ud_verbs"),
+                ("UCX_NET_DEVICES", "ndv0:1"),
+            ]);
+        cmd
+    }
+}
+
+impl Drop for MpichHosts {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Every check of a job of `ranks` passed.
+fn check_mpicheck(f: &Finished, ranks: u32) {
     let out = f.text();
     assert!(f.ok, "mpirun.mpich:\n{out}");
+    let all_ok = format!("mpicheck ok ({ranks} ranks)");
     for line in [
         "allreduce ok",
         "bcast ok",
         "alltoall ok",
         "put/get ok",
-        "mpicheck ok (2 ranks)",
+        all_ok.as_str(),
     ] {
         assert!(out.lines().any(|l| l == line), "no {line:?} in:\n{out}");
     }
     assert!(!out.contains("FAIL"), "{out}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

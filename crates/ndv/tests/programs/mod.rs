@@ -194,3 +194,11 @@ pub fn write_netns_agent(dir: &Path, name: &str, hosts: &[(&str, &Netns)], wrap:
     std::fs::set_permissions(&path, perm).expect("chmod agent");
     path
 }
+
+/// The pid `mpicheck`'s rank `rank` announced in `out`.
+pub fn mpicheck_rank_pid(out: &str, rank: u32) -> Option<i32> {
+    let prefix = format!("mpicheck: rank {rank} pid ");
+    out.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|p| p.trim().parse().ok())
+}

@@ -76,7 +76,9 @@ pub use requester::{
     max_window, CcSignals, CC_MAX_UNACKED_PSNS, MAX_PKT_PER_ACK, MAX_UNACKED_BYTES,
     MAX_UNACKED_PSNS,
 };
-pub use responder::reorder::{REORDER_MAX_BYTES, REORDER_MAX_PACKETS, REORDER_WAIT};
+pub use responder::reorder::{
+    REORDER_MAX_BYTES, REORDER_MAX_PACKETS, REORDER_WAIT, REORDER_WAIT_MIN,
+};
 pub use responder::MAX_QUEUED_REPLIES;
 pub use wr::{
     PostError, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcQueue, WcStatus, WorkCompletion,

@@ -56,10 +56,9 @@ fn a_gap_that_outlasts_the_wait_is_naked_and_resent() {
     let mut t = pair(LEN);
     let t0 = Instant::ZERO;
     let pkts = t.a_packets(t0);
-    for (i, p) in pkts.iter().enumerate() {
-        if i != 4 {
-            t.deliver_to_b(t0, p);
-        }
+    // PSN 104 is lost; 105..=112 arrive and wait.
+    for p in pkts[..4].iter().chain(&pkts[5..13]) {
+        t.deliver_to_b(t0, p);
     }
     // Until the deadline only the ACK of what came in order is owed.
     t.b.handle_timeout(t0 + (REORDER_WAIT - Duration::from_nanos(1)));
@@ -68,8 +67,13 @@ fn a_gap_that_outlasts_the_wait_is_naked_and_resent() {
     let b = *t.b.counters();
     assert_eq!(
         (b.out_of_seq_request, b.drops.out_of_seq, b.resequenced),
-        (1, 58, 0)
+        (1, 7, 0)
     );
+    // What comes later past the gap is dropped until A goes back.
+    for p in &pkts[13..] {
+        t.deliver_to_b(t0 + REORDER_WAIT, p);
+    }
+    assert_eq!(t.b.counters().drops.out_of_seq, 7 + 51);
     let t1 = t0 + REORDER_WAIT;
     t.b_replies(t1);
     assert_eq!(t.a.counters().rcvd_seq_err, 1);
@@ -83,4 +87,22 @@ fn a_gap_that_outlasts_the_wait_is_naked_and_resent() {
     let wc = t.a.poll_completion().expect("the WRITE completed");
     assert_eq!((wc.wr_id, wc.status), (1, WcStatus::Success));
     assert!(t.mem_b.bytes(t.dst_lkey).iter().all(|&x| x == 7));
+}
+
+#[test]
+fn more_ahead_than_a_reordering_explains_is_naked_at_once() {
+    let mut t = pair(LEN);
+    let t0 = Instant::ZERO;
+    let pkts = t.a_packets(t0);
+    for p in pkts[..4].iter().chain(&pkts[5..5 + REORDER_MAX_PACKETS]) {
+        t.deliver_to_b(t0, p);
+    }
+    assert_eq!(t.b.counters().out_of_seq_request, 0);
+    t.deliver_to_b(t0, &pkts[5 + REORDER_MAX_PACKETS]);
+    let b = *t.b.counters();
+    assert_eq!(
+        (b.out_of_seq_request, b.drops.out_of_seq),
+        (1, REORDER_MAX_PACKETS as u64)
+    );
+    assert_eq!(t.b.poll_timeout(), None);
 }

@@ -25,7 +25,7 @@
 //! *responder resource* (it may ask for a tail of the original, as a partial
 //! retry does), an atomic gets its saved original value — it must never run
 //! twice. A request ahead of `epsn` means packets were lost or reordered: it
-//! is held for a few tens of µs ([`reorder`]); if the gap fills meanwhile
+//! is held for up to 100 µs, adaptively ([`reorder`]); if the gap fills meanwhile
 //! everything is handled in PSN order, else one NAK PSN-sequence error
 //! carrying `epsn` goes out and later out-of-order packets are dropped
 //! silently until `epsn` arrives.
@@ -299,6 +299,7 @@ impl Responder {
         self.handle_one(cx, now, mem, rq, info, pkt)?;
         if filled {
             cx.counters.resequenced += 1;
+            self.ahead.filled(now);
         }
         while !self.ahead.is_empty() {
             let (next, stale) = self.ahead.take_next(self.epsn);
@@ -320,7 +321,7 @@ impl Responder {
         if self.ahead.deadline().is_none_or(|t| t > now) {
             return;
         }
-        let n = self.ahead.clear() as u64;
+        let n = self.ahead.expired() as u64;
         if self.sent_psn_nak {
             cx.counters.drops.out_of_seq += n;
         } else {

@@ -10,7 +10,9 @@
 #   ibverbs-utils rdmacm-utils perftest
 #            the unmodified Debian programs run over the C ABI libraries
 #            (ndverbs-cabi) and against ndv's tools
-#   libibverbs-dev  rdma-core's headers, for the C API test of ndverbs-cabi
+#   libibverbs-dev librdmacm-dev gcc
+#            rdma-core's headers and a C compiler, for the C API tests of
+#            ndverbs-cabi (tests/c/*.c)
 #   python3-pyverbs rdma-core's Python binding, run over the C ABI libraries
 #   libfabric-bin openmpi-bin libopenmpi-dev
 #            fi_info/fi_pingpong (libfabric's verbs provider) and Open MPI
@@ -33,6 +35,8 @@ command -v ibv_rc_pingpong >/dev/null 2>&1 || need+=(ibverbs-utils)
 command -v rping >/dev/null 2>&1 || need+=(rdmacm-utils)
 command -v ib_write_bw >/dev/null 2>&1 || need+=(perftest)
 [ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
+[ -e /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
 [ -d /usr/lib/python3/dist-packages/pyverbs ] || need+=(python3-pyverbs)
 command -v fi_pingpong >/dev/null 2>&1 || need+=(libfabric-bin)
 command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)

@@ -30,14 +30,14 @@
 mod programs;
 
 use ndverbs_testkit::netns::Netns;
-use ndverbs_testkit::process::{self, Finished, Running, LIMIT};
+use ndverbs_testkit::process::{Finished, Running, LIMIT};
 use ndverbs_testkit::skip;
 use programs::{
-    both_ok, mpicheck_rank_pid, ndv_run, veth, wait_tcp_listening, write_netns_agent, A, B,
+    both_ok, kill_rank_1_mid_job, mpicheck_rank_pid, ndv_run, veth, wait_tcp_listening,
+    write_netns_agent, A, B,
 };
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 /// fi_pingpong's control port (its default), TCP in the server's namespace.
 const CTRL_PORT: u16 = 47592;
@@ -328,25 +328,7 @@ fn open_mpi_job_with_a_rank_killed_mid_transfer_ends_in_error_and_the_next_runs(
     };
     // Long enough to be killed in the middle: about a second of 8-byte
     // ping-pongs, then 3000 of 1 MiB (rendezvous RDMA READs), for seconds.
-    let mut job = Running::spawn(&mut h.mpirun(&["30000"]));
-    job.wait_for_stderr("mpicheck: rank 1 pid ", process::READY_LIMIT)
-        .unwrap_or_else(|e| panic!("rank 1 never started: {e}"));
-    std::thread::sleep(Duration::from_secs(2));
-    let pid = mpicheck_rank_pid(&job.output_so_far(), 1).expect("rank 1's pid");
-    // SAFETY: kill(2) on the pid the rank announced, a process of this test.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "kill {pid}");
-    let killed = Instant::now();
-    let f = job.wait(LIMIT);
-    assert!(
-        !f.timed_out && !f.ok,
-        "the job must end in error, not hang or pass:\n{}",
-        f.text()
-    );
-    assert!(
-        killed.elapsed() < Duration::from_secs(30),
-        "the job took {:?} to end",
-        killed.elapsed()
-    );
+    kill_rank_1_mid_job(Running::spawn(&mut h.mpirun(&["30000"])));
     // The killed rank's address is free at once: a new job runs there.
     check_mpicheck(&Running::spawn(&mut h.mpirun(&["200"])).wait(LIMIT), 2);
 }

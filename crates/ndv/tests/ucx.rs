@@ -29,12 +29,11 @@
 mod programs;
 
 use ndverbs_testkit::netns::Netns;
-use ndverbs_testkit::process::{Finished, Running, LIMIT, READY_LIMIT};
+use ndverbs_testkit::process::{Finished, Running, LIMIT};
 use programs::{
-    both_ok, mpicheck_rank_pid, ndv_run, veth, wait_tcp_listening, write_netns_agent, A, NDV,
+    both_ok, kill_rank_1_mid_job, ndv_run, veth, wait_tcp_listening, write_netns_agent, A, NDV,
 };
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 /// ucx_perftest's default TCP port for its exchange.
 const PERFTEST_PORT: u16 = 13337;
@@ -322,25 +321,7 @@ fn mpich_job_with_a_rank_killed_mid_transfer_ends_in_error_and_the_next_runs() {
     let Some(h) = MpichHosts::new() else {
         return;
     };
-    let mut job = Running::spawn(&mut h.mpirun(1, &["30000"]));
-    job.wait_for_stderr("mpicheck: rank 1 pid ", READY_LIMIT)
-        .unwrap_or_else(|e| panic!("rank 1 never started: {e}"));
-    std::thread::sleep(Duration::from_secs(2));
-    let pid = mpicheck_rank_pid(&job.output_so_far(), 1).expect("rank 1's pid");
-    // SAFETY: kill(2) on the pid the rank announced, a process of this test.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "kill {pid}");
-    let killed = Instant::now();
-    let f = job.wait(LIMIT);
-    assert!(
-        !f.timed_out && !f.ok,
-        "the job must end in error, not hang or pass:\n{}",
-        f.text()
-    );
-    assert!(
-        killed.elapsed() < Duration::from_secs(30),
-        "the job took {:?} to end",
-        killed.elapsed()
-    );
+    kill_rank_1_mid_job(Running::spawn(&mut h.mpirun(1, &["30000"])));
     check_mpicheck(&Running::spawn(&mut h.mpirun(1, &["200"])).wait(LIMIT), 2);
 }
 

@@ -202,3 +202,27 @@ pub fn mpicheck_rank_pid(out: &str, rank: u32) -> Option<i32> {
         .find_map(|l| l.strip_prefix(&prefix))
         .and_then(|p| p.trim().parse().ok())
 }
+
+/// Kills `mpicheck`'s rank 1 with SIGKILL two seconds into `job` (started
+/// with enough iterations to be in the middle of its transfers then): the
+/// job must end in error within 30 s, neither hanging nor passing.
+pub fn kill_rank_1_mid_job(mut job: Running) {
+    job.wait_for_stderr("mpicheck: rank 1 pid ", process::READY_LIMIT)
+        .unwrap_or_else(|e| panic!("rank 1 never started: {e}"));
+    std::thread::sleep(Duration::from_secs(2));
+    let pid = mpicheck_rank_pid(&job.output_so_far(), 1).expect("rank 1's pid");
+    // SAFETY: kill(2) on the pid the rank announced, a process of this test.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "kill {pid}");
+    let killed = Instant::now();
+    let f = job.wait(LIMIT);
+    assert!(
+        !f.timed_out && !f.ok,
+        "the job must end in error, not hang or pass:\n{}",
+        f.text()
+    );
+    assert!(
+        killed.elapsed() < Duration::from_secs(30),
+        "the job took {:?} to end",
+        killed.elapsed()
+    );
+}

@@ -274,7 +274,7 @@ class Run:
             # Progress lines, and the controller's mode changes when
             # RUST_LOG asks for them (ndverbs_engine::nic::congestion=debug).
             ticks = [l for l in err.splitlines()
-                     if l.startswith("[ndv perf]") or "congestion control mode" in l]
+                     if l.startswith("[ndv perf]") or MODE_LOG in l]
             counters = next((v["counters"] for k, v in snaps.items()
                              if k.endswith(f"-{cip}.json")), {})
             results.append((row, ticks, counters))
@@ -301,6 +301,10 @@ def tick_series(ticks):
             qps = [int(x) for x in m.group(4).split()] if m.group(4) else []
             out.append((int(m.group(1)), float(m.group(3)), qps))
     return out
+
+
+# The engine's debug line for a change of congestion control mode.
+MODE_LOG = "congestion control mode"
 
 
 def sender_counters(ctr):
@@ -393,8 +397,8 @@ def c1(a, bed, rep, profile, cc, idle, test="write_bw", size="65536", crit="C1",
     rep.add(lab("C3"), profile, cc, "tbf drops; resent/first PSNs",
             f"{drop:.2f} % ({dropped}/{sent + dropped}); {retx:.2f} % ({resent}/{first})",
             f"<= {dmax} %; <= {rmax} %", (drop <= dmax and retx <= rmax) if judged else None)
+    srv = run.server_counters[0] if run.server_counters else {}
     if a.verbose:
-        srv = run.server_counters[0] if run.server_counters else {}
         print(f"  sender: {sender_counters(ctr)}; receiver: resequenced "
               f"{srv.get('resequenced', 0)}, out_of_seq_request {srv.get('out_of_seq_request', 0)}, "
               f"UDP RcvbufErrors +{udp_rcvbuf_errors(bed, pairs[0][2]) - rb0}", flush=True)
@@ -402,7 +406,6 @@ def c1(a, bed, rep, profile, cc, idle, test="write_bw", size="65536", crit="C1",
         # The receiver answers CE with CNPs (data to the sender: the
         # requester's side for WRITEs; for READs, the requester answers the
         # responses' marks); the sender cuts at most once per round trip.
-        srv = run.server_counters[0] if run.server_counters else {}
         marked = bed.ce_marked() - ce0
         sent_cnps = srv.get("cc_cnps_sent", 0)
         rx, cuts = ctr.get("cc_cnps_received", 0), ctr.get("cc_cnp_cuts", 0)
@@ -512,7 +515,7 @@ def c5(a, bed, rep, profile, cc):
         per_s = " ".join(f"{g * 1000:.0f}" for _, g, _ in tick_series(ticks))
         print(f"  sender: {sender_counters(ctr)}\n  RoCE Mb/s each second: {per_s}", flush=True)
         for l in ticks:
-            if "congestion control mode" in l:
+            if MODE_LOG in l:
                 print(f"  {l}", flush=True)
 
 

@@ -33,8 +33,8 @@ use ndverbs_testkit::netns::Netns;
 use ndverbs_testkit::process::{Finished, Running, LIMIT};
 use ndverbs_testkit::skip;
 use programs::{
-    both_ok, kill_rank_1_mid_job, mpicheck_rank_pid, ndv_run, veth, wait_tcp_listening,
-    write_netns_agent, A, B,
+    both_ok, build_mpicheck, check_mpicheck_passed, kill_rank_1_mid_job, mpicheck_rank_pid,
+    ndv_run, veth, wait_tcp_listening, write_netns_agent, A, B,
 };
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -146,25 +146,6 @@ fn fi_pingpong_both_modes_over_ipv6() {
     pingpong_runs(&a, &b, &server, "verbs;ofi_rxm", "rdm", &runs, &["-6"]);
 }
 
-/// `mpicheck.c` built with `mpicc` into the test's scratch directory.
-fn build_mpicheck(dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/mpicheck.c");
-    let bin = dir.join("mpicheck");
-    let out = Command::new("mpicc")
-        .args(["-O2", "-Wall", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .output()
-        .expect("mpicc");
-    assert!(
-        out.status.success(),
-        "mpicc {}:\n{}",
-        src.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    bin
-}
-
 /// The number after `prefix` on a line of `out`.
 fn value_after(out: &str, prefix: &str) -> Option<f64> {
     out.lines()
@@ -198,7 +179,7 @@ impl MpiHosts {
             a.name()
         ));
         std::fs::create_dir_all(&dir).expect("scratch directory");
-        let bin = build_mpicheck(&dir);
+        let bin = build_mpicheck(&dir, "mpicc", &["-O2", "-Wall"]);
         let agent = write_netns_agent(&dir, "netns-agent.sh", &[(A, &a), (B, &b)], "");
         let hostfile = dir.join("hosts");
         std::fs::write(&hostfile, format!("{A} slots={slots}\n{B} slots={slots}\n"))
@@ -274,19 +255,8 @@ impl Drop for MpiHosts {
 /// reported, no failure, positive measurements.
 #[track_caller]
 fn check_mpicheck(f: &Finished, ranks: u32) {
+    check_mpicheck_passed(f, ranks);
     let out = f.text();
-    assert!(f.ok, "mpirun:\n{out}");
-    let all = format!("mpicheck ok ({ranks} ranks)");
-    for line in [
-        "allreduce ok",
-        "bcast ok",
-        "alltoall ok",
-        "put/get ok",
-        &all,
-    ] {
-        assert!(out.lines().any(|l| l == line), "no {line:?} in:\n{out}");
-    }
-    assert!(!out.contains("FAIL"), "{out}");
     let lat = value_after(&out, "latency 8 B: ").expect("8-byte latency");
     let bw = value_after(&out, "bandwidth 1048576 B: ").expect("1 MiB bandwidth");
     assert!(lat > 0.0 && lat.is_finite(), "{out}");

@@ -226,3 +226,42 @@ pub fn kill_rank_1_mid_job(mut job: Running) {
         killed.elapsed()
     );
 }
+
+/// `tests/mpi/mpicheck.c` built with the MPI compiler `mpicc` (Open MPI's
+/// `mpicc`, MPICH's `mpicc.mpich`) and `flags` into `dir`.
+pub fn build_mpicheck(dir: &Path, mpicc: &str, flags: &[&str]) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/mpicheck.c");
+    let bin = dir.join("mpicheck");
+    let out = Command::new(mpicc)
+        .args(flags)
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("{mpicc}: {e}"));
+    assert!(
+        out.status.success(),
+        "{mpicc} {}:\n{}",
+        src.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    bin
+}
+
+/// The MPI job `f` of `ranks` ranks passed, and `mpicheck` said every check
+/// did.
+pub fn check_mpicheck_passed(f: &Finished, ranks: u32) {
+    let out = f.text();
+    assert!(f.ok, "the MPI job:\n{out}");
+    let all_ok = format!("mpicheck ok ({ranks} ranks)");
+    for line in [
+        "allreduce ok",
+        "bcast ok",
+        "alltoall ok",
+        "put/get ok",
+        all_ok.as_str(),
+    ] {
+        assert!(out.lines().any(|l| l == line), "no {line:?} in:\n{out}");
+    }
+    assert!(!out.contains("FAIL"), "{out}");
+}

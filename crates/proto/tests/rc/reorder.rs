@@ -46,9 +46,7 @@ fn a_late_packet_fills_its_gap_without_a_nak() {
         (a.rcvd_seq_err, a.completer_retry_err, a.req_psns_resent),
         (0, 0, 0)
     );
-    let wc = t.a.poll_completion().expect("the WRITE completed");
-    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::Success));
-    assert!(t.mem_b.bytes(t.dst_lkey).iter().all(|&x| x == 7));
+    t.assert_write_landed();
 }
 
 #[test]
@@ -84,9 +82,7 @@ fn a_gap_that_outlasts_the_wait_is_naked_and_resent() {
     t.b_replies(t1);
     let a = *t.a.counters();
     assert_eq!(a.req_psns_resent, 60);
-    let wc = t.a.poll_completion().expect("the WRITE completed");
-    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::Success));
-    assert!(t.mem_b.bytes(t.dst_lkey).iter().all(|&x| x == 7));
+    t.assert_write_landed();
 }
 
 #[test]

@@ -7,6 +7,9 @@ use ndverbs_proto::rc::*;
 use ndverbs_proto::time::Instant;
 use ndverbs_wire::packet::Packet;
 
+/// Every byte of the WRITE's source.
+const BYTE: u8 = 7;
+
 pub struct Two {
     pub a: RcQp,
     pub b: RcQp,
@@ -40,7 +43,7 @@ pub fn pair(len: u32) -> Two {
         b.modify(&attr, mask).unwrap();
     }
     let (mut mem_a, mut mem_b) = (VecMemory::new(), VecMemory::new());
-    let src = mem_a.register_bytes(1, 0x1000, vec![7; len as usize], Access::NONE);
+    let src = mem_a.register_bytes(1, 0x1000, vec![BYTE; len as usize], Access::NONE);
     let dst = mem_b.register(
         1,
         0x10_0000,
@@ -113,5 +116,12 @@ impl Two {
         let p = Packet::parse(bytes).unwrap();
         self.b
             .handle_packet(now, &p, &mut self.mem_b, &mut self.rq_b);
+    }
+
+    /// The WRITE (work request 1) completed at A, and every byte landed at B.
+    pub fn assert_write_landed(&mut self) {
+        let wc = self.a.poll_completion().expect("the WRITE completed");
+        assert_eq!((wc.wr_id, wc.status), (1, WcStatus::Success));
+        assert!(self.mem_b.bytes(self.dst_lkey).iter().all(|&x| x == BYTE));
     }
 }

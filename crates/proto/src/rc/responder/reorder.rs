@@ -38,9 +38,8 @@ use ndverbs_wire::opcode::OpcodeInfo;
 use ndverbs_wire::packet::{ExtHeaders, Packet};
 
 /// The longest a request ahead of a gap waits for the gap to fill (and the
-/// wait a QP starts with). A reordered packet is behind by the other CPU's
-/// backlog run, microseconds; the wait is also what a real loss adds to its
-/// recovery.
+/// wait a QP starts with): above the 95 µs the bed's late packets took at
+/// most. The wait is also what a real loss adds to its recovery.
 pub const REORDER_WAIT: Duration = Duration::from_micros(100);
 
 /// The shortest wait, after a run of real losses.
@@ -157,21 +156,27 @@ impl Reorder {
     /// (answered meanwhile by a re-send) are dropped, and their count
     /// returned with it.
     pub fn take_next(&mut self, epsn: u32) -> (Option<Held>, usize) {
-        let behind = self
+        let stale = self
             .held
             .iter()
             .take_while(|h| psn::diff(h.bth.psn, epsn) < 0)
             .count();
-        let stale = self.drain(behind);
+        for h in self.held.drain(..stale) {
+            self.bytes -= h.payload.len();
+        }
         let next = match self.held.first() {
-            Some(h) if h.bth.psn == epsn => self.drain(1).pop(),
+            Some(h) if h.bth.psn == epsn => {
+                let h = self.held.remove(0);
+                self.bytes -= h.payload.len();
+                Some(h)
+            }
             _ => None,
         };
         if self.held.is_empty() {
             self.deadline = None;
             self.opened = None;
         }
-        (next, stale.len())
+        (next, stale)
     }
 
     /// Forgets everything held; returns how many requests that was.
@@ -192,12 +197,6 @@ impl Reorder {
     /// Whether anything is held.
     pub fn is_empty(&self) -> bool {
         self.held.is_empty()
-    }
-
-    fn drain(&mut self, n: usize) -> Vec<Held> {
-        let out: Vec<Held> = self.held.drain(..n).collect();
-        self.bytes -= out.iter().map(|h| h.payload.len()).sum::<usize>();
-        out
     }
 }
 

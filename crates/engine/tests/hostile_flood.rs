@@ -69,7 +69,7 @@ use ndverbs_wire::mad::{MAD_DATA_LEN, MAD_LEN};
 use ndverbs_wire::opcode::{Headers, Opcode, Payload};
 use ndverbs_wire::packet::Packet;
 use std::net::{IpAddr, UdpSocket};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -435,7 +435,16 @@ struct Aim<'a> {
     /// When the QPs were connected through the CM: its identifiers, for
     /// MADs aimed at that connection.
     cm: Option<CmAim>,
+    /// B's count of received datagrams: the flood waits for the engine
+    /// when too many are still in the socket buffer, so a slow (shared,
+    /// debug-built) machine gets the same flood instead of kernel drops.
+    received: &'a AtomicU64,
 }
+
+/// How many forged datagrams may wait in B's socket buffer; a small
+/// datagram costs about 1 KiB of receive buffer, so this stays well
+/// under the engine's buffer.
+const FLOOD_BACKLOG: u64 = 1024;
 
 /// What a forger knows of a CM connection from A (active) to B (passive).
 #[derive(Clone, Copy)]
@@ -454,6 +463,7 @@ fn flood(n: u64, f: &Forgers, aim: &Aim<'_>, rng: &mut Rng) -> [u64; 7] {
     let (b_ip, b_qpn, epsn, targets) = (aim.b_ip, aim.b_qpn, aim.epsn, aim.targets);
     let mut buf = vec![0u8; 4096];
     let mut kinds = [0u64; 7];
+    let received0 = aim.received.load(Ordering::Relaxed);
     for i in 0..n {
         let kind = match rng.below(100) {
             0..=9 => 0,
@@ -559,8 +569,15 @@ fn flood(n: u64, f: &Forgers, aim: &Aim<'_>, rng: &mut Rng) -> [u64; 7] {
         }
         if i % 256 == 255 {
             // Let the engine keep up (the kernel drops what overflows the
-            // socket buffer, uncounted by the engine).
-            std::thread::yield_now();
+            // socket buffer, uncounted by the engine), but never wait on a
+            // stalled engine for long.
+            let deadline = Instant::now() + Duration::from_millis(50);
+            while (i + 1).saturating_sub(aim.received.load(Ordering::Relaxed) - received0)
+                > FLOOD_BACKLOG
+                && Instant::now() < deadline
+            {
+                std::thread::yield_now();
+            }
         }
     }
     kinds
@@ -678,6 +695,7 @@ fn flood_leaves_memory_and_connection_intact() {
         epsn,
         targets: &targets,
         cm: None,
+        received: &b.nic.counters().rcvd_datagrams,
     };
     let t0 = Instant::now();
     let kinds = flood(n, &forgers, &aim, &mut Rng(0xf100d));
@@ -932,6 +950,7 @@ fn flood_spares_cm_connections() {
             a_guid: node_guid(a.nic.local()),
             service_id: ndverbs_wire::cma::service_id(ndverbs_wire::cma::RDMA_PS_TCP, port),
         }),
+        received: &b.nic.counters().rcvd_datagrams,
     };
     let forgers = Forgers::new(a.nic.local());
     let b_stats0 = b.nic.stats();

@@ -495,3 +495,54 @@ fn a_postponed_ack_waits_again_for_a_send_completion_but_not_for_more_receives()
     assert_eq!(step_until(1)[0].opcode, WcOpcode::Recv);
     assert_eq!(peer.next_packet(), Some((Opcode::RC_ACK, peer_psn + 2)));
 }
+
+/// A postponed ACK also waits through empty CQ polls, as libfabric's rxm
+/// makes one after each completion to find its queue drained: the answer
+/// posted after them still carries the ACK. Polls that find nothing for
+/// [`MAX_EMPTY_POLLS`] steps in a row send it alone, and so does an
+/// explicit progress call.
+#[test]
+fn a_postponed_ack_waits_through_empty_polls_but_not_forever() {
+    /// `AckPlan::MAX_POSTPONED`: steps in a row an ACK waits.
+    const MAX_EMPTY_POLLS: u32 = 4;
+    let (peer_psn, b_psn) = (0x400, 0xc00);
+    let (mut peer, b) = hand_peer(Progress::Manual, (0x55, peer_psn, b_psn), 4);
+    let poll_once = || {
+        assert!(b.cq.poll_one().is_none());
+        assert!(b.nic.poll_step());
+    };
+
+    // Two empty polls between the completion and the answer: one datagram.
+    peer.send_request(peer_psn);
+    assert_eq!(wait_n(&b, 1)[0].opcode, WcOpcode::Recv);
+    poll_once();
+    poll_once();
+    assert_eq!(peer.next_packet(), None, "the ACK waits for the answer");
+    b.post_send(SendWr::new(1, SendOp::Send, [b.sge(0, 8)]));
+    let within = Duration::from_millis(200);
+    let (op, psn, first) = peer.next(within).unwrap();
+    assert_eq!((op, psn), (Opcode::RC_SEND_ONLY, b_psn));
+    let (op, psn, second) = peer.next(within).unwrap();
+    assert_eq!((op, psn), (Opcode::RC_ACK, peer_psn));
+    if peer.gro {
+        assert_eq!(first, second, "the ACK rides in the answer's datagram");
+    }
+    peer.ack(b_psn);
+    assert_eq!(wait_n(&b, 1)[0].opcode, WcOpcode::Send);
+
+    // No answer: the ACK leaves alone after the last step it may wait.
+    peer.send_request(peer_psn + 1);
+    assert_eq!(wait_n(&b, 1)[0].opcode, WcOpcode::Recv);
+    for _ in 1..MAX_EMPTY_POLLS {
+        poll_once();
+    }
+    assert_eq!(peer.next_packet(), None);
+    poll_once();
+    assert_eq!(peer.next_packet(), Some((Opcode::RC_ACK, peer_psn + 1)));
+
+    // An explicit progress call sends it at once.
+    peer.send_request(peer_psn + 2);
+    assert_eq!(wait_n(&b, 1)[0].opcode, WcOpcode::Recv);
+    b.nic.progress();
+    assert_eq!(peer.next_packet(), Some((Opcode::RC_ACK, peer_psn + 2)));
+}

@@ -74,6 +74,12 @@ pub(crate) struct Core {
     /// an engine thread present (`Nic::poll_step`): it behaves as a
     /// manual-progress step (see [`Core::caller_polls`]).
     pub(crate) polling: bool,
+    /// The step runs because a spinning thread's CQ poll found nothing
+    /// (`Nic::poll_step`): that thread polls again soon.
+    pub(crate) empty_poll: bool,
+    /// The step being finished had no input (nothing posted or received):
+    /// with `empty_poll`, a postponed ACK waits through it.
+    pub(crate) idle_input: bool,
     /// The port's active MTU ([`crate::config::NicConfig::active_mtu`]):
     /// an application's modification above it is refused, what the CM
     /// negotiated is lowered to it.
@@ -169,9 +175,10 @@ impl Timers {
 ///
 /// A step that completes one of the QP's own requests (the send
 /// completion the peer's ACK just brought, which the application awaits
-/// before it answers) postpones the ACK again, at most
-/// [`AckPlan::MAX_POSTPONED`] steps in a row. Any other step sends it, as
-/// does the engine before it sleeps (`flush_acks`).
+/// before it answers), or one with no input at all (an empty poll),
+/// postpones the ACK again, at most [`AckPlan::MAX_POSTPONED`] steps in a
+/// row. Any other step sends it, as does the engine before it sleeps
+/// (`flush_acks`).
 #[derive(Default)]
 pub(crate) struct AckPlan {
     /// Postponed by this step, with the number of steps in a row.

@@ -311,6 +311,8 @@ impl Nic {
             touched: Vec::new(),
             completion_ready: false,
             polling: false,
+            empty_poll: false,
+            idle_input: false,
             active_mtu: config.active_mtu,
             paths: congestion::Paths::new(config.congestion.clone()),
             share: share.map(|port| self::core::ShareState {

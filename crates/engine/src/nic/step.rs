@@ -62,7 +62,11 @@ impl Core {
             || !self.deliveries.later.is_empty()
             || self.paths.poll_at().is_some_and(|t| t <= now)
         {
+            // A step with no input leaves a postponed ACK waiting
+            // (`drive_postponed_acks`).
+            self.idle_input = !busy && self.touched.is_empty();
             self.finish_step(shared, now);
+            self.idle_input = false;
         }
     }
 

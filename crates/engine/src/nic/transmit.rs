@@ -24,8 +24,9 @@
 //! for that ACK before it looks at the answer. A step that completes one
 //! of the QP's own requests (the send completion the peer's ACK brought,
 //! which the application is waiting for before it answers) postpones the
-//! ACK again, a few steps at most (`AckPlan`); any other step sends it,
-//! with whatever data the QP has. Without a completion (the target of an
+//! ACK again, a few steps at most (`AckPlan`), and so does a step with no
+//! input at all (an empty poll before the answer is posted); any other step
+//! sends it, with whatever data the QP has. Without a completion (the target of an
 //! RDMA WRITE stream) nobody will answer: the ACK goes at once, or the
 //! sender's window would wait a step for it. Every postponed ACK leaves before the engine sleeps
 //! (`flush_acks`).
@@ -174,10 +175,20 @@ impl Core {
     }
 
     /// Sends the ACKs the previous step postponed whose QPs had nothing
-    /// else to send in this one.
+    /// else to send in this one — unless this step had no input at all and
+    /// ran for a CQ poll that found nothing (libfabric's rxm polls once
+    /// more after each completion, to find its queue drained, before the
+    /// application answers): the ACK waits again,
+    /// [`AckPlan::MAX_POSTPONED`] steps in a row at most. An explicit
+    /// progress call sends it.
     pub(super) fn drive_postponed_acks(&mut self, shared: &Shared, now: Instant) {
+        let hold = self.idle_input && self.empty_poll && self.caller_polls(shared);
         // Popped one by one: the list keeps its allocation.
         while let Some(p) = self.acks.due.pop() {
+            if hold && p.steps < AckPlan::MAX_POSTPONED {
+                self.acks.postpone(p.qpn, p.peer, p.steps);
+                continue;
+            }
             self.drain_qp(shared, now, p.qpn, p.peer, false);
         }
     }

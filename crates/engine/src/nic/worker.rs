@@ -43,6 +43,12 @@ use std::time::Duration;
 /// [`Nic::progress`] on the NIC's shared state (also for those that hold
 /// it weakly, as a shared port's reconcile does).
 pub(super) fn progress_shared(shared: &Shared) -> bool {
+    step_shared(shared, false)
+}
+
+/// One step if no other thread runs one; `empty_poll`: run by a thread
+/// whose CQ poll found nothing (it polls again soon).
+fn step_shared(shared: &Shared, empty_poll: bool) -> bool {
     if shared.removed.load(Ordering::Acquire) {
         return false;
     }
@@ -50,7 +56,9 @@ pub(super) fn progress_shared(shared: &Shared) -> bool {
         Ok(mut c) => {
             let _nic = shared.span.enter();
             let now = shared.now();
+            c.empty_poll = empty_poll;
             c.step(shared, now);
+            c.empty_poll = false;
             true
         }
         Err(_) => false,
@@ -88,7 +96,7 @@ impl Nic {
 
     fn poll_step_as(&self, spinning: bool) -> bool {
         if self.shared.mode == Progress::Manual {
-            return self.progress();
+            return step_shared(&self.shared, spinning);
         }
         if self.is_removed() {
             return false;
@@ -118,8 +126,10 @@ impl Nic {
         // thread sends it when it wakes, within the busy-poll hand-off (see
         // the module docs). A caller about to sleep leaves nothing waiting.
         c.polling = spinning;
+        c.empty_poll = spinning;
         c.step(&self.shared, now);
         c.polling = false;
+        c.empty_poll = false;
         if !spinning {
             c.flush_acks(&self.shared, now);
         }

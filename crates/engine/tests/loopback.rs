@@ -298,6 +298,20 @@ impl HandPeer {
     fn next_packet(&mut self) -> Option<(Opcode, u32)> {
         self.next(Duration::from_millis(200)).map(|p| (p.0, p.1))
     }
+
+    /// b's answer (`answer_psn`) comes first, then its ACK of
+    /// `acked_psn`, riding in the answer's datagram (one datagram for a GRO
+    /// receiver).
+    fn expect_answer_with_ack(&mut self, answer_psn: u32, acked_psn: u32) {
+        let within = Duration::from_millis(200);
+        let (op, psn, first) = self.next(within).unwrap();
+        assert_eq!((op, psn), (Opcode::RC_SEND_ONLY, answer_psn));
+        let (op, psn, second) = self.next(within).unwrap();
+        assert_eq!((op, psn), (Opcode::RC_ACK, acked_psn));
+        if self.gro {
+            assert_eq!(first, second, "the ACK rides in the answer's datagram");
+        }
+    }
 }
 
 /// Manual progress answers before it acknowledges: the ACK of a received
@@ -316,14 +330,7 @@ fn manual_progress_sends_the_reply_before_the_ack() {
     let wc = wait_n(&b, 1);
     assert_eq!((wc[0].opcode, wc[0].byte_len), (WcOpcode::Recv, 8));
     b.post_send(SendWr::new(7, SendOp::Send, [b.sge(0, 8)]));
-    let within = Duration::from_millis(200);
-    let (op, psn, first) = peer.next(within).unwrap();
-    assert_eq!((op, psn), (Opcode::RC_SEND_ONLY, b_psn));
-    let (op, psn, second) = peer.next(within).unwrap();
-    assert_eq!((op, psn), (Opcode::RC_ACK, peer_psn));
-    if peer.gro {
-        assert_eq!(first, second, "the ACK rides in the reply's datagram");
-    }
+    peer.expect_answer_with_ack(b_psn, peer_psn);
     // The peer acknowledges the reply (or b would send it again).
     peer.ack(b_psn);
     let wc = wait_n(&b, 1);
@@ -519,14 +526,7 @@ fn a_postponed_ack_waits_through_empty_polls_but_not_forever() {
     poll_once();
     assert_eq!(peer.next_packet(), None, "the ACK waits for the answer");
     b.post_send(SendWr::new(1, SendOp::Send, [b.sge(0, 8)]));
-    let within = Duration::from_millis(200);
-    let (op, psn, first) = peer.next(within).unwrap();
-    assert_eq!((op, psn), (Opcode::RC_SEND_ONLY, b_psn));
-    let (op, psn, second) = peer.next(within).unwrap();
-    assert_eq!((op, psn), (Opcode::RC_ACK, peer_psn));
-    if peer.gro {
-        assert_eq!(first, second, "the ACK rides in the answer's datagram");
-    }
+    peer.expect_answer_with_ack(b_psn, peer_psn);
     peer.ack(b_psn);
     assert_eq!(wait_n(&b, 1)[0].opcode, WcOpcode::Send);
 

@@ -70,12 +70,10 @@ pub(crate) struct Core {
     /// A packet of this step left a completion or a CM packet to deliver: a
     /// manual-progress step stops receiving and returns to its caller.
     pub(crate) completion_ready: bool,
-    /// The step runs on an application thread that polled an empty CQ with
-    /// an engine thread present (`Nic::poll_step`): it behaves as a
-    /// manual-progress step (see [`Core::caller_polls`]).
-    pub(crate) polling: bool,
     /// The step runs because a spinning thread's CQ poll found nothing
-    /// (`Nic::poll_step`): that thread polls again soon.
+    /// (`Nic::poll_step`): that thread polls again soon. With an engine
+    /// thread present, such a step behaves as a manual-progress step (see
+    /// [`Core::caller_polls`]).
     pub(crate) empty_poll: bool,
     /// The step being finished had no input (nothing posted or received):
     /// with `empty_poll`, a postponed ACK waits through it.

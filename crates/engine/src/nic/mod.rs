@@ -310,7 +310,6 @@ impl Nic {
             deliveries: Deliveries::default(),
             touched: Vec::new(),
             completion_ready: false,
-            polling: false,
             empty_poll: false,
             idle_input: false,
             active_mtu: config.active_mtu,

@@ -45,7 +45,7 @@ impl Core {
     /// Such a step stops receiving at a completion and lets ACKs wait for
     /// an answer to ride with (`receive.rs`, `transmit.rs`).
     pub(crate) fn caller_polls(&self, shared: &Shared) -> bool {
-        shared.mode == Progress::Manual || self.polling
+        shared.mode == Progress::Manual || self.empty_poll
     }
 
     /// One turn of the engine loop.

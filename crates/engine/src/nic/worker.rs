@@ -125,10 +125,8 @@ impl Nic {
         // caller's answer or its next poll; if no poll comes, the engine
         // thread sends it when it wakes, within the busy-poll hand-off (see
         // the module docs). A caller about to sleep leaves nothing waiting.
-        c.polling = spinning;
         c.empty_poll = spinning;
         c.step(&self.shared, now);
-        c.polling = false;
         c.empty_poll = false;
         if !spinning {
             c.flush_acks(&self.shared, now);

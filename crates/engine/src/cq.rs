@@ -20,7 +20,7 @@ use arc_swap::ArcSwap;
 use crossbeam_queue::ArrayQueue;
 use ndverbs_proto::rc::{WcStatus, WorkCompletion};
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// What wakes an armed queue.
@@ -282,12 +282,6 @@ impl CompletionQueue {
     /// Engine side: queues a completion and fires an armed notification.
     /// Returns false (and marks the queue overflowed) if it was full.
     pub fn push(&self, wc: WorkCompletion) -> bool {
-        let fire = match self.armed.load(Ordering::Acquire) {
-            DISARMED => false,
-            1 => true,
-            2 => wc.solicited || wc.status != WcStatus::Success,
-            _ => wc.status != WcStatus::Success,
-        };
         let ok = {
             let _g = self.producer.lock().unwrap_or_else(|e| e.into_inner());
             let ok = self.ring.load().push(wc).is_ok();
@@ -305,6 +299,19 @@ impl CompletionQueue {
                 "completion queue overflow: completions are being lost (poll faster or make the CQ deeper)"
             );
         }
+        // The arm is read only now, after the completion is in the ring, and
+        // the fence pairs with the one in `arm`: a consumer that arms and
+        // then finds the queue empty is sure to have its arm seen here. (Read
+        // before the push, an arm landing in between would be missed, and
+        // that consumer would sleep for good.) A completion that was already
+        // there when the queue was armed may fire it too: a spare wake-up.
+        fence(Ordering::SeqCst);
+        let fire = match self.armed.load(Ordering::Acquire) {
+            DISARMED => false,
+            1 => true,
+            2 => wc.solicited || wc.status != WcStatus::Success,
+            _ => wc.status != WcStatus::Success,
+        };
         if (fire || !ok) && self.armed.swap(DISARMED, Ordering::AcqRel) != DISARMED {
             self.events.fetch_add(1, Ordering::Relaxed);
             self.event.signal();
@@ -361,7 +368,9 @@ impl CompletionQueue {
             self.has_waiters.store(true, Ordering::Release);
             drop(w);
             // A completion may have landed between the emptiness check and the
-            // registration; it did not see the waiter, so look again.
+            // registration; it did not see the waiter, so look again (after
+            // the fence that pairs with the one in `push`).
+            fence(Ordering::SeqCst);
             if !self.is_empty() {
                 self.end_waiters(Ok(()));
             }
@@ -382,6 +391,9 @@ impl CompletionQueue {
     /// Arms the queue: the next matching completion signals [`Self::fd`] once.
     pub fn arm(&self, on: NotifyOn) {
         self.armed.store(code(on), Ordering::Release);
+        // Pairs with the fence in `push`: the poll that follows an arm must
+        // not be ordered before it.
+        fence(Ordering::SeqCst);
     }
 
     /// Whether someone waits to be told of the next completion: the queue
@@ -764,5 +776,50 @@ mod tests {
         // QP 30's completions were either purged or taken; every
         // completion is accounted for once.
         assert_eq!(taken + purged, pushed);
+    }
+
+    /// Arm, find the queue empty, sleep on the descriptor: a completion
+    /// pushed while the queue is being armed must fire it or be found (an
+    /// arm read before the completion is queued misses an arm landing in
+    /// between). The two threads meet at a barrier each round to race arm
+    /// against push; a lost wake-up shows as a wait that never ends, caught
+    /// by the generous timeout.
+    #[test]
+    fn a_push_racing_the_arm_fires_or_is_found() {
+        let cq = Arc::new(CompletionQueue::new(4).unwrap());
+        let rounds = 20_000;
+        let go = Arc::new(std::sync::Barrier::new(2));
+        let engine = {
+            let (cq, go) = (cq.clone(), go.clone());
+            std::thread::spawn(move || {
+                for i in 0..rounds {
+                    go.wait();
+                    assert!(cq.push(wc(i, WcStatus::Success, false)));
+                }
+            })
+        };
+        for i in 0..rounds {
+            go.wait();
+            cq.arm(NotifyOn::Any);
+            let got = match cq.poll_one() {
+                Some(w) => w,
+                // (A notification may be the previous round's, fired after
+                // its completion was found: look again after each.)
+                None => loop {
+                    assert!(
+                        cq.wait(Some(Duration::from_secs(10))).unwrap(),
+                        "round {i}: the completion neither fired the armed queue nor was found"
+                    );
+                    cq.take_events();
+                    if let Some(w) = cq.poll_one() {
+                        break w;
+                    }
+                },
+            };
+            assert_eq!(got.wr_id, i);
+            cq.take_events();
+            cq.disarm();
+        }
+        engine.join().unwrap();
     }
 }

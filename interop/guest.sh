@@ -96,11 +96,18 @@ down() {
         for _ in $(seq 50); do [ -n "$(qemu_pid)" ] || break; sleep 0.1; done
         [ -z "$(qemu_pid)" ] || kill "$pid" 2>/dev/null || true
         for _ in $(seq 50); do [ -n "$(qemu_pid)" ] || break; sleep 0.1; done
+        # (An emulated guest on a loaded machine may not get to its
+        # SIGTERM handler in time.)
+        [ -z "$(qemu_pid)" ] || kill -9 "$pid" 2>/dev/null || true
+        for _ in $(seq 50); do [ -n "$(qemu_pid)" ] || break; sleep 0.1; done
     fi
     if ip netns list 2>/dev/null | grep -qw "^$NDV_NETNS"; then
         local left
         left=$(ip netns pids "$NDV_NETNS" 2>/dev/null | tr '\n' ' ')
-        [ -z "$left" ] || die "processes still in $NDV_NETNS: $left"
+        if [ -n "$left" ]; then
+            ps -o pid=,etime=,args= -p "$(echo $left | tr " " ,)" >&2 || true
+            die "processes still in $NDV_NETNS: $left"
+        fi
         ip netns del "$NDV_NETNS"
     fi
 }

@@ -38,7 +38,7 @@
 use ndverbs_verbs::{Device, DeviceConfig, Progress};
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -149,6 +149,10 @@ impl Activity {
     fn pause_at(&self, now: u64) {
         self.gappy_until
             .store(now + clock().hold, Ordering::Relaxed);
+        // Pairs with the pump's fence before its last look: either it sees
+        // the new hold or this sees it napping (else it would nap its full
+        // `NAP` past an arm).
+        fence(Ordering::SeqCst);
         if self.napping.load(Ordering::Relaxed) {
             let _g = self.nap.lock().unwrap_or_else(|e| e.into_inner());
             self.wake.notify_all();
@@ -335,6 +339,7 @@ fn pump(dev: &Device, act: &Activity) {
         } else {
             let g = act.nap.lock().unwrap_or_else(|e| e.into_inner());
             act.napping.store(true, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
             if !act.stop.load(Ordering::Acquire) && !needed() {
                 drop(act.wake.wait_timeout(g, NAP));
             }

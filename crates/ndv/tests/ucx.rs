@@ -21,7 +21,10 @@
 //!   launcher agent that enters the other namespace through `ndv run --ucx`
 //!   (what `ssh HOST ndv run --ucx -- …` would be), running
 //!   `tests/mpi/mpicheck.c` built with `mpicc.mpich`: every check passes
-//!   over our transports only (`UCX_TLS=rc_verbs,ud_verbs`).
+//!   over our transports only (`UCX_TLS=rc_verbs,ud_verbs`);
+//! - Open MPI 4.1.4 with `--mca pml ucx` the same way, one rank per
+//!   namespace, its rsh agent entering the other namespace through `ndv run
+//!   --ucx`.
 //!
 //! The UCX runs are in the release section of `scripts/test.sh` (ignored in
 //! the debug run), as the other programs' exchanges are.
@@ -292,10 +295,21 @@ fn ucx_perftest_ucp_between_namespaces() {
 #[test]
 #[ignore = "release section of scripts/test.sh"]
 fn mpich_over_ucx_one_rank_per_namespace() {
-    let Some(h) = MpichHosts::new() else {
+    let Some(h) = UcxMpiHosts::new(Mpi::Mpich) else {
         return;
     };
     check_mpicheck_passed(&Running::spawn(&mut h.mpirun(1, &[])).wait(LIMIT), 2);
+}
+
+/// Open MPI over UCX (`--mca pml ucx`), its remote rank's daemon started
+/// by an rsh agent under `ndv run --ucx`: every check passes.
+#[test]
+#[ignore = "release section of scripts/test.sh"]
+fn open_mpi_pml_ucx_one_rank_per_namespace() {
+    let Some(h) = UcxMpiHosts::new(Mpi::OpenMpi) else {
+        return;
+    };
+    check_mpicheck_passed(&Running::spawn(&mut h.mpirun(1, &["500"])).wait(LIMIT), 2);
 }
 
 /// Two ranks per namespace: the two processes of a host share its device
@@ -305,7 +319,7 @@ fn mpich_over_ucx_one_rank_per_namespace() {
 #[test]
 #[ignore = "release section of scripts/test.sh"]
 fn mpich_over_ucx_two_ranks_per_namespace_share_the_device() {
-    let Some(h) = MpichHosts::new() else {
+    let Some(h) = UcxMpiHosts::new(Mpi::Mpich) else {
         return;
     };
     let mut cmd = h.mpirun(2, &[]);
@@ -319,16 +333,26 @@ fn mpich_over_ucx_two_ranks_per_namespace_share_the_device() {
 #[test]
 #[ignore = "release section of scripts/test.sh"]
 fn mpich_job_with_a_rank_killed_mid_transfer_ends_in_error_and_the_next_runs() {
-    let Some(h) = MpichHosts::new() else {
+    let Some(h) = UcxMpiHosts::new(Mpi::Mpich) else {
         return;
     };
     kill_rank_1_mid_job(Running::spawn(&mut h.mpirun(1, &["30000"])));
     check_mpicheck_passed(&Running::spawn(&mut h.mpirun(1, &["200"])).wait(LIMIT), 2);
 }
 
-/// Two namespaces, `mpicheck` built with MPICH's compiler and the launcher
+/// The MPI implementation a job over UCX uses.
+#[derive(Debug, Clone, Copy)]
+enum Mpi {
+    /// MPICH 4.0.2, `ch4:ucx`.
+    Mpich,
+    /// Open MPI 4.1.4 with `--mca pml ucx`.
+    OpenMpi,
+}
+
+/// Two namespaces, `mpicheck` built with the MPI's compiler and the launcher
 /// agent that starts remote ranks under `ndv run --ucx` in the other one.
-struct MpichHosts {
+struct UcxMpiHosts {
+    mpi: Mpi,
     a: Netns,
     _b: Netns,
     dir: std::path::PathBuf,
@@ -336,25 +360,30 @@ struct MpichHosts {
     agent: std::path::PathBuf,
 }
 
-impl MpichHosts {
-    fn new() -> Option<MpichHosts> {
-        let (a, b) = veth(&["mpicc.mpich", "mpirun.mpich", "ucx_info"])?;
+impl UcxMpiHosts {
+    fn new(mpi: Mpi) -> Option<UcxMpiHosts> {
+        let (compiler, launcher, flags): (_, _, &[&str]) = match mpi {
+            // Not -Wall: MPICH's MPI_STATUSES_IGNORE trips gcc's
+            // -Wstringop-overflow on MPI_Waitall.
+            Mpi::Mpich => ("mpicc.mpich", "mpirun.mpich", &["-O2"]),
+            Mpi::OpenMpi => ("mpicc", "mpirun", &["-O2", "-Wall"]),
+        };
+        let (a, b) = veth(&[compiler, launcher, "ucx_info"])?;
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "mpich-{}-{}",
+            "{compiler}-ucx-{}-{}",
             std::process::id(),
             a.name()
         ));
         std::fs::create_dir_all(&dir).expect("scratch directory");
-        // Not -Wall: MPICH's MPI_STATUSES_IGNORE trips gcc's
-        // -Wstringop-overflow on MPI_Waitall.
-        let bin = build_mpicheck(&dir, "mpicc.mpich", &["-O2"]);
+        let bin = build_mpicheck(&dir, compiler, flags);
         let agent = write_netns_agent(
             &dir,
-            "mpich-agent.sh",
+            "ucx-agent.sh",
             &[(A, &a), (programs::B, &b)],
             &format!("{NDV} run --ucx --"),
         );
-        Some(MpichHosts {
+        Some(UcxMpiHosts {
+            mpi,
             a,
             _b: b,
             dir,
@@ -363,25 +392,49 @@ impl MpichHosts {
         })
     }
 
-    /// `mpirun.mpich` of `mpicheck args` with `per_host` ranks in each
-    /// namespace, over our two UCX transports only.
+    /// The MPI's launcher running `mpicheck args` with `per_host` ranks in
+    /// each namespace, over our two UCX transports only.
     fn mpirun(&self, per_host: u32, args: &[&str]) -> std::process::Command {
         let hosts = format!("{A}:{per_host},{}:{per_host}", programs::B);
         let np = (2 * per_host).to_string();
-        let mut cmd = ndv_run_ucx(&self.a, "mpirun.mpich", &["-hosts", &hosts, "-np", &np]);
-        cmd.args(["-iface", "veth0", "-launcher", "ssh", "-launcher-exec"])
-            .arg(&self.agent)
-            .arg(&self.bin)
-            .args(args)
-            .envs([
-                ("UCX_TLS", "rc_verbs,ud_verbs"),
-                ("UCX_NET_DEVICES", "ndv0:1"),
-            ]);
+        let mut cmd = match self.mpi {
+            Mpi::Mpich => {
+                let mut c = ndv_run_ucx(&self.a, "mpirun.mpich", &["-hosts", &hosts, "-np", &np]);
+                c.args(["-iface", "veth0", "-launcher", "ssh", "-launcher-exec"])
+                    .arg(&self.agent);
+                c
+            }
+            Mpi::OpenMpi => {
+                let mut c = ndv_run_ucx(
+                    &self.a,
+                    "mpirun",
+                    &["--host", &hosts, "-np", &np, "--bind-to", "none"],
+                );
+                c.args(["--mca", "plm_rsh_agent"])
+                    .arg(&self.agent)
+                    .args(["--mca", "oob_tcp_if_include", "10.99.0.0/24"])
+                    .args(["--mca", "pml", "ucx"])
+                    // (Debian's openmpi-mca-params.conf excludes osc ucx
+                    // and pt2pt; pt2pt carries MPI_Put/Get as messages.)
+                    .args(["--mca", "osc", "pt2pt"])
+                    .args(["-x", "UCX_TLS", "-x", "UCX_NET_DEVICES"])
+                    // Namespaces need root, and Open MPI refuses root
+                    // without these.
+                    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+                    .env_remove("OMPI_MCA_mca_base_env_list");
+                c
+            }
+        };
+        cmd.arg(&self.bin).args(args).envs([
+            ("UCX_TLS", "rc_verbs,ud_verbs"),
+            ("UCX_NET_DEVICES", "ndv0:1"),
+        ]);
         cmd
     }
 }
 
-impl Drop for MpichHosts {
+impl Drop for UcxMpiHosts {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }

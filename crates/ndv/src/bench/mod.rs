@@ -154,6 +154,18 @@ fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// A table figure: two decimals, or two significant digits below 0.1 (a
+/// debug build under load can be hundreds of times slower than its
+/// baseline, and "0.00" would say nothing).
+fn figure(x: f64) -> String {
+    if x.is_finite() && x > 0.0 && x < 0.1 {
+        let digits = (1.0 - x.log10().floor()).clamp(2.0, 9.0) as usize;
+        format!("{x:.digits$}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
 fn min_max(v: &[f64]) -> (f64, f64) {
     v.iter()
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
@@ -489,10 +501,12 @@ fn print_row(name: &str, goal: &str, x: &Samples) {
     let ratios: Vec<f64> = x.rdma.iter().zip(&x.base).map(|(r, b)| r / b).collect();
     let (lo, hi) = min_max(&ratios);
     println!(
-        "| {name} | {:.2} | {:.2} | **{:.2}×** | {lo:.2}–{hi:.2} | {goal} |",
-        median(&x.rdma),
-        median(&x.base),
-        median(&ratios),
+        "| {name} | {} | {} | **{}×** | {}–{} | {goal} |",
+        figure(median(&x.rdma)),
+        figure(median(&x.base)),
+        figure(median(&ratios)),
+        figure(lo),
+        figure(hi),
     );
 }
 
@@ -528,4 +542,22 @@ fn machine() -> String {
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
     format!("machine: {cpu}, {n} CPUs, Linux {kernel}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::figure;
+
+    #[test]
+    fn small_figures_keep_two_significant_digits() {
+        assert_eq!(figure(1.234), "1.23");
+        assert_eq!(figure(0.1), "0.10");
+        assert_eq!(figure(0.099), "0.099");
+        assert_eq!(figure(0.05), "0.050");
+        assert_eq!(figure(0.0032), "0.0032");
+        assert_eq!(figure(0.0), "0.00");
+        assert_eq!(figure(f64::NAN), "NaN");
+        // The test of `ndv bench` reads the ratio back as a number.
+        assert_eq!(figure(0.0032).parse::<f64>(), Ok(0.0032));
+    }
 }

@@ -126,11 +126,11 @@ pub struct IcrcCache {
 }
 
 /// What the masked IP and UDP headers of a packet depend on, besides the
-/// local address and port.
+/// local address and port, with IPv4 ID 0 (another ID's share is added to
+/// the ICRC afterwards).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct HeadersKey {
     peer: SocketAddr,
-    ipv4_id: u16,
     transport_len: u32,
     /// Received (the peer is the source) rather than sent.
     rx: bool,
@@ -145,7 +145,6 @@ impl HeadersKey {
         };
         // A transport length fits 30 bits (a datagram is at most 64 KiB).
         let rest = u64::from(self.peer.port()) << 48
-            | u64::from(self.ipv4_id) << 32
             | u64::from(self.transport_len & 0x3fff_ffff) << 2
             | u64::from(self.peer.is_ipv6()) << 1
             | u64::from(self.rx);
@@ -190,7 +189,7 @@ impl IcrcCache {
             dst.ip(),
             src.port(),
             dst.port(),
-            key.ipv4_id,
+            0,
             key.transport_len as usize,
         );
         let c = icrc::headers_crc(&hdr[..n]);
@@ -220,13 +219,38 @@ impl IcrcCache {
             );
             return icrc::compute_parts(&hdr[..n], parts).map_err(invalid);
         }
+        // The headers' share is cached for ID 0 only: a GSO run's segments
+        // carry IDs 0, 1, 2…, and one entry per ID would churn the cache.
+        // The ID's own share is added after (the CRC is affine in it).
         let h = self.headers_crc(HeadersKey {
             peer: dst,
-            ipv4_id,
             transport_len: (body + ICRC_LEN) as u32,
             rx: false,
         });
-        icrc::finish(h, parts).map_err(invalid)
+        let c = icrc::finish(h, parts).map_err(invalid)?;
+        if ipv4_id == 0 || !dst.is_ipv4() {
+            return Ok(c);
+        }
+        Ok(c ^ self
+            .solver(IPV4_HEADER_LEN + UDP_HEADER_LEN - 6 + body)
+            .contribution(ipv4_id))
+    }
+
+    /// The ID solver for packets with `after_id` CRC bytes after the IPv4
+    /// ID (as `icrc::recover_ipv4_id_split` counts them), cached.
+    fn solver(&mut self, after_id: usize) -> &icrc::IdSolver {
+        let solvers = &mut self.solvers;
+        let i = match solvers.iter().position(|(k, _)| *k == after_id) {
+            Some(i) => i,
+            None => {
+                if solvers.len() >= SOLVER_CACHE {
+                    solvers.remove(0);
+                }
+                solvers.push((after_id, icrc::IdSolver::new(after_id)));
+                solvers.len() - 1
+            }
+        };
+        &solvers[i].1
     }
 
     /// Writes the ICRC of `transport` (BTH through the ICRC's 4 bytes) as
@@ -274,7 +298,6 @@ impl IcrcCache {
         // and length.
         let h = self.headers_crc(HeadersKey {
             peer: src,
-            ipv4_id: 0,
             transport_len: transport.len() as u32,
             rx: true,
         });
@@ -294,18 +317,7 @@ impl IcrcCache {
         // Bytes after the ID field inside the CRC input (as
         // `icrc::recover_ipv4_id_split` counts them).
         let after_id = IPV4_HEADER_LEN + UDP_HEADER_LEN - 6 + body;
-        let solvers = &mut self.solvers;
-        let i = match solvers.iter().position(|(k, _)| *k == after_id) {
-            Some(i) => i,
-            None => {
-                if solvers.len() >= SOLVER_CACHE {
-                    solvers.remove(0);
-                }
-                solvers.push((after_id, icrc::IdSolver::new(after_id)));
-                solvers.len() - 1
-            }
-        };
-        match solvers[i].1.solve(delta) {
+        match self.solver(after_id).solve(delta) {
             Some(id) => ok(id),
             None => Err(VerifyError::BadIcrc),
         }

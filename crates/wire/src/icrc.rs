@@ -285,12 +285,16 @@ pub fn recover_ipv4_id_split(ip_udp: &[u8], transport: &[u8]) -> Result<Option<u
 /// let delta = compute_with_ipv4_id(&pkt, 0)? ^ compute_with_ipv4_id(&pkt, 0xbeef)?;
 /// let after_id = pkt.len() - 6; // bytes after the ID field
 /// assert_eq!(IdSolver::new(after_id).solve(delta), Some(0xbeef));
+/// // And forwards: what the ID adds to the ICRC computed for ID 0.
+/// assert_eq!(IdSolver::new(after_id).contribution(0xbeef), delta);
 /// # Ok::<(), ndverbs_wire::WireError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct IdSolver {
     /// Row-reduced basis: (pivot bit, column value, ID bits that produce it).
     basis: Vec<(u32, u32, u16)>,
+    /// What each ID bit adds to the ICRC, bit 0 first.
+    columns: [u32; 16],
 }
 
 impl IdSolver {
@@ -298,9 +302,11 @@ impl IdSolver {
     pub fn new(after_id: usize) -> Self {
         let shift = xpow8n(after_id as u64);
         let mut basis: Vec<(u32, u32, u16)> = Vec::with_capacity(16);
-        for bit in 0..16 {
+        let mut columns = [0u32; 16];
+        for (bit, column) in columns.iter_mut().enumerate() {
             let id = 1u16 << bit;
             let mut col = multmodp(shift, crc0(&id.to_be_bytes()));
+            *column = col;
             let mut ids = id;
             for &(p, v, i) in &basis {
                 if col & p != 0 {
@@ -320,7 +326,19 @@ impl IdSolver {
                 basis.push((p, col, ids));
             }
         }
-        IdSolver { basis }
+        IdSolver { basis, columns }
+    }
+
+    /// What ID `id` adds (XOR) to the ICRC of the same packet with ID 0:
+    /// the CRC is affine in the ID's bits, so a sender can sign any ID from
+    /// one CRC of the headers with ID 0 (a GSO send's segments count their
+    /// IDs up from 0).
+    pub fn contribution(&self, id: u16) -> u32 {
+        self.columns
+            .iter()
+            .enumerate()
+            .filter(|(bit, _)| id & (1 << bit) != 0)
+            .fold(0, |acc, (_, col)| acc ^ col)
     }
 
     /// The ID whose contribution equals `delta`, if any.

@@ -231,14 +231,15 @@ impl IcrcCache {
         if ipv4_id == 0 || !dst.is_ipv4() {
             return Ok(c);
         }
-        Ok(c ^ self
-            .solver(IPV4_HEADER_LEN + UDP_HEADER_LEN - 6 + body)
-            .contribution(ipv4_id))
+        Ok(c ^ self.solver(body).contribution(ipv4_id))
     }
 
-    /// The ID solver for packets with `after_id` CRC bytes after the IPv4
-    /// ID (as `icrc::recover_ipv4_id_split` counts them), cached.
-    fn solver(&mut self, after_id: usize) -> &icrc::IdSolver {
+    /// The ID solver for IPv4 packets whose transport bytes before the ICRC
+    /// number `body`, cached.
+    fn solver(&mut self, body: usize) -> &icrc::IdSolver {
+        // Bytes after the ID field inside the CRC input (as
+        // `icrc::recover_ipv4_id_split` counts them).
+        let after_id = IPV4_HEADER_LEN + UDP_HEADER_LEN - 6 + body;
         let solvers = &mut self.solvers;
         let i = match solvers.iter().position(|(k, _)| *k == after_id) {
             Some(i) => i,
@@ -314,10 +315,7 @@ impl IcrcCache {
         if delta == 0 {
             return ok(0);
         }
-        // Bytes after the ID field inside the CRC input (as
-        // `icrc::recover_ipv4_id_split` counts them).
-        let after_id = IPV4_HEADER_LEN + UDP_HEADER_LEN - 6 + body;
-        match self.solver(after_id).solve(delta) {
+        match self.solver(body).solve(delta) {
             Some(id) => ok(id),
             None => Err(VerifyError::BadIcrc),
         }

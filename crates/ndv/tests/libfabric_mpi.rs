@@ -34,7 +34,7 @@ use ndverbs_testkit::process::{Finished, Running, LIMIT};
 use ndverbs_testkit::skip;
 use programs::{
     both_ok, build_mpicheck, check_mpicheck_passed, kill_rank_1_mid_job, mpicheck_rank_pid,
-    ndv_run, veth, wait_tcp_listening, write_netns_agent, A, B,
+    ndv_run, open_mpi_between_namespaces, veth, wait_tcp_listening, write_netns_agent, A, B,
 };
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -207,40 +207,33 @@ impl MpiHosts {
         let ranks = (2 * self.slots).to_string();
         cmd.args(["--hostfile"])
             .arg(&self.hostfile)
-            .args(["-np", &ranks, "--bind-to", "none", "--mca", "plm_rsh_agent"])
-            .arg(&self.agent)
-            .args([
-                "--mca",
-                "oob_tcp_if_include",
-                "10.99.0.0/24",
-                "--mca",
-                "pml",
-                "cm",
-                "--mca",
-                "mtl",
-                "ofi",
-                "--mca",
-                "mtl_ofi_provider_include",
-                "verbs;ofi_rxm",
-                "--mca",
-                "btl",
-                "self",
-                // One-sided operations as messages through the cm PML (and
-                // so through libfabric): Debian's openmpi-mca-params.conf
-                // excludes osc pt2pt (as it excludes mtl ofi), and the
-                // default left (osc rdma) needs a BTL with RDMA, which
-                // btl ofi refuses to be over ofi_rxm.
-                "--mca",
-                "osc",
-                "pt2pt",
-            ])
-            .arg(&self.bin)
-            .args(args)
-            .env("FI_PROVIDER", "verbs;ofi_rxm")
-            // Namespaces need root, and Open MPI refuses root without these.
-            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-            .env_remove("OMPI_MCA_mca_base_env_list");
+            .args(["-np", &ranks, "--bind-to", "none"]);
+        open_mpi_between_namespaces(&mut cmd, &self.agent);
+        cmd.args([
+            "--mca",
+            "pml",
+            "cm",
+            "--mca",
+            "mtl",
+            "ofi",
+            "--mca",
+            "mtl_ofi_provider_include",
+            "verbs;ofi_rxm",
+            "--mca",
+            "btl",
+            "self",
+            // One-sided operations as messages through the cm PML (and
+            // so through libfabric): Debian's openmpi-mca-params.conf
+            // excludes osc pt2pt (as it excludes mtl ofi), and the
+            // default left (osc rdma) needs a BTL with RDMA, which
+            // btl ofi refuses to be over ofi_rxm.
+            "--mca",
+            "osc",
+            "pt2pt",
+        ])
+        .arg(&self.bin)
+        .args(args)
+        .env("FI_PROVIDER", "verbs;ofi_rxm");
         cmd
     }
 }

@@ -34,8 +34,8 @@ mod programs;
 use ndverbs_testkit::netns::Netns;
 use ndverbs_testkit::process::{Running, LIMIT};
 use programs::{
-    both_ok, build_mpicheck, check_mpicheck_passed, kill_rank_1_mid_job, ndv_run, veth,
-    wait_tcp_listening, write_netns_agent, A, NDV,
+    both_ok, build_mpicheck, check_mpicheck_passed, kill_rank_1_mid_job, ndv_run,
+    open_mpi_between_namespaces, veth, wait_tcp_listening, write_netns_agent, A, NDV,
 };
 use std::path::Path;
 
@@ -410,19 +410,12 @@ impl UcxMpiHosts {
                     "mpirun",
                     &["--host", &hosts, "-np", &np, "--bind-to", "none"],
                 );
-                c.args(["--mca", "plm_rsh_agent"])
-                    .arg(&self.agent)
-                    .args(["--mca", "oob_tcp_if_include", "10.99.0.0/24"])
-                    .args(["--mca", "pml", "ucx"])
+                open_mpi_between_namespaces(&mut c, &self.agent);
+                c.args(["--mca", "pml", "ucx"])
                     // (Debian's openmpi-mca-params.conf excludes osc ucx
                     // and pt2pt; pt2pt carries MPI_Put/Get as messages.)
                     .args(["--mca", "osc", "pt2pt"])
-                    .args(["-x", "UCX_TLS", "-x", "UCX_NET_DEVICES"])
-                    // Namespaces need root, and Open MPI refuses root
-                    // without these.
-                    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-                    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-                    .env_remove("OMPI_MCA_mca_base_env_list");
+                    .args(["-x", "UCX_TLS", "-x", "UCX_NET_DEVICES"]);
                 c
             }
         };

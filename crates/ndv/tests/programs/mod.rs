@@ -195,6 +195,20 @@ pub fn write_netns_agent(dir: &Path, name: &str, hosts: &[(&str, &Netns)], wrap:
     path
 }
 
+/// What every Open MPI job between the two namespaces needs: remote
+/// daemons started by `agent` (from [`write_netns_agent`]) in the other
+/// namespace, the out-of-band exchange on the veth pair's subnet, root
+/// allowed (namespaces need it, and Open MPI refuses root without these),
+/// and no environment list inherited from the caller's environment.
+pub fn open_mpi_between_namespaces(cmd: &mut Command, agent: &Path) {
+    cmd.args(["--mca", "plm_rsh_agent"])
+        .arg(agent)
+        .args(["--mca", "oob_tcp_if_include", "10.99.0.0/24"])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env_remove("OMPI_MCA_mca_base_env_list");
+}
+
 /// The pid `mpicheck`'s rank `rank` announced in `out`.
 pub fn mpicheck_rank_pid(out: &str, rank: u32) -> Option<i32> {
     let prefix = format!("mpicheck: rank {rank} pid ");

@@ -174,11 +174,20 @@ impl IcrcCache {
     }
 
     /// The CRC of the masked headers for `key`.
+    #[inline]
     fn headers_crc(&mut self, key: HeadersKey) -> u32 {
         let packed = key.packed();
-        if let Some(&(_, c)) = self.headers.iter().find(|(k, _)| *k == packed) {
-            return c;
+        match self.headers.iter().find(|(k, _)| *k == packed) {
+            Some(&(_, c)) => c,
+            None => self.headers_crc_miss(key, packed),
         }
+    }
+
+    /// [`IcrcCache::headers_crc`] for a key not cached: computed and kept
+    /// (kept out of line: a stream of packets misses once).
+    #[cold]
+    #[inline(never)]
+    fn headers_crc_miss(&mut self, key: HeadersKey, packed: (u128, u64)) -> u32 {
         let (src, dst) = if key.rx {
             (key.peer, self.local)
         } else {
@@ -236,22 +245,28 @@ impl IcrcCache {
 
     /// The ID solver for IPv4 packets whose transport bytes before the ICRC
     /// number `body`, cached.
+    #[inline]
     fn solver(&mut self, body: usize) -> &icrc::IdSolver {
         // Bytes after the ID field inside the CRC input (as
         // `icrc::recover_ipv4_id_split` counts them).
         let after_id = IPV4_HEADER_LEN + UDP_HEADER_LEN - 6 + body;
-        let solvers = &mut self.solvers;
-        let i = match solvers.iter().position(|(k, _)| *k == after_id) {
+        let i = match self.solvers.iter().position(|(k, _)| *k == after_id) {
             Some(i) => i,
-            None => {
-                if solvers.len() >= SOLVER_CACHE {
-                    solvers.remove(0);
-                }
-                solvers.push((after_id, icrc::IdSolver::new(after_id)));
-                solvers.len() - 1
-            }
+            None => self.add_solver(after_id),
         };
-        &solvers[i].1
+        &self.solvers[i].1
+    }
+
+    /// Builds and keeps the solver for `after_id` bytes (out of line: each
+    /// packet length misses once); returns its index.
+    #[cold]
+    #[inline(never)]
+    fn add_solver(&mut self, after_id: usize) -> usize {
+        if self.solvers.len() >= SOLVER_CACHE {
+            self.solvers.remove(0);
+        }
+        self.solvers.push((after_id, icrc::IdSolver::new(after_id)));
+        self.solvers.len() - 1
     }
 
     /// Writes the ICRC of `transport` (BTH through the ICRC's 4 bytes) as

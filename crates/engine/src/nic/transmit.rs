@@ -78,26 +78,28 @@ impl Core {
         let dst = SocketAddr::new(peer, ROCEV2_PORT);
         let waited = self.acks.take_due(qpn);
         let due = waited > 0;
+        let caller_polls = self.caller_polls(shared);
+        // One lookup for the whole drain: the entry, the memory table, the
+        // link and the paths are separate fields.
+        let Some(e) = self.tables.qps.get_mut(&qpn) else {
+            return;
+        };
+        let mem = &mut self.tables.mem;
         // (A QP in ERR answers nothing: its completions are flushes.) An
         // ACK waits again only for a step that completed one of the QP's
         // own requests — the application was waiting for that and answers
         // next; more receives (a stream of SENDs) must not hold it.
-        let postpone = may_postpone
-            && waited < AckPlan::MAX_POSTPONED
-            && self.caller_polls(shared)
-            && self.tables.qps.get(&qpn).is_some_and(|e| {
-                let waiting = if waited == 0 {
-                    e.qp.has_completion()
-                } else {
-                    e.qp.has_send_completion()
-                };
-                waiting && e.qp.state() != QpState::Err
-            });
+        let postpone = may_postpone && waited < AckPlan::MAX_POSTPONED && caller_polls && {
+            let waiting = if waited == 0 {
+                e.qp.has_completion()
+            } else {
+                e.qp.has_send_completion()
+            };
+            waiting && e.qp.state() != QpState::Err
+        };
         let ack_last = postpone || due;
-        if let Some(e) = self.tables.qps.get_mut(&qpn) {
-            self.paths
-                .before_drain(now, peer, qpn, &mut e.qp, &shared.counters);
-        }
+        self.paths
+            .before_drain(now, peer, qpn, &mut e.qp, &shared.counters);
         let mut lent = LentPayload::default();
         let io = &mut self.io;
         io.batch.reset(io.link.gso());
@@ -106,11 +108,7 @@ impl Core {
                 io.batch.flush(&mut io.link, &shared.counters, dst);
             }
             let end = io.batch.tx_end();
-            let Some(e) = self.tables.qps.get_mut(&qpn) else {
-                break;
-            };
             let buf = &mut io.tx[end..];
-            let mem = &mut self.tables.mem;
             let n = if ack_last && e.qp.owes_only_ack() {
                 e.qp.poll_transmit_requests(now, mem, buf, Some(&mut lent))
             } else {
@@ -121,33 +119,28 @@ impl Core {
             };
             io.batch.add(&mut io.icrc, &mut io.tx, n, &lent, dst);
         }
-        let owes_ack = |c: &Core| c.tables.qps.get(&qpn).is_some_and(|e| e.qp.owes_only_ack());
-        if ack_last && owes_ack(self) {
+        if ack_last && e.qp.owes_only_ack() {
             // With data leaving now the ACK rides with it rather than wait.
-            if postpone && self.io.batch.is_empty() {
+            if postpone && io.batch.is_empty() {
                 self.acks.postpone(qpn, peer, waited);
             } else {
                 // The data first, then the ACK riding as the short last
                 // segment of the data's GSO run.
-                let io = &mut self.io;
                 if !io.batch.has_room(io.tx.len()) {
                     io.batch.flush(&mut io.link, &shared.counters, dst);
                 }
                 let end = io.batch.tx_end();
-                if let Some(n) = self.tables.qps.get_mut(&qpn).and_then(|e| {
-                    e.qp.poll_transmit_lending(now, &mut self.tables.mem, &mut io.tx[end..], None)
-                }) {
+                if let Some(n) =
+                    e.qp.poll_transmit_lending(now, mem, &mut io.tx[end..], None)
+                {
                     lent.clear();
                     io.batch.add(&mut io.icrc, &mut io.tx, n, &lent, dst);
                 }
             }
         }
-        let io = &mut self.io;
         io.batch.flush(&mut io.link, &shared.counters, dst);
-        if let Some(e) = self.tables.qps.get_mut(&qpn) {
-            self.paths
-                .after_drain(now, peer, qpn, &mut e.qp, &shared.counters);
-        }
+        self.paths
+            .after_drain(now, peer, qpn, &mut e.qp, &shared.counters);
     }
 
     /// Sends the plain ACK queue pair `qpn` owes now, alone, postponed or

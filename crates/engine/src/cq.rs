@@ -11,17 +11,16 @@
 //!
 //! A full queue is an overflow: the completion is lost and the queue is marked
 //! overflowed for good ([`CompletionQueue::overflowed`]), as hardware does; the
-//! layers above report it. Resizing swaps in a larger ring without stopping
-//! producers or consumers.
+//! layers above report it. Resizing swaps in a larger ring; pushes and polls
+//! meanwhile wait or find the queue empty for that moment.
 
 use crate::event::EventFd;
 use crate::pending::{pending, Completion, Pending};
-use arc_swap::ArcSwap;
 use crossbeam_queue::ArrayQueue;
 use ndverbs_proto::rc::{WcStatus, WorkCompletion};
 use std::io;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Mutex, RwLock, RwLockReadGuard, TryLockError};
 
 /// What wakes an armed queue.
 ///
@@ -171,20 +170,19 @@ pub struct CompletionQueue {
     /// the next matching completion.
     waiters: Mutex<Vec<Waiter>>,
     has_waiters: AtomicBool,
-    ring: ArcSwap<ArrayQueue<WorkCompletion>>,
+    /// The ring. Pushes and polls share it (the ring itself is lock-free);
+    /// a resize or a purge takes it alone: it takes every entry out and
+    /// puts some back, and a poll in between could return a later
+    /// completion of a queue pair before an earlier one. A poll that finds
+    /// it taken finds the queue empty, as if its completions came a moment
+    /// later.
+    ring: RwLock<ArrayQueue<WorkCompletion>>,
     /// Completions pushed and popped so far: equal counts let a poll of an
     /// empty queue return without loading the ring (the common case of a
     /// busy-polling application). A push counts after it lands, so a poll
     /// racing it may miss it, as if it came a moment later.
     pushed: AtomicU64,
     popped: AtomicU64,
-    /// Serialises resizes with pushes (the engine holds it only while pushing a
-    /// batch, so polls never touch it).
-    producer: Mutex<()>,
-    /// Keeps consumers out while a resize or a purge takes every entry out
-    /// of the ring and puts some back: a consumer popping in between could
-    /// return a later completion of a queue pair before an earlier one.
-    gate: PollGate,
     armed: AtomicU8,
     overflowed: AtomicBool,
     events: AtomicU64,
@@ -197,11 +195,9 @@ impl CompletionQueue {
         Ok(CompletionQueue {
             waiters: Mutex::new(Vec::new()),
             has_waiters: AtomicBool::new(false),
-            ring: ArcSwap::from_pointee(ArrayQueue::new(depth.max(1))),
+            ring: RwLock::new(ArrayQueue::new(depth.max(1))),
             pushed: AtomicU64::new(0),
             popped: AtomicU64::new(0),
-            producer: Mutex::new(()),
-            gate: PollGate::default(),
             armed: AtomicU8::new(DISARMED),
             overflowed: AtomicBool::new(false),
             events: AtomicU64::new(0),
@@ -211,12 +207,12 @@ impl CompletionQueue {
 
     /// Capacity.
     pub fn depth(&self) -> usize {
-        self.ring.load().capacity()
+        self.shared_ring().capacity()
     }
 
     /// Completions waiting to be polled.
     pub fn len(&self) -> usize {
-        self.ring.load().len()
+        self.shared_ring().len()
     }
 
     /// True if no completion is waiting.
@@ -241,10 +237,9 @@ impl CompletionQueue {
         if self.surely_empty() {
             return 0;
         }
-        let Some(_inside) = self.gate.enter() else {
+        let Some(ring) = self.ring_unless_rearranged() else {
             return 0;
         };
-        let ring = self.ring.load();
         let mut n = 0;
         while n < out.len() {
             match ring.pop() {
@@ -266,8 +261,7 @@ impl CompletionQueue {
         if self.surely_empty() {
             return None;
         }
-        let _inside = self.gate.enter()?;
-        let wc = self.ring.load().pop();
+        let wc = self.ring_unless_rearranged()?.pop();
         if wc.is_some() {
             self.popped.fetch_add(1, Ordering::Release);
         }
@@ -279,19 +273,29 @@ impl CompletionQueue {
         self.pushed.load(Ordering::Acquire) == self.popped.load(Ordering::Acquire)
     }
 
+    /// The ring, shared (waits out a resize or a purge).
+    fn shared_ring(&self) -> RwLockReadGuard<'_, ArrayQueue<WorkCompletion>> {
+        // Only a resize or a purge writes, and neither leaves the ring
+        // inconsistent if it panics.
+        self.ring.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The ring, shared, unless a resize or a purge holds it now.
+    fn ring_unless_rearranged(&self) -> Option<RwLockReadGuard<'_, ArrayQueue<WorkCompletion>>> {
+        match self.ring.try_read() {
+            Ok(ring) => Some(ring),
+            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
     /// Engine side: queues a completion and fires an armed notification.
     /// Returns false (and marks the queue overflowed) if it was full.
     pub fn push(&self, wc: WorkCompletion) -> bool {
-        let ok = {
-            let _g = self.producer.lock().unwrap_or_else(|e| e.into_inner());
-            let ok = self.ring.load().push(wc).is_ok();
-            if ok {
-                // One producer at a time (the lock): a plain increment.
-                let n = self.pushed.load(Ordering::Relaxed);
-                self.pushed.store(n + 1, Ordering::Release);
-            }
-            ok
-        };
+        let ok = self.shared_ring().push(wc).is_ok();
+        if ok {
+            self.pushed.fetch_add(1, Ordering::Release);
+        }
         if !ok && !self.overflowed.swap(true, Ordering::AcqRel) {
             tracing::warn!(
                 depth = self.depth(),
@@ -459,9 +463,7 @@ impl CompletionQueue {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn purge(&self, mut remove: impl FnMut(&WorkCompletion) -> bool) -> usize {
-        let _g = self.producer.lock().unwrap_or_else(|e| e.into_inner());
-        let _closed = self.gate.close();
-        let ring = self.ring.load_full();
+        let ring = self.ring.write().unwrap_or_else(|e| e.into_inner());
         let mut kept = Vec::new();
         let mut taken = 0u64;
         while let Some(wc) = ring.pop() {
@@ -477,10 +479,9 @@ impl CompletionQueue {
         self.popped.fetch_add(taken, Ordering::Release);
         for wc in kept {
             // Room for each: they came out of this ring, and nothing else
-            // pushes while `producer` is held.
+            // pushes while it is held.
             let _ = ring.push(wc);
-            let n = self.pushed.load(Ordering::Relaxed);
-            self.pushed.store(n + 1, Ordering::Release);
+            self.pushed.fetch_add(1, Ordering::Release);
         }
         removed
     }
@@ -490,77 +491,19 @@ impl CompletionQueue {
         if depth == 0 || depth > max {
             return Err(ResizeError::OutOfRange(depth));
         }
-        let _g = self.producer.lock().unwrap_or_else(|e| e.into_inner());
-        let old = self.ring.load_full();
-        if old.len() > depth {
+        let mut ring = self.ring.write().unwrap_or_else(|e| e.into_inner());
+        if ring.len() > depth {
             return Err(ResizeError::TooSmall {
-                queued: old.len(),
+                queued: ring.len(),
                 depth,
             });
         }
-        let new = Arc::new(ArrayQueue::new(depth));
-        let _closed = self.gate.close();
-        while let Some(wc) = old.pop() {
+        let new = ArrayQueue::new(depth);
+        while let Some(wc) = ring.pop() {
             let _ = new.push(wc);
         }
-        self.ring.store(new);
-        // An entry pushed to `old` by nobody (pushes hold `producer`) cannot
-        // appear now, and no consumer is inside until `_closed` drops.
+        *ring = new;
         Ok(())
-    }
-}
-
-/// A gate consumers pass to pop and a rearranging thread closes: closing
-/// waits until every consumer inside has left, and a consumer finding it
-/// closed leaves at once with nothing, as if the queue were empty that
-/// moment. Two atomic operations per non-empty poll; no lock on the poll
-/// path.
-#[derive(Debug, Default)]
-struct PollGate {
-    closed: AtomicBool,
-    inside: AtomicU64,
-}
-
-struct Inside<'a>(&'a PollGate);
-
-struct Closed<'a>(&'a PollGate);
-
-impl PollGate {
-    fn enter(&self) -> Option<Inside<'_>> {
-        if self.closed.load(Ordering::Acquire) {
-            return None;
-        }
-        // SeqCst on both sides (here and in `close`): a consumer that
-        // counted itself in before the gate closed is seen by `close`, one
-        // that came after sees `closed`.
-        self.inside.fetch_add(1, Ordering::SeqCst);
-        if self.closed.load(Ordering::SeqCst) {
-            self.inside.fetch_sub(1, Ordering::Release);
-            return None;
-        }
-        Some(Inside(self))
-    }
-
-    /// Closes the gate until the returned guard drops; only one thread
-    /// closes at a time (callers hold the producer lock).
-    fn close(&self) -> Closed<'_> {
-        self.closed.store(true, Ordering::SeqCst);
-        while self.inside.load(Ordering::SeqCst) != 0 {
-            std::hint::spin_loop();
-        }
-        Closed(self)
-    }
-}
-
-impl Drop for Inside<'_> {
-    fn drop(&mut self) {
-        self.0.inside.fetch_sub(1, Ordering::Release);
-    }
-}
-
-impl Drop for Closed<'_> {
-    fn drop(&mut self) {
-        self.0.closed.store(false, Ordering::Release);
     }
 }
 
@@ -568,6 +511,7 @@ impl Drop for Closed<'_> {
 mod tests {
     use super::*;
     use ndverbs_proto::rc::{WcOpcode, WcQueue};
+    use std::sync::Arc;
     use std::time::Duration;
 
     fn wc(id: u64, status: WcStatus, solicited: bool) -> WorkCompletion {

@@ -118,7 +118,7 @@ pub struct IcrcCache {
     local: SocketAddr,
     /// Header CRCs by path, keys packed for a cheap comparison
     /// ([`HeadersKey::packed`]).
-    headers: Vec<((u128, u64), u32)>,
+    headers: Vec<((u64, u128), u32)>,
     /// The `headers` entry to replace next when full.
     next: usize,
     /// ID solvers by the number of CRC bytes after the ID (one per packet length).
@@ -137,8 +137,9 @@ struct HeadersKey {
 }
 
 impl HeadersKey {
-    /// The key as two integers (the address as IPv6, v4-mapped).
-    fn packed(&self) -> (u128, u64) {
+    /// The key as two integers: port, length and direction first (they
+    /// tell a path's entries apart), then the address as IPv6, v4-mapped.
+    fn packed(&self) -> (u64, u128) {
         let ip = match self.peer.ip() {
             IpAddr::V4(a) => u128::from(a.to_ipv6_mapped()),
             IpAddr::V6(a) => u128::from(a),
@@ -148,7 +149,7 @@ impl HeadersKey {
             | u64::from(self.transport_len & 0x3fff_ffff) << 2
             | u64::from(self.peer.is_ipv6()) << 1
             | u64::from(self.rx);
-        (ip, rest)
+        (rest, ip)
     }
 }
 
@@ -187,7 +188,7 @@ impl IcrcCache {
     /// (kept out of line: a stream of packets misses once).
     #[cold]
     #[inline(never)]
-    fn headers_crc_miss(&mut self, key: HeadersKey, packed: (u128, u64)) -> u32 {
+    fn headers_crc_miss(&mut self, key: HeadersKey, packed: (u64, u128)) -> u32 {
         let (src, dst) = if key.rx {
             (key.peer, self.local)
         } else {

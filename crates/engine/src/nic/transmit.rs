@@ -109,7 +109,11 @@ impl Core {
             }
             let end = io.batch.tx_end();
             let buf = &mut io.tx[end..];
-            let n = if ack_last && e.qp.owes_only_ack() {
+            let requests_only = ack_last && e.qp.owes_only_ack();
+            if !e.qp.may_transmit(!requests_only) {
+                break;
+            }
+            let n = if requests_only {
                 e.qp.poll_transmit_requests(now, mem, buf, Some(&mut lent))
             } else {
                 e.qp.poll_transmit_lending(now, mem, buf, Some(&mut lent))

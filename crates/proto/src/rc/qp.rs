@@ -624,6 +624,20 @@ impl RcQp {
         Some(n)
     }
 
+    /// False when a transmit poll would surely find nothing: no reply owed
+    /// (`with_replies`: [`RcQp::poll_transmit`] rather than
+    /// [`RcQp::poll_transmit_requests`]), no request queued that has not
+    /// left, no retransmission pending. A caller draining the QP may stop
+    /// then without the poll; true says only that a poll may send.
+    pub fn may_transmit(&self, with_replies: bool) -> bool {
+        let requests = matches!(self.state, QpState::Rts | QpState::Sqd)
+            && (self.req.need_retry || self.req.idx < self.sq.wqes.len());
+        let replies = with_replies
+            && !matches!(self.state, QpState::Reset | QpState::Init)
+            && self.resp.has_output();
+        requests || replies
+    }
+
     /// Like [`RcQp::poll_transmit_lending`], but only request packets; the
     /// responder's replies wait for the next [`RcQp::poll_transmit`].
     pub fn poll_transmit_requests(

@@ -1,0 +1,73 @@
+//! A ping-pong of small SENDs between two manual-progress NICs on an
+//! in-memory link, in lockstep on one thread: A sends, B's progress takes
+//! the message and B answers (its ACK riding with the answer), A's progress
+//! takes the answer and its send's completion. No sockets, no clock, no
+//! spinning: every round runs the same code, so the instructions a round
+//! costs are a deterministic measure of the engine's per-message path
+//! (`scripts/instructions.sh` counts them with callgrind, `ROUNDS=0`
+//! against `ROUNDS=10000`).
+
+mod common;
+
+use common::*;
+use ndverbs_engine::config::{NicConfig, Progress};
+use ndverbs_engine::link::memory::MemoryLink;
+use ndverbs_engine::nic::Nic;
+use ndverbs_proto::rc::{PathMtu, SendOp, SendWr, WcOpcode, WcStatus};
+use std::net::IpAddr;
+
+/// Runs progress on `s` until its CQ holds `want` completions (receives
+/// counted apart); returns the receives.
+fn take(s: &Side, want: usize) -> usize {
+    let (mut got, mut recvs) = (0, 0);
+    for _ in 0..1000 {
+        s.nic.progress();
+        while let Some(w) = s.cq.poll_one() {
+            assert_eq!(w.status, WcStatus::Success, "{w:?}");
+            got += 1;
+            recvs += usize::from(w.opcode == WcOpcode::Recv);
+        }
+        if got >= want {
+            return recvs;
+        }
+    }
+    panic!("{got} of {want} completions after 1000 progress calls");
+}
+
+#[test]
+fn lockstep_pingpong_of_small_sends() {
+    let rounds: u64 = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let manual = NicConfig {
+        progress: Progress::Manual,
+        ..NicConfig::default()
+    };
+    let (ia, ib) = (
+        IpAddr::from([10, 77, 99, 1]),
+        IpAddr::from([10, 77, 99, 2]),
+    );
+    let (la, lb) = MemoryLink::pair(ia, ib).unwrap();
+    let a = Nic::open_on(la, manual.clone()).unwrap();
+    let b = Nic::open_on(lb, manual).unwrap();
+    let (a, b) = pair_on(a, b, PathMtu::Mtu1024, 4096);
+    b.post_recv(0, 0, 64);
+    a.post_recv(0, 64, 64);
+    for i in 0..rounds {
+        a.mr.write(0, &i.to_le_bytes()).unwrap();
+        a.post_send(SendWr::new(i, SendOp::Send, vec![a.sge(0, 8)]));
+        // B: the message (its ACK waits to ride with the answer) and, from
+        // the second round, its previous send's completion (A's ACK rode
+        // with it).
+        assert_eq!(take(&b, 1 + usize::from(i > 0)), 1);
+        assert_eq!(b.bytes(0, 8), i.to_le_bytes());
+        b.post_recv(0, 0, 64);
+        b.mr.write(128, &(!i).to_le_bytes()).unwrap();
+        b.post_send(SendWr::new(i, SendOp::Send, vec![b.sge(128, 8)]));
+        // A: the answer and its own send's completion, from one datagram.
+        assert_eq!(take(&a, 2), 1);
+        assert_eq!(a.bytes(64, 8), (!i).to_le_bytes());
+        a.post_recv(0, 64, 64);
+    }
+}

@@ -293,8 +293,19 @@ impl CompletionQueue {
     /// Returns false (and marks the queue overflowed) if it was full.
     pub fn push(&self, wc: WorkCompletion) -> bool {
         let ok = self.shared_ring().push(wc).is_ok();
+        // The arm is read only after the completion is in the ring, with a
+        // SeqCst operation between — the count's increment (a locked
+        // instruction, itself a full barrier on x86), or a fence when the
+        // queue was full — that pairs with the fence in `arm`: a consumer
+        // that arms and then finds the queue empty is sure to have its arm
+        // seen here. (Read before the push, an arm landing in between would
+        // be missed, and that consumer would sleep for good.) A completion
+        // that was already there when the queue was armed may fire it too:
+        // a spare wake-up.
         if ok {
-            self.pushed.fetch_add(1, Ordering::Release);
+            self.pushed.fetch_add(1, Ordering::SeqCst);
+        } else {
+            fence(Ordering::SeqCst);
         }
         if !ok && !self.overflowed.swap(true, Ordering::AcqRel) {
             tracing::warn!(
@@ -303,14 +314,7 @@ impl CompletionQueue {
                 "completion queue overflow: completions are being lost (poll faster or make the CQ deeper)"
             );
         }
-        // The arm is read only now, after the completion is in the ring, and
-        // the fence pairs with the one in `arm`: a consumer that arms and
-        // then finds the queue empty is sure to have its arm seen here. (Read
-        // before the push, an arm landing in between would be missed, and
-        // that consumer would sleep for good.) A completion that was already
-        // there when the queue was armed may fire it too: a spare wake-up.
-        fence(Ordering::SeqCst);
-        let fire = match self.armed.load(Ordering::Acquire) {
+        let fire = match self.armed.load(Ordering::SeqCst) {
             DISARMED => false,
             1 => true,
             2 => wc.solicited || wc.status != WcStatus::Success,
@@ -320,7 +324,7 @@ impl CompletionQueue {
             self.events.fetch_add(1, Ordering::Relaxed);
             self.event.signal();
         }
-        if self.has_waiters.load(Ordering::Acquire) {
+        if self.has_waiters.load(Ordering::SeqCst) {
             self.fire_waiters(&wc, ok);
         }
         ok
@@ -373,7 +377,7 @@ impl CompletionQueue {
             drop(w);
             // A completion may have landed between the emptiness check and the
             // registration; it did not see the waiter, so look again (after
-            // the fence that pairs with the one in `push`).
+            // the fence that pairs with the SeqCst increment in `push`).
             fence(Ordering::SeqCst);
             if !self.is_empty() {
                 self.end_waiters(Ok(()));
@@ -395,8 +399,8 @@ impl CompletionQueue {
     /// Arms the queue: the next matching completion signals [`Self::fd`] once.
     pub fn arm(&self, on: NotifyOn) {
         self.armed.store(code(on), Ordering::Release);
-        // Pairs with the fence in `push`: the poll that follows an arm must
-        // not be ordered before it.
+        // Pairs with the SeqCst increment (or fence) in `push`: the poll that
+        // follows an arm must not be ordered before it.
         fence(Ordering::SeqCst);
     }
 

@@ -44,10 +44,7 @@ fn lockstep_pingpong_of_small_sends() {
         progress: Progress::Manual,
         ..NicConfig::default()
     };
-    let (ia, ib) = (
-        IpAddr::from([10, 77, 99, 1]),
-        IpAddr::from([10, 77, 99, 2]),
-    );
+    let (ia, ib) = (IpAddr::from([10, 77, 99, 1]), IpAddr::from([10, 77, 99, 2]));
     let (la, lb) = MemoryLink::pair(ia, ib).unwrap();
     let a = Nic::open_on(la, manual.clone()).unwrap();
     let b = Nic::open_on(lb, manual).unwrap();

@@ -200,10 +200,13 @@ fn small_masked(crc: u32, transport: &[u8]) -> u32 {
             ^ SLICE8[1][byte(6)]
             ^ SLICE8[0][byte(7)];
     }
-    for &b in chunks.remainder() {
-        c = SLICE8[0][((c ^ u32::from(b)) & 0xff) as usize] ^ (c >> 8);
-    }
-    !c
+    !chunks.remainder().iter().fold(c, |c, &b| byte_step(c, b))
+}
+
+/// One byte into the CRC register, by table (the initial value and the
+/// final inversion are the caller's).
+fn byte_step(c: u32, b: u8) -> u32 {
+    SLICE8[0][((c ^ u32::from(b)) & 0xff) as usize] ^ (c >> 8)
 }
 
 /// The IP and UDP headers of a RoCEv2 datagram as the ICRC sees them (masked
@@ -410,14 +413,7 @@ impl IdSolver {
 
 /// CRC-32 without initial value or final inversion: the purely linear part.
 fn crc0(bytes: &[u8]) -> u32 {
-    let mut c = 0u32;
-    for &b in bytes {
-        c ^= u32::from(b);
-        for _ in 0..8 {
-            c = if c & 1 != 0 { (c >> 1) ^ POLY } else { c >> 1 };
-        }
-    }
-    c
+    bytes.iter().fold(0, |c, &b| byte_step(c, b))
 }
 
 /// Multiplies two polynomials modulo the CRC polynomial (reflected bit order,

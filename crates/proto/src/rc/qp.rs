@@ -630,12 +630,21 @@ impl RcQp {
     /// left, no retransmission pending. A caller draining the QP may stop
     /// then without the poll; true says only that a poll may send.
     pub fn may_transmit(&self, with_replies: bool) -> bool {
-        let requests = matches!(self.state, QpState::Rts | QpState::Sqd)
-            && (self.req.need_retry || self.req.idx < self.sq.wqes.len());
-        let replies = with_replies
-            && !matches!(self.state, QpState::Reset | QpState::Init)
-            && self.resp.has_output();
+        let requests =
+            self.requester_may() && (self.req.need_retry || self.req.idx < self.sq.wqes.len());
+        let replies = self.responder_may(with_replies) && self.resp.has_output();
         requests || replies
+    }
+
+    /// Whether the QP's state lets its requester send.
+    fn requester_may(&self) -> bool {
+        matches!(self.state, QpState::Rts | QpState::Sqd)
+    }
+
+    /// Whether the QP's state lets its responder reply (and the caller
+    /// asked for replies).
+    fn responder_may(&self, with_replies: bool) -> bool {
+        with_replies && !matches!(self.state, QpState::Reset | QpState::Init)
     }
 
     /// Like [`RcQp::poll_transmit_lending`], but only request packets; the
@@ -661,8 +670,8 @@ impl RcQp {
         if let Some(l) = lent.as_deref_mut() {
             l.clear();
         }
-        let requester_may = matches!(self.state, QpState::Rts | QpState::Sqd);
-        let responder_may = with_replies && !matches!(self.state, QpState::Reset | QpState::Init);
+        let requester_may = self.requester_may();
+        let responder_may = self.responder_may(with_replies);
         let order = if self.responder_first {
             [true, false]
         } else {

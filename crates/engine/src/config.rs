@@ -125,16 +125,12 @@ pub struct NicConfig {
     /// registered host-wide. Off (the default): the NIC binds the port
     /// alone, and a second process on the address gets `EADDRINUSE`.
     pub share_port: bool,
-    /// Send to each busy IPv4 peer through a socket connected to it, which
-    /// spares every send a route lookup (`link/udp/connected.rs`). On by
-    /// default; off: every packet leaves through the NIC's own socket.
-    pub connect_busy_peers: bool,
 }
 
 impl Default for NicConfig {
     /// A worker thread, Linux's CM timers, no faults, no capture, nothing
     /// published, the active MTU of a loopback link (4096), no congestion
-    /// control, connected sockets for busy peers.
+    /// control.
     fn default() -> Self {
         NicConfig {
             progress: Progress::Thread,
@@ -145,7 +141,6 @@ impl Default for NicConfig {
             active_mtu: PathMtu::Mtu4096,
             congestion: None,
             share_port: false,
-            connect_busy_peers: true,
         }
     }
 }

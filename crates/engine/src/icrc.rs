@@ -5,14 +5,12 @@
 //! application write neither header. Both directions therefore need what the
 //! kernel wrote:
 //!
-//! * **Sending.** The NIC's socket is never `connect()`ed and sends IPv4
-//!   with DF set, for which Linux writes **ID 0**; a UDP GSO send gives its
-//!   segments consecutive IDs 0, 1, 2… (software segmentation counts up from
-//!   the message's ID). A socket connected to one busy peer has its own port
-//!   and an ID counter the link tracks ([`SendPath`](crate::link::SendPath)).
-//!   Every covered header field is thus known before the packet leaves, and
-//!   [`IcrcCache::sign_from`] computes the ICRC for the port and ID the
-//!   packet will carry.
+//! * **Sending.** The socket is never `connect()`ed and sends IPv4 with DF
+//!   set, for which Linux writes **ID 0**; a UDP GSO send gives its segments
+//!   consecutive IDs 0, 1, 2… (software segmentation counts up from the
+//!   socket's ID). Every covered header field is thus known before the packet
+//!   leaves, and [`IcrcCache::sign`] computes the ICRC for the ID the packet
+//!   will carry.
 //! * **Receiving.** `recvmsg` shows the UDP payload, the source address and
 //!   port and (with `IP_PKTINFO`) the destination — everything but the IPv4
 //!   ID, which Linux rxe chooses at random. [`IcrcCache::verify`] rebuilds the
@@ -133,16 +131,13 @@ pub struct IcrcCache {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct HeadersKey {
     peer: SocketAddr,
-    /// The local side's UDP port (a connected socket's own when sending
-    /// through one).
-    local_port: u16,
     transport_len: u32,
     /// Received (the peer is the source) rather than sent.
     rx: bool,
 }
 
 impl HeadersKey {
-    /// The key as two integers: ports, length and direction first (they
+    /// The key as two integers: port, length and direction first (they
     /// tell a path's entries apart), then the address as IPv6, v4-mapped.
     fn packed(&self) -> (u64, u128) {
         let ip = match self.peer.ip() {
@@ -151,7 +146,6 @@ impl HeadersKey {
         };
         // A transport length fits 30 bits (a datagram is at most 64 KiB).
         let rest = u64::from(self.peer.port()) << 48
-            | u64::from(self.local_port) << 32
             | u64::from(self.transport_len & 0x3fff_ffff) << 2
             | u64::from(self.peer.is_ipv6()) << 1
             | u64::from(self.rx);
@@ -195,11 +189,10 @@ impl IcrcCache {
     #[cold]
     #[inline(never)]
     fn headers_crc_miss(&mut self, key: HeadersKey, packed: (u64, u128)) -> u32 {
-        let local = SocketAddr::new(self.local.ip(), key.local_port);
         let (src, dst) = if key.rx {
-            (key.peer, local)
+            (key.peer, self.local)
         } else {
-            (local, key.peer)
+            (self.local, key.peer)
         };
         let (hdr, n) = icrc::pseudo_headers(
             src.ip(),
@@ -222,21 +215,8 @@ impl IcrcCache {
     /// The ICRC of a packet sent to `dst` with IPv4 ID `ipv4_id`, whose
     /// transport bytes (BTH onwards, without the ICRC) are `parts` in order.
     pub fn sign(&mut self, dst: SocketAddr, ipv4_id: u16, parts: &[&[u8]]) -> io::Result<u32> {
-        self.sign_from(self.local.port(), dst, ipv4_id, parts)
-    }
-
-    /// [`IcrcCache::sign`] for a packet that leaves from UDP port
-    /// `src_port` of the local address (a socket connected to `dst`, whose
-    /// port is its own: [`SendPath`](crate::link::SendPath)).
-    pub fn sign_from(
-        &mut self,
-        src_port: u16,
-        dst: SocketAddr,
-        ipv4_id: u16,
-        parts: &[&[u8]],
-    ) -> io::Result<u32> {
         let body: usize = parts.iter().map(|p| p.len()).sum();
-        let local = SocketAddr::new(self.local.ip(), src_port);
+        let local = self.local;
         if local.is_ipv4() != dst.is_ipv4() || local.ip().is_unspecified() {
             // Not a path this address sends on (the generic code reports it).
             let (hdr, n) = icrc::pseudo_headers(
@@ -254,7 +234,6 @@ impl IcrcCache {
         // The ID's own share is added after (the CRC is affine in it).
         let h = self.headers_crc(HeadersKey {
             peer: dst,
-            local_port: src_port,
             transport_len: (body + ICRC_LEN) as u32,
             rx: false,
         });
@@ -336,7 +315,6 @@ impl IcrcCache {
         // and length.
         let h = self.headers_crc(HeadersKey {
             peer: src,
-            local_port: local.port(),
             transport_len: transport.len() as u32,
             rx: true,
         });

@@ -69,11 +69,6 @@ pub const CC_ENV: &str = "NDV_CC";
 /// ```
 pub const SHARE_ENV: &str = "NDV_SHARE";
 
-/// `NDV_CONNECT=0`: send every packet through the device's own socket,
-/// never through sockets connected to busy peers
-/// ([`DeviceConfig::unconnected_only`]).
-pub const CONNECT_ENV: &str = "NDV_CONNECT";
-
 /// Who runs a device's engine loop.
 ///
 /// # Example
@@ -192,11 +187,6 @@ pub struct DeviceConfig {
     /// owns the port, and a second process on the address gets
     /// `AddressInUse` on open.
     pub share_port: bool,
-    /// Send every packet through the device's own socket. Off by default:
-    /// a peer sent many packets gets a socket connected to it, which spares
-    /// each send a route lookup (its packets then leave from that socket's
-    /// port).
-    pub unconnected_only: bool,
 }
 
 impl DeviceConfig {
@@ -207,8 +197,7 @@ impl DeviceConfig {
     /// [`FAULTS_ENV`] (`NDV_FAULTS=SPEC`: inject faults,
     /// [`FaultConfig::parse`] syntax) and [`CC_ENV`] (`NDV_CC=swift|off`:
     /// congestion control) and [`SHARE_ENV`] (`NDV_SHARE=1`: share the
-    /// address with other processes) and [`CONNECT_ENV`] (`NDV_CONNECT=0`:
-    /// no connected sockets). Progress is left at its default. A
+    /// address with other processes). Progress is left at its default. A
     /// malformed `NDV_FAULTS`, `NDV_METRICS` or `NDV_CC` is an
     /// [`ErrorKind::InvalidArgument`] rather than silently ignored.
     pub fn from_env() -> Result<DeviceConfig> {
@@ -255,7 +244,6 @@ impl DeviceConfig {
             faults,
             congestion_control,
             share_port: std::env::var(SHARE_ENV).as_deref() == Ok("1"),
-            unconnected_only: std::env::var(CONNECT_ENV).as_deref() == Ok("0"),
         })
     }
 }

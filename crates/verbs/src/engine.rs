@@ -264,7 +264,6 @@ impl Nic {
                 .congestion_control
                 .then(ndverbs_proto::cc::CcConfig::default),
             share_port: cfg.share_port,
-            connect_busy_peers: !cfg.unconnected_only,
             ..NicConfig::default()
         };
         let nic = Nic(EngineNic::open_with(addr, engine_cfg).map_err(|e| err(OP, e))?);

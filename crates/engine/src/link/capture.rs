@@ -460,13 +460,6 @@ impl Layer for CaptureLayer {
         }
     }
 
-    /// Recorded frames carry the link's port and IPv4 IDs from 0, so while
-    /// a capture is on every packet leaves through the link's own socket.
-    #[inline]
-    fn needs_shared_path(&self) -> bool {
-        self.slot.is_on()
-    }
-
     #[inline]
     fn arrived(&mut self, d: Datagram, buf: &mut [u8], _now: Instant) -> Option<Datagram> {
         if let Some(c) = self.slot.get() {

@@ -13,7 +13,7 @@
 //! the packet path makes no indirect call, and a hook a layer does not
 //! override compiles to nothing.
 
-use super::{Datagram, Link, LinkError, Runs, SendPath};
+use super::{Datagram, Link, LinkError, Runs};
 use ndverbs_proto::time::Instant;
 use std::io;
 use std::net::SocketAddr;
@@ -29,14 +29,6 @@ pub trait Layer {
     /// `runs` (those the link took) have just been sent to `dst`.
     #[inline]
     fn sent_runs(&mut self, _runs: Runs<'_>, _dst: SocketAddr) {}
-
-    /// Whether what is sent must leave through the link's own socket
-    /// ([`SendPath::Shared`]) for now: a layer that records sent packets
-    /// writes their headers as that socket's.
-    #[inline]
-    fn needs_shared_path(&self) -> bool {
-        false
-    }
 
     /// A datagram the layer hands out itself before the link is asked for
     /// more (one it held back, now due), copied into `buf`.
@@ -146,27 +138,6 @@ impl<L: Link, Y: Layer> Link for Layered<L, Y> {
     #[inline]
     fn send_runs(&mut self, runs: Runs<'_>, dst: SocketAddr) -> io::Result<usize> {
         let k = self.link.send_runs(runs, dst)?;
-        self.layer.sent_runs(runs.take(k), dst);
-        Ok(k)
-    }
-
-    #[inline]
-    fn send_path(&mut self, dst: SocketAddr) -> SendPath {
-        if self.layer.needs_shared_path() {
-            SendPath::Shared
-        } else {
-            self.link.send_path(dst)
-        }
-    }
-
-    #[inline]
-    fn send_runs_on(
-        &mut self,
-        runs: Runs<'_>,
-        dst: SocketAddr,
-        path: SendPath,
-    ) -> io::Result<usize> {
-        let k = self.link.send_runs_on(runs, dst, path)?;
         self.layer.sent_runs(runs.take(k), dst);
         Ok(k)
     }

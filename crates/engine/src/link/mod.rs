@@ -73,33 +73,6 @@ pub trait Link {
     /// many runs the link took (`WouldBlock` when none).
     fn send_runs(&mut self, runs: Runs<'_>, dst: SocketAddr) -> io::Result<usize>;
 
-    /// How the next runs to `dst` will leave, which decides the UDP source
-    /// port and the IPv4 IDs their ICRCs must be signed for (see
-    /// [`SendPath`]). The default, and any link that sends from one socket:
-    /// [`SendPath::Shared`].
-    #[inline]
-    fn send_path(&mut self, _dst: SocketAddr) -> SendPath {
-        SendPath::Shared
-    }
-
-    /// [`send_runs`](Link::send_runs) along `path`, which
-    /// [`send_path`](Link::send_path) returned (advanced past the runs sent
-    /// since, [`SendPath::after`]). A path the link no longer has (its
-    /// socket went back to the shared one after an error) is refused with
-    /// [`SendPath::stale`], and the runs, signed for it, are not sent.
-    #[inline]
-    fn send_runs_on(
-        &mut self,
-        runs: Runs<'_>,
-        dst: SocketAddr,
-        path: SendPath,
-    ) -> io::Result<usize> {
-        match path {
-            SendPath::Shared => self.send_runs(runs, dst),
-            SendPath::Connected { .. } => Err(SendPath::stale()),
-        }
-    }
-
     /// Receives one datagram into `buf` (at least [`MAX_DATAGRAM`] bytes);
     /// `Ok(None)` when nothing waits. `now` is the engine's clock, for links
     /// that hold packets back.
@@ -129,81 +102,6 @@ pub trait Link {
     /// [`errors_pending`](Link::errors_pending).
     fn recv_error(&mut self) -> io::Result<Option<LinkError>> {
         Ok(None)
-    }
-}
-
-/// Which socket the runs of one batch to a destination leave through: the
-/// UDP source port and the IPv4 IDs their ICRCs are signed for.
-///
-/// # Example
-///
-/// ```
-/// use ndverbs_engine::link::SendPath;
-/// // The link's own socket: each run's segments carry IDs 0, 1, 2…
-/// assert_eq!(SendPath::Shared.ipv4_id(3, 1), 1);
-/// // A connected socket: each message takes the next ID of its counter and
-/// // its segments count up from it.
-/// let p = SendPath::Connected { src_port: 40000, first_id: 0xfffe };
-/// assert_eq!((p.ipv4_id(0, 0), p.ipv4_id(1, 2), p.src_port(4791)), (0xfffe, 1, 40000));
-/// assert_eq!(p.after(2), SendPath::Connected { src_port: 40000, first_id: 0 });
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SendPath {
-    /// The link's own socket, unconnected: source port the link's port,
-    /// each run's segments carry IDs 0, 1, 2… (DF with ID 0, counted up by
-    /// software segmentation).
-    #[default]
-    Shared,
-    /// A socket connected to the destination (`udp/connected.rs`): source
-    /// port `src_port`; the socket's `m`-th message from now carries ID
-    /// `first_id + m` and its segments count up from there.
-    Connected {
-        /// The socket's own (ephemeral) port.
-        src_port: u16,
-        /// The ID the next message will carry.
-        first_id: u16,
-    },
-}
-
-impl SendPath {
-    /// The IPv4 ID of segment `segment` of the `run`-th run sent along the path.
-    #[inline]
-    pub fn ipv4_id(&self, run: usize, segment: usize) -> u16 {
-        match *self {
-            SendPath::Shared => segment as u16,
-            SendPath::Connected { first_id, .. } => first_id
-                .wrapping_add(run as u16)
-                .wrapping_add(segment as u16),
-        }
-    }
-
-    /// The UDP source port, given the link's own.
-    #[inline]
-    pub fn src_port(&self, link_port: u16) -> u16 {
-        match *self {
-            SendPath::Shared => link_port,
-            SendPath::Connected { src_port, .. } => src_port,
-        }
-    }
-
-    /// The path once `runs` runs have left along it.
-    #[inline]
-    pub fn after(self, runs: usize) -> SendPath {
-        match self {
-            SendPath::Shared => SendPath::Shared,
-            SendPath::Connected { src_port, first_id } => SendPath::Connected {
-                src_port,
-                first_id: first_id.wrapping_add(runs as u16),
-            },
-        }
-    }
-
-    /// The error for runs signed for a path the link no longer has.
-    pub fn stale() -> io::Error {
-        io::Error::new(
-            io::ErrorKind::NotConnected,
-            "send path changed since the packets were signed",
-        )
     }
 }
 
@@ -616,27 +514,6 @@ impl Link for NicLink {
         match self {
             NicLink::Udp(l) => Link::send_runs(l, runs, dst),
             NicLink::Memory(l) => l.send_runs(runs, dst),
-        }
-    }
-
-    #[inline]
-    fn send_path(&mut self, dst: SocketAddr) -> SendPath {
-        match self {
-            NicLink::Udp(l) => Link::send_path(l, dst),
-            NicLink::Memory(l) => l.send_path(dst),
-        }
-    }
-
-    #[inline]
-    fn send_runs_on(
-        &mut self,
-        runs: Runs<'_>,
-        dst: SocketAddr,
-        path: SendPath,
-    ) -> io::Result<usize> {
-        match self {
-            NicLink::Udp(l) => Link::send_runs_on(l, runs, dst, path),
-            NicLink::Memory(l) => l.send_runs_on(runs, dst, path),
         }
     }
 

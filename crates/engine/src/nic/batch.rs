@@ -6,13 +6,11 @@
 //! a link without GSO gets runs of one packet. Each packet's headers (or all
 //! of it) sit in the transmit buffer; a zero-copy packet's payload stays in
 //! registered memory, and the run gathers both as pieces. ICRCs are signed
-//! as packets join, since a packet's place in its run decides its IPv4 ID;
-//! the link says, when a batch's first packet joins, which socket the batch
-//! will leave through ([`SendPath`]), and so the source port and the IDs.
+//! as packets join, since a packet's place in its run decides its IPv4 ID.
 
 use crate::counters::{bump, NicCounters};
 use crate::icrc::IcrcCache;
-use crate::link::{IoPiece, Link, Run, Runs, SendFailure, SendPath, MAX_TRANSPORT};
+use crate::link::{IoPiece, Link, Run, Runs, SendFailure, MAX_TRANSPORT};
 use ndverbs_proto::mem::{LentPayload, MAX_LENT_PIECES};
 use ndverbs_wire::icrc::ICRC_LEN;
 use std::io;
@@ -40,9 +38,6 @@ pub(crate) struct RunBatch {
     packets: usize,
     /// Most packets per run: 1 when the link has no GSO.
     max_segments: usize,
-    /// How the batch will leave, asked of the link when its first packet
-    /// joins.
-    path: SendPath,
     /// Destinations already warned about packets too big for their path.
     too_big_warned: Vec<SocketAddr>,
 }
@@ -80,12 +75,9 @@ impl RunBatch {
     }
 
     /// The packet of `n` buffer bytes just written at `tx[tx_end..]` (plus
-    /// `lent`'s payload, if any) joins the batch, its ICRC signed for `dst`
-    /// and the way `link` will send it.
-    #[allow(clippy::too_many_arguments)]
+    /// `lent`'s payload, if any) joins the batch, its ICRC signed for `dst`.
     pub(crate) fn add(
         &mut self,
-        link: &mut impl Link,
         icrc: &mut IcrcCache,
         tx: &mut [u8],
         n: usize,
@@ -101,15 +93,11 @@ impl RunBatch {
             self.close();
             self.seg = total;
         }
-        if self.packets == 0 {
-            self.path = link.send_path(dst);
-        }
-        let id = self.path.ipv4_id(self.closed, self.count);
-        let port = self.path.src_port(icrc.local().port());
+        let id = self.count as u16;
         let start = self.tx_end;
         let pkt = &mut tx[start..start + n];
         if lent.is_empty() {
-            let crc = icrc.sign_from(port, dst, id, &[&pkt[..n - ICRC_LEN]]);
+            let crc = icrc.sign(dst, id, &[&pkt[..n - ICRC_LEN]]);
             pkt[n - ICRC_LEN..].copy_from_slice(&crc.unwrap_or(0).to_le_bytes());
             self.piece(IoPiece::of(pkt));
         } else {
@@ -124,7 +112,7 @@ impl RunBatch {
             }
             let k = lent.pieces().len();
             parts[1 + k] = &pkt[h..n - ICRC_LEN];
-            let crc = icrc.sign_from(port, dst, id, &parts[..k + 2]).unwrap_or(0);
+            let crc = icrc.sign(dst, id, &parts[..k + 2]).unwrap_or(0);
             pkt[n - ICRC_LEN..].copy_from_slice(&crc.to_le_bytes());
             let pkt = &tx[start..start + n];
             self.piece(IoPiece::of(&pkt[..h]));
@@ -185,8 +173,7 @@ impl RunBatch {
             // caller for the call) and regions the memory table lent for
             // this step.
             let runs = unsafe { Runs::new(&self.pieces, &self.runs[done..self.closed]) };
-            let path = self.path.after(done);
-            match runs.and_then(|runs| link.send_runs_on(runs, dst, path)) {
+            match runs.and_then(|runs| link.send_runs(runs, dst)) {
                 Ok(k) => {
                     bump(&counters.send_calls, 1);
                     for (r, &lent) in self.runs[done..done + k].iter().zip(&self.lent[done..]) {

@@ -252,9 +252,6 @@ impl Nic {
         // by its first packet alone, and packets of one peer for different
         // members' QPs are one flow (both ends on port 4791), which GRO may
         // coalesce.
-        if let NicLink::Udp(s) = &mut link {
-            s.set_connected_send(config.connect_busy_peers);
-        }
         let gro = match &mut link {
             NicLink::Udp(_) if share.is_some() => false,
             NicLink::Udp(s) => s.enable_gro(),

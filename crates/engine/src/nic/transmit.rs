@@ -121,8 +121,7 @@ impl Core {
             let Some(n) = n else {
                 break;
             };
-            io.batch
-                .add(&mut io.link, &mut io.icrc, &mut io.tx, n, &lent, dst);
+            io.batch.add(&mut io.icrc, &mut io.tx, n, &lent, dst);
         }
         if ack_last && e.qp.owes_only_ack() {
             // With data leaving now the ACK rides with it rather than wait.
@@ -139,8 +138,7 @@ impl Core {
                     e.qp.poll_transmit_lending(now, mem, &mut io.tx[end..], None)
                 {
                     lent.clear();
-                    io.batch
-                        .add(&mut io.link, &mut io.icrc, &mut io.tx, n, &lent, dst);
+                    io.batch.add(&mut io.icrc, &mut io.tx, n, &lent, dst);
                 }
             }
         }
@@ -167,14 +165,8 @@ impl Core {
         io.batch.reset(io.link.gso());
         let end = io.batch.tx_end();
         if let Some(n) = e.qp.poll_owed_ack(&mut self.tables.mem, &mut io.tx[end..]) {
-            io.batch.add(
-                &mut io.link,
-                &mut io.icrc,
-                &mut io.tx,
-                n,
-                &LentPayload::default(),
-                dst,
-            );
+            io.batch
+                .add(&mut io.icrc, &mut io.tx, n, &LentPayload::default(), dst);
             io.batch.flush(&mut io.link, &shared.counters, dst);
         }
     }

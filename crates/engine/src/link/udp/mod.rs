@@ -7,9 +7,9 @@
 //! * bound to `<ip>:4791` (rxe replies only to 4791, so the source port is
 //!   4791 too) and never `connect()`ed: Linux gives a connected socket's DF
 //!   packets IPv4 IDs from a per-socket counter that starts at random, which
-//!   the ICRC must be signed for. A peer sent many batches gets a socket of
-//!   its own, connected, which spares each send its route lookup; its
-//!   counter is learned and tracked (`connected.rs`, [`SendPath`]);
+//!   the ICRC would have to be signed for (a connected socket would spare
+//!   each send its route lookup, about 0.4 µs of `send_lat`'s one-way trip
+//!   on a veth);
 //! * `IP_MTU_DISCOVER = IP_PMTUDISC_DO`: Linux then sends IPv4 with DF set
 //!   and ID 0 (segment `i` of a GSO send: ID `i`);
 //! * `IP_PKTINFO` only for a wildcard bind (the destination address enters
@@ -54,10 +54,9 @@
 //! The system calls themselves, and all of the link's `unsafe`, are in
 //! `sys.rs`.
 
-mod connected;
 mod sys;
 
-use super::{Datagram, Link, LinkError, LinkErrorKind, Runs, SendPath};
+use super::{Datagram, Link, LinkError, LinkErrorKind, Runs};
 use ndverbs_proto::time::Instant;
 use ndverbs_wire::ip::ROCEV2_PORT;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -111,8 +110,6 @@ pub struct RoceSocket {
     /// A send or receive found an error pending, or the descriptor polled
     /// `POLLERR`: the error queue wants reading.
     errors: AtomicBool,
-    /// Sockets connected to the busiest peers (`connected.rs`).
-    peers: connected::PeerSockets,
 }
 
 impl RoceSocket {
@@ -186,7 +183,6 @@ impl RoceSocket {
             gso: gso.into(),
             gro: false,
             errors: AtomicBool::new(false),
-            peers: connected::PeerSockets::new(local),
         })
     }
 
@@ -206,7 +202,6 @@ impl RoceSocket {
     pub fn enable_ecn(&mut self) -> bool {
         let fd = self.sock.as_raw_fd();
         let ect = libc::c_int::from(crate::link::ECN_ECT1);
-        self.peers.set_tos(ect);
         if self.local.is_ipv4() {
             setsockopt(fd, libc::IPPROTO_IP, libc::IP_TOS, ect).is_ok()
                 && setsockopt(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1).is_ok()
@@ -236,21 +231,6 @@ impl RoceSocket {
             1,
         )
         .is_ok()
-    }
-
-    /// Sends to busy peers through sockets connected to them (on by
-    /// default; `connected.rs`), or only through this one.
-    pub fn set_connected_send(&mut self, on: bool) {
-        if !on {
-            self.peers.disable();
-        } else if self.peers.connected() == 0 {
-            self.peers = connected::PeerSockets::new(self.local);
-        }
-    }
-
-    /// Peers sent through a socket connected to them now.
-    pub fn connected_peers(&self) -> usize {
-        self.peers.connected()
     }
 
     /// Whether sends may use UDP GSO (off after the kernel refused one).
@@ -308,7 +288,7 @@ impl RoceSocket {
     /// (see the module docs).
     pub fn send_runs(&self, runs: Runs<'_>, dst: SocketAddr) -> io::Result<usize> {
         let runs = runs.take(Runs::MAX);
-        let r = self.again_if_pending(|| sys::sendmmsg_gso(self.fd(), runs, Some(dst)));
+        let r = self.again_if_pending(|| sys::sendmmsg_gso(self.fd(), runs, dst));
         match r {
             // sendmmsg stops at the first message it refuses: the first run.
             Err(e) if runs.runs().first().is_some_and(|r| r.len > r.seg) => {
@@ -470,22 +450,6 @@ impl Link for RoceSocket {
                 RoceSocket::send_runs(self, runs, dst)
             }
             r => r,
-        }
-    }
-
-    fn send_path(&mut self, dst: SocketAddr) -> SendPath {
-        self.peers.path(dst)
-    }
-
-    fn send_runs_on(
-        &mut self,
-        runs: Runs<'_>,
-        dst: SocketAddr,
-        path: SendPath,
-    ) -> io::Result<usize> {
-        match path {
-            SendPath::Shared => Link::send_runs(self, runs, dst),
-            SendPath::Connected { .. } => self.peers.send_runs(runs, dst, path),
         }
     }
 
@@ -751,143 +715,6 @@ mod tests {
             .collect();
         assert_eq!(verdicts[1], Err(VerifyError::BadIcrc));
         assert_eq!(verdicts[0], Ok(Some(0)));
-    }
-
-    /// A peer sent [`connected::PROMOTE_AFTER`] batches gets a socket of
-    /// its own: its packets then leave from that socket's port with IPv4 IDs
-    /// from its counter, which the path predicted — the receiver recovers
-    /// each ID from the ICRC, so a wrong one would show — and when the peer
-    /// goes away the socket's error hands it back to the NIC's socket.
-    #[test]
-    fn a_busy_peer_is_sent_through_a_connected_socket_with_tracked_ids() {
-        let port = 48100 + (std::process::id() % 40) as u16;
-        let mut a = RoceSocket::bind_port("127.0.0.12".parse().unwrap(), port).unwrap();
-        let g = RoceSocket::bind_port("127.0.0.13".parse().unwrap(), port).unwrap();
-        let dst = g.addr();
-        let (mut tx, mut rx) = (IcrcCache::new(a.addr()), IcrcCache::new(g.addr()));
-        let gso = a.gso();
-        // Two runs per send: four packets (one GSO message) and a lone one.
-        let sizes: &[&[usize]] = if gso {
-            &[&[1040, 1040, 1040, 500], &[60]]
-        } else {
-            &[&[500], &[60]]
-        };
-        let mut buf = vec![0u8; MAX_DATAGRAM];
-        let mut paths = Vec::new();
-        for round in 0..connected::PROMOTE_AFTER as usize + 20 {
-            let path = Link::send_path(&mut a, dst);
-            let src_port = path.src_port(a.port());
-            let mut bytes = Vec::new();
-            let mut runs = Vec::new();
-            for (r, sizes) in sizes.iter().enumerate() {
-                let start = bytes.len();
-                for (i, &n) in sizes.iter().enumerate() {
-                    let mut p = send_only(&vec![(round + i) as u8; n - 16]);
-                    let body = n - ICRC_LEN;
-                    let crc = tx
-                        .sign_from(src_port, dst, path.ipv4_id(r, i), &[&p[..body]])
-                        .unwrap();
-                    p[body..].copy_from_slice(&crc.to_le_bytes());
-                    bytes.extend_from_slice(&p);
-                }
-                runs.push((start, bytes.len(), sizes[0]));
-            }
-            let pieces: Vec<_> = runs
-                .iter()
-                .map(|&(s, e, _)| IoPiece::of(&bytes[s..e]))
-                .collect();
-            let runs: Vec<_> = runs
-                .iter()
-                .enumerate()
-                .map(|(i, &(s, e, seg))| Run {
-                    iov: (i, i + 1),
-                    len: e - s,
-                    seg,
-                })
-                .collect();
-            // SAFETY: live local buffers.
-            let sent = Link::send_runs_on(
-                &mut a,
-                unsafe { Runs::new(&pieces, &runs) }.unwrap(),
-                dst,
-                path,
-            );
-            assert_eq!(sent.unwrap(), 2, "round {round}");
-            for (r, sizes) in sizes.iter().enumerate() {
-                for (i, &n) in sizes.iter().enumerate() {
-                    let d = recv_wait(&g, &mut buf);
-                    assert_eq!(d.src.port(), src_port, "round {round}");
-                    let got = rx.verify(&buf[..d.len], d.src, d.dst).unwrap();
-                    assert_eq!(
-                        (got.len, got.ipv4_id),
-                        (n, Some(path.ipv4_id(r, i))),
-                        "round {round} run {r} packet {i}"
-                    );
-                }
-            }
-            paths.push(path);
-        }
-        let first = connected::PROMOTE_AFTER as usize - 1;
-        assert!(paths[..first].iter().all(|p| *p == SendPath::Shared));
-        assert!(
-            paths[first..]
-                .iter()
-                .all(|p| matches!(p, SendPath::Connected { .. })),
-            "{paths:?}"
-        );
-        assert_eq!(a.connected_peers(), 1);
-        // The peer goes away: its port unreachable comes back to the
-        // connected socket, whose next send fails; the NIC's socket takes over.
-        drop(g);
-        let pkt = signed(&[1; 8], &a, &a);
-        let mut failed = None;
-        for _ in 0..10 {
-            let path = Link::send_path(&mut a, dst);
-            if path == SendPath::Shared {
-                break;
-            }
-            let pieces = [IoPiece::of(&pkt)];
-            let run = [Run {
-                iov: (0, 1),
-                len: pkt.len(),
-                seg: pkt.len(),
-            }];
-            // SAFETY: a live local buffer.
-            if let Err(e) = Link::send_runs_on(
-                &mut a,
-                unsafe { Runs::new(&pieces, &run) }.unwrap(),
-                dst,
-                path,
-            ) {
-                failed = Some(e);
-            }
-        }
-        assert_eq!(
-            failed.and_then(|e| e.raw_os_error()),
-            Some(libc::ECONNREFUSED)
-        );
-        assert_eq!(a.connected_peers(), 0);
-        assert_eq!(Link::send_path(&mut a, dst), SendPath::Shared);
-        // A path signed for the closed socket is refused, not sent elsewhere.
-        let stale = SendPath::Connected {
-            src_port: 1,
-            first_id: 0,
-        };
-        let pieces = [IoPiece::of(&pkt)];
-        let run = [Run {
-            iov: (0, 1),
-            len: pkt.len(),
-            seg: pkt.len(),
-        }];
-        // SAFETY: a live local buffer.
-        let e = Link::send_runs_on(
-            &mut a,
-            unsafe { Runs::new(&pieces, &run) }.unwrap(),
-            dst,
-            stale,
-        )
-        .unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::NotConnected);
     }
 
     /// Runs of `n` packets of `size` bytes (signed for `a` → `dst`).

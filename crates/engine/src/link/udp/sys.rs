@@ -6,7 +6,7 @@
 use crate::link::Runs;
 use std::io;
 use std::mem::MaybeUninit;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::RawFd;
 
 /// `UDP_SEGMENT` (linux/udp.h): GSO segment size, socket option or cmsg.
@@ -58,18 +58,9 @@ pub(super) fn sendto(fd: RawFd, buf: &[u8], dst: SocketAddr) -> io::Result<usize
     }
 }
 
-/// `sendmmsg` of the first [`Runs::MAX`] runs, one message each, to `dst`
-/// (`None`: a connected socket's peer).
-pub(super) fn sendmmsg_gso(
-    fd: RawFd,
-    runs: Runs<'_>,
-    dst: Option<SocketAddr>,
-) -> io::Result<usize> {
-    let addr: Option<socket2::SockAddr> = dst.map(Into::into);
-    let (name, namelen) = match &addr {
-        Some(a) => (a.as_ptr().cast::<libc::sockaddr>(), a.len()),
-        None => (std::ptr::null(), 0),
-    };
+/// `sendmmsg` of the first [`Runs::MAX`] runs, one message each.
+pub(super) fn sendmmsg_gso(fd: RawFd, runs: Runs<'_>, dst: SocketAddr) -> io::Result<usize> {
+    let addr: socket2::SockAddr = dst.into();
     let runs = runs.take(Runs::MAX);
     let n = runs.len();
     if let [r] = runs.runs() {
@@ -84,8 +75,8 @@ pub(super) fn sendmmsg_gso(
                     p.base as *const libc::c_void,
                     p.len,
                     libc::MSG_DONTWAIT,
-                    name,
-                    namelen,
+                    addr.as_ptr().cast(),
+                    addr.len(),
                 )
             };
             if sent < 0 {
@@ -99,8 +90,8 @@ pub(super) fn sendmmsg_gso(
     let mut msgs: [libc::mmsghdr; Runs::MAX] = unsafe { std::mem::zeroed() };
     for (i, r) in runs.runs().iter().enumerate() {
         let m = &mut msgs[i].msg_hdr;
-        m.msg_name = name as *mut libc::c_void;
-        m.msg_namelen = namelen;
+        m.msg_name = addr.as_ptr() as *mut libc::c_void;
+        m.msg_namelen = addr.len();
         // IoPiece has iovec's layout (asserted with its definition); the
         // kernel only reads.
         let iov = runs.pieces_of(i);
@@ -365,111 +356,4 @@ pub(super) fn recv_errqueue(fd: RawFd) -> io::Result<Option<QueuedError>> {
         icmp: (ee.ee_type, ee.ee_code),
         info: ee.ee_info,
     }))
-}
-
-/// Reads and drops every datagram waiting in the receive queue (of a socket
-/// that only sends).
-pub(super) fn discard_received(fd: RawFd) {
-    let mut byte = [0u8; 1];
-    // SAFETY: a one-byte live buffer; longer datagrams are truncated away.
-    while unsafe { libc::recv(fd, byte.as_mut_ptr().cast(), 1, libc::MSG_DONTWAIT) } >= 0 {}
-}
-
-/// Reads one entry of the error queue with the packet it carries and, if it
-/// is a transmit time stamp's copy of an IPv4/UDP packet from `src` to
-/// `dst`, returns that packet's IPv4 ID: `Ok(None)` when the queue is empty,
-/// `Ok(Some(None))` for an entry of another kind.
-pub(super) fn recv_looped_id(
-    fd: RawFd,
-    src: SocketAddrV4,
-    dst: SocketAddrV4,
-) -> io::Result<Option<Option<u16>>> {
-    let mut data = [0u8; 128];
-    let mut iov = libc::iovec {
-        iov_base: data.as_mut_ptr().cast(),
-        iov_len: data.len(),
-    };
-    let mut control = [0u64; 32];
-    // SAFETY: msghdr is plain data; zeroed is a valid initial value.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control) as _;
-    // SAFETY: every pointer in `msg` refers to a live buffer of the stated size.
-    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
-    if n < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::WouldBlock {
-            Ok(None)
-        } else {
-            Err(e)
-        };
-    }
-    let mut stamped = false;
-    // SAFETY: CMSG_* walk the control buffer the kernel filled, within
-    // msg_controllen; the IP_RECVERR message holds a sock_extended_err.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            let h = &*c;
-            if h.cmsg_level == libc::IPPROTO_IP && h.cmsg_type == libc::IP_RECVERR {
-                let ee =
-                    std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::sock_extended_err>());
-                stamped = ee.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING;
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
-        }
-    }
-    let got = &data[..(n as usize).min(data.len())];
-    Ok(Some(if stamped {
-        looped_id(got, src, dst)
-    } else {
-        None
-    }))
-}
-
-/// The IPv4 ID of the packet from `src` to `dst` at the start of `p`,
-/// which begins with its IPv4 header or with the Ethernet header before it
-/// (what the device saw).
-fn looped_id(p: &[u8], src: SocketAddrV4, dst: SocketAddrV4) -> Option<u16> {
-    const ETH: usize = 14;
-    let mut want = [0u8; 12];
-    want[..4].copy_from_slice(&src.ip().octets());
-    want[4..8].copy_from_slice(&dst.ip().octets());
-    want[8..10].copy_from_slice(&src.port().to_be_bytes());
-    want[10..].copy_from_slice(&dst.port().to_be_bytes());
-    [0, ETH].into_iter().find_map(|at| {
-        let ip = p.get(at..at + 24)?;
-        (ip[0] == 0x45 && ip[9] == 17 && ip[12..24] == want)
-            .then(|| u16::from_be_bytes([ip[4], ip[5]]))
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn looped_ids_are_read_with_or_without_ethernet() {
-        let ip: [u8; 28] = [
-            0x45, 0, 0, 29, 0x21, 0x05, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2, 0x84,
-            0x0e, 0x12, 0xb7, 0, 9, 0, 0,
-        ];
-        let (src, dst) = (
-            "10.0.0.1:33806".parse().unwrap(),
-            "10.0.0.2:4791".parse().unwrap(),
-        );
-        assert_eq!(looped_id(&ip, src, dst), Some(0x2105));
-        let mut eth = vec![0u8; 12];
-        eth.extend_from_slice(&[0x08, 0x00]);
-        eth.extend_from_slice(&ip);
-        assert_eq!(looped_id(&eth, src, dst), Some(0x2105));
-        // Another packet, truncated, not UDP: nothing.
-        assert_eq!(looped_id(&ip, dst, src), None);
-        assert_eq!(looped_id(&ip[..20], src, dst), None);
-        let mut tcp = ip;
-        tcp[9] = 6;
-        assert_eq!(looped_id(&tcp, src, dst), None);
-    }
 }

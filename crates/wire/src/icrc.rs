@@ -386,28 +386,32 @@ impl IdSolver {
                 basis.push((p, col, ids));
             }
         }
-        let reduce = |mut delta: u32| {
-            let mut id = 0u16;
-            for &(p, v, i) in &basis {
-                if delta & p != 0 {
-                    delta ^= v;
-                    id ^= i;
-                }
-            }
-            (delta, id)
-        };
+        // The reduction of each single bit: a pivot's leaves the rest of its
+        // basis vector (fully reduced, it holds no other pivot), any other
+        // bit is left alone.
+        let mut by_bit = [(0u32, 0u16); 32];
+        for (j, e) in by_bit.iter_mut().enumerate() {
+            *e = (1 << j, 0);
+        }
+        for &(p, v, i) in &basis {
+            by_bit[p.trailing_zeros() as usize] = (v ^ p, i);
+        }
+        // Each table entry from the one without its lowest bit and that
+        // bit's own (both maps are linear).
         let mut by_id_nibble = [[0u32; 16]; 4];
         for (k, t) in by_id_nibble.iter_mut().enumerate() {
-            for (n, e) in t.iter_mut().enumerate() {
-                *e = (0..4)
-                    .filter(|b| n & (1 << b) != 0)
-                    .fold(0, |acc, b| acc ^ columns[4 * k + b]);
+            for n in 1..16usize {
+                let low = n.trailing_zeros() as usize;
+                t[n] = t[n & (n - 1)] ^ columns[4 * k + low];
             }
         }
         let mut by_delta_nibble = [[(0u32, 0u16); 16]; 8];
         for (k, t) in by_delta_nibble.iter_mut().enumerate() {
-            for (n, e) in t.iter_mut().enumerate() {
-                *e = reduce((n as u32) << (4 * k));
+            for n in 1..16usize {
+                let low = n.trailing_zeros() as usize;
+                let (l, i) = t[n & (n - 1)];
+                let (bl, bi) = by_bit[4 * k + low];
+                t[n] = (l ^ bl, i ^ bi);
             }
         }
         IdSolver {

@@ -7,9 +7,10 @@
 //! * bound to `<ip>:4791` (rxe replies only to 4791, so the source port is
 //!   4791 too) and never `connect()`ed: Linux gives a connected socket's DF
 //!   packets IPv4 IDs from a per-socket counter that starts at random, which
-//!   the ICRC would have to be signed for (a connected socket would spare
-//!   each send its route lookup, about 0.4 µs of `send_lat`'s one-way trip
-//!   on a veth);
+//!   the ICRC would have to be signed for. (A second socket per busy peer,
+//!   connected, its counter learned and tracked, was built and measured:
+//!   sending from it was slower than from this socket, which also receives
+//!   — BENCHMARKS.md);
 //! * `IP_MTU_DISCOVER = IP_PMTUDISC_DO`: Linux then sends IPv4 with DF set
 //!   and ID 0 (segment `i` of a GSO send: ID `i`);
 //! * `IP_PKTINFO` only for a wildcard bind (the destination address enters

@@ -37,7 +37,9 @@ pub use check::{
     check_atomic, check_bind, check_invalidate, check_local, check_remote, Grant, GrantKind,
     WindowBind,
 };
-pub use sg::{gather, lend, scatter, sgl_len, LentPayload, SgList, MAX_LENT_PIECES, SGL_INLINE};
+pub use sg::{
+    gather, lend, lend_remote, scatter, sgl_len, LentPayload, SgList, MAX_LENT_PIECES, SGL_INLINE,
+};
 pub use table::{GrantBytes, GrantTable};
 
 use std::fmt;
@@ -381,6 +383,21 @@ pub trait Memory {
         _pd: u32,
         _sge: &Sge,
         _offset: u32,
+        _len: usize,
+    ) -> Result<Option<usize>, AccessError> {
+        Ok(None)
+    }
+
+    /// Lends `len` bytes at `va` under `rkey` to a zero-copy READ response:
+    /// checks them as [`Memory::read_remote`] does (key, PD, bounds,
+    /// [`Access::REMOTE_READ`]) and returns the address of the first, or
+    /// `None` when this memory does not lend (the caller copies instead, the
+    /// default). The same lifetime rule as [`Memory::lend_local`] holds.
+    fn lend_remote(
+        &mut self,
+        _pd: u32,
+        _rkey: u32,
+        _va: u64,
         _len: usize,
     ) -> Result<Option<usize>, AccessError> {
         Ok(None)

@@ -240,6 +240,29 @@ pub fn lend(
     Ok(lent)
 }
 
+/// Borrows `len` bytes at `va` under `rkey` (a READ response's payload)
+/// from `mem` into `out` instead of copying them, after the checks of
+/// [`Memory::read_remote`]; `Ok(false)` (with `out` cleared) when the memory
+/// does not lend.
+pub fn lend_remote(
+    mem: &mut dyn Memory,
+    pd: u32,
+    rkey: u32,
+    va: u64,
+    len: usize,
+    out: &mut LentPayload,
+) -> Result<bool, AccessError> {
+    out.clear();
+    match mem.lend_remote(pd, rkey, va, len)? {
+        Some(addr) => {
+            out.pieces[0] = (addr, len);
+            out.n = 1;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
 /// Copies `data` into message bytes `offset .. offset + data.len()` of `sgl`
 /// (the regions need local write access).
 pub fn scatter(

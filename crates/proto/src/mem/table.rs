@@ -244,4 +244,15 @@ impl<T: GrantTable + ?Sized> Memory for T {
         let (off, bytes) = local(self, pd, sge, offset, len, false)?;
         Ok(bytes.lend(off))
     }
+
+    fn lend_remote(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        len: usize,
+    ) -> Result<Option<usize>, AccessError> {
+        let (off, bytes) = remote(self, pd, rkey, va, len, Access::REMOTE_READ)?;
+        Ok(bytes.lend(off))
+    }
 }

@@ -585,9 +585,10 @@ impl RcQp {
         self.poll_transmit_lending(now, mem, buf, None)
     }
 
-    /// Like [`RcQp::poll_transmit`], but a request packet with a large payload
-    /// from registered memory may leave the payload there when `lent` is
-    /// given and the memory lends it ([`Memory::lend_local`]): `buf` then
+    /// Like [`RcQp::poll_transmit`], but a packet with a large payload from
+    /// registered memory (a SEND or WRITE, or a READ response) may leave the
+    /// payload there when `lent` is given and the memory lends it
+    /// ([`Memory::lend_local`], [`Memory::lend_remote`]): `buf` then
     /// holds the headers (`lent.hdr_len` bytes), the pad and a zero ICRC, the
     /// returned length counts only those, and the packet on the wire is
     /// headers, `lent`'s pieces, pad and ICRC. `lent` is empty after a packet
@@ -619,7 +620,7 @@ impl RcQp {
         if !self.owes_only_ack() {
             return None;
         }
-        let n = self.poll_responder(mem, buf)?;
+        let n = self.poll_responder(mem, buf, None)?;
         self.counters.sent_pkts += 1;
         Some(n)
     }
@@ -682,7 +683,7 @@ impl RcQp {
                 if !responder_may || !self.resp.has_output() {
                     continue;
                 }
-                self.poll_responder(mem, buf)
+                self.poll_responder(mem, buf, lent.as_deref_mut())
             } else {
                 if !requester_may {
                     continue;
@@ -698,15 +699,20 @@ impl RcQp {
         None
     }
 
-    fn poll_responder(&mut self, mem: &mut dyn Memory, buf: &mut [u8]) -> Option<usize> {
+    fn poll_responder(
+        &mut self,
+        mem: &mut dyn Memory,
+        buf: &mut [u8],
+        mut lent: Option<&mut LentPayload>,
+    ) -> Option<usize> {
         let (resp, mut cx) = self.responder();
-        match resp.poll(&mut cx, mem, buf) {
+        match resp.poll(&mut cx, mem, buf, lent.as_deref_mut()) {
             Ok(n) => n,
             Err(Fatal(cause)) => {
                 self.enter_error(cause);
                 // The terminal NAK is now first in line.
                 let (resp, mut cx) = self.responder();
-                resp.poll(&mut cx, mem, buf).ok().flatten()
+                resp.poll(&mut cx, mem, buf, lent).ok().flatten()
             }
         }
     }

@@ -57,12 +57,14 @@ mod execute;
 pub(super) mod reorder;
 mod replies;
 
-use super::emit::{write_packet, EmitError};
+use super::emit::{write_packet, write_packet_lent, EmitError};
 use super::recv_queue::RecvQueue;
 use super::send_queue::npkts;
 use super::wr::{RecvWr, WcOpcode, WcQueue, WcStatus, WorkCompletion};
 use super::{Counters, Fatal, Params, QpErrorCause};
-use crate::mem::{scatter, sgl_len, Access, AccessError, AtomicOp, Memory};
+use crate::mem::{
+    lend_remote, scatter, sgl_len, Access, AccessError, AtomicOp, LentPayload, Memory,
+};
 use crate::time::Instant;
 use ndverbs_wire::bth::{psn, Bth};
 use ndverbs_wire::ext::{Aeth, NakCode, Syndrome};

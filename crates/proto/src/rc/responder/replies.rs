@@ -1,6 +1,7 @@
 //! Answers: duplicates (acknowledged again, or replayed from a saved
 //! resource) and the reply queue, turned into packets one at a time.
 
+use super::super::requester::LEND_MIN;
 use super::*;
 
 impl Responder {
@@ -71,12 +72,21 @@ impl Responder {
     /// Writes the next reply packet. `Ok(None)`: nothing to send (or no room,
     /// counted). An `Err` means a READ source became inaccessible: the QP must
     /// move to ERR; the NAK is queued as the next (terminal) reply.
+    ///
+    /// With `lent`, a READ response of at least [`LEND_MIN`] payload bytes
+    /// from memory that lends leaves its payload there (as the requester's
+    /// packets do, [`crate::rc::RcQp::poll_transmit_lending`]): `buf` gets
+    /// the headers, pad and a zero ICRC, `lent` the payload's address.
     pub fn poll(
         &mut self,
         cx: &mut RespCx<'_>,
         mem: &mut dyn Memory,
         buf: &mut [u8],
+        mut lent: Option<&mut LentPayload>,
     ) -> Result<Option<usize>, Fatal> {
+        if let Some(l) = lent.as_deref_mut() {
+            l.clear();
+        }
         let p = cx.p;
         let Some(reply) = self.replies.front().copied() else {
             return Ok(None);
@@ -118,13 +128,32 @@ impl Responder {
                     ext.aeth = Some(Aeth::new(Syndrome::ACK, msn));
                 }
                 let bth = Bth::new(opcode, p.dest_qpn, psn);
-                write_packet(buf, bth, &ext, n as usize, |out| {
-                    if out.is_empty() {
-                        Ok(())
-                    } else {
-                        mem.read_remote(p.pd, rkey, va, out)
+                let lent = match lent {
+                    Some(l) if n as usize >= LEND_MIN => {
+                        match lend_remote(mem, p.pd, rkey, va, n as usize, l) {
+                            Ok(true) => Ok(Some(l)),
+                            Ok(false) => Ok(None),
+                            Err(_) => Err(EmitError::Memory),
+                        }
                     }
-                })
+                    _ => Ok(None),
+                };
+                match lent {
+                    Ok(Some(l)) => {
+                        write_packet_lent(buf, bth, &ext, n as usize).map(|(hdr, len)| {
+                            l.hdr_len = hdr;
+                            len
+                        })
+                    }
+                    Ok(None) => write_packet(buf, bth, &ext, n as usize, |out| {
+                        if out.is_empty() {
+                            Ok(())
+                        } else {
+                            mem.read_remote(p.pd, rkey, va, out)
+                        }
+                    }),
+                    Err(e) => Err(e),
+                }
                 .map(|len| (len, Some((n, last))))
             }
         };

@@ -18,11 +18,17 @@
 //! the rounds. `-a` sweeps WRITE bandwidth over message sizes next to iperf3
 //! with the same write size and writes a CSV and an SVG plot.
 //!
+//! Each round first times how long one CPU takes to hand a cache line to
+//! another ([`handoff`]): on a virtual machine that can change by 5× from one
+//! minute to the next, and every two-process row with it. The report gives
+//! its range over the rounds.
+//!
 //! The sides are this binary again (`ndv bench --role …`), speaking a line
 //! protocol on stdin/stdout ([`child`]).
 
 mod base;
 mod child;
+mod handoff;
 mod rdma;
 mod veth;
 
@@ -293,8 +299,19 @@ impl Bench<'_> {
         };
         // R1, R6, R2.
         let mut r = [Samples::default(), Samples::default(), Samples::default()];
+        let mut handoffs = Vec::new();
         for round in 0..a.rounds {
-            eprintln!("round {}/{}", round + 1, a.rounds);
+            let h = handoff::probe();
+            handoffs.extend(h);
+            match h {
+                Some(h) => eprintln!(
+                    "round {}/{} (cross-CPU handoff {} ns)",
+                    round + 1,
+                    a.rounds,
+                    h.as_nanos()
+                ),
+                None => eprintln!("round {}/{}", round + 1, a.rounds),
+            }
             let flip = round % 2 == 1;
             for (i, t) in ["p1", "p2", "p2t", "p3", "p3t"].iter().enumerate() {
                 if !want(t) {
@@ -340,6 +357,13 @@ impl Bench<'_> {
             a.rounds, a.secs, a.iters
         );
         println!("{}", machine());
+        if let (Some(lo), Some(hi)) = (handoffs.iter().min(), handoffs.iter().max()) {
+            println!(
+                "cross-CPU cache-line handoff: {}–{} ns over the rounds (a ratio compares runs in the same state)",
+                lo.as_nanos(),
+                hi.as_nanos()
+            );
+        }
         println!();
         println!("| test | ndverbs (median) | baseline (median) | ratio median | ratio min–max | goal (milestone) |");
         println!("|---|---|---|---|---|---|");

@@ -117,9 +117,15 @@ mpi_vals() {
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 declare -a p_lat p_bw n_lat n_bw t_lat t_bw o_lat o_bw u_lat u_bw
+# The host's state: how long a cache line takes from one CPU to another
+# (`ndv bench --handoff`, ns; on a VM it can change 5× from minute to
+# minute, and the two-process figures with it: BENCHMARKS.md). Each round
+# prints it before the ndverbs/TCP pair and after it.
+handoff() { "$ndv" bench --handoff 2>/dev/null || echo "?"; }
 for r in $(seq "$rounds"); do
     p_lat+=("$(perf send_lat -s 8 -n 20000 | awk '{ print $5 }')")
     p_bw+=("$(perf write_bw -s 1048576 -n 1000 | awk '{ print $4 }')")
+    h0=$(handoff)
     if [ $((r % 2)) = 1 ]; then
         read -r nl nb < <(mpi_ndv | mpi_vals)
         read -r tl tb < <(mpi_tcp | mpi_vals)
@@ -127,8 +133,9 @@ for r in $(seq "$rounds"); do
         read -r tl tb < <(mpi_tcp | mpi_vals)
         read -r nl nb < <(mpi_ndv | mpi_vals)
     fi
+    h1=$(handoff)
     n_lat+=("$nl") n_bw+=("$nb") t_lat+=("$tl") t_bw+=("$tb")
-    echo "round $r: ndv perf send_lat ${p_lat[-1]} us write_bw ${p_bw[-1]} MB/s; MPI ndverbs $nl us $nb MB/s; MPI TCP $tl us $tb MB/s" >&2
+    echo "round $r: ndv perf send_lat ${p_lat[-1]} us write_bw ${p_bw[-1]} MB/s; MPI ndverbs $nl us $nb MB/s; MPI TCP $tl us $tb MB/s; cross-CPU handoff $h0 -> $h1 ns" >&2
     read -r ol ob < <(mpi_ompi_ucx | mpi_vals)
     o_lat+=("$ol") o_bw+=("$ob")
     echo "round $r: Open MPI over UCX rc_verbs on ndverbs $ol us $ob MB/s" >&2

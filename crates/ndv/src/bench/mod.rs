@@ -69,6 +69,10 @@ pub struct Args {
     /// Directory for the sweep's bench-sweep.csv and bench-sweep.svg.
     #[arg(long, default_value = ".")]
     out: PathBuf,
+    /// Only time the cross-CPU cache-line handoff and print it in ns (for
+    /// scripts that label their rounds with the host's state).
+    #[arg(long)]
+    handoff: bool,
     /// WRITE message size of P1.
     #[arg(short = 's', long, default_value_t = 65536)]
     size: usize,
@@ -97,6 +101,11 @@ pub struct Args {
 pub fn run(args: &Args) -> Result<()> {
     if let Some(role) = &args.role {
         return run_role(role, args).with_context(|| format!("bench side {role}"));
+    }
+    if args.handoff {
+        let h = handoff::probe().context("timing a handoff needs two CPUs")?;
+        println!("{}", h.as_nanos());
+        return Ok(());
     }
     let exe = std::env::current_exe().context("finding this program")?;
     let b = Bench { exe, args };

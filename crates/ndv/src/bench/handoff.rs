@@ -2,19 +2,20 @@
 //! machine's state, printed with each round of `ndv bench`.
 //!
 //! Every two-host row here moves data between two processes on different
-//! CPUs: the sender's system call writes the payload into kernel buffers,
-//! the receiver's copies it out, and the engines' state bounces between them.
-//! On a virtual machine the host may place two vCPUs on cores that share a
-//! cache or on cores that do not, and may move them while a benchmark runs.
-//! On the VM these benchmarks were developed on the handoff took 26–39 ns
-//! or 147–179 ns, in runs seconds apart, and bandwidth over the veth
-//! followed: the kernel's copy into socket buffers took a quarter of the
-//! sender's time in one state and over half in the other (BENCHMARKS.md).
-//! A ratio is only meaningful between runs in the same state; the probe says
-//! which state a round ran in.
+//! CPUs: the sender's system call writes the payload into kernel buffers
+//! and the socket's queue, and the receiver reads them. On a virtual machine
+//! the host may place two vCPUs on cores that share a cache or on cores that
+//! do not, and may move them while a benchmark runs. On the VM these
+//! benchmarks were developed on the handoff took 26–39 ns or 147–179 ns,
+//! the state lasting from a tenth of a second to minutes, and bandwidth over
+//! the veth followed: the kernel's copy into socket buffers took a quarter
+//! of the sender's time in one state and over half in the other
+//! (BENCHMARKS.md). A ratio is only meaningful between runs in the same
+//! state; the probe says which state a round started in.
 //!
-//! The probe is a ping-pong on one atomic: two threads pinned to CPUs 0
-//! and 1, each waiting for the other's value and answering with the next.
+//! The probe is a ping-pong on one atomic: two threads pinned to the first
+//! two CPUs the process may use, each waiting for the other's value and
+//! answering with the next.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

@@ -118,9 +118,9 @@ mpi_vals() {
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 declare -a p_lat p_bw n_lat n_bw t_lat t_bw o_lat o_bw u_lat u_bw
 # The host's state: how long a cache line takes from one CPU to another
-# (`ndv bench --handoff`, ns; on a VM it can change 5× from minute to
-# minute, and the two-process figures with it: BENCHMARKS.md). Each round
-# prints it before the ndverbs/TCP pair and after it.
+# (`ndv bench --handoff`, ns; on a VM it can change 5× within a second,
+# and the two-process figures with it: BENCHMARKS.md). Each round prints
+# it before the ndverbs/TCP pair and after it.
 handoff() { "$ndv" bench --handoff 2>/dev/null || echo "?"; }
 for r in $(seq "$rounds"); do
     p_lat+=("$(perf send_lat -s 8 -n 20000 | awk '{ print $5 }')")

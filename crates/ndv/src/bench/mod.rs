@@ -19,9 +19,9 @@
 //! with the same write size and writes a CSV and an SVG plot.
 //!
 //! Each round first times how long one CPU takes to hand a cache line to
-//! another ([`handoff`]): on a virtual machine that can change by 5× from one
-//! minute to the next, and every two-process row with it. The report gives
-//! its range over the rounds.
+//! another ([`handoff`]): on a virtual machine that can change by 5× within
+//! a second, and every two-process row with it. The report gives its range
+//! over the rounds.
 //!
 //! The sides are this binary again (`ndv bench --role …`), speaking a line
 //! protocol on stdin/stdout ([`child`]).

@@ -312,15 +312,10 @@ impl Bench<'_> {
         for round in 0..a.rounds {
             let h = handoff::probe();
             handoffs.extend(h);
-            match h {
-                Some(h) => eprintln!(
-                    "round {}/{} (cross-CPU handoff {} ns)",
-                    round + 1,
-                    a.rounds,
-                    h.as_nanos()
-                ),
-                None => eprintln!("round {}/{}", round + 1, a.rounds),
-            }
+            let state = h.map_or(String::new(), |h| {
+                format!(" (cross-CPU handoff {} ns)", h.as_nanos())
+            });
+            eprintln!("round {}/{}{state}", round + 1, a.rounds);
             let flip = round % 2 == 1;
             for (i, t) in ["p1", "p2", "p2t", "p3", "p3t"].iter().enumerate() {
                 if !want(t) {

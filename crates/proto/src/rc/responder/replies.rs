@@ -128,13 +128,12 @@ impl Responder {
                     ext.aeth = Some(Aeth::new(Syndrome::ACK, msn));
                 }
                 let bth = Bth::new(opcode, p.dest_qpn, psn);
+                // The payload stays in the region when it lends (checked as
+                // `read_remote` would); otherwise it is copied in.
                 let lent = match lent {
                     Some(l) if n as usize >= LEND_MIN => {
-                        match lend_remote(mem, p.pd, rkey, va, n as usize, l) {
-                            Ok(true) => Ok(Some(l)),
-                            Ok(false) => Ok(None),
-                            Err(_) => Err(EmitError::Memory),
-                        }
+                        lend_remote(mem, p.pd, rkey, va, n as usize, &mut *l)
+                            .map(|lends| lends.then_some(l))
                     }
                     _ => Ok(None),
                 };
@@ -152,7 +151,7 @@ impl Responder {
                             mem.read_remote(p.pd, rkey, va, out)
                         }
                     }),
-                    Err(e) => Err(e),
+                    Err(_) => Err(EmitError::Memory),
                 }
                 .map(|len| (len, Some((n, last))))
             }

@@ -3,7 +3,15 @@
 //! **Polling** (`ibv_poll_cq`, an inline in the application that calls the
 //! `poll_cq` op) takes completions from verbs' lock-free ring and writes
 //! them as `struct ibv_wc`; in the default progress mode an empty ring
-//! first runs the engine on the polling thread (see [`crate::nic`]).
+//! first runs the engine on the polling thread (see [`crate::nic`]) —
+//! unless a poll took completions less than [`FRESH`] ago. Programs read a
+//! CQ until it is empty: libfabric's verbs provider polls one completion at
+//! a time until none is left, and its rxm layer then reads once more, so
+//! each message received was followed by two engine steps that found
+//! nothing on the socket (a `recvmsg` each, most of a step's cost) before
+//! the program saw the message. A ring that a step filled a moment ago is
+//! taken at its word; a packet that came in meanwhile waits for the next
+//! poll, at most [`FRESH`] later.
 //!
 //! **Channels.** rdma-core's completion channel is a descriptor that
 //! becomes readable when an armed CQ attached to it gets a completion;
@@ -33,8 +41,15 @@ use libc::{c_int, c_uint, c_void};
 use ndverbs_verbs::{NotifyOn, WcOpcode, WcQueue, WcStatus, WorkCompletion, LIMITS};
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// How long after a poll that took completions an empty ring is believed
+/// without running the engine (see the module's documentation): shorter
+/// than a one-way trip on any link, longer than what a program does
+/// between reading a completion and reading the CQ again.
+pub(crate) const FRESH: Duration = Duration::from_micros(2);
 
 /// The epoll tag of a channel's own readiness eventfd (CQ tags are their
 /// addresses, never 0).
@@ -151,6 +166,8 @@ pub(crate) struct Cq {
     acked: Condvar,
     /// QPs and SRQs using it.
     pub(crate) users: AtomicU32,
+    /// When a poll last took completions ([`crate::nic::ticks`]).
+    took_at: AtomicU64,
     /// The polling state of an extended CQ.
     pub(crate) ex: Option<crate::cq_ex::CqEx>,
 }
@@ -172,6 +189,48 @@ impl Cq {
     pub(crate) fn public(&self) -> *mut ibv_cq {
         ffi::public(self)
     }
+
+    /// Whether a poll took completions less than [`FRESH`] ago: an empty
+    /// ring is then believed without an engine step.
+    #[inline]
+    pub(crate) fn fresh(&self) -> bool {
+        fresh_at(
+            self.took_at.load(Ordering::Relaxed),
+            crate::nic::ticks(),
+            crate::nic::clock().fresh,
+        )
+    }
+
+    /// A poll took completions.
+    #[inline]
+    pub(crate) fn took(&self) {
+        self.took_at.store(crate::nic::ticks(), Ordering::Relaxed);
+    }
+
+    /// One completion: queued, or after an engine step unless the ring is
+    /// [fresh](Cq::fresh).
+    pub(crate) fn poll_one(&self) -> Option<WorkCompletion> {
+        let w = if self.fresh() {
+            let mut one = [NO_COMPLETION];
+            (self.cq.poll_queued(&mut one) == 1).then_some(one[0])
+        } else {
+            self.cq.poll_one()
+        };
+        if w.is_some() {
+            self.took();
+        }
+        w
+    }
+}
+
+/// Whether a ring whose last poll took completions at tick `took_at` is
+/// still fresh at tick `now`, for a window of `window` ticks. A later
+/// `took_at` than `now` (another thread's poll, or another core's counter)
+/// is fresh; nothing taken yet (`took_at` 0) is not, the counter having
+/// run for longer than any window since the machine started.
+#[inline]
+fn fresh_at(took_at: u64, now: u64, window: u64) -> bool {
+    took_at != 0 && now.saturating_sub(took_at) < window
 }
 
 #[no_mangle]
@@ -240,6 +299,7 @@ pub(crate) fn create(
             events: Mutex::new(EventCount::default()),
             acked: Condvar::new(),
             users: AtomicU32::new(0),
+            took_at: AtomicU64::new(0),
             ex,
         });
         if let Some(ch) = channel {
@@ -435,16 +495,27 @@ pub(crate) unsafe extern "C" fn poll_cq(
     let want = num_entries as usize;
     let mut buf = [NO_COMPLETION; BATCH];
     let mut done = 0;
+    let mut fresh = cq.fresh();
     while done < want {
-        // Runs the engine first when the ring is empty (manual progress).
-        let n = cq.cq.poll(&mut buf[..(want - done).min(BATCH)]);
+        let slots = &mut buf[..(want - done).min(BATCH)];
+        // Runs the engine first when the ring is empty (manual progress)
+        // and not fresh.
+        let n = if fresh {
+            fresh = false;
+            cq.cq.poll_queued(slots)
+        } else {
+            cq.cq.poll(slots)
+        };
         for (i, w) in buf[..n].iter().enumerate() {
             // SAFETY: the caller's array has num_entries slots; done + i <
             // num_entries.
             unsafe { wc.add(done + i).write(to_wc(w, cq.ctx.dev.addr.is_ipv4())) };
         }
         done += n;
-        // Nothing even after running the engine: done. A caller asking for
+        if n > 0 {
+            cq.took();
+        }
+        // Nothing, even after running the engine: done. A caller asking for
         // one completion (a latency loop) has it. A caller asking for many
         // (a throughput loop) that drained the ring gets one more turn of
         // the engine first, which takes the ACKs waiting on the socket and
@@ -505,5 +576,25 @@ pub(crate) fn to_wc(w: &WorkCompletion, ipv4: bool) -> ibv_wc {
         slid: 0,
         sl: roce_packet_type(w.grh, ipv4),
         dlid_path_bits: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fresh_at;
+
+    #[test]
+    fn a_ring_is_fresh_only_within_the_window_after_a_poll_took_from_it() {
+        let window = 5_000;
+        // Never taken from: not fresh, whatever the time.
+        assert!(!fresh_at(0, 1, window));
+        assert!(!fresh_at(0, u64::MAX, window));
+        assert!(fresh_at(1_000_000, 1_000_000, window));
+        assert!(fresh_at(1_000_000, 1_004_999, window));
+        assert!(!fresh_at(1_000_000, 1_005_000, window));
+        // Another thread's poll stamped a later tick than this one read.
+        assert!(fresh_at(1_000_100, 1_000_000, window));
+        // A window of 0 turns the rule off.
+        assert!(!fresh_at(1_000_000, 1_000_000, 0));
     }
 }

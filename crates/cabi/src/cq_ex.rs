@@ -147,10 +147,11 @@ fn ex_of(cq: *mut ibv_cq_ex) -> Option<(&'static Cq, &'static CqEx)> {
 }
 
 /// Takes the next completion into `cur` and the public struct; false when
-/// the CQ is empty (after running the engine once, as `ibv_poll_cq`).
+/// the CQ is empty (after running the engine once unless the ring is fresh,
+/// as `ibv_poll_cq`).
 fn advance(cq: &Cq, ex: &CqEx) -> bool {
     let _returned = cq.nic.activity.entering();
-    let Some(w) = cq.cq.poll_one() else {
+    let Some(w) = cq.poll_one() else {
         return false;
     };
     let wc = to_wc(&w, cq.ctx.dev.addr.is_ipv4());

@@ -355,16 +355,17 @@ fn pump(dev: &Device, act: &Activity) {
 /// program that polls without pause from one that does something else in
 /// between, and the vDSO clock would cost several times as much.
 #[inline]
-fn ticks() -> u64 {
+pub(crate) fn ticks() -> u64 {
     // SAFETY: RDTSC exists on every x86_64 processor and has no
     // preconditions.
     unsafe { core::arch::x86_64::_rdtsc() }
 }
 
-/// [`GAP`] and [`GAPPY_HOLD`] in [`ticks`].
-struct Clock {
+/// [`GAP`], [`GAPPY_HOLD`] and [`crate::cq::FRESH`] in [`ticks`].
+pub(crate) struct Clock {
     gap: u64,
     hold: u64,
+    pub(crate) fresh: u64,
     /// Ticks per 1000 ns.
     per_us: u64,
 }
@@ -373,7 +374,7 @@ struct Clock {
 /// the first time an engine opens). The counter runs at a constant rate on
 /// every processor of the last fifteen years; the thresholds it feeds are
 /// heuristics, so a rough rate is enough.
-fn clock() -> &'static Clock {
+pub(crate) fn clock() -> &'static Clock {
     static C: OnceLock<Clock> = OnceLock::new();
     C.get_or_init(|| {
         let (t0, n0) = (ticks(), monotonic_ns());
@@ -389,6 +390,7 @@ fn clock() -> &'static Clock {
         Clock {
             gap: (GAP.as_nanos() as f64 * per_ns) as u64,
             hold: (GAPPY_HOLD.as_nanos() as f64 * per_ns) as u64,
+            fresh: (crate::cq::FRESH.as_nanos() as f64 * per_ns) as u64,
             per_us: (1000.0 * per_ns) as u64,
         }
     })

@@ -56,6 +56,11 @@ fn shared_receive_queues() {
 }
 
 #[test]
+fn a_cq_read_until_empty_after_each_completion_still_sees_every_message() {
+    api("drain");
+}
+
+#[test]
 fn a_peer_reaching_unmapped_registered_memory_gets_an_access_error_not_a_crash() {
     api("unmapped");
 }

@@ -467,6 +467,12 @@ impl Cq {
         ring.poll(out)
     }
 
+    /// Takes completions already queued, without running the engine (see
+    /// [`Cq::poll`]).
+    pub fn poll_queued(&self, out: &mut [WorkCompletion]) -> usize {
+        self.inner.ring.poll(out)
+    }
+
     /// The engine step of a poll that found the queue empty: a spinning
     /// poller's, or (the queue armed) that of a thread about to sleep.
     fn step_when_empty(&self) -> bool {

@@ -1,27 +1,34 @@
 #!/usr/bin/env bash
-# Instructions per round trip of the engine's small-message path: the
-# lockstep ping-pong of crates/engine/tests/lockstep_pingpong.rs under
-# callgrind, 10,000 rounds against none (both sides, the memory link's own
-# cost included). Deterministic, so a change's effect shows on a noisy
-# machine where timings do not. Needs valgrind.
+# Instructions per message of the engine's data path, under callgrind:
+# crates/engine/tests/lockstep_pingpong.rs runs the same exchange ROUNDS
+# times between two manual-progress NICs on the memory link, in lockstep on
+# one thread, and ROUNDS rounds are compared against none (both sides, the
+# memory link's own cost included). Deterministic, so a change's effect
+# shows on a noisy machine where timings do not. Needs valgrind.
 #
-#   scripts/instructions.sh            # this tree
-#   scripts/instructions.sh OLD NEW    # two test binaries (paths printed below)
+#   scripts/instructions.sh                 # small SENDs: per round trip
+#   scripts/instructions.sh read            # 64 KiB READs: per response packet
+#   scripts/instructions.sh [read] OLD NEW  # two test binaries (paths printed below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind > /dev/null || { echo "instructions.sh: needs valgrind (apt install valgrind)" >&2; exit 2; }
-rounds=10000
+test=lockstep_pingpong rounds=10000 per=1 unit="round trip"
+if [ "${1:-}" = read ]; then
+    # 64 responses of 1 KiB per READ (path MTU 1024).
+    test=lockstep_reads rounds=200 per=64 unit="READ response packet"
+    shift
+fi
 
 count() { # binary rounds -> instructions
     ROUNDS=$2 valgrind --tool=callgrind --callgrind-out-file=/dev/null "$1" \
-        --test-threads 1 lockstep 2>&1 | awk '/Collected/ { gsub(",", "", $NF); print $NF }'
+        --test-threads 1 "$test" 2>&1 | awk '/Collected/ { gsub(",", "", $NF); print $NF }'
 }
 
-per_round() { # binary
+per_unit() { # binary
     local none many
     none=$(count "$1" 0)
     many=$(count "$1" "$rounds")
-    echo $(( (many - none) / rounds ))
+    echo $(( (many - none) / (rounds * per) ))
 }
 
 if [ $# -eq 0 ]; then
@@ -31,5 +38,5 @@ if [ $# -eq 0 ]; then
     set -- "$bin"
 fi
 for b in "$@"; do
-    echo "$(per_round "$b") instructions per round trip  $b"
+    echo "$(per_unit "$b") instructions per $unit  $b"
 done

@@ -5,7 +5,7 @@
 //! spinning: every round runs the same code, so the instructions a round
 //! costs are a deterministic measure of the engine's per-message path
 //! (`scripts/instructions.sh` counts them with callgrind, `ROUNDS=0`
-//! against `ROUNDS=10000`).
+//! against `ROUNDS=10000`). A second test does the same for 64-KiB READs.
 
 mod common;
 
@@ -66,5 +66,43 @@ fn lockstep_pingpong_of_small_sends() {
         assert_eq!(take(&a, 2), 1);
         assert_eq!(a.bytes(64, 8), (!i).to_le_bytes());
         a.post_recv(0, 64, 64);
+    }
+}
+
+/// READs of 64 KiB (64 responses at path MTU 1024) in lockstep between two
+/// manual-progress NICs on the memory link: A asks, B's progress answers
+/// with every response, A's progress takes them and completes the READ.
+/// `scripts/instructions.sh read` divides by the responses: the
+/// per-packet cost of both sides of a READ, as rxm's rendezvous moves large
+/// MPI messages.
+#[test]
+fn lockstep_reads_of_64_kib() {
+    const LEN: usize = 64 * 1024;
+    let rounds: u64 = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let manual = NicConfig {
+        progress: Progress::Manual,
+        ..NicConfig::default()
+    };
+    let (ia, ib) = (IpAddr::from([10, 77, 98, 1]), IpAddr::from([10, 77, 98, 2]));
+    let (la, lb) = MemoryLink::pair(ia, ib).unwrap();
+    let a = Nic::open_on(la, manual.clone()).unwrap();
+    let b = Nic::open_on(lb, manual).unwrap();
+    let (a, b) = pair_on(a, b, PathMtu::Mtu1024, 2 * LEN);
+    for i in 0..rounds {
+        b.mr.write(LEN, &i.to_le_bytes()).unwrap();
+        let read = SendOp::Read(b.remote(LEN));
+        a.post_send(SendWr::new(i, read, vec![a.sge(0, LEN)]));
+        for _ in 0..1000 {
+            b.nic.progress();
+            a.nic.progress();
+            if let Some(w) = a.cq.poll_one() {
+                assert_eq!((w.status, w.wr_id), (WcStatus::Success, i), "{w:?}");
+                break;
+            }
+        }
+        assert_eq!(a.bytes(0, 8), i.to_le_bytes(), "round {i}");
     }
 }

@@ -274,11 +274,14 @@ impl Nic {
     /// After a post: when the pump runs the engine, the post may have found
     /// it busy and been queued for the next step, and the pump may already
     /// be asleep in the engine's wait, which a queued post does not end; so
-    /// this thread runs a step itself (waiting out the pump's). A program
-    /// that polls without pause runs the next step anyway.
+    /// this thread runs a step itself (waiting out the pump's) — only if
+    /// something is queued: a post that found the engine free went straight
+    /// into the protocol, and a step after it would be one more `recvmsg`
+    /// that finds nothing. A program that polls without pause runs the
+    /// next step anyway.
     #[inline]
     pub(crate) fn posted(&self) {
-        if self.activity.pump_running() {
+        if self.activity.pump_running() && self.dev.has_queued_work() {
             // A removed device runs nothing (and never will).
             while !self.dev.try_progress() && !self.dev.is_removed() {
                 std::thread::yield_now();

@@ -216,6 +216,12 @@ impl Device {
         self.nic.progress()
     }
 
+    /// Whether posts (or other requests) that found the engine busy wait
+    /// for its next step: one made while another thread ran a step.
+    pub fn has_queued_work(&self) -> bool {
+        self.nic.has_queued_work()
+    }
+
     /// Manual progress: sleeps until a packet or a post arrives, the next
     /// timer is due or `timeout` passes, then runs the engine once — what a
     /// thread dedicated to a manual-progress device loops on.

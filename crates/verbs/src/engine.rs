@@ -311,6 +311,10 @@ impl Nic {
         self.0.progress()
     }
 
+    pub(crate) fn has_queued_work(&self) -> bool {
+        self.0.has_queued_work()
+    }
+
     pub(crate) fn poll_step(&self) -> bool {
         self.0.poll_step()
     }

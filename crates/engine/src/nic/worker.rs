@@ -71,6 +71,13 @@ impl Nic {
         self.shared.now()
     }
 
+    /// Whether work items wait for the next step: posts that found the
+    /// engine busy (see [`Nic::post_send`]), QP and CM requests. A post
+    /// that went straight into the protocol leaves none.
+    pub fn has_queued_work(&self) -> bool {
+        !self.shared.work.is_empty()
+    }
+
     /// Runs one step of the engine loop if no other thread is running it;
     /// returns true if it ran. In manual mode this is how work gets done.
     pub fn progress(&self) -> bool {

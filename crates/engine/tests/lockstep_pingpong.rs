@@ -34,21 +34,35 @@ fn take(s: &Side, want: usize) -> usize {
     panic!("{got} of {want} completions after 1000 progress calls");
 }
 
-#[test]
-fn lockstep_pingpong_of_small_sends() {
-    let rounds: u64 = std::env::var("ROUNDS")
+/// `ROUNDS` from the environment, else `default`.
+fn rounds(default: u64) -> u64 {
+    std::env::var("ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
+        .unwrap_or(default)
+}
+
+/// Two manual-progress NICs on the memory link (`10.77.<net>.1` and `.2`),
+/// a QP pair between them at path MTU 1024, `region` bytes each.
+fn lockstep_pair(net: u8, region: usize) -> (Side, Side) {
     let manual = NicConfig {
         progress: Progress::Manual,
         ..NicConfig::default()
     };
-    let (ia, ib) = (IpAddr::from([10, 77, 99, 1]), IpAddr::from([10, 77, 99, 2]));
+    let (ia, ib) = (
+        IpAddr::from([10, 77, net, 1]),
+        IpAddr::from([10, 77, net, 2]),
+    );
     let (la, lb) = MemoryLink::pair(ia, ib).unwrap();
     let a = Nic::open_on(la, manual.clone()).unwrap();
     let b = Nic::open_on(lb, manual).unwrap();
-    let (a, b) = pair_on(a, b, PathMtu::Mtu1024, 4096);
+    pair_on(a, b, PathMtu::Mtu1024, region)
+}
+
+#[test]
+fn lockstep_pingpong_of_small_sends() {
+    let rounds = rounds(200);
+    let (a, b) = lockstep_pair(99, 4096);
     b.post_recv(0, 0, 64);
     a.post_recv(0, 64, 64);
     for i in 0..rounds {
@@ -78,19 +92,8 @@ fn lockstep_pingpong_of_small_sends() {
 #[test]
 fn lockstep_reads_of_64_kib() {
     const LEN: usize = 64 * 1024;
-    let rounds: u64 = std::env::var("ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
-    let manual = NicConfig {
-        progress: Progress::Manual,
-        ..NicConfig::default()
-    };
-    let (ia, ib) = (IpAddr::from([10, 77, 98, 1]), IpAddr::from([10, 77, 98, 2]));
-    let (la, lb) = MemoryLink::pair(ia, ib).unwrap();
-    let a = Nic::open_on(la, manual.clone()).unwrap();
-    let b = Nic::open_on(lb, manual).unwrap();
-    let (a, b) = pair_on(a, b, PathMtu::Mtu1024, 2 * LEN);
+    let rounds = rounds(20);
+    let (a, b) = lockstep_pair(98, 2 * LEN);
     for i in 0..rounds {
         b.mr.write(LEN, &i.to_le_bytes()).unwrap();
         let read = SendOp::Read(b.remote(LEN));

@@ -203,23 +203,29 @@ impl Cq {
 
     /// A poll took completions.
     #[inline]
-    pub(crate) fn took(&self) {
+    fn took(&self) {
         self.took_at.store(crate::nic::ticks(), Ordering::Relaxed);
+    }
+
+    /// Takes completions into `out`: only those queued when `fresh`, else
+    /// after an engine step if none are; notes when it took some.
+    fn take(&self, out: &mut [WorkCompletion], fresh: bool) -> usize {
+        let n = if fresh {
+            self.cq.poll_queued(out)
+        } else {
+            self.cq.poll(out)
+        };
+        if n > 0 {
+            self.took();
+        }
+        n
     }
 
     /// One completion: queued, or after an engine step unless the ring is
     /// [fresh](Cq::fresh).
     pub(crate) fn poll_one(&self) -> Option<WorkCompletion> {
-        let w = if self.fresh() {
-            let mut one = [NO_COMPLETION];
-            (self.cq.poll_queued(&mut one) == 1).then_some(one[0])
-        } else {
-            self.cq.poll_one()
-        };
-        if w.is_some() {
-            self.took();
-        }
-        w
+        let mut one = [NO_COMPLETION];
+        (self.take(&mut one, self.fresh()) == 1).then_some(one[0])
     }
 }
 
@@ -497,24 +503,16 @@ pub(crate) unsafe extern "C" fn poll_cq(
     let mut done = 0;
     let mut fresh = cq.fresh();
     while done < want {
-        let slots = &mut buf[..(want - done).min(BATCH)];
         // Runs the engine first when the ring is empty (manual progress)
         // and not fresh.
-        let n = if fresh {
-            fresh = false;
-            cq.cq.poll_queued(slots)
-        } else {
-            cq.cq.poll(slots)
-        };
+        let n = cq.take(&mut buf[..(want - done).min(BATCH)], fresh);
+        fresh = false;
         for (i, w) in buf[..n].iter().enumerate() {
             // SAFETY: the caller's array has num_entries slots; done + i <
             // num_entries.
             unsafe { wc.add(done + i).write(to_wc(w, cq.ctx.dev.addr.is_ipv4())) };
         }
         done += n;
-        if n > 0 {
-            cq.took();
-        }
         // Nothing, even after running the engine: done. A caller asking for
         // one completion (a latency loop) has it. A caller asking for many
         // (a throughput loop) that drained the ring gets one more turn of

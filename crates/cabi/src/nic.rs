@@ -27,7 +27,10 @@
 //! gap's thread spent runnable but not running is not counted, see
 //! `Activity::after_gap`). Arming a CQ
 //! for an event and a thread about to block on a completion channel wake it
-//! at once.
+//! at once. While the device has no QP, no rdma_cm id and no timer (a
+//! device listed and opened but not used: libfabric opens every address it
+//! finds), the pump sleeps until a packet arrives or a thread takes the
+//! engine to create one, not [`ACTIVE_WAIT`] at a time.
 //! `NDV_PROGRESS=thread` uses an engine thread instead and no pump.
 //!
 //! Configuration is read from the environment here, on purpose and once:
@@ -56,6 +59,11 @@ const GAPPY_HOLD: Duration = Duration::from_millis(2);
 
 /// The longest the pump sleeps in the engine's wait before looking again.
 const ACTIVE_WAIT: Duration = Duration::from_millis(10);
+
+/// The longest the pump sleeps in the engine's wait while nothing on the
+/// NIC can need it (no QP, no endpoint, no timer): what creates one wakes
+/// it, so this bounds nothing but a missed case.
+const IDLE_WAIT: Duration = Duration::from_secs(1);
 
 /// `NDV_PROGRESS`: `adaptive` (the default) or `thread`.
 pub const PROGRESS_ENV: &str = "NDV_PROGRESS";
@@ -259,6 +267,8 @@ impl Drop for Nic {
     fn drop(&mut self) {
         self.activity.stop.store(true, Ordering::Release);
         self.activity.wake.notify_all();
+        // The pump may be asleep in the engine's wait (up to `IDLE_WAIT`).
+        self.dev.wake();
         if let Some(h) = self.pump.take() {
             let _ = h.join();
         }
@@ -330,7 +340,7 @@ fn pump(dev: &Device, act: &Activity) {
     while !act.stop.load(Ordering::Acquire) {
         let needed = || act.waiters.load(Ordering::Acquire) > 0 || act.gappy();
         if active || needed() {
-            if dev.progress_wait(ACTIVE_WAIT).is_err() {
+            if dev.progress_wait_or_idle(ACTIVE_WAIT, IDLE_WAIT).is_err() {
                 // Removed: nothing left to run.
                 return;
             }

@@ -61,6 +61,11 @@ fn a_cq_read_until_empty_after_each_completion_still_sees_every_message() {
 }
 
 #[test]
+fn an_opened_but_unused_device_sleeps_and_wakes_for_what_is_created() {
+    api("idle");
+}
+
+#[test]
 fn a_peer_reaching_unmapped_registered_memory_gets_an_access_error_not_a_crash() {
     api("unmapped");
 }

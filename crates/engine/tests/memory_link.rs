@@ -90,6 +90,70 @@ fn rc_write_read_send_without_sockets() {
     assert_eq!(b.nic.counters().drop_bad_icrc.load(Relaxed), 0);
 }
 
+/// A helper thread in `progress_wait_or_idle` on a NIC with no QP, no
+/// endpoint and no timer sleeps its idle bound, not its busy one; a thread
+/// that takes the engine (here to create an endpoint) or `Nic::wake` ends
+/// that sleep at once. The idle bound is a minute, so a missed wake-up
+/// fails the test instead of passing late.
+#[test]
+fn an_idle_manual_nic_sleeps_until_a_thread_takes_it() {
+    let manual = NicConfig {
+        progress: Progress::Manual,
+        ..NicConfig::default()
+    };
+    let (a, _b) = nics(7, manual);
+    let returns = std::sync::atomic::AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let (busy, idle) = (Duration::from_millis(2), Duration::from_secs(60));
+    let wait_for = |n: u64, what: &str| {
+        let t0 = Instant::now();
+        while returns.load(Relaxed) < n {
+            assert!(t0.elapsed() < T, "the waiter did not return after {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    /// Stops the waiter however the test ends (it may sleep its minute).
+    struct StopWaiter<'a>(&'a AtomicBool, &'a Nic);
+    impl Drop for StopWaiter<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Relaxed);
+            self.1.wake();
+        }
+    }
+    std::thread::scope(|s| {
+        let stopper = StopWaiter(&stop, &a);
+        s.spawn(|| {
+            while !stop.load(Relaxed) {
+                a.progress_wait_or_idle(busy, idle).unwrap();
+                returns.fetch_add(1, Relaxed);
+            }
+        });
+        // Idle: in 300 ms a 2-ms wait would return about 150 times; the
+        // first call may return at once (its step found nothing to sleep
+        // on yet), then it sleeps.
+        std::thread::sleep(Duration::from_millis(300));
+        let idle_returns = returns.load(Relaxed);
+        assert!(idle_returns <= 2, "{idle_returns} returns while idle");
+        // An endpoint: the waiter wakes, and from then on waits its busy
+        // bound (an endpoint may arm CM timers).
+        let ep = a.create_ep().unwrap();
+        wait_for(idle_returns + 10, "an endpoint was created");
+        // Idle again: `wake` ends the long sleep.
+        a.destroy_ep(ep).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let n = returns.load(Relaxed);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            returns.load(Relaxed) <= n + 1,
+            "it did not sleep long again"
+        );
+        stop.store(true, Relaxed);
+        a.wake();
+        wait_for(n + 1, "wake");
+        drop(stopper);
+    });
+}
+
 /// Manual progress, each side sleeping in `progress_wait` on the link's
 /// descriptor between messages: a ping-pong of small SENDs.
 #[test]

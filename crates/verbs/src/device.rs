@@ -229,6 +229,22 @@ impl Device {
         self.nic.progress_wait(timeout)
     }
 
+    /// [`Device::progress_wait`] for a thread that runs the engine on the
+    /// application's behalf: while nothing on the device can need the
+    /// engine before a packet arrives (no queue pair, no endpoint, no
+    /// timer), it sleeps up to `idle` instead, and a thread that creates
+    /// a queue pair or an endpoint, or calls [`Device::wake`], ends that
+    /// sleep. An opened but unused device then costs no periodic wake-ups.
+    pub fn progress_wait_or_idle(&self, timeout: Duration, idle: Duration) -> Result<()> {
+        self.nic.progress_wait_or_idle(timeout, idle)
+    }
+
+    /// Ends a [`Device::progress_wait`] or
+    /// [`Device::progress_wait_or_idle`] asleep in another thread.
+    pub fn wake(&self) {
+        self.nic.wake()
+    }
+
     /// Removes the device: outstanding work is flushed and later calls fail
     /// with [`ErrorKind::DeviceRemoved`].
     pub fn remove(&self) {

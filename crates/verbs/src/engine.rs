@@ -333,6 +333,16 @@ impl Nic {
             .map_err(|e| err("Device::progress_wait", e))
     }
 
+    pub(crate) fn progress_wait_or_idle(&self, timeout: Duration, idle: Duration) -> Result<()> {
+        self.0
+            .progress_wait_or_idle(timeout, idle)
+            .map_err(|e| err("Device::progress_wait_or_idle", e))
+    }
+
+    pub(crate) fn wake(&self) {
+        self.0.wake()
+    }
+
     // Observing.
 
     pub(crate) fn stats(&self) -> Stats {

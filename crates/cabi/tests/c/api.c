@@ -5,7 +5,8 @@
  * process. Each check prints "ok NAME" or "FAIL NAME: why" and the program
  * exits non-zero on the first failure.
  *
- *   api CHECK      CHECK: devices, errors, mr, channel, loop, srq, unmapped
+ *   api CHECK      CHECK: devices, errors, mr, channel, loop, srq, unmapped,
+ *                  drain, idle
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -18,6 +19,7 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#include <dirent.h>
 #include <infiniband/verbs.h>
 
 #define CHECK(name, cond, ...)                                                 \
@@ -565,6 +567,83 @@ static void check_drain(void)
 	CHECK("drain", ibv_dereg_mr(mr) == 0, "dereg");
 }
 
+/* Voluntary context switches of this process's pump threads so far. */
+static long pump_wakeups(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	CHECK("idle", d, "opendir /proc/self/task");
+	long total = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		char path[300], comm[64] = "", line[256];
+		snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		int got = fgets(comm, sizeof comm, f) != NULL;
+		fclose(f);
+		if (!got || strncmp(comm, "ndv-pump", 8) != 0)
+			continue;
+		snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		while (fgets(line, sizeof line, f))
+			if (strncmp(line, "voluntary_ctxt_switches:", 24) == 0)
+				total += atol(line + 24);
+		fclose(f);
+	}
+	closedir(d);
+	return total;
+}
+
+/*
+ * A device that is open, with a PD, but has no QP and no rdma_cm id (what
+ * libfabric leaves behind for every address it lists) needs no engine
+ * step until a packet arrives or the program creates something: its pump
+ * sleeps instead of looking every few milliseconds (a hundred wake-ups a
+ * second per device before). Then a QP pair works at once, and closing
+ * the device does not wait for the pump's long sleep.
+ */
+static void check_idle(void)
+{
+	usleep(50000);
+	long before = pump_wakeups();
+	sleep(1);
+	long idle = pump_wakeups() - before;
+	CHECK("idle", idle <= 5, "%ld pump wake-ups in a second with nothing to do", idle);
+	struct pair p = connect_pair(NULL, NULL);
+	uint32_t *mem = aligned_alloc(4096, 4096);
+	memset(mem, 0, 4096);
+	struct ibv_mr *mr = ibv_reg_mr(pd, mem, 4096, IBV_ACCESS_LOCAL_WRITE);
+	CHECK("idle", mr, "reg");
+	struct ibv_sge rsge = { (uintptr_t)mem, 4, mr->lkey };
+	struct ibv_recv_wr rw = { .wr_id = 1, .sg_list = &rsge, .num_sge = 1 }, *rbad;
+	CHECK("idle", ibv_post_recv(p.qp[1], &rw, &rbad) == 0, "post_recv");
+	mem[16] = 42;
+	struct ibv_sge sge = { (uintptr_t)(mem + 16), 4, mr->lkey };
+	struct ibv_send_wr sw = { .wr_id = 2, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED },
+			   *sbad;
+	CHECK("idle", ibv_post_send(p.qp[0], &sw, &sbad) == 0, "post_send");
+	struct ibv_wc wc = wait_wc(p.cq[1], "idle");
+	CHECK("idle", wc.status == IBV_WC_SUCCESS && mem[0] == 42, "receive: status %d", wc.status);
+	wc = wait_wc(p.cq[0], "idle");
+	CHECK("idle", wc.status == IBV_WC_SUCCESS && wc.wr_id == 2, "send: status %d", wc.status);
+	for (int i = 0; i < 2; i++) {
+		CHECK("idle", ibv_destroy_qp(p.qp[i]) == 0, "destroy_qp");
+		CHECK("idle", ibv_destroy_cq(p.cq[i]) == 0, "destroy_cq");
+	}
+	CHECK("idle", ibv_dereg_mr(mr) == 0, "dereg");
+	CHECK("idle", ibv_dealloc_pd(pd) == 0, "dealloc_pd");
+	double t0 = now_s();
+	CHECK("idle", ibv_close_device(ctx) == 0, "close");
+	printf("ok idle %ld pump wake-ups in an idle second, closed in %.0f ms\n", idle,
+	       (now_s() - t0) * 1e3);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -591,6 +670,8 @@ int main(int argc, char **argv)
 		check_unmapped();
 	else if (strcmp(argv[1], "drain") == 0)
 		check_drain();
+	else if (strcmp(argv[1], "idle") == 0)
+		check_idle();
 	else
 		return 2;
 	return 0;

@@ -326,6 +326,7 @@ impl Nic {
             work: SegQueue::new(),
             doorbell: EventFd::new()?,
             sleeping: AtomicBool::new(false),
+            idle_sleep: AtomicBool::new(false),
             removed: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             epoch_ns,
@@ -407,7 +408,14 @@ impl Nic {
 
     /// The core, locked, even after removal (cleanup calls).
     pub(crate) fn core_lock(&self) -> MutexGuard<'_, Core> {
-        self.shared.core.lock().unwrap_or_else(|e| e.into_inner())
+        let c = self.shared.core.lock().unwrap_or_else(|e| e.into_inner());
+        // Whatever this thread does under the lock (a new QP, endpoint or
+        // timer) may need the engine: a waiter asleep because nothing did
+        // looks again.
+        if self.shared.idle_sleep.load(Ordering::Relaxed) {
+            self.shared.doorbell.signal();
+        }
+        c
     }
 
     fn core(&self) -> Result<MutexGuard<'_, Core>, EngineError> {

@@ -87,6 +87,23 @@ impl Core {
         self.touched = touched;
     }
 
+    /// Whether nothing here can need the engine before a packet arrives or
+    /// an application thread takes the core lock: no queue pair, no
+    /// endpoint (listeners included), no deadline, no postponed ACK, no
+    /// input left over, no shared port (whose membership is kept in
+    /// steps). A device a program opened and left unused (libfabric opens
+    /// every address it lists) is in this state.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.tables.qps.is_empty()
+            && self.tables.ud.is_empty()
+            && self.eps.machine.eps.is_empty()
+            && self.eps.machine.actions.is_empty()
+            && self.acks.is_empty()
+            && self.io.rx_rest.is_none()
+            && self.share.is_none()
+            && self.next_deadline().is_none()
+    }
+
     /// When the engine next has something to do by itself: a QP timer, a
     /// packet the link holds back, a CM timer, or a paced path's release.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {

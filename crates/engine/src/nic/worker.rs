@@ -167,6 +167,21 @@ impl Nic {
     /// Manual mode: blocks until a packet or post arrives, the next timer is
     /// due, or `timeout` passes — then runs one step.
     pub fn progress_wait(&self, timeout: Duration) -> Result<(), EngineError> {
+        self.progress_wait_or_idle(timeout, timeout)
+    }
+
+    /// [`Nic::progress_wait`] for a helper thread that runs the engine for
+    /// the application: when nothing on the NIC can need the engine before
+    /// a packet arrives (no queue pair, no endpoint, no timer), it sleeps up
+    /// to `idle` instead of `timeout`, and any thread that takes the engine
+    /// to change that (creating a QP or an endpoint, say) wakes it, as does
+    /// [`Nic::wake`]. An open but unused device then costs no periodic
+    /// wake-ups.
+    pub fn progress_wait_or_idle(
+        &self,
+        timeout: Duration,
+        idle: Duration,
+    ) -> Result<(), EngineError> {
         self.check()?;
         let rcvd = &self.shared.counters.rcvd_datagrams;
         let before = rcvd.load(Ordering::Relaxed);
@@ -178,23 +193,42 @@ impl Nic {
             c.step(&self.shared, now);
             // About to sleep: nothing may wait for a next step.
             c.flush_acks(&self.shared, now);
+            if idle > timeout && c.is_idle() && self.shared.work.is_empty() {
+                // Under the lock: whoever takes it next sees this (see
+                // `Nic::core_lock`).
+                self.shared.idle_sleep.store(true, Ordering::Relaxed);
+            }
             (c.next_deadline(), c.deliveries.count != d0)
         };
+        let long = self.shared.idle_sleep.load(Ordering::Relaxed);
+        let timeout = if long { idle } else { timeout };
         // The step just took packets or delivered completions or request
         // results (a phase that needed no packet, such as CompleteConnect):
         // return to the caller instead of sleeping on a link that is now
         // empty.
         if delivered || rcvd.load(Ordering::Relaxed) != before {
+            self.shared.idle_sleep.store(false, Ordering::Relaxed);
             return Ok(());
         }
         let wait = deadline.map_or(timeout, |d| {
             d.saturating_duration_since(self.now()).min(timeout)
         });
-        if self.shared.work.is_empty() {
-            self.shared.wait(Some(wait))?;
-        }
+        let slept = if self.shared.work.is_empty() {
+            self.shared.wait(Some(wait))
+        } else {
+            Ok(())
+        };
+        self.shared.idle_sleep.store(false, Ordering::Relaxed);
+        slept?;
         self.progress();
         Ok(())
+    }
+
+    /// Ends a [`Nic::progress_wait_or_idle`] asleep in another thread: it
+    /// runs its step and returns (its caller looks at its own state again,
+    /// a stop flag for instance).
+    pub fn wake(&self) {
+        self.shared.doorbell.signal();
     }
 }
 

@@ -44,6 +44,13 @@ fn threaded() -> NicConfig {
     }
 }
 
+fn manual() -> NicConfig {
+    NicConfig {
+        progress: Progress::Manual,
+        ..NicConfig::default()
+    }
+}
+
 /// WRITE of `len` bytes at `off` of a's region to the same place in b's.
 fn write(a: &Side, b: &Side, id: u64, off: usize, len: usize) {
     let wr = SendWr::new(id, SendOp::Write(b.remote(off)), vec![a.sge(off, len)]);
@@ -97,11 +104,7 @@ fn rc_write_read_send_without_sockets() {
 /// fails the test instead of passing late.
 #[test]
 fn an_idle_manual_nic_sleeps_until_a_thread_takes_it() {
-    let manual = NicConfig {
-        progress: Progress::Manual,
-        ..NicConfig::default()
-    };
-    let (a, _b) = nics(7, manual);
+    let (a, _b) = nics(7, manual());
     let returns = std::sync::atomic::AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let (busy, idle) = (Duration::from_millis(2), Duration::from_secs(60));
@@ -158,11 +161,7 @@ fn an_idle_manual_nic_sleeps_until_a_thread_takes_it() {
 /// descriptor between messages: a ping-pong of small SENDs.
 #[test]
 fn manual_progress_pingpong_without_sockets() {
-    let manual = NicConfig {
-        progress: Progress::Manual,
-        ..NicConfig::default()
-    };
-    let (a, b) = nics(2, manual);
+    let (a, b) = nics(2, manual());
     let (a, b) = pair_on(a, b, PathMtu::Mtu1024, 64 * KIB);
     let rounds = 200;
     let t0 = Instant::now();

@@ -185,6 +185,9 @@ impl Nic {
         self.check()?;
         let rcvd = &self.shared.counters.rcvd_datagrams;
         let before = rcvd.load(Ordering::Relaxed);
+        // Whether this call sleeps long (then it, and only it, clears the
+        // mark it set).
+        let mut long = false;
         let (deadline, delivered) = {
             let _nic = self.shared.span.enter();
             let mut c = self.core_lock();
@@ -197,17 +200,22 @@ impl Nic {
                 // Under the lock: whoever takes it next sees this (see
                 // `Nic::core_lock`).
                 self.shared.idle_sleep.store(true, Ordering::Relaxed);
+                long = true;
             }
             (c.next_deadline(), c.deliveries.count != d0)
         };
-        let long = self.shared.idle_sleep.load(Ordering::Relaxed);
+        let end_long = || {
+            if long {
+                self.shared.idle_sleep.store(false, Ordering::Relaxed);
+            }
+        };
         let timeout = if long { idle } else { timeout };
         // The step just took packets or delivered completions or request
         // results (a phase that needed no packet, such as CompleteConnect):
         // return to the caller instead of sleeping on a link that is now
         // empty.
         if delivered || rcvd.load(Ordering::Relaxed) != before {
-            self.shared.idle_sleep.store(false, Ordering::Relaxed);
+            end_long();
             return Ok(());
         }
         let wait = deadline.map_or(timeout, |d| {
@@ -218,7 +226,7 @@ impl Nic {
         } else {
             Ok(())
         };
-        self.shared.idle_sleep.store(false, Ordering::Relaxed);
+        end_long();
         slept?;
         self.progress();
         Ok(())

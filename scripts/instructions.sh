@@ -8,20 +8,36 @@
 #
 #   scripts/instructions.sh                 # small SENDs: per round trip
 #   scripts/instructions.sh read            # 64 KiB READs: per response packet
-#   scripts/instructions.sh [read] OLD NEW  # two test binaries (paths printed below)
+#   scripts/instructions.sh icache          # small SENDs: misses of a 32-KiB
+#                                           # instruction cache per round trip
+#   scripts/instructions.sh [read|icache] OLD NEW  # two test binaries (paths printed below)
+#
+# `icache` simulates the first-level instruction cache of the machines
+# here (32 KiB, 8-way, 64-byte lines) with cachegrind: the misses count the
+# code a round trip runs through, which bounds the small-message path more
+# than its instructions do (BENCHMARKS.md, R2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind > /dev/null || { echo "instructions.sh: needs valgrind (apt install valgrind)" >&2; exit 2; }
-test=lockstep_pingpong rounds=10000 per=1 unit="round trip"
+test=lockstep_pingpong rounds=10000 per=1 unit="round trip" what=instructions
 if [ "${1:-}" = read ]; then
     # 64 responses of 1 KiB per READ (path MTU 1024).
     test=lockstep_reads rounds=200 per=64 unit="READ response packet"
     shift
+elif [ "${1:-}" = icache ]; then
+    what="instruction-cache misses" rounds=5000
+    shift
 fi
 
-count() { # binary rounds -> instructions
-    ROUNDS=$2 valgrind --tool=callgrind --callgrind-out-file=/dev/null "$1" \
-        --test-threads 1 "$test" 2>&1 | awk '/Collected/ { gsub(",", "", $NF); print $NF }'
+count() { # binary rounds -> instructions (or instruction-cache misses)
+    if [ "$what" = instructions ]; then
+        ROUNDS=$2 valgrind --tool=callgrind --callgrind-out-file=/dev/null "$1" \
+            --test-threads 1 "$test" 2>&1 | awk '/Collected/ { gsub(",", "", $NF); print $NF }'
+    else
+        ROUNDS=$2 valgrind --tool=cachegrind --cache-sim=yes --I1=32768,8,64 \
+            --D1=32768,8,64 --LL=1048576,16,64 --cachegrind-out-file=/dev/null "$1" \
+            --test-threads 1 "$test" 2>&1 | awk '/I1  misses/ { gsub(",", "", $4); print $4 }'
+    fi
 }
 
 per_unit() { # binary
@@ -38,5 +54,5 @@ if [ $# -eq 0 ]; then
     set -- "$bin"
 fi
 for b in "$@"; do
-    echo "$(per_unit "$b") instructions per $unit  $b"
+    echo "$(per_unit "$b") $what per $unit  $b"
 done

@@ -204,31 +204,27 @@ impl Nic {
             }
             (c.next_deadline(), c.deliveries.count != d0)
         };
-        let end_long = || {
-            if long {
-                self.shared.idle_sleep.store(false, Ordering::Relaxed);
-            }
-        };
-        let timeout = if long { idle } else { timeout };
         // The step just took packets or delivered completions or request
         // results (a phase that needed no packet, such as CompleteConnect):
         // return to the caller instead of sleeping on a link that is now
         // empty.
-        if delivered || rcvd.load(Ordering::Relaxed) != before {
-            end_long();
-            return Ok(());
-        }
-        let wait = deadline.map_or(timeout, |d| {
-            d.saturating_duration_since(self.now()).min(timeout)
-        });
-        let slept = if self.shared.work.is_empty() {
-            self.shared.wait(Some(wait))
-        } else {
+        let took = delivered || rcvd.load(Ordering::Relaxed) != before;
+        let slept = if took || !self.shared.work.is_empty() {
             Ok(())
+        } else {
+            let timeout = if long { idle } else { timeout };
+            let wait = deadline.map_or(timeout, |d| {
+                d.saturating_duration_since(self.now()).min(timeout)
+            });
+            self.shared.wait(Some(wait))
         };
-        end_long();
+        if long {
+            self.shared.idle_sleep.store(false, Ordering::Relaxed);
+        }
         slept?;
-        self.progress();
+        if !took {
+            self.progress();
+        }
         Ok(())
     }
 

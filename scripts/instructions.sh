@@ -10,7 +10,8 @@
 #   scripts/instructions.sh read            # 64 KiB READs: per response packet
 #   scripts/instructions.sh icache          # small SENDs: misses of a 32-KiB
 #                                           # instruction cache per round trip
-#   scripts/instructions.sh [read|icache] OLD NEW  # two test binaries (paths printed below)
+#   scripts/instructions.sh empty           # a CQ poll that finds nothing (its step)
+#   scripts/instructions.sh [read|icache|empty] OLD NEW  # two test binaries (paths printed below)
 #
 # `icache` simulates the first-level instruction cache of the machines
 # here (32 KiB, 8-way, 64-byte lines) with cachegrind: the misses count the
@@ -23,6 +24,9 @@ test=lockstep_pingpong rounds=10000 per=1 unit="round trip" what=instructions
 if [ "${1:-}" = read ]; then
     # 64 responses of 1 KiB per READ (path MTU 1024).
     test=lockstep_reads rounds=200 per=64 unit="READ response packet"
+    shift
+elif [ "${1:-}" = empty ]; then
+    test=lockstep_empty_polls rounds=20000 unit="empty poll"
     shift
 elif [ "${1:-}" = icache ]; then
     what="instruction-cache misses" rounds=5000

@@ -5,7 +5,8 @@
 //! spinning: every round runs the same code, so the instructions a round
 //! costs are a deterministic measure of the engine's per-message path
 //! (`scripts/instructions.sh` counts them with callgrind, `ROUNDS=0`
-//! against `ROUNDS=10000`). A second test does the same for 64-KiB READs.
+//! against `ROUNDS=10000`). A second test does the same for 64-KiB READs,
+//! a third for CQ polls that find nothing.
 
 mod common;
 
@@ -107,5 +108,30 @@ fn lockstep_reads_of_64_kib() {
             }
         }
         assert_eq!(a.bytes(0, 8), i.to_le_bytes(), "round {i}");
+    }
+}
+
+/// CQ polls that find nothing, each running an engine step that finds
+/// nothing (as a busy-polling application spins between messages), on a
+/// connected QP pair after one message. `scripts/instructions.sh empty`
+/// divides by the polls: what the spin adds to each `recvmsg` — half of it
+/// is on average between a message's arrival and its being seen.
+#[test]
+fn lockstep_empty_polls() {
+    let rounds = rounds(200);
+    let (a, b) = lockstep_pair(97, 4096);
+    b.post_recv(0, 0, 64);
+    a.post_recv(0, 64, 64);
+    a.mr.write(0, &1u64.to_le_bytes()).unwrap();
+    a.post_send(SendWr::new(1, SendOp::Send, vec![a.sge(0, 8)]));
+    assert_eq!(take(&b, 1), 1);
+    for _ in 0..10 {
+        a.nic.progress();
+        b.nic.progress();
+        while a.cq.poll_one().is_some() || b.cq.poll_one().is_some() {}
+    }
+    for _ in 0..rounds {
+        a.nic.poll_step();
+        assert!(a.cq.poll_one().is_none());
     }
 }

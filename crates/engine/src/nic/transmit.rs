@@ -97,6 +97,13 @@ impl Core {
             };
             waiting && e.qp.state() != QpState::Err
         };
+        if postpone && e.qp.owes_only_ack() && !e.qp.may_transmit(false) {
+            // Nothing leaves now (the application is about to answer), so
+            // no batch and no path: the controller takes the QP's signals
+            // at its next drain, the answer's.
+            self.acks.postpone(qpn, peer, waited);
+            return;
+        }
         let ack_last = postpone || due;
         self.paths
             .before_drain(now, peer, qpn, &mut e.qp, &shared.counters);

@@ -83,15 +83,18 @@ impl Nic {
             return Err(wr);
         };
         let _nic = self.shared.span.enter();
-        let now = self.now();
         let Some(e) = c.entry_in_order(qp.qpn) else {
             return Err(wr);
         };
-        if take(e, wr) {
+        // The clock only when a step runs or a timer may need the thread:
+        // a receive posted in manual progress reads none.
+        let now = take(e, wr).then(|| self.now());
+        if let Some(t) = now {
             c.touched.push(qp.qpn);
-            c.drive_posts(&self.shared, now);
+            c.drive_posts(&self.shared, t);
         }
         if self.shared.mode == Progress::Thread {
+            let now = now.unwrap_or_else(|| self.now());
             if let Some(d) = c.next_deadline() {
                 let wake = self.shared.worker_wake_ns.load(Ordering::Relaxed);
                 if wakes_too_late(wake, d.as_nanos(), now.as_nanos()) {

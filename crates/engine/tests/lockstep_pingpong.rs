@@ -60,12 +60,19 @@ fn lockstep_pair(net: u8, region: usize) -> (Side, Side) {
     pair_on(a, b, PathMtu::Mtu1024, region)
 }
 
+/// A [`lockstep_pair`] of 4 KiB regions with a 64-byte receive posted on
+/// each side (B's at 0, A's at 64).
+fn receiving_pair(net: u8) -> (Side, Side) {
+    let (a, b) = lockstep_pair(net, 4096);
+    b.post_recv(0, 0, 64);
+    a.post_recv(0, 64, 64);
+    (a, b)
+}
+
 #[test]
 fn lockstep_pingpong_of_small_sends() {
     let rounds = rounds(200);
-    let (a, b) = lockstep_pair(99, 4096);
-    b.post_recv(0, 0, 64);
-    a.post_recv(0, 64, 64);
+    let (a, b) = receiving_pair(99);
     for i in 0..rounds {
         a.mr.write(0, &i.to_le_bytes()).unwrap();
         a.post_send(SendWr::new(i, SendOp::Send, vec![a.sge(0, 8)]));
@@ -119,9 +126,7 @@ fn lockstep_reads_of_64_kib() {
 #[test]
 fn lockstep_empty_polls() {
     let rounds = rounds(200);
-    let (a, b) = lockstep_pair(97, 4096);
-    b.post_recv(0, 0, 64);
-    a.post_recv(0, 64, 64);
+    let (a, b) = receiving_pair(97);
     a.mr.write(0, &1u64.to_le_bytes()).unwrap();
     a.post_send(SendWr::new(1, SendOp::Send, vec![a.sge(0, 8)]));
     assert_eq!(take(&b, 1), 1);

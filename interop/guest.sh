@@ -102,6 +102,13 @@ down() {
         for _ in $(seq 50); do [ -n "$(qemu_pid)" ] || break; sleep 0.1; done
     fi
     if ip netns list 2>/dev/null | grep -qw "^$NDV_NETNS"; then
+        # A process that is exiting holds the namespace a moment longer
+        # than `qemu_pid` sees it: its command line goes with its memory,
+        # before its namespaces go.
+        for _ in $(seq 100); do
+            [ -n "$(ip netns pids "$NDV_NETNS" 2>/dev/null)" ] || break
+            sleep 0.1
+        done
         local left
         left=$(ip netns pids "$NDV_NETNS" 2>/dev/null | tr '\n' ' ')
         if [ -n "$left" ]; then

@@ -22,17 +22,9 @@ ndv=${NDV:-$here/target/release/ndv}
 command -v ib_write_bw >/dev/null || { echo "cabi-bench: perftest missing (scripts/setup.sh)" >&2; exit 1; }
 "$ndv" run --env >/dev/null   # links the libraries once, before timing anything
 
-a=ndvbench-a-$$ b=ndvbench-b-$$
-cleanup() { ip netns del "$a" 2>/dev/null || true; ip netns del "$b" 2>/dev/null || true; }
-trap cleanup EXIT
-ip netns add "$a"; ip netns add "$b"
-ip link add veth0 netns "$a" type veth peer name veth0 netns "$b"
-for ns in "$a" "$b"; do
-    ip -n "$ns" link set lo up
-    ip -n "$ns" link set veth0 mtu "$mtu" up
-done
-ip -n "$a" addr add 10.98.0.1/24 dev veth0
-ip -n "$b" addr add 10.98.0.2/24 dev veth0
+. "$here/scripts/veth-pair.sh"
+trap veth_pair_down EXIT
+veth_pair_up ndvbench "$mtu" 10.98.0
 
 # run NAME SERVER-COMMAND CLIENT-COMMAND: the client's output on stdout.
 run() {

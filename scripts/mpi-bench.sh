@@ -25,22 +25,14 @@ ndv=${NDV:-$here/target/release/ndv}
 command -v mpicc >/dev/null || { echo "mpi-bench: Open MPI missing (scripts/setup.sh)" >&2; exit 1; }
 "$ndv" run --env >/dev/null   # links the libraries once, before timing anything
 
-a=ndvmpi-a-$$ b=ndvmpi-b-$$
+. "$here/scripts/veth-pair.sh"
 tmp=$(mktemp -d)
 cleanup() {
-    ip netns del "$a" 2>/dev/null || true
-    ip netns del "$b" 2>/dev/null || true
+    veth_pair_down
     rm -rf "$tmp"
 }
 trap cleanup EXIT
-ip netns add "$a"; ip netns add "$b"
-ip link add veth0 netns "$a" type veth peer name veth0 netns "$b"
-for ns in "$a" "$b"; do
-    ip -n "$ns" link set lo up
-    ip -n "$ns" link set veth0 mtu "$mtu" up
-done
-ip -n "$a" addr add 10.98.0.1/24 dev veth0
-ip -n "$b" addr add 10.98.0.2/24 dev veth0
+veth_pair_up ndvmpi "$mtu" 10.98.0
 
 mpicc -O2 -o "$tmp/mpicheck" "$here/crates/ndv/tests/mpi/mpicheck.c"
 # Open MPI's rsh agent: the remote rank's orted runs in namespace B.

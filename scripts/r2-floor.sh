@@ -17,25 +17,15 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 ndv=${NDV:-$here/target/release/ndv}
 [ -x "$ndv" ] || { echo "r2-floor: no $ndv (cargo build --release -p ndv)" >&2; exit 1; }
 command -v gcc >/dev/null || { echo "r2-floor: needs gcc (scripts/setup.sh)" >&2; exit 1; }
-a=ndvfloor-a-$$ b=ndvfloor-b-$$
+. "$here/scripts/veth-pair.sh"
 tmp=$(mktemp -d)
 cleanup() {
-    ip netns pids "$a" 2>/dev/null | xargs -r kill 2>/dev/null || true
-    ip netns del "$a" 2>/dev/null || true
-    ip netns del "$b" 2>/dev/null || true
+    veth_pair_down
     rm -rf "$tmp"
 }
 trap cleanup EXIT
 gcc -O2 -Wall -o "$tmp/r2-floor" "$here/scripts/r2-floor.c"
-ip netns add "$a"
-ip netns add "$b"
-ip link add veth0 netns "$a" type veth peer name veth0 netns "$b"
-for ns in "$a" "$b"; do
-    ip -n "$ns" link set lo up
-    ip -n "$ns" link set veth0 mtu 1500 up
-done
-ip -n "$a" addr add 10.95.0.1/24 dev veth0
-ip -n "$b" addr add 10.95.0.2/24 dev veth0
+veth_pair_up ndvfloor 1500 10.95.0
 
 floor() { # steps -> median half round trip (µs)
     ip netns exec "$a" "$tmp/r2-floor" "$1" server 10.95.0.1 10.95.0.2 1 &

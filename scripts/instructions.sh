@@ -8,10 +8,11 @@
 #
 #   scripts/instructions.sh                 # small SENDs: per round trip
 #   scripts/instructions.sh read            # 64 KiB READs: per response packet
+#   scripts/instructions.sh write           # 64 KiB WRITEs: per request packet
 #   scripts/instructions.sh icache          # small SENDs: misses of a 32-KiB
 #                                           # instruction cache per round trip
 #   scripts/instructions.sh empty           # a CQ poll that finds nothing (its step)
-#   scripts/instructions.sh [read|icache|empty] OLD NEW  # two test binaries (paths printed below)
+#   scripts/instructions.sh [read|write|icache|empty] OLD NEW  # two test binaries (paths printed below)
 #
 # `icache` simulates the first-level instruction cache of the machines
 # here (32 KiB, 8-way, 64-byte lines) with cachegrind: the misses count the
@@ -24,6 +25,10 @@ test=lockstep_pingpong rounds=10000 per=1 unit="round trip" what=instructions
 if [ "${1:-}" = read ]; then
     # 64 responses of 1 KiB per READ (path MTU 1024).
     test=lockstep_reads rounds=200 per=64 unit="READ response packet"
+    shift
+elif [ "${1:-}" = write ]; then
+    # 64 packets of 1 KiB per WRITE (path MTU 1024).
+    test=lockstep_writes rounds=200 per=64 unit="WRITE packet"
     shift
 elif [ "${1:-}" = empty ]; then
     test=lockstep_empty_polls rounds=20000 unit="empty poll"

@@ -107,10 +107,18 @@ impl ExtHeaders {
 
     /// The set of headers present.
     pub fn present(&self) -> Headers {
-        self.fields()
-            .into_iter()
-            .filter(|&(_, is, _)| is)
-            .fold(Headers::NONE, |h, (flag, _, _)| h.with(flag))
+        // Flag by flag rather than through `fields`: every packet written
+        // is checked against its opcode with this.
+        let flag = |is: bool, h: Headers| if is { h } else { Headers::NONE };
+        flag(self.deth.is_some(), Headers::DETH)
+            .with(flag(self.feth.is_some(), Headers::FETH))
+            .with(flag(self.reth.is_some(), Headers::RETH))
+            .with(flag(self.atomic_eth.is_some(), Headers::ATOMIC_ETH))
+            .with(flag(self.aeth.is_some(), Headers::AETH))
+            .with(flag(self.atomic_ack_eth.is_some(), Headers::ATOMIC_ACK_ETH))
+            .with(flag(self.immdt.is_some(), Headers::IMMDT))
+            .with(flag(self.ieth.is_some(), Headers::IETH))
+            .with(flag(self.cnp.is_some(), Headers::CNP))
     }
 
     /// The error for headers that do not match what `info`'s opcode carries.
@@ -152,6 +160,10 @@ pub fn write_headers(bth: &Bth, ext: &ExtHeaders, buf: &mut [u8]) -> Result<usiz
     room(info.name, buf, BTH_LEN + info.ext_len())?;
     let e = ext;
     let mut off = bth.write(buf)?;
+    if info.headers == Headers::NONE {
+        // The middle of a message, most of a stream's packets.
+        return Ok(off);
+    }
     if let Some(d) = e.deth {
         off += d.write(&mut buf[off..])?;
     }

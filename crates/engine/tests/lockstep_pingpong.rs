@@ -35,6 +35,23 @@ fn take(s: &Side, want: usize) -> usize {
     panic!("{got} of {want} completions after 1000 progress calls");
 }
 
+/// Posts `wr` on `a` and runs progress on both sides, in `order`, until
+/// `a`'s CQ holds its successful completion.
+fn complete(a: &Side, order: [&Side; 2], wr: SendWr) {
+    let id = wr.wr_id;
+    a.post_send(wr);
+    for _ in 0..1000 {
+        for s in order {
+            s.nic.progress();
+        }
+        if let Some(w) = a.cq.poll_one() {
+            assert_eq!((w.status, w.wr_id), (WcStatus::Success, id), "{w:?}");
+            return;
+        }
+    }
+    panic!("WR {id} not complete after 1000 progress calls");
+}
+
 /// `ROUNDS` from the environment, else `default`.
 fn rounds(default: u64) -> u64 {
     std::env::var("ROUNDS")
@@ -116,15 +133,7 @@ fn lockstep_reads_of_64_kib() {
     for i in 0..rounds {
         b.mr.write(LEN, &i.to_le_bytes()).unwrap();
         let read = SendOp::Read(b.remote(LEN));
-        a.post_send(SendWr::new(i, read, vec![a.sge(0, LEN)]));
-        for _ in 0..1000 {
-            b.nic.progress();
-            a.nic.progress();
-            if let Some(w) = a.cq.poll_one() {
-                assert_eq!((w.status, w.wr_id), (WcStatus::Success, i), "{w:?}");
-                break;
-            }
-        }
+        complete(&a, [&b, &a], SendWr::new(i, read, vec![a.sge(0, LEN)]));
         assert_eq!(a.bytes(0, 8), i.to_le_bytes(), "round {i}");
     }
 }
@@ -142,15 +151,7 @@ fn lockstep_writes_of_64_kib() {
     for i in 0..rounds {
         a.mr.write(0, &i.to_le_bytes()).unwrap();
         let write = SendOp::Write(b.remote(LEN));
-        a.post_send(SendWr::new(i, write, vec![a.sge(0, LEN)]));
-        for _ in 0..1000 {
-            a.nic.progress();
-            b.nic.progress();
-            if let Some(w) = a.cq.poll_one() {
-                assert_eq!((w.status, w.wr_id), (WcStatus::Success, i), "{w:?}");
-                break;
-            }
-        }
+        complete(&a, [&a, &b], SendWr::new(i, write, vec![a.sge(0, LEN)]));
         assert_eq!(b.bytes(LEN, 8), i.to_le_bytes(), "round {i}");
     }
     // What is counted is the path, not its recovery.

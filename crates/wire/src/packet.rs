@@ -196,6 +196,54 @@ pub fn write_headers(bth: &Bth, ext: &ExtHeaders, buf: &mut [u8]) -> Result<usiz
     Ok(off)
 }
 
+/// The extension headers `h` after the BTH of `buf`, which end at
+/// `hdr_len` (`buf` is long enough: the caller checked).
+fn parse_ext(h: Headers, buf: &[u8], hdr_len: usize) -> Result<ExtHeaders, WireError> {
+    let mut ext = ExtHeaders::default();
+    let mut off = BTH_LEN;
+    if h.contains(Headers::DETH) {
+        ext.deth = Some(Deth::parse(&buf[off..])?);
+        off += ext::DETH_LEN;
+    }
+    if h.contains(Headers::FETH) {
+        ext.feth = Some(ext::parse_word("FETH", &buf[off..])?);
+        off += ext::WORD_LEN;
+    }
+    if h.contains(Headers::RETH) {
+        ext.reth = Some(Reth::parse(&buf[off..])?);
+        off += ext::RETH_LEN;
+    }
+    if h.contains(Headers::ATOMIC_ETH) {
+        ext.atomic_eth = Some(AtomicEth::parse(&buf[off..])?);
+        off += ext::ATOMIC_ETH_LEN;
+    }
+    if h.contains(Headers::AETH) {
+        ext.aeth = Some(Aeth::parse(&buf[off..])?);
+        off += ext::AETH_LEN;
+    }
+    if h.contains(Headers::ATOMIC_ACK_ETH) {
+        need("AtomicAckETH", &buf[off..], ext::ATOMIC_ACK_ETH_LEN)?;
+        ext.atomic_ack_eth = Some(crate::be::u64_at(buf, off));
+        off += ext::ATOMIC_ACK_ETH_LEN;
+    }
+    if h.contains(Headers::IMMDT) {
+        ext.immdt = Some(ext::parse_word("ImmDt", &buf[off..])?);
+        off += ext::WORD_LEN;
+    }
+    if h.contains(Headers::IETH) {
+        ext.ieth = Some(ext::parse_word("IETH", &buf[off..])?);
+        off += ext::WORD_LEN;
+    }
+    if h.contains(Headers::CNP) {
+        let mut r = [0u8; ext::CNP_LEN];
+        r.copy_from_slice(&buf[off..off + ext::CNP_LEN]);
+        ext.cnp = Some(r);
+        off += ext::CNP_LEN;
+    }
+    debug_assert_eq!(off, hdr_len);
+    Ok(ext)
+}
+
 impl<'a> Packet<'a> {
     /// A packet with no extension headers and no payload.
     pub fn new(bth: Bth) -> Self {
@@ -218,49 +266,12 @@ impl<'a> Packet<'a> {
         let info = bth.opcode.info()?;
         let hdr_len = BTH_LEN + info.ext_len();
         need(info.name, buf, hdr_len + ICRC_LEN)?;
-        let h = info.headers;
-        let mut ext = ExtHeaders::default();
-        let mut off = BTH_LEN;
-        if h.contains(Headers::DETH) {
-            ext.deth = Some(Deth::parse(&buf[off..])?);
-            off += ext::DETH_LEN;
-        }
-        if h.contains(Headers::FETH) {
-            ext.feth = Some(ext::parse_word("FETH", &buf[off..])?);
-            off += ext::WORD_LEN;
-        }
-        if h.contains(Headers::RETH) {
-            ext.reth = Some(Reth::parse(&buf[off..])?);
-            off += ext::RETH_LEN;
-        }
-        if h.contains(Headers::ATOMIC_ETH) {
-            ext.atomic_eth = Some(AtomicEth::parse(&buf[off..])?);
-            off += ext::ATOMIC_ETH_LEN;
-        }
-        if h.contains(Headers::AETH) {
-            ext.aeth = Some(Aeth::parse(&buf[off..])?);
-            off += ext::AETH_LEN;
-        }
-        if h.contains(Headers::ATOMIC_ACK_ETH) {
-            need("AtomicAckETH", &buf[off..], ext::ATOMIC_ACK_ETH_LEN)?;
-            ext.atomic_ack_eth = Some(crate::be::u64_at(buf, off));
-            off += ext::ATOMIC_ACK_ETH_LEN;
-        }
-        if h.contains(Headers::IMMDT) {
-            ext.immdt = Some(ext::parse_word("ImmDt", &buf[off..])?);
-            off += ext::WORD_LEN;
-        }
-        if h.contains(Headers::IETH) {
-            ext.ieth = Some(ext::parse_word("IETH", &buf[off..])?);
-            off += ext::WORD_LEN;
-        }
-        if h.contains(Headers::CNP) {
-            let mut r = [0u8; ext::CNP_LEN];
-            r.copy_from_slice(&buf[off..off + ext::CNP_LEN]);
-            ext.cnp = Some(r);
-            off += ext::CNP_LEN;
-        }
-        debug_assert_eq!(off, hdr_len);
+        // Most packets of a stream (MIDDLE) and small SENDs carry none.
+        let ext = if info.headers == Headers::NONE {
+            ExtHeaders::default()
+        } else {
+            parse_ext(info.headers, buf, hdr_len)?
+        };
         let area = &buf[hdr_len..buf.len() - ICRC_LEN];
         let pad = usize::from(bth.pad);
         if pad > area.len() {

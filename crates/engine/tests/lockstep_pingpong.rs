@@ -75,17 +75,12 @@ fn lockstep_pair(net: u8, region: usize) -> (Side, Side) {
         IpAddr::from([10, 77, net, 2]),
     );
     let (la, lb) = MemoryLink::pair(ia, ib).unwrap();
-    let shape = Shape::deep(region);
-    let a = Side::on(Nic::open_on(la, manual.clone()).unwrap(), shape);
-    let b = Side::on(Nic::open_on(lb, manual).unwrap(), shape);
-    for (x, y) in [(&a, &b), (&b, &a)] {
-        let slow = RcConnection {
-            timeout: 20,
-            ..connection(x, y, PathMtu::Mtu1024)
-        };
-        x.modify(slow.steps());
-    }
-    (a, b)
+    let a = Nic::open_on(la, manual.clone()).unwrap();
+    let b = Nic::open_on(lb, manual).unwrap();
+    pair_on_with(a, b, region, |x, y| RcConnection {
+        timeout: 20,
+        ..connection(x, y, PathMtu::Mtu1024)
+    })
 }
 
 /// A [`lockstep_pair`] of 4 KiB regions with a 64-byte receive posted on

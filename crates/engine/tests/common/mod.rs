@@ -202,9 +202,19 @@ pub fn pair(mode: Progress, mtu: PathMtu, region: usize) -> (Side, Side) {
 
 /// Connects one QP pair between two NICs already open (see [`pair`]).
 pub fn pair_on(a: Nic, b: Nic, mtu: PathMtu, region: usize) -> (Side, Side) {
+    pair_on_with(a, b, region, |x, y| connection(x, y, mtu))
+}
+
+/// [`pair_on`] with each side's connection from `conn(side, peer)`.
+pub fn pair_on_with(
+    a: Nic,
+    b: Nic,
+    region: usize,
+    conn: impl Fn(&Side, &Side) -> RcConnection,
+) -> (Side, Side) {
     let shape = Shape::deep(region);
     let (a, b) = (Side::on(a, shape), Side::on(b, shape));
-    connect(&a, &b, mtu);
+    connect_using(&a, &b, conn);
     (a, b)
 }
 
@@ -226,8 +236,13 @@ pub fn connection(a: &Side, b: &Side, mtu: PathMtu) -> RcConnection {
 
 /// Connects the QPs of `a` and `b` to each other (RESET → RTS both).
 pub fn connect(a: &Side, b: &Side, mtu: PathMtu) {
-    a.modify(connection(a, b, mtu).steps());
-    b.modify(connection(b, a, mtu).steps());
+    connect_using(a, b, |x, y| connection(x, y, mtu));
+}
+
+/// [`connect`] with each side's connection from `conn(side, peer)`.
+pub fn connect_using(a: &Side, b: &Side, conn: impl Fn(&Side, &Side) -> RcConnection) {
+    a.modify(conn(a, b).steps());
+    b.modify(conn(b, a).steps());
 }
 
 /// RESET → INIT as ND and the CM want it: every right for the peer.

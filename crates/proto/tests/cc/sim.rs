@@ -31,6 +31,11 @@
 //! at random (as the test bed's nftables rule), and a receiver answers a CE
 //! packet with a CNP at most once per 50 µs per QP.
 //!
+//! **Busy receivers** (`Config::stalls`): a RoCE receiver is a process, and
+//! while it is off its CPU what reaches it waits in its socket, unanswered;
+//! its ACKs leave when it runs again (TCP's are the kernel's, sent at once).
+//! Off by default.
+//!
 //! Everything is integers of nanoseconds and a seeded generator: a run is a
 //! pure function of its configuration.
 
@@ -76,6 +81,20 @@ pub struct Config {
     pub qp_cap: u64,
     pub cc: CcConfig,
     pub seed: u64,
+    /// The receiving processes' scheduling stalls, if any.
+    pub stalls: Option<Stalls>,
+}
+
+/// A busy receiving host: the process that answers a RoCE host's packets
+/// is now and then off its CPU, and what arrives meanwhile is acknowledged
+/// only when it runs again (a user-space responder; the kernel answers
+/// TCP's segments at once). Stalls start `gap` apart and last `len`, both
+/// drawn uniformly from their ranges, independently for each RoCE host's
+/// receiver.
+#[derive(Debug, Clone, Copy)]
+pub struct Stalls {
+    pub gap: (Duration, Duration),
+    pub len: (Duration, Duration),
 }
 
 impl Config {
@@ -91,6 +110,7 @@ impl Config {
             qp_cap: 1024,
             cc: CcConfig::with_mss(MSS as u32),
             seed: 1,
+            stalls: None,
         }
     }
 }
@@ -205,6 +225,9 @@ pub struct Sim {
     pub cnp_cuts: Vec<(u32, Instant, Duration)>,
     pub drops: u64,
     pub arrivals: u64,
+    /// Each RoCE host's receiver: the current or next stall.
+    stall: Vec<(Instant, Instant)>,
+    stall_rng: Rng,
 }
 
 fn ser(size: u32, rate_bps: u64) -> Duration {
@@ -214,7 +237,10 @@ fn ser(size: u32, rate_bps: u64) -> Duration {
 impl Sim {
     pub fn new(cfg: Config) -> Self {
         let rng = Rng::new(cfg.seed);
+        let stall_rng = Rng::new(cfg.seed ^ 0x5eed_57a1);
         Sim {
+            stall: Vec::new(),
+            stall_rng,
             cfg,
             now: Instant::ZERO,
             seq: 0,
@@ -529,8 +555,17 @@ impl Sim {
 
     fn deliver(&mut self, p: Pkt) {
         let now = self.now;
-        let back = now + self.cfg.prop;
         let ms = (now.as_nanos() / 1_000_000) as usize;
+        let (host, tcp) = {
+            let fl = &self.flows[p.flow as usize];
+            (fl.host, fl.tcp.is_some())
+        };
+        let ready = if tcp {
+            now
+        } else {
+            self.receiver_ready(host, now)
+        };
+        let back = ready + self.cfg.prop;
         let fl = &mut self.flows[p.flow as usize];
         let delivered = if let Some(t) = fl.tcp.as_mut() {
             let d = t.on_segment(p.seq);
@@ -574,6 +609,32 @@ impl Sim {
             fl.bins.resize(ms + 1, 0);
         }
         fl.bins[ms] += delivered;
+    }
+
+    /// When the receiver of `host`'s flows can answer what reached it at
+    /// `now`: at once, or when its current stall ends.
+    fn receiver_ready(&mut self, host: u32, now: Instant) -> Instant {
+        let Some(st) = self.cfg.stalls else {
+            return now;
+        };
+        let h = host as usize;
+        if self.stall.len() <= h {
+            self.stall.resize(h + 1, (Instant::ZERO, Instant::ZERO));
+        }
+        let draw = |rng: &mut Rng, (lo, hi): (Duration, Duration)| {
+            Duration::from_nanos(rng.range(lo.as_nanos() as u64, hi.as_nanos() as u64))
+        };
+        while now >= self.stall[h].1 {
+            let start = self.stall[h].1 + draw(&mut self.stall_rng, st.gap);
+            let end = start + draw(&mut self.stall_rng, st.len);
+            self.stall[h] = (start, end);
+        }
+        let (start, end) = self.stall[h];
+        if now >= start {
+            end
+        } else {
+            now
+        }
     }
 
     /// A cumulative ACK up to `cum`, or a sequence NAK expecting `cum`.

@@ -546,3 +546,48 @@ fn a_postponed_ack_waits_through_empty_polls_but_not_forever() {
     b.nic.progress();
     assert_eq!(peer.next_packet(), Some((Opcode::RC_ACK, peer_psn + 2)));
 }
+
+/// A counter snapshot sums the QPs a few at a time, letting the engine go
+/// in between (`nic/counter_sum.rs`): it adds up to what one pass under the
+/// lock gives, and a QP destroyed in the middle is counted once, not twice
+/// (in its chunk and again among the destroyed).
+#[test]
+fn counter_snapshots_in_chunks_count_every_qp_once() {
+    let (a, b) = pair(Progress::Thread, PathMtu::Mtu1024, 1 << 16);
+    for i in 0..3 {
+        b.post_recv(i, 0, 4096);
+        a.post_send(SendWr::new(i, SendOp::Send, vec![a.sge(0, 3000)]));
+    }
+    wait_n(&b, 3);
+    wait_n(&a, 3);
+    // Twenty more QPs (idle, in RESET) on each NIC: several chunks of four.
+    let idle: Vec<u32> = (0..20)
+        .map(|_| Side::in_pd(a.nic.clone(), a.pd, Shape::deep(64)).qp.qpn())
+        .collect();
+    for s in [&a, &b] {
+        let whole = s.nic.stats_in_chunks(usize::MAX, &mut || {});
+        let chunked = s.nic.stats_in_chunks(4, &mut || {});
+        assert_eq!(whole.pairs(), chunked.pairs());
+    }
+    let sent = a.nic.stats().get("sent_pkts");
+    assert!(sent >= 9, "sent_pkts {sent}");
+    // The QP that sent everything goes once the snapshot has listed the
+    // QPs, before it reaches it.
+    let mut calls = 0;
+    let qpn = a.qp.qpn();
+    let during = a.nic.stats_in_chunks(4, &mut || {
+        calls += 1;
+        if calls == 1 {
+            a.nic.destroy_qp(qpn).unwrap();
+        }
+    });
+    assert_eq!(calls, 1, "the sum starts again in one hold");
+    assert_eq!(during.get("sent_pkts"), sent);
+    assert_eq!(
+        during.pairs(),
+        a.nic.stats_in_chunks(usize::MAX, &mut || {}).pairs()
+    );
+    for q in idle {
+        a.nic.destroy_qp(q).unwrap();
+    }
+}

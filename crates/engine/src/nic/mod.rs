@@ -65,6 +65,7 @@ mod batch;
 mod congestion;
 mod control;
 mod core;
+mod counter_sum;
 mod endpoints;
 mod post;
 mod receive;
@@ -495,18 +496,19 @@ impl Nic {
     /// println!("sent {} received {}", s.get("sent_pkts"), s.get("rcvd_pkts"));
     /// # Ok::<(), ndverbs_engine::error::EngineError>(())
     /// ```
+    ///
+    /// The QPs' counters are summed a few hundred at a time, the engine let
+    /// go in between (`counter_sum.rs`).
     pub fn stats(&self) -> Stats {
-        let (qp, cm) = {
-            let c = self.core_lock();
-            let mut sum = c.tables.retired;
-            for e in c.tables.qps.values() {
-                crate::stats::add(&mut sum, e.qp.counters());
-            }
-            for e in c.tables.ud.values() {
-                crate::stats::add(&mut sum, &e.qp.counters().to_counters());
-            }
-            (sum, *c.cm.counters())
-        };
+        self.stats_in_chunks(counter_sum::CHUNK, &mut || {})
+    }
+
+    /// [`Nic::stats`] summing `chunk` QPs per hold of the engine's lock and
+    /// calling `between` each time it is let go: for tests that change the
+    /// QPs in the middle of a snapshot.
+    #[doc(hidden)]
+    pub fn stats_in_chunks(&self, chunk: usize, between: &mut dyn FnMut()) -> Stats {
+        let (qp, cm) = self.counter_sum(chunk, between);
         Stats::collect(self.counters(), &qp, &cm, self.is_removed())
     }
 

@@ -27,6 +27,7 @@
 //! | `receive`, `transmit`, `batch` | packets in; packets out in GSO runs, ACK postponement |
 //! | `worker` | the worker thread, manual progress, the clock |
 //! | `resources` | the live objects for `ndv res` (see [`crate::resources`]) |
+//! | `counter_sum` | the QPs' counters summed for a snapshot, a chunk per hold of the lock |
 //! | `trace` | what is logged, cheaply |
 //!
 //! Objects live in tables keyed by ids (QPN for queue pairs, numbers for

@@ -35,42 +35,41 @@ impl Nic {
         between: &mut dyn FnMut(),
     ) -> (Counters, CmCounters) {
         let chunk = chunk.max(1);
-        let (retired, rc, ud) = {
+        let (retired, listed) = {
             let c = self.counters_lock();
             if c.tables.qps.len() + c.tables.ud.len() <= chunk {
                 return whole(&c);
             }
-            let rc: Vec<u32> = c.tables.qps.keys().copied().collect();
-            let ud: Vec<u32> = c.tables.ud.keys().copied().collect();
-            (c.tables.retired, rc, ud)
+            let rc = c.tables.qps.keys().map(|&q| Listed::Rc(q));
+            let ud = c.tables.ud.keys().map(|&q| Listed::Ud(q));
+            (c.tables.retired, rc.chain(ud).collect::<Vec<_>>())
         };
         let mut sum = retired;
-        for part in rc.chunks(chunk) {
+        let mut parts = listed.chunks(chunk);
+        loop {
             between();
             let c = self.counters_lock();
             if c.tables.retired != retired {
                 return whole(&c);
             }
-            for e in part.iter().filter_map(|q| c.tables.qps.get(q)) {
-                crate::stats::add(&mut sum, e.qp.counters());
+            let Some(part) = parts.next() else {
+                return (sum, *c.cm.counters());
+            };
+            for q in part {
+                match *q {
+                    Listed::Rc(q) => {
+                        if let Some(e) = c.tables.qps.get(&q) {
+                            crate::stats::add(&mut sum, e.qp.counters());
+                        }
+                    }
+                    Listed::Ud(q) => {
+                        if let Some(e) = c.tables.ud.get(&q) {
+                            crate::stats::add(&mut sum, &e.qp.counters().to_counters());
+                        }
+                    }
+                }
             }
         }
-        for part in ud.chunks(chunk) {
-            between();
-            let c = self.counters_lock();
-            if c.tables.retired != retired {
-                return whole(&c);
-            }
-            for e in part.iter().filter_map(|q| c.tables.ud.get(q)) {
-                crate::stats::add(&mut sum, &e.qp.counters().to_counters());
-            }
-        }
-        between();
-        let c = self.counters_lock();
-        if c.tables.retired != retired {
-            return whole(&c);
-        }
-        (sum, *c.cm.counters())
     }
 
     /// The core lock for reading counters only: unlike `core_lock` it does
@@ -78,6 +77,12 @@ impl Nic {
     fn counters_lock(&self) -> MutexGuard<'_, Core> {
         self.shared.core.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// A QP listed for a chunked sum, by table.
+enum Listed {
+    Rc(u32),
+    Ud(u32),
 }
 
 /// The sum in one hold of the lock.

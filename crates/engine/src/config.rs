@@ -125,12 +125,17 @@ pub struct NicConfig {
     /// registered host-wide. Off (the default): the NIC binds the port
     /// alone, and a second process on the address gets `EADDRINUSE`.
     pub share_port: bool,
+    /// A manual-progress waiter polls the link for a while before it sleeps
+    /// (an adaptive window, `nic/spin.rs`), so an answer that comes within
+    /// microseconds costs no wake-up. On (the default); off: every wait
+    /// sleeps at once.
+    pub spin_before_sleep: bool,
 }
 
 impl Default for NicConfig {
     /// A worker thread, Linux's CM timers, no faults, no capture, nothing
     /// published, the active MTU of a loopback link (4096), no congestion
-    /// control.
+    /// control, spinning before sleeping.
     fn default() -> Self {
         NicConfig {
             progress: Progress::Thread,
@@ -141,6 +146,7 @@ impl Default for NicConfig {
             active_mtu: PathMtu::Mtu4096,
             congestion: None,
             share_port: false,
+            spin_before_sleep: true,
         }
     }
 }

@@ -69,6 +69,10 @@ pub const CC_ENV: &str = "NDV_CC";
 /// ```
 pub const SHARE_ENV: &str = "NDV_SHARE";
 
+/// `NDV_SPIN=off`: a waiter sleeps at once ([`DeviceConfig::sleep_at_once`]);
+/// `on` or unset: it polls for an adaptive window first.
+pub const SPIN_ENV: &str = "NDV_SPIN";
+
 /// Who runs a device's engine loop.
 ///
 /// # Example
@@ -187,6 +191,12 @@ pub struct DeviceConfig {
     /// owns the port, and a second process on the address gets
     /// `AddressInUse` on open.
     pub share_port: bool,
+    /// Waits in manual progress sleep at once instead of polling the link
+    /// for an adaptive window first (which makes answers that come within
+    /// microseconds cost no wake-up; it backs off by itself where it does
+    /// not pay). Off by default, as `NDV_SPIN` unset or `on`; `NDV_SPIN=off`
+    /// sets it.
+    pub sleep_at_once: bool,
 }
 
 impl DeviceConfig {
@@ -197,8 +207,9 @@ impl DeviceConfig {
     /// [`FAULTS_ENV`] (`NDV_FAULTS=SPEC`: inject faults,
     /// [`FaultConfig::parse`] syntax) and [`CC_ENV`] (`NDV_CC=swift|off`:
     /// congestion control) and [`SHARE_ENV`] (`NDV_SHARE=1`: share the
-    /// address with other processes). Progress is left at its default. A
-    /// malformed `NDV_FAULTS`, `NDV_METRICS` or `NDV_CC` is an
+    /// address with other processes) and [`SPIN_ENV`] (`NDV_SPIN=off`: sleep
+    /// at once). Progress is left at its default. A malformed
+    /// `NDV_FAULTS`, `NDV_METRICS`, `NDV_CC` or `NDV_SPIN` is an
     /// [`ErrorKind::InvalidArgument`] rather than silently ignored.
     pub fn from_env() -> Result<DeviceConfig> {
         let congestion_control = match std::env::var(CC_ENV).as_deref().map(str::trim) {
@@ -209,6 +220,17 @@ impl DeviceConfig {
                     ErrorKind::InvalidArgument,
                     "DeviceConfig::from_env",
                     format!("{CC_ENV}={other}: expected swift or off"),
+                ))
+            }
+        };
+        let sleep_at_once = match std::env::var(SPIN_ENV).as_deref().map(str::trim) {
+            Err(_) | Ok("" | "on") => false,
+            Ok("off") => true,
+            Ok(other) => {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    "DeviceConfig::from_env",
+                    format!("{SPIN_ENV}={other}: expected on or off"),
                 ))
             }
         };
@@ -244,6 +266,7 @@ impl DeviceConfig {
             faults,
             congestion_control,
             share_port: std::env::var(SHARE_ENV).as_deref() == Ok("1"),
+            sleep_at_once,
         })
     }
 }

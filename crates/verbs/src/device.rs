@@ -541,14 +541,22 @@ impl Cq {
                     .dev
                     .progress_wait(left.min(Duration::from_millis(10)))?;
             } else {
+                // Poll a little longer before sleeping, if that has been
+                // paying (`Nic::spin_before_sleep`).
+                let spin = self.inner.dev.nic.spin_before_sleep(|| !ring.is_empty());
+                if spin.caught() {
+                    continue;
+                }
                 self.inner.dev.end_busy_poll();
                 ring.arm(NotifyOn::Any);
                 // Close the race with a completion that arrived before arming.
                 if let Some(w) = ring.poll_one() {
                     ring.disarm();
+                    self.inner.dev.nic.slept(spin, true);
                     return Ok(Some(w));
                 }
-                ring.wait(left)?;
+                let woken = ring.wait(left)?;
+                self.inner.dev.nic.slept(spin, woken);
                 ring.take_events();
             }
             if self.inner.dev.is_removed() && ring.is_empty() {

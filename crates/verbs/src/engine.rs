@@ -22,7 +22,7 @@ use ndverbs_engine::ep::{EpError, QpIdent};
 use ndverbs_engine::error::EngineError;
 use ndverbs_engine::link::faults::FaultConfig as EngineFaults;
 use ndverbs_engine::mr::{MemError, Region, RegionBuf};
-use ndverbs_engine::nic::{Nic as EngineNic, QpInit, QpShared, SrqShared};
+use ndverbs_engine::nic::{Nic as EngineNic, QpInit, QpShared, SpinReport, SrqShared};
 use ndverbs_proto::mem::{Access, AccessError, WindowBind};
 use ndverbs_proto::rc::{
     AttrMask, Counters, PathMtu, QpAttr, QpCaps, QpState, RecvWr, SendWr, WorkCompletion,
@@ -264,6 +264,7 @@ impl Nic {
                 .congestion_control
                 .then(ndverbs_proto::cc::CcConfig::default),
             share_port: cfg.share_port,
+            spin_before_sleep: !cfg.sleep_at_once,
             ..NicConfig::default()
         };
         let nic = Nic(EngineNic::open_with(addr, engine_cfg).map_err(|e| err(OP, e))?);
@@ -321,6 +322,14 @@ impl Nic {
 
     pub(crate) fn end_busy_poll(&self) {
         self.0.end_busy_poll();
+    }
+
+    pub(crate) fn spin_before_sleep(&self, ready: impl FnMut() -> bool) -> SpinReport {
+        self.0.spin_before_sleep(ready)
+    }
+
+    pub(crate) fn slept(&self, spin: SpinReport, woken: bool) {
+        spin.slept(&self.0, woken);
     }
 
     pub(crate) fn poll_step_before_sleep(&self) -> bool {
@@ -737,11 +746,11 @@ impl CqRing {
         self.0.take_events()
     }
 
-    /// Sleeps on the notification descriptor up to `timeout`.
-    pub(crate) fn wait(&self, timeout: Duration) -> Result<()> {
+    /// Sleeps on the notification descriptor up to `timeout`; true if a
+    /// notification woke it.
+    pub(crate) fn wait(&self, timeout: Duration) -> Result<bool> {
         self.0
             .wait(Some(timeout))
-            .map(drop)
             .map_err(|e| Error::io("Cq::wait_one", e))
     }
 

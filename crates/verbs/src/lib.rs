@@ -93,7 +93,7 @@ mod qp;
 
 pub use config::{
     DeviceConfig, FaultConfig, Progress, CC_ENV, FAULTS_ENV, METRICS_ENV, PCAP_ENV, SHARE_ENV,
-    STAT_ENV,
+    SPIN_ENV, STAT_ENV,
 };
 pub use device::{node_guid, Cq, CqMark, Device, DeviceAttr, DeviceLimits, NotifyOn, Pd, LIMITS};
 pub use ep::{

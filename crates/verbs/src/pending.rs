@@ -93,6 +93,9 @@ pub struct Pending<T> {
     src: Box<dyn Source<T>>,
     /// The manual-progress device whose engine a waiter runs.
     driver: Option<Nic>,
+    /// The thread-progress device a blocking waiter polls for a while
+    /// before it sleeps (`Nic::spin_before_sleep`).
+    spinner: Option<Nic>,
 }
 
 impl<T> std::fmt::Debug for Pending<T> {
@@ -105,14 +108,21 @@ impl<T> std::fmt::Debug for Pending<T> {
 
 impl<T> Pending<T> {
     pub(crate) fn new(src: Box<dyn Source<T>>) -> Self {
-        Pending { src, driver: None }
+        Pending {
+            src,
+            driver: None,
+            spinner: None,
+        }
     }
 
     /// The same request, waited for by running `nic`'s engine if `nic` is
-    /// in manual progress.
+    /// in manual progress, and by polling `nic` for a while before sleeping
+    /// if it has an engine thread.
     pub(crate) fn driven_by(mut self, nic: &Nic) -> Self {
         if nic.progress_mode() == Progress::Manual {
             self.driver = Some(nic.clone());
+        } else {
+            self.spinner = Some(nic.clone());
         }
         self
     }
@@ -127,6 +137,27 @@ impl<T> Pending<T> {
     pub fn without_progress(mut self) -> Self {
         self.driver = None;
         self
+    }
+
+    /// A thread-progress wait: poll for the NIC's spin window, then sleep
+    /// on the result up to `timeout` (`None`: until it comes).
+    fn spin_then_wait(&self, nic: &Nic, timeout: Option<Duration>) -> Option<Result<T>> {
+        let spin = nic.spin_before_sleep(|| self.src.is_ready());
+        if spin.caught() {
+            if let Some(r) = self.src.try_take() {
+                return Some(r);
+            }
+        }
+        let r = match timeout {
+            Some(t) => self.src.wait_timeout(t),
+            None => loop {
+                if let Some(r) = self.src.wait_timeout(Duration::from_secs(3600)) {
+                    break Some(r);
+                }
+            },
+        };
+        nic.slept(spin, r.is_some());
+        r
     }
 
     /// True once the result arrived (and was not yet taken).
@@ -147,7 +178,10 @@ impl<T> Pending<T> {
     /// (the request stays pending).
     pub fn wait_timeout(&self, timeout: Duration) -> Option<Result<T>> {
         let Some(nic) = &self.driver else {
-            return self.src.wait_timeout(timeout);
+            return match &self.spinner {
+                Some(nic) => self.spin_then_wait(nic, Some(timeout)),
+                None => self.src.wait_timeout(timeout),
+            };
         };
         let t0 = Instant::now();
         loop {
@@ -168,6 +202,11 @@ impl<T> Pending<T> {
     /// Blocks until the result arrives.
     pub fn wait(self) -> Result<T> {
         if self.driver.is_none() {
+            if let Some(nic) = &self.spinner {
+                if let Some(r) = self.spin_then_wait(nic, None) {
+                    return r;
+                }
+            }
             return self.src.wait();
         }
         loop {

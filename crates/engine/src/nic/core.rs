@@ -316,6 +316,8 @@ pub(crate) struct Shared {
     /// While one polls, the engine thread leaves the link to it (see
     /// `worker`).
     pub(crate) busy_poll_ns: AtomicU64,
+    /// How long a manual-progress waiter polls before it sleeps.
+    pub(crate) spin: super::spin::SpinWindow,
     /// The `nic` span (field `local`), entered by every engine step and
     /// control call, so that ids in the logs name their NIC.
     pub(crate) span: tracing::Span,

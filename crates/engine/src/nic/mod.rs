@@ -72,6 +72,7 @@ mod post;
 mod receive;
 mod resources;
 mod rx_clock;
+mod spin;
 mod step;
 mod tables;
 mod trace;
@@ -81,6 +82,7 @@ mod worker;
 
 pub(crate) use self::core::{Core, Shared};
 pub use tables::{QpInit, QpShared, SrqShared};
+pub use worker::SpinReport;
 
 use self::core::{Deliveries, Io, Timers};
 use crate::config::{CmTimers, NicConfig, Progress};
@@ -338,6 +340,7 @@ impl Nic {
             capture,
             worker_wake_ns: AtomicU64::new(u64::MAX),
             busy_poll_ns: AtomicU64::new(0),
+            spin: spin::SpinWindow::new(config.spin_before_sleep),
             span: tracing::debug_span!(parent: None, "nic", %local),
         });
         if let Some(path) = &config.capture {

@@ -32,6 +32,7 @@
 //! [`Instant`](ndverbs_proto::time::Instant).
 
 use super::core::Shared;
+use super::spin::{preemptions, WaitOutcome};
 use super::Nic;
 use crate::config::Progress;
 use crate::error::EngineError;
@@ -153,6 +154,56 @@ impl Nic {
         true
     }
 
+    /// Before a thread-progress waiter sleeps on its own notification (a
+    /// CQ's, a request's): runs engine steps when no other thread does
+    /// ([`Nic::poll_step_before_sleep`]) until `ready` says its event came
+    /// or the NIC's spin window passes (see [`super::spin`]). If the spin
+    /// missed, the caller sleeps and reports the sleep with
+    /// [`SpinReport::slept`]. In manual progress, or with spinning off, it
+    /// looks once.
+    pub fn spin_before_sleep(&self, mut ready: impl FnMut() -> bool) -> SpinReport {
+        let window = if self.shared.mode == Progress::Manual {
+            Duration::ZERO
+        } else {
+            self.shared.spin.get()
+        };
+        let mut report = SpinReport {
+            window,
+            caught: ready(),
+            since: 0,
+        };
+        if report.caught || window.is_zero() {
+            report.since = monotonic_ns();
+            return report;
+        }
+        let preempted_before = preemptions();
+        let end = monotonic_ns().saturating_add(window.as_nanos() as u64);
+        loop {
+            // Not as a busy poller: the engine thread keeps the link (taking
+            // it over would wake that thread twice per wait, and each
+            // wake-up lands on a core a spinner holds).
+            self.poll_step_before_sleep();
+            if ready() {
+                self.shared.spin.record(WaitOutcome::Caught);
+                report.caught = true;
+                return report;
+            }
+            let now = monotonic_ns();
+            if now >= end {
+                report.since = now;
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        if preemptions() != preempted_before {
+            self.shared.spin.record(WaitOutcome::Preempted);
+            // Its sleep says nothing more.
+            report.window = Duration::ZERO;
+            report.since = 0;
+        }
+        report
+    }
+
     /// Ends the busy-poll hand-off (see the module docs): the application
     /// is about to sleep until a completion notifies it, so the engine
     /// thread must watch the link again, now.
@@ -208,7 +259,7 @@ impl Nic {
         // results (a phase that needed no packet, such as CompleteConnect):
         // return to the caller instead of sleeping on a link that is now
         // empty.
-        let took = delivered || rcvd.load(Ordering::Relaxed) != before;
+        let mut took = delivered || rcvd.load(Ordering::Relaxed) != before;
         let slept = if took || !self.shared.work.is_empty() {
             Ok(())
         } else {
@@ -216,7 +267,30 @@ impl Nic {
             let wait = deadline.map_or(timeout, |d| {
                 d.saturating_duration_since(self.now()).min(timeout)
             });
-            self.shared.wait(Some(wait))
+            // A long sleep has nothing to wait for but a new peer: no spin.
+            let window = if long {
+                Duration::ZERO
+            } else {
+                wait.min(self.shared.spin.get())
+            };
+            let spin = self.spin(window, before);
+            if spin == Spun::Caught {
+                took = true;
+                Ok(())
+            } else {
+                let t0 = monotonic_ns();
+                let woken = self.shared.wait(Some(wait));
+                if spin == Spun::Missed && !long {
+                    let slept = Duration::from_nanos(monotonic_ns().saturating_sub(t0));
+                    let timed_out = matches!(woken, Ok(false));
+                    self.shared.spin.record(WaitOutcome::Slept {
+                        spun: !window.is_zero(),
+                        slept,
+                        timed_out,
+                    });
+                }
+                woken.map(drop)
+            }
         };
         if long {
             self.shared.idle_sleep.store(false, Ordering::Relaxed);
@@ -226,6 +300,34 @@ impl Nic {
             self.progress();
         }
         Ok(())
+    }
+
+    /// Polls the link for up to `window` before a manual-progress sleep
+    /// (see [`super::spin`]): stepping until a packet arrives (the count
+    /// of datagrams taken moves past `rcvd_before`) or a post is queued.
+    fn spin(&self, window: Duration, rcvd_before: u64) -> Spun {
+        if window.is_zero() {
+            return Spun::Missed;
+        }
+        let rcvd = &self.shared.counters.rcvd_datagrams;
+        let preempted_before = preemptions();
+        let end = monotonic_ns().saturating_add(window.as_nanos() as u64);
+        loop {
+            self.progress();
+            if rcvd.load(Ordering::Relaxed) != rcvd_before || !self.shared.work.is_empty() {
+                self.shared.spin.record(WaitOutcome::Caught);
+                return Spun::Caught;
+            }
+            if monotonic_ns() >= end {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        if preemptions() != preempted_before {
+            self.shared.spin.record(WaitOutcome::Preempted);
+            return Spun::Preempted;
+        }
+        Spun::Missed
     }
 
     /// Ends a [`Nic::progress_wait_or_idle`] asleep in another thread: it
@@ -246,13 +348,14 @@ impl Shared {
     /// passes; drains the doorbell and notes an error condition of the link
     /// (`POLLERR`: its error queue wants reading, or `poll` would report it
     /// again at once).
-    fn wait(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+    /// Returns whether a descriptor woke it (false: the timeout did).
+    fn wait(&self, timeout: Option<Duration>) -> std::io::Result<bool> {
         let ev = wait_events(&[self.link_fd, self.doorbell.fd()], timeout)?;
         if ev.first().is_some_and(|e| e & libc::POLLERR != 0) {
             self.link_error.store(true, Ordering::Relaxed);
         }
         self.doorbell.drain();
-        Ok(())
+        Ok(ev.iter().any(|&e| e != 0))
     }
 
     /// Sleeps until the doorbell rings or `timeout` passes, leaving the link
@@ -269,6 +372,49 @@ impl Shared {
         // SeqCst: ordered with `sleeping`, as in `Nic::end_busy_poll`.
         handoff_left(self.busy_poll_ns.load(Ordering::SeqCst), now)
     }
+}
+
+/// How a thread-progress waiter's spin went ([`Nic::spin_before_sleep`]),
+/// to be completed by how its sleep went.
+#[derive(Debug)]
+#[must_use = "a spin that missed is followed by a sleep to report"]
+pub struct SpinReport {
+    window: Duration,
+    caught: bool,
+    /// When the sleep began (engine clock source, nanoseconds); 0: after a
+    /// preempted spin, nothing to report.
+    since: u64,
+}
+
+impl SpinReport {
+    /// The event came while spinning (or had already come).
+    pub fn caught(&self) -> bool {
+        self.caught
+    }
+
+    /// Reports the sleep that followed a missed spin: `woken` by the event
+    /// (false: by its timeout).
+    pub fn slept(self, nic: &Nic, woken: bool) {
+        if self.caught || self.since == 0 {
+            return;
+        }
+        nic.shared.spin.record(WaitOutcome::Slept {
+            spun: !self.window.is_zero(),
+            slept: Duration::from_nanos(monotonic_ns().saturating_sub(self.since)),
+            timed_out: !woken,
+        });
+    }
+}
+
+/// How a spin before a sleep ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spun {
+    /// A packet or a post came.
+    Caught,
+    /// The window passed (or was empty).
+    Missed,
+    /// The window passed, and the thread lost its core meanwhile.
+    Preempted,
 }
 
 /// How long an engine thread may leave the link to an application thread
@@ -355,7 +501,7 @@ pub(super) fn worker(weak: std::sync::Weak<Shared>) {
                 );
                 shared.wait_doorbell(wait)
             }
-            None => shared.wait(Some(wait)),
+            None => shared.wait(Some(wait)).map(drop),
         };
         shared.sleeping.store(false, Ordering::SeqCst);
     }

@@ -224,7 +224,11 @@ impl Device {
 
     /// Manual progress: sleeps until a packet or a post arrives, the next
     /// timer is due or `timeout` passes, then runs the engine once — what a
-    /// thread dedicated to a manual-progress device loops on.
+    /// thread dedicated to a manual-progress device loops on. It sleeps at
+    /// once; a thread waiting for an answer of its own waits on that
+    /// ([`Pending::wait_timeout`](crate::Pending::wait_timeout),
+    /// [`Cq::wait_one`]), which polls the link for an adaptive window
+    /// first ([`DeviceConfig::sleep_at_once`](crate::DeviceConfig::sleep_at_once)).
     pub fn progress_wait(&self, timeout: Duration) -> Result<()> {
         self.nic.progress_wait(timeout)
     }
@@ -539,7 +543,8 @@ impl Cq {
             if self.manual() {
                 self.inner
                     .dev
-                    .progress_wait(left.min(Duration::from_millis(10)))?;
+                    .nic
+                    .progress_wait_spinning(left.min(Duration::from_millis(10)), "Cq::wait_one")?;
             } else {
                 // Poll a little longer before sleeping, if that has been
                 // paying (`Nic::spin_before_sleep`).

@@ -342,6 +342,12 @@ impl Nic {
             .map_err(|e| err("Device::progress_wait", e))
     }
 
+    pub(crate) fn progress_wait_spinning(&self, timeout: Duration, op: &'static str) -> Result<()> {
+        self.0
+            .progress_wait_spinning(timeout)
+            .map_err(|e| err(op, e))
+    }
+
     pub(crate) fn progress_wait_or_idle(&self, timeout: Duration, idle: Duration) -> Result<()> {
         self.0
             .progress_wait_or_idle(timeout, idle)

@@ -192,7 +192,10 @@ impl<T> Pending<T> {
             if left.is_zero() {
                 return None;
             }
-            if nic.progress_wait(left.min(MANUAL_SLICE)).is_err() {
+            if nic
+                .progress_wait_spinning(left.min(MANUAL_SLICE), "Pending::wait")
+                .is_err()
+            {
                 // Removed: the removal ended every request, this one too.
                 return self.src.wait_timeout(left);
             }

@@ -326,65 +326,21 @@ pub fn lat(ip: IpAddr, peer: IpAddr, mode: Progress, iters: u64, client: bool) -
     }
 }
 
-/// How long a connection-rate side spins before it sleeps. Zero: measured on
-/// a loaded 2-vCPU machine, sleeping in the engine at once (it returns as
-/// soon as a packet or a result arrives) beat every spin tried (8k cycles/s
-/// against 5k with 20 µs and 300 with 500 µs: a spinning side takes the
-/// core its peer needs).
-const CONN_SPIN: Duration = Duration::ZERO;
-
-/// One turn of a manual-progress wait that began at `since`: spin for
-/// [`CONN_SPIN`], then sleep in the engine up to a millisecond at a time — a
-/// waiting side must not hold a core its peer needs (two spinning processes
-/// on a loaded 2-core machine lose whole scheduler ticks).
-fn turn(dev: &Device, since: Instant) {
-    if since.elapsed() < CONN_SPIN {
-        dev.progress();
-    } else {
-        let _ = dev.progress_wait(Duration::from_millis(1));
-    }
+/// Waits for an endpoint request as an application would (the wait runs
+/// the engine in manual mode, and spins before it sleeps while that pays:
+/// see `DeviceConfig::sleep_at_once`).
+fn drive<T>(p: Pending<T>, what: &str) -> Result<T> {
+    p.wait_timeout(Duration::from_secs(10))
+        .with_context(|| format!("{what}: no answer in 10 s"))?
+        .with_context(|| what.to_string())
 }
 
-/// Waits for an endpoint request, driving the engine in manual mode.
-fn drive<T>(dev: &Device, p: Pending<T>, what: &str) -> Result<T> {
-    let t = Instant::now();
-    loop {
-        if let Some(v) = p.try_take() {
-            return v.with_context(|| what.to_string());
-        }
-        ensure!(
-            t.elapsed() <= Duration::from_secs(10),
-            "{what}: no answer in 10 s"
-        );
-        if dev.progress_mode() == Progress::Manual {
-            turn(dev, t);
-        } else if let Some(v) = p.wait_timeout(Duration::from_millis(100)) {
-            return v.with_context(|| what.to_string());
-        }
-    }
-}
-
-fn wait_wc(dev: &Device, cq: &Cq, what: &str) -> Result<WorkCompletion> {
-    let t = Instant::now();
-    loop {
-        if let Some(w) = cq.poll_one() {
-            check(&w)?;
-            return Ok(w);
-        }
-        ensure!(
-            t.elapsed() <= Duration::from_secs(10),
-            "{what}: no completion in 10 s"
-        );
-        if dev.progress_mode() != Progress::Manual {
-            if let Some(w) = cq.wait_one(Duration::from_millis(100))? {
-                check(&w)?;
-                return Ok(w);
-            }
-        } else if t.elapsed() >= CONN_SPIN {
-            // `poll_one` ran the engine; past the spin, sleep in it instead.
-            let _ = dev.progress_wait(Duration::from_millis(1));
-        }
-    }
+fn wait_wc(cq: &Cq, what: &str) -> Result<WorkCompletion> {
+    let w = cq
+        .wait_one(Duration::from_secs(10))?
+        .with_context(|| format!("{what}: no completion in 10 s"))?;
+    check(&w)?;
+    Ok(w)
 }
 
 const CM_PORT: u16 = 7471;
@@ -406,19 +362,13 @@ pub fn conn_server(ip: IpAddr, mode: Progress) -> Result<()> {
         let qp = new_qp(&pd, &cq, 4)?;
         qp.post_recv(RecvWr::new(1, [mr.sge(0, 8)]))?;
         let req = listener.get_request(&ep)?;
-        let t = Instant::now();
         // Wait for a request, checking `stop` now and then.
         let got = loop {
-            if let Some(v) = req.try_take() {
+            if let Some(v) = req.wait_timeout(Duration::from_millis(50)) {
                 break Some(v);
             }
             if stop.load(Ordering::Relaxed) {
                 break None;
-            }
-            if mode == Progress::Manual {
-                turn(&dev, t);
-            } else if let Some(v) = req.wait_timeout(Duration::from_millis(50)) {
-                break Some(v);
             }
         };
         let Some(got) = got else { break };
@@ -434,15 +384,15 @@ pub fn conn_server(ip: IpAddr, mode: Progress) -> Result<()> {
                 private_data: vec![],
             },
         )?;
-        if drive(&dev, acc, "accept").is_err() {
+        if drive(acc, "accept").is_err() {
             continue;
         }
         let dn = ep.notify_disconnect()?;
-        if wait_wc(&dev, &cq, "receive").is_err() {
+        if wait_wc(&cq, "receive").is_err() {
             continue;
         }
-        let _ = drive(&dev, dn, "notify disconnect");
-        let _ = ep.disconnect(&qp).map(|p| drive(&dev, p, "disconnect"));
+        let _ = drive(dn, "notify disconnect");
+        let _ = ep.disconnect(&qp).map(|p| drive(p, "disconnect"));
         while cq.poll_one().is_some() {}
     }
     Ok(())
@@ -481,14 +431,14 @@ pub fn conn_client(ip: IpAddr, server: IpAddr, mode: Progress, secs: f64) -> Res
             path_mtu: PathMtu::Mtu4096,
             private_data: vec![],
         };
-        drive(&dev, ep.connect(&qp, args)?, "connect")?;
+        drive(ep.connect(&qp, args)?, "connect")?;
         let t1 = tc.elapsed();
-        drive(&dev, ep.complete_connect(&qp)?, "complete connect")?;
+        drive(ep.complete_connect(&qp)?, "complete connect")?;
         let t2 = tc.elapsed();
         qp.post_send(SendWr::new(7, SendOp::Send, [mr.sge(0, 8)]))?;
-        wait_wc(&dev, &cq, "send")?;
+        wait_wc(&cq, "send")?;
         let t3 = tc.elapsed();
-        drive(&dev, ep.disconnect(&qp)?, "disconnect")?;
+        drive(ep.disconnect(&qp)?, "disconnect")?;
         let t4 = tc.elapsed();
         phases[0] += t1;
         phases[1] += t2 - t1;
@@ -566,8 +516,8 @@ pub fn scale(a: IpAddr, b: IpAddr, qps: u32, idle_secs: f64) -> Result<()> {
     for (qa, qb) in [pairs.first(), pairs.last()].into_iter().flatten() {
         qb.post_recv(RecvWr::new(1, [mb.sge(0, 64)]))?;
         qa.post_send(SendWr::new(2, SendOp::Send, [ma.sge(0, 64)]))?;
-        wait_wc(&da, &ca, "scale send")?;
-        wait_wc(&db, &cb, "scale receive")?;
+        wait_wc(&ca, "scale send")?;
+        wait_wc(&cb, "scale receive")?;
     }
     std::thread::sleep(Duration::from_millis(300));
     let after = rss();

@@ -26,6 +26,7 @@
 //! | `step` | the engine loop as a list of named stages |
 //! | `receive`, `transmit`, `batch` | packets in; packets out in GSO runs, ACK postponement |
 //! | `worker` | the worker thread, manual progress, the clock |
+//! | `spin` | how long a waiter polls before it sleeps: an adaptive window with a back-off |
 //! | `resources` | the live objects for `ndv res` (see [`crate::resources`]) |
 //! | `counter_sum` | the QPs' counters summed for a snapshot, a chunk per hold of the lock |
 //! | `trace` | what is logged, cheaply |

@@ -27,6 +27,16 @@
 //! an ACK left waiting when the poller stops goes when the engine thread
 //! next wakes, within the hand-off (a thread asleep for longer is woken).
 //!
+//! **Spinning before sleeping.** A thread that waits for an answer of its
+//! own polls the link for a while before it sleeps, so an answer that comes
+//! within microseconds costs no wake-up: in manual progress
+//! [`Nic::progress_wait_spinning`] (what verbs' request and completion
+//! waits call), with an engine thread [`Nic::spin_before_sleep`] (steps
+//! only when no other thread runs one; the engine thread keeps the link).
+//! The window adapts and backs off where spinning does not pay
+//! ([`super::spin`]); [`Nic::progress_wait`], for a thread that runs the
+//! engine for others, and the engine thread itself never spin.
+//!
 //! Time is `CLOCK_MONOTONIC` in nanoseconds since the NIC opened, read once
 //! per step and passed to the sans-IO state machines as an
 //! [`Instant`](ndverbs_proto::time::Instant).

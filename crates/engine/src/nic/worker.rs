@@ -34,7 +34,7 @@
 //! waits call), with an engine thread [`Nic::spin_before_sleep`] (steps
 //! only when no other thread runs one; the engine thread keeps the link).
 //! The window adapts and backs off where spinning does not pay
-//! ([`super::spin`]); [`Nic::progress_wait`], for a thread that runs the
+//! (`nic/spin.rs`); [`Nic::progress_wait`], for a thread that runs the
 //! engine for others, and the engine thread itself never spin.
 //!
 //! Time is `CLOCK_MONOTONIC` in nanoseconds since the NIC opened, read once
@@ -167,7 +167,7 @@ impl Nic {
     /// Before a thread-progress waiter sleeps on its own notification (a
     /// CQ's, a request's): runs engine steps when no other thread does
     /// ([`Nic::poll_step_before_sleep`]) until `ready` says its event came
-    /// or the NIC's spin window passes (see [`super::spin`]). If the spin
+    /// or the NIC's spin window passes (see `nic/spin.rs`). If the spin
     /// missed, the caller sleeps and reports the sleep with
     /// [`SpinReport::slept`]. In manual progress, or with spinning off, it
     /// looks once.
@@ -238,7 +238,7 @@ impl Nic {
 
     /// [`Nic::progress_wait`] for a thread that waits for an answer of its
     /// own (a request's result, a completion): it polls the link for the
-    /// NIC's adaptive spin window first (see [`super::spin`]), so an answer
+    /// NIC's adaptive spin window first (see `nic/spin.rs`), so an answer
     /// that comes within microseconds costs no wake-up.
     pub fn progress_wait_spinning(&self, timeout: Duration) -> Result<(), EngineError> {
         self.wait_then_step(timeout, timeout, true)
@@ -335,7 +335,7 @@ impl Nic {
     }
 
     /// Polls the link for up to `window` before a manual-progress sleep
-    /// (see [`super::spin`]): stepping until a packet arrives (the count
+    /// (see `nic/spin.rs`): stepping until a packet arrives (the count
     /// of datagrams taken moves past `rcvd_before`) or a post is queued.
     fn spin(&self, window: Duration, rcvd_before: u64) -> Spun {
         if window.is_zero() {

@@ -192,3 +192,32 @@ fn ipv6_device_while_another_process_owns_it() {
     );
     assert!(!list.contains("GID[  0]:\t\tfe80:"), "{list}");
 }
+
+/// The `NDV_*` switches every tool reads are checked, not guessed at: a
+/// word that is neither position is refused with the variable named, and
+/// either position (or the empty string) is taken.
+#[test]
+fn a_malformed_switch_in_the_environment_is_refused() {
+    for (var, bad) in [("NDV_SPIN", "sometimes"), ("NDV_CC", "dcqcn")] {
+        let o = Command::new(NDV)
+            .arg("devinfo")
+            .env(var, bad)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{var}={bad} accepted");
+        assert!(err.contains(&format!("{var}={bad}: expected")), "{err}");
+    }
+    for (var, good) in [("NDV_SPIN", "off"), ("NDV_SPIN", "on"), ("NDV_SPIN", "")] {
+        let o = Command::new(NDV)
+            .arg("devinfo")
+            .env(var, good)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{var}={good}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}

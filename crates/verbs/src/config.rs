@@ -199,6 +199,21 @@ pub struct DeviceConfig {
     pub sleep_at_once: bool,
 }
 
+/// A two-way switch in the environment: unset, empty or `default` is
+/// false, `other` true, anything else an [`ErrorKind::InvalidArgument`].
+fn env_switch(var: &str, default: &str, other: &str) -> Result<bool> {
+    match std::env::var(var).as_deref().map(str::trim) {
+        Err(_) | Ok("") => Ok(false),
+        Ok(v) if v == default => Ok(false),
+        Ok(v) if v == other => Ok(true),
+        Ok(v) => Err(Error::new(
+            ErrorKind::InvalidArgument,
+            "DeviceConfig::from_env",
+            format!("{var}={v}: expected {other} or {default}"),
+        )),
+    }
+}
+
 impl DeviceConfig {
     /// The configuration the `NDV_*` environment variables ask for — the
     /// only place verbs reads them: [`PCAP_ENV`] (`NDV_PCAP=FILE`: capture),
@@ -212,28 +227,8 @@ impl DeviceConfig {
     /// `NDV_FAULTS`, `NDV_METRICS`, `NDV_CC` or `NDV_SPIN` is an
     /// [`ErrorKind::InvalidArgument`] rather than silently ignored.
     pub fn from_env() -> Result<DeviceConfig> {
-        let congestion_control = match std::env::var(CC_ENV).as_deref().map(str::trim) {
-            Err(_) | Ok("" | "off") => false,
-            Ok("swift") => true,
-            Ok(other) => {
-                return Err(Error::new(
-                    ErrorKind::InvalidArgument,
-                    "DeviceConfig::from_env",
-                    format!("{CC_ENV}={other}: expected swift or off"),
-                ))
-            }
-        };
-        let sleep_at_once = match std::env::var(SPIN_ENV).as_deref().map(str::trim) {
-            Err(_) | Ok("" | "on") => false,
-            Ok("off") => true,
-            Ok(other) => {
-                return Err(Error::new(
-                    ErrorKind::InvalidArgument,
-                    "DeviceConfig::from_env",
-                    format!("{SPIN_ENV}={other}: expected on or off"),
-                ))
-            }
-        };
+        let congestion_control = env_switch(CC_ENV, "off", "swift")?;
+        let sleep_at_once = env_switch(SPIN_ENV, "on", "off")?;
         let faults = match std::env::var(FAULTS_ENV) {
             Ok(spec) if !spec.trim().is_empty() => {
                 Some(FaultConfig::parse(&spec).map_err(|e| {

@@ -26,6 +26,7 @@ fn every_row_of_the_table_comes_out() {
             "--server-ip",
             &server.to_string(),
         ])
+        .env_remove("NDV_SPIN")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -33,6 +34,11 @@ fn every_row_of_the_table_comes_out() {
     assert!(
         out.status.success(),
         "ndv bench failed:\n{stdout}\n{stderr}"
+    );
+    // The header says how the sides wait (P3 depends on it several-fold).
+    assert!(
+        stdout.contains("\nwaits: spin before sleeping, adaptive"),
+        "{stdout}"
     );
     let mut rows = vec![
         "| P1 ",

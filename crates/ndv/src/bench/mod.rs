@@ -361,6 +361,13 @@ impl Bench<'_> {
             a.rounds, a.secs, a.iters
         );
         println!("{}", machine());
+        // P3 depends on it several-fold on a quiet machine: say which.
+        let spin = std::env::var(ndverbs_verbs::SPIN_ENV);
+        if spin.as_deref().map(str::trim) == Ok("off") {
+            println!("waits: sleep at once ({}=off)", ndverbs_verbs::SPIN_ENV);
+        } else {
+            println!("waits: spin before sleeping, adaptive (the default)");
+        }
         if let (Some(lo), Some(hi)) = (handoffs.iter().min(), handoffs.iter().max()) {
             println!(
                 "cross-CPU cache-line handoff: {}–{} ns over the rounds (a ratio compares runs in the same state)",

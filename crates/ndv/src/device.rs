@@ -30,6 +30,11 @@ pub fn configure(pcap: Option<&Path>) -> Result<()> {
     Ok(())
 }
 
+/// Whether the configured devices' waits sleep at once (`NDV_SPIN=off`).
+pub fn sleeps_at_once() -> bool {
+    CONFIG.get().is_some_and(|c| c.sleep_at_once)
+}
+
 /// The configuration with `progress`.
 fn config(progress: Progress) -> DeviceConfig {
     DeviceConfig {

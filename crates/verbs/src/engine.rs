@@ -22,7 +22,8 @@ use ndverbs_engine::ep::{EpError, QpIdent};
 use ndverbs_engine::error::EngineError;
 use ndverbs_engine::link::faults::FaultConfig as EngineFaults;
 use ndverbs_engine::mr::{MemError, Region, RegionBuf};
-use ndverbs_engine::nic::{Nic as EngineNic, QpInit, QpShared, SpinReport, SrqShared};
+pub(crate) use ndverbs_engine::nic::SpinReport;
+use ndverbs_engine::nic::{Nic as EngineNic, QpInit, QpShared, SrqShared};
 use ndverbs_proto::mem::{Access, AccessError, WindowBind};
 use ndverbs_proto::rc::{
     AttrMask, Counters, PathMtu, QpAttr, QpCaps, QpState, RecvWr, SendWr, WorkCompletion,

@@ -19,7 +19,7 @@
 //! waiter looks at its result at least every 10 ms.
 
 use crate::config::Progress;
-use crate::engine::Nic;
+use crate::engine::{Nic, SpinReport};
 use crate::{Error, Result};
 use std::future::Future;
 use std::pin::Pin;
@@ -139,25 +139,16 @@ impl<T> Pending<T> {
         self
     }
 
-    /// A thread-progress wait: poll for the NIC's spin window, then sleep
-    /// on the result up to `timeout` (`None`: until it comes).
-    fn spin_then_wait(&self, nic: &Nic, timeout: Option<Duration>) -> Option<Result<T>> {
+    /// Thread progress: polls for the NIC's spin window before a sleep;
+    /// the result if it came, and the report the sleep completes.
+    fn spin(&self, nic: &Nic) -> (Option<Result<T>>, SpinReport) {
         let spin = nic.spin_before_sleep(|| self.src.is_ready());
-        if spin.caught() {
-            if let Some(r) = self.src.try_take() {
-                return Some(r);
-            }
-        }
-        let r = match timeout {
-            Some(t) => self.src.wait_timeout(t),
-            None => loop {
-                if let Some(r) = self.src.wait_timeout(Duration::from_secs(3600)) {
-                    break Some(r);
-                }
-            },
+        let r = if spin.caught() {
+            self.src.try_take()
+        } else {
+            None
         };
-        nic.slept(spin, r.is_some());
-        r
+        (r, spin)
     }
 
     /// True once the result arrived (and was not yet taken).
@@ -178,10 +169,16 @@ impl<T> Pending<T> {
     /// (the request stays pending).
     pub fn wait_timeout(&self, timeout: Duration) -> Option<Result<T>> {
         let Some(nic) = &self.driver else {
-            return match &self.spinner {
-                Some(nic) => self.spin_then_wait(nic, Some(timeout)),
-                None => self.src.wait_timeout(timeout),
+            let Some(nic) = &self.spinner else {
+                return self.src.wait_timeout(timeout);
             };
+            let (r, spin) = self.spin(nic);
+            if r.is_some() {
+                return r;
+            }
+            let r = self.src.wait_timeout(timeout);
+            nic.slept(spin, r.is_some());
+            return r;
         };
         let t0 = Instant::now();
         loop {
@@ -205,12 +202,16 @@ impl<T> Pending<T> {
     /// Blocks until the result arrives.
     pub fn wait(self) -> Result<T> {
         if self.driver.is_none() {
-            if let Some(nic) = &self.spinner {
-                if let Some(r) = self.spin_then_wait(nic, None) {
-                    return r;
-                }
+            let Some(nic) = self.spinner.clone() else {
+                return self.src.wait();
+            };
+            let (r, spin) = self.spin(&nic);
+            if let Some(r) = r {
+                return r;
             }
-            return self.src.wait();
+            let r = self.src.wait();
+            nic.slept(spin, true);
+            return r;
         }
         loop {
             if let Some(r) = self.wait_timeout(Duration::from_secs(3600)) {

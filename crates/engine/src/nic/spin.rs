@@ -155,7 +155,7 @@ impl SpinState {
 
 /// One NIC's [`SpinState`], shared by its waiting threads (they race
 /// benignly: the window is a hint).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct SpinWindow {
     state: AtomicU64,
     /// Never spin (`NicConfig::spin_before_sleep` off).

@@ -172,45 +172,67 @@ impl Nic {
     /// [`SpinReport::slept`]. In manual progress, or with spinning off, it
     /// looks once.
     pub fn spin_before_sleep(&self, mut ready: impl FnMut() -> bool) -> SpinReport {
+        if ready() {
+            return SpinReport {
+                window: Duration::ZERO,
+                caught: true,
+                since: 0,
+            };
+        }
         let window = if self.shared.mode == Progress::Manual {
             Duration::ZERO
         } else {
             self.shared.spin.get()
         };
+        // Not as a busy poller: the engine thread keeps the link (taking it
+        // over would wake that thread twice per wait, and each wake-up lands
+        // on a core a spinner holds).
+        self.spin_for(
+            window,
+            || {
+                self.poll_step_before_sleep();
+            },
+            ready,
+        )
+    }
+
+    /// Spins up to `window`: runs `step`, then asks `ready`, until it says
+    /// yes or the window passes; records a catch or a lost core (see
+    /// `nic/spin.rs`). A report of a missed spin holds when the sleep after
+    /// it began.
+    fn spin_for(
+        &self,
+        window: Duration,
+        mut step: impl FnMut(),
+        mut ready: impl FnMut() -> bool,
+    ) -> SpinReport {
         let mut report = SpinReport {
             window,
-            caught: ready(),
+            caught: false,
             since: 0,
         };
-        if report.caught || window.is_zero() {
-            report.since = monotonic_ns();
-            return report;
-        }
-        let preempted_before = preemptions();
-        let end = monotonic_ns().saturating_add(window.as_nanos() as u64);
-        loop {
-            // Not as a busy poller: the engine thread keeps the link (taking
-            // it over would wake that thread twice per wait, and each
-            // wake-up lands on a core a spinner holds).
-            self.poll_step_before_sleep();
-            if ready() {
-                self.shared.spin.record(WaitOutcome::Caught);
-                report.caught = true;
+        if !window.is_zero() {
+            let preempted_before = preemptions();
+            let end = monotonic_ns().saturating_add(window.as_nanos() as u64);
+            loop {
+                step();
+                if ready() {
+                    self.shared.spin.record(WaitOutcome::Caught);
+                    report.caught = true;
+                    return report;
+                }
+                if monotonic_ns() >= end {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+            if preemptions() != preempted_before {
+                // Its sleep says nothing more.
+                self.shared.spin.record(WaitOutcome::Preempted);
                 return report;
             }
-            let now = monotonic_ns();
-            if now >= end {
-                report.since = now;
-                break;
-            }
-            std::hint::spin_loop();
         }
-        if preemptions() != preempted_before {
-            self.shared.spin.record(WaitOutcome::Preempted);
-            // Its sleep says nothing more.
-            report.window = Duration::ZERO;
-            report.since = 0;
-        }
+        report.since = monotonic_ns();
         report
     }
 
@@ -299,27 +321,25 @@ impl Nic {
             let wait = deadline.map_or(timeout, |d| {
                 d.saturating_duration_since(self.now()).min(timeout)
             });
-            // A long sleep has nothing to wait for but a new peer: no spin.
-            let window = if long || !spinning {
-                Duration::ZERO
-            } else {
-                wait.min(self.shared.spin.get())
-            };
-            let spin = self.spin(window, before);
-            if spin == Spun::Caught {
+            // A long sleep has nothing to wait for but a new peer: no spin,
+            // and nothing to learn about spinning.
+            let spin = (spinning && !long).then(|| {
+                let rcvd_moved = || rcvd.load(Ordering::Relaxed) != before;
+                self.spin_for(
+                    wait.min(self.shared.spin.get()),
+                    || {
+                        self.progress();
+                    },
+                    || rcvd_moved() || !self.shared.work.is_empty(),
+                )
+            });
+            if spin.as_ref().is_some_and(SpinReport::caught) {
                 took = true;
                 Ok(())
             } else {
-                let t0 = monotonic_ns();
                 let woken = self.shared.wait(Some(wait));
-                if spin == Spun::Missed && spinning && !long {
-                    let slept = Duration::from_nanos(monotonic_ns().saturating_sub(t0));
-                    let timed_out = matches!(woken, Ok(false));
-                    self.shared.spin.record(WaitOutcome::Slept {
-                        spun: !window.is_zero(),
-                        slept,
-                        timed_out,
-                    });
+                if let Some(spin) = spin {
+                    spin.slept(self, !matches!(woken, Ok(false)));
                 }
                 woken.map(drop)
             }
@@ -332,34 +352,6 @@ impl Nic {
             self.progress();
         }
         Ok(())
-    }
-
-    /// Polls the link for up to `window` before a manual-progress sleep
-    /// (see `nic/spin.rs`): stepping until a packet arrives (the count
-    /// of datagrams taken moves past `rcvd_before`) or a post is queued.
-    fn spin(&self, window: Duration, rcvd_before: u64) -> Spun {
-        if window.is_zero() {
-            return Spun::Missed;
-        }
-        let rcvd = &self.shared.counters.rcvd_datagrams;
-        let preempted_before = preemptions();
-        let end = monotonic_ns().saturating_add(window.as_nanos() as u64);
-        loop {
-            self.progress();
-            if rcvd.load(Ordering::Relaxed) != rcvd_before || !self.shared.work.is_empty() {
-                self.shared.spin.record(WaitOutcome::Caught);
-                return Spun::Caught;
-            }
-            if monotonic_ns() >= end {
-                break;
-            }
-            std::hint::spin_loop();
-        }
-        if preemptions() != preempted_before {
-            self.shared.spin.record(WaitOutcome::Preempted);
-            return Spun::Preempted;
-        }
-        Spun::Missed
     }
 
     /// Ends a [`Nic::progress_wait_or_idle`] asleep in another thread: it
@@ -413,8 +405,8 @@ impl Shared {
 pub struct SpinReport {
     window: Duration,
     caught: bool,
-    /// When the sleep began (engine clock source, nanoseconds); 0: after a
-    /// preempted spin, nothing to report.
+    /// When the sleep began (engine clock source, nanoseconds); 0: nothing
+    /// to report (the event came, or the spin lost its core).
     since: u64,
 }
 
@@ -436,17 +428,6 @@ impl SpinReport {
             timed_out: !woken,
         });
     }
-}
-
-/// How a spin before a sleep ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Spun {
-    /// A packet or a post came.
-    Caught,
-    /// The window passed (or was empty).
-    Missed,
-    /// The window passed, and the thread lost its core meanwhile.
-    Preempted,
 }
 
 /// How long an engine thread may leave the link to an application thread

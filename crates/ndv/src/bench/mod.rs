@@ -362,8 +362,7 @@ impl Bench<'_> {
         );
         println!("{}", machine());
         // P3 depends on it several-fold on a quiet machine: say which.
-        let spin = std::env::var(ndverbs_verbs::SPIN_ENV);
-        if spin.as_deref().map(str::trim) == Ok("off") {
+        if crate::device::sleeps_at_once() {
             println!("waits: sleep at once ({}=off)", ndverbs_verbs::SPIN_ENV);
         } else {
             println!("waits: spin before sleeping, adaptive (the default)");

@@ -5,6 +5,7 @@
 use ndverbs_testkit::addr;
 use ndverbs_testkit::guest::{Guest, Listen, GUEST, HOST};
 use ndverbs_testkit::process::{self, Running, LIMIT};
+use ndverbs_testkit::rping;
 use serde_json::Value;
 use std::process::Command;
 
@@ -118,7 +119,10 @@ fn rping_server_ndv_client() {
     let out = c.text();
     let (ok_g, out_g) = g.wait(job);
     capture.stop();
-    assert!(c.ok && ok_g, "ndv:\n{out}\nrping:\n{out_g}");
+    assert!(
+        c.ok && rping::ended_well(ok_g, &out_g),
+        "ndv:\n{out}\nrping:\n{out_g}"
+    );
     check_pings(&out, "ping data: ");
     check_pings(&out_g, "server ping data: ");
     check_cm(&pcap, HOST, GUEST);
@@ -138,7 +142,10 @@ fn ndv_server_rping_client() {
     let s = server.wait(LIMIT);
     let out_s = s.text();
     capture.stop();
-    assert!(ok_g && s.ok, "rping:\n{out_g}\nndv:\n{out_s}");
+    assert!(
+        rping::ended_well(ok_g, &out_g) && s.ok,
+        "rping:\n{out_g}\nndv:\n{out_s}"
+    );
     check_pings(&out_g, "ping data: ");
     check_pings(&out_s, "server ping data: ");
     check_cm(&pcap, GUEST, HOST);

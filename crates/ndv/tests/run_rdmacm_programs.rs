@@ -30,6 +30,7 @@ mod pcapcheck;
 use ndverbs_testkit::guest::{Guest, Listen, GUEST, HOST};
 use ndverbs_testkit::netns::Netns;
 use ndverbs_testkit::process::{self, Finished, Running, LIMIT};
+use ndverbs_testkit::rping;
 use programs::{both_ok, installed, ndv_run, ndv_tool, rows, veth, A, B, NDV};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -89,6 +90,18 @@ fn server_then_client(
     let c = Running::spawn(client).wait(LIMIT);
     let s = s.wait(LIMIT);
     (c, s)
+}
+
+/// Both sides (rping, or ndv ping) ended well ([`rping::ended_well`]);
+/// panics with both outputs otherwise.
+#[track_caller]
+fn rpings_ok(c: &Finished, s: &Finished) -> (String, String) {
+    let (tc, ts) = (c.text(), s.text());
+    assert!(
+        rping::ended_well(c.ok, &tc) && rping::ended_well(s.ok, &ts),
+        "client:\n{tc}\nserver:\n{ts}"
+    );
+    (tc, ts)
 }
 
 #[track_caller]
@@ -157,7 +170,7 @@ fn rping_itself_over_veth_bound_and_wildcard_server() {
             &["-c", "-a", A, "-p", "7401", "-C", "3", "-v", "-V"],
         ),
     );
-    let (tc, ts) = both_ok(&c, &s);
+    let (tc, ts) = rpings_ok(&c, &s);
     check_pings(&tc, "ping data: ");
     check_pings(&ts, "server ping data: ");
     // Bound to nothing: listens on every device (lo and the veth), and the
@@ -172,7 +185,7 @@ fn rping_itself_over_veth_bound_and_wildcard_server() {
             &["-c", "-a", A, "-p", "7402", "-C", "3", "-v", "-V"],
         ),
     );
-    let (tc, ts) = both_ok(&c, &s);
+    let (tc, ts) = rpings_ok(&c, &s);
     check_pings(&tc, "ping data: ");
     check_pings(&ts, "server ping data: ");
 }
@@ -205,7 +218,7 @@ fn rping_self_created_qp_itself_and_with_a_plain_rping() {
             &mut ndv_run(&a, "rping", &server),
             &mut ndv_run(&b, "rping", &client),
         );
-        let (tc, ts) = both_ok(&c, &s);
+        let (tc, ts) = rpings_ok(&c, &s);
         check_pings(&tc, "ping data: ");
         check_pings(&ts, "server ping data: ");
     }
@@ -226,7 +239,7 @@ fn rping_against_ndv_ping_both_roles() {
             &["-c", "-a", A, "-p", "7403", "-C", "3", "-v", "-V"],
         ),
     );
-    let (tc, ts) = both_ok(&c, &s);
+    let (tc, ts) = rpings_ok(&c, &s);
     check_pings(&tc, "ping data: ");
     check_pings(&ts, "server ping data: ");
     let (c, s) = server_then_client(
@@ -238,7 +251,7 @@ fn rping_against_ndv_ping_both_roles() {
             &["ping", "-c", "-a", A, "-p", "7404", "-C", "3", "-v", "-V"],
         ),
     );
-    let (tc, ts) = both_ok(&c, &s);
+    let (tc, ts) = rpings_ok(&c, &s);
     check_pings(&tc, "ping data: ");
     check_pings(&ts, "server ping data: ");
 }
@@ -555,7 +568,11 @@ fn rping_against_rxe_both_roles() {
         "rping",
         &["-c", "-a", GUEST, "-p", "7411", "-C", "3", "-v", "-V"],
     );
-    assert!(c.ok && ok_g, "ours:\n{}\nrxe:\n{out_g}", c.text());
+    let tc = c.text();
+    assert!(
+        rping::ended_well(c.ok, &tc) && rping::ended_well(ok_g, &out_g),
+        "ours:\n{tc}\nrxe:\n{out_g}"
+    );
     check_pings(&c.text(), "ping data: ");
     check_pings(&out_g, "server ping data: ");
     let (s, (ok_g, out_g)) = we_serve(
@@ -564,7 +581,11 @@ fn rping_against_rxe_both_roles() {
         &["-s", "-a", HOST, "-p", "7412", "-C", "3", "-v"],
         &format!("rping -c -a {HOST} -p 7412 -C 3 -v -V"),
     );
-    assert!(s.ok && ok_g, "ours:\n{}\nrxe:\n{out_g}", s.text());
+    let ts = s.text();
+    assert!(
+        rping::ended_well(s.ok, &ts) && rping::ended_well(ok_g, &out_g),
+        "ours:\n{ts}\nrxe:\n{out_g}"
+    );
     check_pings(&s.text(), "server ping data: ");
     check_pings(&out_g, "ping data: ");
 }
@@ -581,7 +602,11 @@ fn rping_self_created_qp_against_rxe_both_roles() {
         "rping",
         &["-c", "-q", "-a", GUEST, "-p", "7423", "-C", "3", "-v", "-V"],
     );
-    assert!(c.ok && ok_g, "ours:\n{}\nrxe:\n{out_g}", c.text());
+    let tc = c.text();
+    assert!(
+        rping::ended_well(c.ok, &tc) && rping::ended_well(ok_g, &out_g),
+        "ours:\n{tc}\nrxe:\n{out_g}"
+    );
     check_pings(&c.text(), "ping data: ");
     check_pings(&out_g, "server ping data: ");
     let (s, (ok_g, out_g)) = we_serve(
@@ -590,7 +615,11 @@ fn rping_self_created_qp_against_rxe_both_roles() {
         &["-s", "-q", "-a", HOST, "-p", "7424", "-C", "3", "-v"],
         &format!("rping -c -q -a {HOST} -p 7424 -C 3 -v -V"),
     );
-    assert!(s.ok && ok_g, "ours:\n{}\nrxe:\n{out_g}", s.text());
+    let ts = s.text();
+    assert!(
+        rping::ended_well(s.ok, &ts) && rping::ended_well(ok_g, &out_g),
+        "ours:\n{ts}\nrxe:\n{out_g}"
+    );
     check_pings(&s.text(), "server ping data: ");
     check_pings(&out_g, "ping data: ");
 }
@@ -620,7 +649,11 @@ fn rping_against_rxe_captured_and_decoded() {
     .wait(LIMIT);
     let (ok_g, out_g) = g.wait(job);
     capture.stop();
-    assert!(c.ok && ok_g, "ours:\n{}\nrxe:\n{out_g}", c.text());
+    let tc = c.text();
+    assert!(
+        rping::ended_well(c.ok, &tc) && rping::ended_well(ok_g, &out_g),
+        "ours:\n{tc}\nrxe:\n{out_g}"
+    );
     check_pings(&c.text(), "ping data: ");
     // Ours: ndv decode and tshark agree on every frame (pcapcheck).
     let s = pcapcheck::check(&ours);

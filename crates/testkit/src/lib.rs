@@ -10,6 +10,7 @@
 //! | IPv6 on `lo`, a real link with an MTU, a link to take down, kernel packet loss | [`netns`]: [`netns::Netns`] with addresses, a veth pair, nftables rules, code or programs run inside; removed on drop |
 //! | Linux Soft-RoCE and rdma-core's tools as the peer | [`guest`]: [`guest::Guest`], its namespace, jobs, listening checks, captures |
 //! | an `ndv` server, then a client | [`process`]: [`process::start_server`] returns once the server logged that it is ready; [`process::server_then_client`] runs both |
+//! | whether a run of Debian 12's `rping` ended well (its CM thread's exit race, fixed upstream later) | [`rping`]: [`rping::ended_well`] |
 //! | two connected verbs devices and bulk transfers | [`verbs`]: [`verbs::Pair`], the RC ladder ([`verbs::RcParams`]), [`verbs::Pump`] |
 //! | ND completions | [`nd::results`] |
 //!
@@ -32,5 +33,6 @@ pub mod guest;
 pub mod nd;
 pub mod netns;
 pub mod process;
+pub mod rping;
 pub mod skip;
 pub mod verbs;

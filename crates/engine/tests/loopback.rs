@@ -16,7 +16,7 @@ use ndverbs_proto::rc::{
 use ndverbs_wire::ext::{Aeth, Syndrome};
 use ndverbs_wire::{bth::Bth, opcode::Opcode, packet::Packet};
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 fn fill(s: &Side, off: usize, len: usize, seed: u64) {
     s.mr.write(off, &pattern(seed, len)).unwrap();
@@ -547,6 +547,63 @@ fn a_postponed_ack_waits_through_empty_polls_but_not_forever() {
     assert_eq!(peer.next_packet(), Some((Opcode::RC_ACK, peer_psn + 2)));
 }
 
+/// A counter snapshot reuses the last sum while no QP's counters moved
+/// (`nic/counter_sum.rs`), and sums again after traffic and after what
+/// timers alone do (retransmissions to a peer that went away).
+#[test]
+fn counter_snapshots_are_summed_again_only_after_counters_move() {
+    let (a, b) = pair(Progress::Thread, PathMtu::Mtu1024, 1 << 16);
+    // Idle QPs: the sum takes several chunks of four (each chunk one call
+    // of the callback), so a sum shows as calls and a reuse as none.
+    let idle: Vec<Side> = (0..20)
+        .map(|_| Side::in_pd(a.nic.clone(), a.pd, Shape::deep(64)))
+        .collect();
+    let summed = |s: &Side| {
+        let mut calls = 0;
+        let stats = s.nic.stats_in_chunks(4, true, &mut || calls += 1);
+        (stats, calls)
+    };
+    let traffic = |n: u64| {
+        for i in 0..n {
+            b.post_recv(i, 0, 4096);
+            a.post_send(SendWr::new(i, SendOp::Send, vec![a.sge(0, 3000)]));
+        }
+        wait_n(&b, n as usize);
+        wait_n(&a, n as usize);
+    };
+    traffic(3);
+    // Once the engine is quiet (a late ACK or timer may still move things),
+    // a snapshot right after another reuses its sum.
+    let t0 = Instant::now();
+    let last = loop {
+        let (first, _) = summed(&a);
+        let (second, calls) = summed(&a);
+        if calls == 0 {
+            assert_eq!(first.pairs(), second.pairs());
+            break second;
+        }
+        assert!(t0.elapsed() < WC_LIMIT, "every snapshot summed again");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    // Traffic moves the counters: summed again, and the sum shows it.
+    traffic(1);
+    let (after, calls) = summed(&a);
+    assert!(calls > 0, "a snapshot after traffic reused the old sum");
+    assert!(after.get("sent_pkts") > last.get("sent_pkts"));
+    // Retransmissions on the ACK timer, with nothing posted or received.
+    b.nic.destroy_qp(b.qp.qpn()).unwrap();
+    a.post_send(SendWr::new(9, SendOp::Send, vec![a.sge(0, 64)]));
+    let t0 = Instant::now();
+    while summed(&a).0.get("completer_retry_err") == after.get("completer_retry_err") {
+        assert!(
+            t0.elapsed() < WC_LIMIT,
+            "no retransmission seen by a snapshot"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(idle);
+}
+
 /// A counter snapshot sums the QPs a few at a time, letting the engine go
 /// in between (`nic/counter_sum.rs`): it adds up to what one pass under the
 /// lock gives, and a QP destroyed in the middle is counted once, not twice
@@ -565,8 +622,8 @@ fn counter_snapshots_in_chunks_count_every_qp_once() {
         .map(|_| Side::in_pd(a.nic.clone(), a.pd, Shape::deep(64)).qp.qpn())
         .collect();
     for s in [&a, &b] {
-        let whole = s.nic.stats_in_chunks(usize::MAX, &mut || {});
-        let chunked = s.nic.stats_in_chunks(4, &mut || {});
+        let whole = s.nic.stats_in_chunks(usize::MAX, false, &mut || {});
+        let chunked = s.nic.stats_in_chunks(4, false, &mut || {});
         assert_eq!(whole.pairs(), chunked.pairs());
     }
     let sent = a.nic.stats().get("sent_pkts");
@@ -575,7 +632,7 @@ fn counter_snapshots_in_chunks_count_every_qp_once() {
     // QPs, before it reaches it.
     let mut calls = 0;
     let qpn = a.qp.qpn();
-    let during = a.nic.stats_in_chunks(4, &mut || {
+    let during = a.nic.stats_in_chunks(4, false, &mut || {
         calls += 1;
         if calls == 1 {
             a.nic.destroy_qp(qpn).unwrap();
@@ -585,7 +642,7 @@ fn counter_snapshots_in_chunks_count_every_qp_once() {
     assert_eq!(during.get("sent_pkts"), sent);
     assert_eq!(
         during.pairs(),
-        a.nic.stats_in_chunks(usize::MAX, &mut || {}).pairs()
+        a.nic.stats_in_chunks(usize::MAX, false, &mut || {}).pairs()
     );
     for q in idle {
         a.nic.destroy_qp(q).unwrap();

@@ -15,6 +15,15 @@
 //! (read in a chunk, then again in `retired`) or not at all — so if
 //! `retired` changed since the list was taken, the sum is done again in one
 //! hold, as it always was.
+//!
+//! **A sum is reused while nothing moved.** Counters are published twice a
+//! second whether or not anything happens, and an idle process with
+//! thousands of QPs spent most of its CPU summing them again. The core
+//! counts the moments a QP's counters may change (`Core::qp_changes`: a
+//! step that finished with work, a packet a QP sent, a control call); a
+//! snapshot taken at the same count returns the last sum. Debug builds
+//! check every reuse against a fresh sum, so a path that changes counters
+//! without counting fails the tests that read counters twice.
 
 use super::core::Core;
 use super::Nic;
@@ -27,22 +36,27 @@ pub(super) const CHUNK: usize = 256;
 
 impl Nic {
     /// Every QP's counters summed (destroyed ones included), and the CM's;
-    /// `between` runs each time the lock is let go (tests put a destroy
-    /// there).
+    /// the last sum if `reuse` and nothing moved since; `between` runs each
+    /// time the lock is let go (tests put a destroy there).
     pub(super) fn counter_sum(
         &self,
         chunk: usize,
+        reuse: bool,
         between: &mut dyn FnMut(),
     ) -> (Counters, CmCounters) {
         let chunk = chunk.max(1);
-        let (retired, listed) = {
+        let (changes, retired, listed) = {
             let c = self.counters_lock();
+            if let Some(sum) = self.reusable_sum(&c).filter(|_| reuse) {
+                return (sum, *c.cm.counters());
+            }
             if c.tables.qps.len() + c.tables.ud.len() <= chunk {
-                return whole(&c);
+                return self.whole_remembered(&c);
             }
             let rc = c.tables.qps.keys().map(|&q| Listed::Rc(q));
             let ud = c.tables.ud.keys().map(|&q| Listed::Ud(q));
-            (c.tables.retired, rc.chain(ud).collect::<Vec<_>>())
+            let listed = rc.chain(ud).collect::<Vec<_>>();
+            (c.qp_changes, c.tables.retired, listed)
         };
         let mut sum = retired;
         let mut parts = listed.chunks(chunk);
@@ -50,9 +64,12 @@ impl Nic {
             between();
             let c = self.counters_lock();
             if c.tables.retired != retired {
-                return whole(&c);
+                return self.whole_remembered(&c);
             }
             let Some(part) = parts.next() else {
+                // Exact for the count it started at; a change meanwhile
+                // moved the count, so the next snapshot sums again.
+                self.remember(changes, sum);
                 return (sum, *c.cm.counters());
             };
             for q in part {
@@ -73,9 +90,42 @@ impl Nic {
     }
 
     /// The core lock for reading counters only: unlike `core_lock` it does
-    /// not wake an idle waiter (nothing read here gives the engine work).
+    /// not wake an idle waiter (nothing read here gives the engine work)
+    /// nor count as a change.
     fn counters_lock(&self) -> MutexGuard<'_, Core> {
         self.shared.core.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The last sum, if it was taken at the core's present count of changes.
+    fn reusable_sum(&self, c: &Core) -> Option<Counters> {
+        let (at, sum) = (*self.last_sum())?;
+        if at != c.qp_changes {
+            return None;
+        }
+        debug_assert_eq!(
+            whole(c).0,
+            sum,
+            "a QP's counters changed without Core::qp_changes counting it"
+        );
+        Some(sum)
+    }
+
+    /// The sum in one hold of the lock, remembered.
+    fn whole_remembered(&self, c: &Core) -> (Counters, CmCounters) {
+        let (sum, cm) = whole(c);
+        self.remember(c.qp_changes, sum);
+        (sum, cm)
+    }
+
+    fn remember(&self, changes: u64, sum: Counters) {
+        *self.last_sum() = Some((changes, sum));
+    }
+
+    fn last_sum(&self) -> MutexGuard<'_, Option<(u64, Counters)>> {
+        self.shared
+            .counter_sum
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 }
 

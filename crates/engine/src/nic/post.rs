@@ -83,6 +83,7 @@ impl Nic {
             return Err(wr);
         };
         let _nic = self.shared.span.enter();
+        c.qp_changes += 1;
         let Some(e) = c.entry_in_order(qp.qpn) else {
             return Err(wr);
         };

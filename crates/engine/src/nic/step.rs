@@ -72,6 +72,7 @@ impl Core {
 
     /// Serves what the step's inputs touched (see the module docs).
     pub(crate) fn finish_step(&mut self, shared: &Shared, now: Instant) {
+        self.qp_changes += 1;
         self.drive_cm(shared, now);
         let mut touched = std::mem::take(&mut self.touched);
         touched.sort_unstable();

@@ -75,6 +75,7 @@ impl Core {
         peer: IpAddr,
         may_postpone: bool,
     ) {
+        self.qp_changes += 1;
         let dst = SocketAddr::new(peer, ROCEV2_PORT);
         let waited = self.acks.take_due(qpn);
         let due = waited > 0;
@@ -160,6 +161,7 @@ impl Core {
     /// program that takes its last message and destroys its QP, which
     /// resets it first, must not fail the peer's send).
     pub(super) fn send_owed_ack(&mut self, shared: &Shared, qpn: u32) {
+        self.qp_changes += 1;
         self.acks.forget(qpn);
         let Some(e) = self.tables.qps.get_mut(&qpn) else {
             return;

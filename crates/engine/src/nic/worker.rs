@@ -295,7 +295,7 @@ impl Nic {
         let mut long = false;
         let (deadline, delivered) = {
             let _nic = self.shared.span.enter();
-            let mut c = self.core_lock();
+            let mut c = self.lock_for_step();
             let now = self.now();
             let d0 = c.deliveries.count;
             c.step(&self.shared, now);

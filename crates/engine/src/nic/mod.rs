@@ -28,7 +28,7 @@
 //! | `worker` | the worker thread, manual progress, the clock |
 //! | `spin` | how long a waiter polls before it sleeps: an adaptive window with a back-off |
 //! | `resources` | the live objects for `ndv res` (see [`crate::resources`]) |
-//! | `counter_sum` | the QPs' counters summed for a snapshot, a chunk per hold of the lock |
+//! | `counter_sum` | the QPs' counters summed for a snapshot, a chunk per hold of the lock; the last sum reused while none moved |
 //! | `trace` | what is logged, cheaply |
 //!
 //! Objects live in tables keyed by ids (QPN for queue pairs, numbers for

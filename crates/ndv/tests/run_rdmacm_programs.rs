@@ -104,6 +104,18 @@ fn rpings_ok(c: &Finished, s: &Finished) -> (String, String) {
     (tc, ts)
 }
 
+/// Our rping and rxe's (in the guest: success, output) ended well
+/// ([`rping::ended_well`]): ours' output; panics with both otherwise.
+#[track_caller]
+fn rpings_ok_with_rxe(ours: &Finished, ok_g: bool, out_g: &str) -> String {
+    let t = ours.text();
+    assert!(
+        rping::ended_well(ours.ok, &t) && rping::ended_well(ok_g, out_g),
+        "ours:\n{t}\nrxe:\n{out_g}"
+    );
+    t
+}
+
 #[track_caller]
 fn check_pings(out: &str, prefix: &str) {
     for p in PINGS {
@@ -568,12 +580,8 @@ fn rping_against_rxe_both_roles() {
         "rping",
         &["-c", "-a", GUEST, "-p", "7411", "-C", "3", "-v", "-V"],
     );
-    let tc = c.text();
-    assert!(
-        rping::ended_well(c.ok, &tc) && rping::ended_well(ok_g, &out_g),
-        "ours:\n{tc}\nrxe:\n{out_g}"
-    );
-    check_pings(&c.text(), "ping data: ");
+    let tc = rpings_ok_with_rxe(&c, ok_g, &out_g);
+    check_pings(&tc, "ping data: ");
     check_pings(&out_g, "server ping data: ");
     let (s, (ok_g, out_g)) = we_serve(
         &g,
@@ -581,12 +589,8 @@ fn rping_against_rxe_both_roles() {
         &["-s", "-a", HOST, "-p", "7412", "-C", "3", "-v"],
         &format!("rping -c -a {HOST} -p 7412 -C 3 -v -V"),
     );
-    let ts = s.text();
-    assert!(
-        rping::ended_well(s.ok, &ts) && rping::ended_well(ok_g, &out_g),
-        "ours:\n{ts}\nrxe:\n{out_g}"
-    );
-    check_pings(&s.text(), "server ping data: ");
+    let ts = rpings_ok_with_rxe(&s, ok_g, &out_g);
+    check_pings(&ts, "server ping data: ");
     check_pings(&out_g, "ping data: ");
 }
 
@@ -602,12 +606,8 @@ fn rping_self_created_qp_against_rxe_both_roles() {
         "rping",
         &["-c", "-q", "-a", GUEST, "-p", "7423", "-C", "3", "-v", "-V"],
     );
-    let tc = c.text();
-    assert!(
-        rping::ended_well(c.ok, &tc) && rping::ended_well(ok_g, &out_g),
-        "ours:\n{tc}\nrxe:\n{out_g}"
-    );
-    check_pings(&c.text(), "ping data: ");
+    let tc = rpings_ok_with_rxe(&c, ok_g, &out_g);
+    check_pings(&tc, "ping data: ");
     check_pings(&out_g, "server ping data: ");
     let (s, (ok_g, out_g)) = we_serve(
         &g,
@@ -615,12 +615,8 @@ fn rping_self_created_qp_against_rxe_both_roles() {
         &["-s", "-q", "-a", HOST, "-p", "7424", "-C", "3", "-v"],
         &format!("rping -c -q -a {HOST} -p 7424 -C 3 -v -V"),
     );
-    let ts = s.text();
-    assert!(
-        rping::ended_well(s.ok, &ts) && rping::ended_well(ok_g, &out_g),
-        "ours:\n{ts}\nrxe:\n{out_g}"
-    );
-    check_pings(&s.text(), "server ping data: ");
+    let ts = rpings_ok_with_rxe(&s, ok_g, &out_g);
+    check_pings(&ts, "server ping data: ");
     check_pings(&out_g, "ping data: ");
 }
 
@@ -649,12 +645,8 @@ fn rping_against_rxe_captured_and_decoded() {
     .wait(LIMIT);
     let (ok_g, out_g) = g.wait(job);
     capture.stop();
-    let tc = c.text();
-    assert!(
-        rping::ended_well(c.ok, &tc) && rping::ended_well(ok_g, &out_g),
-        "ours:\n{tc}\nrxe:\n{out_g}"
-    );
-    check_pings(&c.text(), "ping data: ");
+    let tc = rpings_ok_with_rxe(&c, ok_g, &out_g);
+    check_pings(&tc, "ping data: ");
     // Ours: ndv decode and tshark agree on every frame (pcapcheck).
     let s = pcapcheck::check(&ours);
     let cm_ours = s.cm.clone();

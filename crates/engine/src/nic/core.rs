@@ -90,6 +90,9 @@ pub(crate) struct Core {
     /// finished with work, a packet a QP sent, a control call (see
     /// `counter_sum.rs`, which reuses a sum taken at the same count).
     pub(crate) qp_changes: u64,
+    /// The last sum of the QPs' counters and `qp_changes` when it was
+    /// taken (`counter_sum.rs`).
+    pub(crate) last_sum: Option<(u64, ndverbs_proto::rc::Counters)>,
 }
 
 /// A sharing NIC's membership and the listeners it registered host-wide.
@@ -325,7 +328,4 @@ pub(crate) struct Shared {
     /// The `nic` span (field `local`), entered by every engine step and
     /// control call, so that ids in the logs name their NIC.
     pub(crate) span: tracing::Span,
-    /// The last sum of the QPs' counters and `Core::qp_changes` when it
-    /// was taken (`counter_sum.rs`).
-    pub(crate) counter_sum: Mutex<Option<(u64, ndverbs_proto::rc::Counters)>>,
 }

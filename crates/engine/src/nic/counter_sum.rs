@@ -46,12 +46,12 @@ impl Nic {
     ) -> (Counters, CmCounters) {
         let chunk = chunk.max(1);
         let (changes, retired, listed) = {
-            let c = self.counters_lock();
-            if let Some(sum) = self.reusable_sum(&c).filter(|_| reuse) {
+            let mut c = self.counters_lock();
+            if let Some(sum) = reusable_sum(&c).filter(|_| reuse) {
                 return (sum, *c.cm.counters());
             }
             if c.tables.qps.len() + c.tables.ud.len() <= chunk {
-                return self.whole_remembered(&c);
+                return whole_remembered(&mut c);
             }
             let rc = c.tables.qps.keys().map(|&q| Listed::Rc(q));
             let ud = c.tables.ud.keys().map(|&q| Listed::Ud(q));
@@ -62,14 +62,14 @@ impl Nic {
         let mut parts = listed.chunks(chunk);
         loop {
             between();
-            let c = self.counters_lock();
+            let mut c = self.counters_lock();
             if c.tables.retired != retired {
-                return self.whole_remembered(&c);
+                return whole_remembered(&mut c);
             }
             let Some(part) = parts.next() else {
                 // Exact for the count it started at; a change meanwhile
                 // moved the count, so the next snapshot sums again.
-                self.remember(changes, sum);
+                c.last_sum = Some((changes, sum));
                 return (sum, *c.cm.counters());
             };
             for q in part {
@@ -95,38 +95,27 @@ impl Nic {
     fn counters_lock(&self) -> MutexGuard<'_, Core> {
         self.shared.core.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
 
-    /// The last sum, if it was taken at the core's present count of changes.
-    fn reusable_sum(&self, c: &Core) -> Option<Counters> {
-        let (at, sum) = (*self.last_sum())?;
-        if at != c.qp_changes {
-            return None;
-        }
-        debug_assert_eq!(
-            whole(c).0,
-            sum,
-            "a QP's counters changed without Core::qp_changes counting it"
-        );
-        Some(sum)
+/// The last sum, if it was taken at the core's present count of changes.
+fn reusable_sum(c: &Core) -> Option<Counters> {
+    let (at, sum) = c.last_sum?;
+    if at != c.qp_changes {
+        return None;
     }
+    debug_assert_eq!(
+        whole(c).0,
+        sum,
+        "a QP's counters changed without Core::qp_changes counting it"
+    );
+    Some(sum)
+}
 
-    /// The sum in one hold of the lock, remembered.
-    fn whole_remembered(&self, c: &Core) -> (Counters, CmCounters) {
-        let (sum, cm) = whole(c);
-        self.remember(c.qp_changes, sum);
-        (sum, cm)
-    }
-
-    fn remember(&self, changes: u64, sum: Counters) {
-        *self.last_sum() = Some((changes, sum));
-    }
-
-    fn last_sum(&self) -> MutexGuard<'_, Option<(u64, Counters)>> {
-        self.shared
-            .counter_sum
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-    }
+/// The sum in one hold of the lock, remembered.
+fn whole_remembered(c: &mut Core) -> (Counters, CmCounters) {
+    let (sum, cm) = whole(c);
+    c.last_sum = Some((c.qp_changes, sum));
+    (sum, cm)
 }
 
 /// A QP listed for a chunked sum, by table.

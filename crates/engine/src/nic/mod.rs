@@ -324,6 +324,7 @@ impl Nic {
                 listeners: Default::default(),
             }),
             qp_changes: 0,
+            last_sum: None,
         };
         let shared = Arc::new(Shared {
             local,
@@ -344,7 +345,6 @@ impl Nic {
             busy_poll_ns: AtomicU64::new(0),
             spin: spin::SpinWindow::new(config.spin_before_sleep),
             span: tracing::debug_span!(parent: None, "nic", %local),
-            counter_sum: Mutex::new(None),
         });
         if let Some(path) = &config.capture {
             start_capture(&shared, path, local)?;

@@ -30,8 +30,12 @@
 //! **Publishing.** [`Nic::publish_stats`](crate::nic::Nic::publish_stats)
 //! (or `NDV_STAT=1` in the environment, which the `ndv` tools set: see
 //! [`crate::config`]) writes the NIC's snapshot twice a second to
-//! `<dir>/<pid>-<address>.json` and removes it when the NIC goes away;
-//! `<dir>` is [`stat_dir`](crate::config::stat_dir). `ndv stat [PID]` reads them. A file is one JSON object:
+//! `<dir>/<pid>-<address>.json` and removes it as the application's last
+//! handle of the NIC goes; `<dir>` is
+//! [`stat_dir`](crate::config::stat_dir). A process that ends without
+//! dropping its NICs leaves its files: the first NIC the next process
+//! publishes removes those of every process that is gone. `ndv stat [PID]`
+//! reads them. A file is one JSON object:
 //! `{"pid":…,"addr":"…","time_ms":…,"counters":{"sent_pkts":…,…}}`, counters
 //! in the order above. Beside it goes, when `ndv res` asks for it,
 //! `<pid>-<address>.res.json`, the NIC's live objects (see
@@ -45,9 +49,9 @@ use crate::counters::NicCounters;
 use ndverbs_proto::cm::CmCounters;
 use ndverbs_proto::rc::Counters;
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, Once, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// rxe's hardware counters, in `rxe_hw_counters.c` order.
@@ -256,6 +260,10 @@ pub(crate) trait Source: Send {
     fn local(&self) -> IpAddr;
     /// A snapshot, or `None` once the NIC is gone.
     fn snapshot(&self) -> Option<Stats>;
+    /// Writes a snapshot to `path` (and the objects beside it if a reader
+    /// asks for them: [`crate::resources`]), keeping the NIC open
+    /// meanwhile; false once the NIC is gone.
+    fn publish_to(&self, path: &Path) -> bool;
     /// Its live objects (published next to the counters, see
     /// [`crate::resources`]), or `None` once the NIC is gone.
     fn resources(&self) -> Option<crate::resources::Resources> {
@@ -275,23 +283,68 @@ fn publisher() -> &'static Mutex<Published> {
     })
 }
 
-/// Publishes `src`'s counters for `ndv stat` until it is gone.
-pub(crate) fn publish(src: Box<dyn Source>) {
+/// Publishes `src`'s counters for `ndv stat` until it is gone; returns the
+/// file (`None` if the directory cannot be made). The first call of a
+/// process also removes the files of processes that are gone.
+pub(crate) fn publish(src: Box<dyn Source>) -> Option<PathBuf> {
     let dir = crate::config::stat_dir();
     if let Err(e) = std::fs::create_dir_all(&dir) {
         tracing::warn!(dir = %dir.display(), error = %e, "counters not published");
-        return;
+        return None;
     }
+    static SWEPT: Once = Once::new();
+    SWEPT.call_once(|| remove_orphans(&dir));
     let path = stat_file(std::process::id(), src.local());
-    if let Some(s) = src.snapshot() {
-        write_snapshot(src.local(), &s, &path);
-    }
-    crate::resources::publish_if_wanted(src.as_ref(), &path);
+    src.publish_to(&path);
     let mut g = publisher().lock().unwrap_or_else(|e| e.into_inner());
-    g.push((src, path));
+    g.push((src, path.clone()));
+    Some(path)
 }
 
-fn write_snapshot(addr: IpAddr, s: &Stats, path: &std::path::Path) {
+/// Removes a gone NIC's counter file and the files beside it.
+pub(crate) fn unpublish(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    crate::resources::unpublish(path);
+}
+
+/// Removes the files in `dir` of processes that are gone: a process that
+/// exits without dropping its NICs (`exit` in a C program, a crash, a
+/// kill) leaves its files behind, and without this every such run would
+/// add to the directory until `ndv stat` next looked.
+fn remove_orphans(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !process_exists(pid) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Whether process `pid` exists (one of another user's too).
+fn process_exists(pid: u32) -> bool {
+    // 0 and values above `i32::MAX` would name process groups.
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 sends nothing; it only checks that `pid` exists.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+pub(crate) fn write_snapshot(addr: IpAddr, s: &Stats, path: &std::path::Path) {
     let ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
@@ -313,17 +366,12 @@ fn publish_loop() {
         // Taken out of the list while snapshots (each taking a NIC's core
         // lock) are written: publishing a NIC meanwhile does not wait.
         let mut list = std::mem::take(&mut *publisher().lock().unwrap_or_else(|e| e.into_inner()));
-        list.retain(|(src, path)| match src.snapshot() {
-            Some(s) => {
-                write_snapshot(src.local(), &s, path);
-                crate::resources::publish_if_wanted(src.as_ref(), path);
-                true
+        list.retain(|(src, path)| {
+            let live = src.publish_to(path);
+            if !live {
+                unpublish(path);
             }
-            None => {
-                let _ = std::fs::remove_file(path);
-                crate::resources::unpublish(path);
-                false
-            }
+            live
         });
         let mut g = publisher().lock().unwrap_or_else(|e| e.into_inner());
         list.append(&mut g);

@@ -145,6 +145,43 @@ fn test_dir(name: &str) -> std::path::PathBuf {
     dir
 }
 
+/// Processes that end leave nothing behind: a NIC's files go with its last
+/// handle (the publisher would take them only at its next tick, which a
+/// process that exits at once never reaches), and the first NIC a process
+/// publishes removes the files of processes that are gone without
+/// dropping theirs (killed, crashed, `exit` in a C program).
+#[test]
+fn ended_runs_leave_no_files() {
+    let dir = test_dir("left");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut gone = Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id();
+    gone.wait().unwrap();
+    for suffix in ["json", "json.tmp", "res.json", "res.want"] {
+        std::fs::write(dir.join(format!("{gone_pid}-10.9.9.9.{suffix}")), b"{}").unwrap();
+    }
+    // A live process's file (pid 1 always exists) and a stranger stay.
+    let kept = ["1-10.9.9.8.json", "notes"];
+    for f in kept {
+        std::fs::write(dir.join(f), b"{}").unwrap();
+    }
+    let (s_ip, c_ip) = addr::pair_v4();
+    let (s, c) = (s_ip.to_string(), c_ip.to_string());
+    process::server_then_client(
+        ndv(&dir).args(["ping", "-s", "-a", &s, "-p", "7447", "-C", "3"]),
+        ndv(&dir).args(["ping", "-c", "-a", &s, "-I", &c, "-p", "7447", "-C", "3"]),
+        Duration::from_secs(30),
+    );
+    let mut left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, kept, "in {}", dir.display());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn the_checker_rejects_what_openmetrics_forbids() {
     omcheck::self_test();

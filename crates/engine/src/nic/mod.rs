@@ -104,9 +104,9 @@ use ndverbs_proto::cm::{CmAgent, CmConfig};
 use ndverbs_proto::mem::Sge;
 use ndverbs_proto::rc::PathMtu;
 use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::JoinHandle;
 use tables::Tables;
 
@@ -166,7 +166,25 @@ use tables::Tables;
 #[derive(Clone)]
 pub struct Nic {
     shared: Arc<Shared>,
-    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+    handles: Arc<AppHandles>,
+}
+
+/// What only the application's [`Nic`] clones hold (the worker and the
+/// stats publisher reach the NIC through the shared state or weakly): the
+/// worker's join handle, and the counter file published for `ndv stat`,
+/// removed as the last clone goes. The publisher would remove it only at
+/// its next tick, which a process that exits right after never reaches.
+struct AppHandles {
+    worker: Mutex<Option<JoinHandle<()>>>,
+    stat_file: OnceLock<PathBuf>,
+}
+
+impl Drop for AppHandles {
+    fn drop(&mut self) {
+        if let Some(path) = self.stat_file.get() {
+            crate::stats::unpublish(path);
+        }
+    }
 }
 
 impl std::fmt::Debug for Nic {
@@ -361,7 +379,10 @@ impl Nic {
         };
         let nic = Nic {
             shared,
-            thread: Arc::new(Mutex::new(thread)),
+            handles: Arc::new(AppHandles {
+                worker: Mutex::new(thread),
+                stat_file: OnceLock::new(),
+            }),
         };
         if config.publish_stats {
             nic.publish_stats();
@@ -536,7 +557,9 @@ impl Nic {
     /// Publishes this NIC's counters for `ndv stat` until the NIC is dropped
     /// (see [`crate::stats`]).
     pub fn publish_stats(&self) {
-        crate::stats::publish(Box::new(self.downgrade()));
+        if let Some(path) = crate::stats::publish(Box::new(self.downgrade())) {
+            let _ = self.handles.stat_file.set(path);
+        }
     }
 
     /// Serves this NIC's counters, labelled `device`, at
@@ -574,7 +597,13 @@ impl Nic {
         tracing::info!("device removed: flushing every queue pair, failing every request");
         self.shared.stop.store(true, Ordering::Release);
         self.shared.doorbell.signal();
-        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(t) = self
+            .handles
+            .worker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
             let _ = t.join();
         }
         let now = self.now();
@@ -646,14 +675,14 @@ pub fn node_guid(addr: IpAddr) -> u64 {
 pub(crate) struct WeakNic {
     local: IpAddr,
     shared: Weak<Shared>,
-    thread: Weak<Mutex<Option<JoinHandle<()>>>>,
+    handles: Weak<AppHandles>,
 }
 
 impl WeakNic {
     pub(crate) fn upgrade(&self) -> Option<Nic> {
         Some(Nic {
             shared: self.shared.upgrade()?,
-            thread: self.thread.upgrade()?,
+            handles: self.handles.upgrade()?,
         })
     }
 }
@@ -667,6 +696,18 @@ impl crate::stats::Source for WeakNic {
         self.upgrade().map(|n| n.stats())
     }
 
+    fn publish_to(&self, path: &Path) -> bool {
+        // Held through both writes: a last application handle that goes
+        // meanwhile removes the files after them, as the publisher's own
+        // clone goes.
+        let Some(nic) = self.upgrade() else {
+            return false;
+        };
+        crate::stats::write_snapshot(self.local, &nic.stats(), path);
+        crate::resources::publish_if_wanted(self, path);
+        true
+    }
+
     fn resources(&self) -> Option<crate::resources::Resources> {
         self.upgrade().map(|n| n.resources())
     }
@@ -677,7 +718,7 @@ impl Nic {
         WeakNic {
             local: self.local(),
             shared: Arc::downgrade(&self.shared),
-            thread: Arc::downgrade(&self.thread),
+            handles: Arc::downgrade(&self.handles),
         }
     }
 }

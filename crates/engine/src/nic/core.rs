@@ -297,9 +297,10 @@ pub(crate) struct Shared {
     pub(crate) doorbell: EventFd,
     /// The worker thread is asleep (or about to be): a post must ring.
     pub(crate) sleeping: AtomicBool,
-    /// A manual-progress waiter sleeps long because nothing needed the
-    /// engine (`Nic::progress_wait_or_idle`): set under the core lock, so
-    /// a thread that takes the lock next to change that rings the doorbell.
+    /// A thread sleeps long because nothing needed the engine (the engine
+    /// thread, or a manual-progress waiter in
+    /// `Nic::progress_wait_or_idle`): set under the core lock, so a thread
+    /// that takes the lock next to change that rings the doorbell.
     pub(crate) idle_sleep: AtomicBool,
     pub(crate) removed: AtomicBool,
     /// Tells the worker thread to end.

@@ -171,16 +171,24 @@ pub struct Nic {
 
 /// What only the application's [`Nic`] clones hold (the worker and the
 /// stats publisher reach the NIC through the shared state or weakly): the
-/// worker's join handle, and the counter file published for `ndv stat`,
-/// removed as the last clone goes. The publisher would remove it only at
-/// its next tick, which a process that exits right after never reaches.
+/// worker's join handle, and the counter file published for `ndv stat`.
+/// As the last clone goes, nothing can use the NIC any more: the worker is
+/// told to end now (it may be asleep for a second, `worker.rs`), which
+/// frees the shared state and releases the UDP port, and the counter file
+/// is removed (the publisher would take it only at its next tick, which a
+/// process that exits right after never reaches).
 struct AppHandles {
     worker: Mutex<Option<JoinHandle<()>>>,
     stat_file: OnceLock<PathBuf>,
+    shared: Weak<Shared>,
 }
 
 impl Drop for AppHandles {
     fn drop(&mut self) {
+        if let Some(s) = self.shared.upgrade() {
+            s.stop.store(true, Ordering::Release);
+            s.doorbell.signal();
+        }
         if let Some(path) = self.stat_file.get() {
             crate::stats::unpublish(path);
         }
@@ -377,13 +385,12 @@ impl Nic {
         } else {
             None
         };
-        let nic = Nic {
-            shared,
-            handles: Arc::new(AppHandles {
-                worker: Mutex::new(thread),
-                stat_file: OnceLock::new(),
-            }),
-        };
+        let handles = Arc::new(AppHandles {
+            worker: Mutex::new(thread),
+            stat_file: OnceLock::new(),
+            shared: Arc::downgrade(&shared),
+        });
+        let nic = Nic { shared, handles };
         if config.publish_stats {
             nic.publish_stats();
         }

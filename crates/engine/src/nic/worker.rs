@@ -3,7 +3,9 @@
 //! With [`Progress::Thread`](crate::config::Progress::Thread) a worker
 //! thread per NIC steps, then sleeps in `poll` on the link and a doorbell
 //! until a packet, a queued post or the next deadline (a QP or CM timer, or
-//! a packet the link holds back). With
+//! a packet the link holds back) — 100 ms at most, a second while the NIC
+//! has no queue pair, endpoint or timer (a device opened and not used yet
+//! costs one wake-up a second). With
 //! [`Progress::Manual`](crate::config::Progress::Manual) there is no
 //! thread: [`Nic::progress`] (called by polling a CQ in the layers above)
 //! runs the same step inline, which is how latency gets close to a raw UDP
@@ -468,24 +470,38 @@ pub(super) fn monotonic_ns() -> u64 {
         .wrapping_add(t.tv_nsec as u64)
 }
 
+/// Longest sleep of an engine thread while the NIC has queue pairs,
+/// endpoints or timers: a lost wake-up costs at most this.
+const GUARD_SLEEP: Duration = Duration::from_millis(100);
+/// Longest sleep of an engine thread while nothing on the NIC can need the
+/// engine before a packet arrives (no queue pair, no endpoint, no timer: a
+/// device an application opened and does not use yet). Whoever takes the
+/// engine to change that wakes it (`Nic::lock_for_step`), as a packet does.
+const IDLE_SLEEP: Duration = Duration::from_secs(1);
+
 /// The worker thread: step, then sleep until a packet, a post or a deadline.
 ///
-/// It holds the shared state only weakly between turns: when the application
-/// drops its last handle the state (link, tables) is freed and the worker
-/// ends at its next wake-up (at most 100 ms later), releasing UDP port 4791.
+/// It holds the shared state only weakly between turns: when the
+/// application drops its last handle it is told to stop and woken
+/// (`AppHandles`), and as it ends the state (link, tables) is freed,
+/// releasing UDP port 4791.
 pub(super) fn worker(weak: std::sync::Weak<Shared>) {
     loop {
         let Some(shared) = weak.upgrade() else { return };
         if shared.stop.load(Ordering::Acquire) {
             return;
         }
-        // Sleep at most 100 ms so a lost wake-up costs little.
-        let max = Duration::from_millis(100);
-        let wait = {
+        let (wait, idle) = {
             let _nic = shared.span.enter();
             let mut c = shared.core.lock().unwrap_or_else(|e| e.into_inner());
             let now = shared.now();
             c.step(&shared, now);
+            let idle = c.is_idle() && shared.work.is_empty();
+            if idle {
+                // Under the lock: whoever takes it next sees this.
+                shared.idle_sleep.store(true, Ordering::Relaxed);
+            }
+            let max = if idle { IDLE_SLEEP } else { GUARD_SLEEP };
             let wait = c.next_deadline().map_or(max, |d| {
                 Duration::from_nanos(d.as_nanos().saturating_sub(now.as_nanos())).min(max)
             });
@@ -495,12 +511,15 @@ pub(super) fn worker(weak: std::sync::Weak<Shared>) {
                 now.as_nanos().saturating_add(wait.as_nanos() as u64),
                 Ordering::Relaxed,
             );
-            wait
+            (wait, idle)
         };
         shared.sleeping.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         if !shared.work.is_empty() || shared.stop.load(Ordering::Acquire) {
             shared.sleeping.store(false, Ordering::SeqCst);
+            if idle {
+                shared.idle_sleep.store(false, Ordering::Relaxed);
+            }
             continue;
         }
         let now_ns = shared.now().as_nanos();
@@ -517,6 +536,9 @@ pub(super) fn worker(weak: std::sync::Weak<Shared>) {
             None => shared.wait(Some(wait)).map(drop),
         };
         shared.sleeping.store(false, Ordering::SeqCst);
+        if idle {
+            shared.idle_sleep.store(false, Ordering::Relaxed);
+        }
     }
 }
 

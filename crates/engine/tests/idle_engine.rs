@@ -1,7 +1,8 @@
-//! An engine thread with nothing to do: a NIC opened and not used (what
-//! libfabric and MPI leave behind for every address they list) costs about
-//! one wake-up a second, works at once when used, and releases its UDP port
-//! as soon as its last handle goes. In its own binary because it counts the
+//! An engine thread with nothing to do — a NIC opened and not used (what
+//! libfabric and MPI leave behind for every address they list), or queue
+//! pairs connected and quiet — costs about one wake-up a second, works at
+//! once when used, and releases its UDP port as soon as its last handle
+//! goes. In its own binary because it counts the
 //! wake-ups of every engine thread of the process.
 
 mod common;
@@ -76,6 +77,21 @@ fn an_unused_engine_thread_sleeps_and_a_dropped_nic_frees_its_port_at_once() {
         (WcStatus::Success, WcStatus::Success)
     );
     assert_eq!(b.bytes(0, 5), b"awake");
+
+    // Connected and quiet (every message acknowledged, no timer): asleep
+    // again. A post wakes the thread as a packet does.
+    std::thread::sleep(Duration::from_millis(50));
+    let before = engine_sleeps();
+    std::thread::sleep(Duration::from_secs(1));
+    let slept = engine_sleeps() - before;
+    assert!(
+        slept <= 6,
+        "{slept} engine wake-ups in a second of quiet QPs"
+    );
+    b.post_recv(3, 0, 4096);
+    a.post_send(SendWr::new(4, SendOp::Send, vec![a.sge(0, 5)]));
+    let (wa, wb) = (wait_n(&a, 1), wait_n(&b, 1));
+    assert_eq!((wa[0].wr_id, wb[0].wr_id), (4, 3));
 
     // Back to nothing (no QP), asleep again; then the last handle goes and
     // the port is free at once, not after the thread's long sleep.

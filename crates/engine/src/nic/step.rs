@@ -98,10 +98,23 @@ impl Core {
         self.tables.qps.is_empty()
             && self.tables.ud.is_empty()
             && self.eps.machine.eps.is_empty()
-            && self.eps.machine.actions.is_empty()
+            && self.is_quiet()
+    }
+
+    /// Whether nothing here can need the engine before a packet arrives, a
+    /// post is made or a thread takes the core lock — each of which wakes
+    /// a sleeping engine thread (the link is readable; a post that leaves
+    /// work or arms a timer the thread would serve late rings its
+    /// doorbell; `Nic::lock_for_step`): no deadline, no postponed ACK, no
+    /// input left over, no endpoint action waiting, no shared port (whose
+    /// membership is kept in steps). Queue pairs and endpoints may exist:
+    /// connected and quiet, they need nothing else.
+    pub(crate) fn is_quiet(&self) -> bool {
+        self.eps.machine.actions.is_empty()
             && self.acks.is_empty()
             && self.io.rx_rest.is_none()
             && self.share.is_none()
+            && self.deliveries.later.is_empty()
             && self.next_deadline().is_none()
     }
 

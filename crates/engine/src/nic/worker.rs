@@ -3,9 +3,10 @@
 //! With [`Progress::Thread`](crate::config::Progress::Thread) a worker
 //! thread per NIC steps, then sleeps in `poll` on the link and a doorbell
 //! until a packet, a queued post or the next deadline (a QP or CM timer, or
-//! a packet the link holds back) — 100 ms at most, a second while the NIC
-//! has no queue pair, endpoint or timer (a device opened and not used yet
-//! costs one wake-up a second). With
+//! a packet the link holds back) — 100 ms at most, a second while nothing
+//! on the NIC can need it before a packet, a post or a control call wakes
+//! it (no timer, no postponed ACK: an unused device, or queue pairs
+//! connected and quiet, cost one wake-up a second). With
 //! [`Progress::Manual`](crate::config::Progress::Manual) there is no
 //! thread: [`Nic::progress`] (called by polling a CQ in the layers above)
 //! runs the same step inline, which is how latency gets close to a raw UDP
@@ -470,14 +471,15 @@ pub(super) fn monotonic_ns() -> u64 {
         .wrapping_add(t.tv_nsec as u64)
 }
 
-/// Longest sleep of an engine thread while the NIC has queue pairs,
-/// endpoints or timers: a lost wake-up costs at most this.
+/// Longest sleep of an engine thread while the NIC has work of its own
+/// coming (a timer, a postponed ACK, a shared port to keep): a lost
+/// wake-up costs at most this.
 const GUARD_SLEEP: Duration = Duration::from_millis(100);
 /// Longest sleep of an engine thread while nothing on the NIC can need the
-/// engine before a packet arrives (no queue pair, no endpoint, no timer: a
-/// device an application opened and does not use yet). Whoever takes the
-/// engine to change that wakes it (`Nic::lock_for_step`), as a packet does.
-const IDLE_SLEEP: Duration = Duration::from_secs(1);
+/// engine before a packet arrives, a post is made or a thread takes the
+/// engine (`Core::is_quiet`: a device opened and not used yet, or queue
+/// pairs connected and quiet). Each of those wakes it.
+const QUIET_SLEEP: Duration = Duration::from_secs(1);
 
 /// The worker thread: step, then sleep until a packet, a post or a deadline.
 ///
@@ -496,12 +498,12 @@ pub(super) fn worker(weak: std::sync::Weak<Shared>) {
             let mut c = shared.core.lock().unwrap_or_else(|e| e.into_inner());
             let now = shared.now();
             c.step(&shared, now);
-            let idle = c.is_idle() && shared.work.is_empty();
+            let idle = c.is_quiet() && shared.work.is_empty();
             if idle {
                 // Under the lock: whoever takes it next sees this.
                 shared.idle_sleep.store(true, Ordering::Relaxed);
             }
-            let max = if idle { IDLE_SLEEP } else { GUARD_SLEEP };
+            let max = if idle { QUIET_SLEEP } else { GUARD_SLEEP };
             let wait = c.next_deadline().map_or(max, |d| {
                 Duration::from_nanos(d.as_nanos().saturating_sub(now.as_nanos())).min(max)
             });

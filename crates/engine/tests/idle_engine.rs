@@ -34,6 +34,18 @@ fn engine_sleeps() -> u64 {
     total
 }
 
+/// Checks that this process's two engine threads wake about once each in
+/// the next second (ten times each at the 100-ms guard, the longest sleep
+/// of a thread whose NIC has a timer).
+#[track_caller]
+fn assert_sleeps_through_a_second(what: &str) {
+    std::thread::sleep(Duration::from_millis(50));
+    let before = engine_sleeps();
+    std::thread::sleep(Duration::from_secs(1));
+    let woke = engine_sleeps() - before;
+    assert!(woke <= 6, "{woke} engine wake-ups in a second {what}");
+}
+
 /// How long until UDP port 4791 of `ip` can be bound again (at most `limit`).
 fn port_free_after(ip: IpAddr, limit: Duration) -> Option<Duration> {
     let t0 = Instant::now();
@@ -55,16 +67,7 @@ fn an_unused_engine_thread_sleeps_and_a_dropped_nic_frees_its_port_at_once() {
     );
     // A PD and memory need no engine step: still nothing to do.
     let _pd = na.alloc_pd().unwrap();
-    std::thread::sleep(Duration::from_millis(50));
-    let before = engine_sleeps();
-    std::thread::sleep(Duration::from_secs(1));
-    let slept = engine_sleeps() - before;
-    // Two threads, a second: about two wake-ups (ten each at the 100-ms
-    // guard, the sleep of a thread whose NIC has queue pairs).
-    assert!(
-        slept <= 6,
-        "{slept} engine wake-ups in a second with nothing to do"
-    );
+    assert_sleeps_through_a_second("with nothing to do");
 
     // Used, it works at once: creating the QPs woke the threads.
     let (a, b) = pair_on(na, nb, PathMtu::Mtu1024, 1 << 16);
@@ -80,14 +83,7 @@ fn an_unused_engine_thread_sleeps_and_a_dropped_nic_frees_its_port_at_once() {
 
     // Connected and quiet (every message acknowledged, no timer): asleep
     // again. A post wakes the thread as a packet does.
-    std::thread::sleep(Duration::from_millis(50));
-    let before = engine_sleeps();
-    std::thread::sleep(Duration::from_secs(1));
-    let slept = engine_sleeps() - before;
-    assert!(
-        slept <= 6,
-        "{slept} engine wake-ups in a second of quiet QPs"
-    );
+    assert_sleeps_through_a_second("of quiet QPs");
     b.post_recv(3, 0, 4096);
     a.post_send(SendWr::new(4, SendOp::Send, vec![a.sge(0, 5)]));
     let (wa, wb) = (wait_n(&a, 1), wait_n(&b, 1));

@@ -330,8 +330,9 @@ fn remove_orphans(dir: &Path) {
     }
 }
 
-/// Whether process `pid` exists (one of another user's too).
-fn process_exists(pid: u32) -> bool {
+/// Whether process `pid` exists (one of another user's too): what decides
+/// that a published file's owner is gone.
+pub fn process_exists(pid: u32) -> bool {
     // 0 and values above `i32::MAX` would name process groups.
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return false;
@@ -344,7 +345,7 @@ fn process_exists(pid: u32) -> bool {
     rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
-pub(crate) fn write_snapshot(addr: IpAddr, s: &Stats, path: &std::path::Path) {
+pub(crate) fn write_snapshot(addr: IpAddr, s: &Stats, path: &Path) {
     let ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());

@@ -54,12 +54,6 @@ pub struct Args {
     pub count: Option<u64>,
 }
 
-pub(crate) fn alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-}
-
 /// The suffix of the resource files published beside the counters.
 pub(crate) const RES_SUFFIX: &str = ".res.json";
 
@@ -87,7 +81,7 @@ pub(crate) fn published(pid: Option<u32>, suffix: &str) -> Vec<(PathBuf, Value)>
         let Some(owner) = v["pid"].as_u64().map(|p| p as u32) else {
             continue;
         };
-        if !alive(owner) {
+        if !ndverbs_verbs::process_exists(owner) {
             // Left behind by a process that ended without dropping its adapters.
             let _ = std::fs::remove_file(&p);
             continue;

@@ -67,6 +67,11 @@ pub(crate) fn stat_dir() -> PathBuf {
     ndverbs_engine::config::stat_dir()
 }
 
+/// Whether the owner of a published snapshot still runs.
+pub(crate) fn process_exists(pid: u32) -> bool {
+    ndverbs_engine::stats::process_exists(pid)
+}
+
 /// Parses the `NDV_FAULTS` syntax.
 pub(crate) fn parse_faults(spec: &str) -> Result<FaultConfig> {
     let c = EngineFaults::parse(spec).map_err(|e| {

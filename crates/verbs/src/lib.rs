@@ -104,7 +104,8 @@ pub use error::{Error, ErrorKind, Rejection, Result};
 pub use memory::{Mr, Mw};
 pub use netif::DeviceInfo;
 pub use observe::{
-    openmetrics, stat_dir, MetricSeries, Stats, OPENMETRICS_CONTENT_TYPE, RXE_COUNTERS,
+    openmetrics, process_exists, stat_dir, MetricSeries, Stats, OPENMETRICS_CONTENT_TYPE,
+    RXE_COUNTERS,
 };
 pub use owned::{AlignedBuf, OwnedMr, StableBuffer};
 pub use pending::Pending;

@@ -74,6 +74,17 @@ pub fn stat_dir() -> PathBuf {
     crate::engine::stat_dir()
 }
 
+/// Whether process `pid` still runs (another user's counts): a snapshot in
+/// [`stat_dir`] whose owner is gone was left behind and may be removed.
+///
+/// ```
+/// assert!(ndverbs_verbs::process_exists(std::process::id()));
+/// assert!(!ndverbs_verbs::process_exists(0)); // never a process group
+/// ```
+pub fn process_exists(pid: u32) -> bool {
+    crate::engine::process_exists(pid)
+}
+
 /// One snapshot of a device's counters: `(name, value)` in order — rxe's
 /// hardware counters ([`RXE_COUNTERS`]) summed over every queue pair the
 /// device has had, then drops by cause (the device's `drop_*`, the queue

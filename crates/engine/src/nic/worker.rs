@@ -493,17 +493,17 @@ pub(super) fn worker(weak: std::sync::Weak<Shared>) {
         if shared.stop.load(Ordering::Acquire) {
             return;
         }
-        let (wait, idle) = {
+        let (wait, quiet) = {
             let _nic = shared.span.enter();
             let mut c = shared.core.lock().unwrap_or_else(|e| e.into_inner());
             let now = shared.now();
             c.step(&shared, now);
-            let idle = c.is_quiet() && shared.work.is_empty();
-            if idle {
+            let quiet = c.is_quiet() && shared.work.is_empty();
+            if quiet {
                 // Under the lock: whoever takes it next sees this.
                 shared.idle_sleep.store(true, Ordering::Relaxed);
             }
-            let max = if idle { QUIET_SLEEP } else { GUARD_SLEEP };
+            let max = if quiet { QUIET_SLEEP } else { GUARD_SLEEP };
             let wait = c.next_deadline().map_or(max, |d| {
                 Duration::from_nanos(d.as_nanos().saturating_sub(now.as_nanos())).min(max)
             });
@@ -513,35 +513,36 @@ pub(super) fn worker(weak: std::sync::Weak<Shared>) {
                 now.as_nanos().saturating_add(wait.as_nanos() as u64),
                 Ordering::Relaxed,
             );
-            (wait, idle)
+            (wait, quiet)
         };
         shared.sleeping.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        if !shared.work.is_empty() || shared.stop.load(Ordering::Acquire) {
-            shared.sleeping.store(false, Ordering::SeqCst);
-            if idle {
-                shared.idle_sleep.store(false, Ordering::Relaxed);
-            }
-            continue;
+        if shared.work.is_empty() && !shared.stop.load(Ordering::Acquire) {
+            sleep(&shared, wait);
         }
-        let now_ns = shared.now().as_nanos();
-        let _ = match shared.busy_poll_left(now_ns) {
-            Some(left) => {
-                let wait = wait.min(left);
-                // The wake-up a poller's postponed ACK can count on.
-                shared.worker_wake_ns.store(
-                    now_ns.saturating_add(wait.as_nanos() as u64),
-                    Ordering::Relaxed,
-                );
-                shared.wait_doorbell(wait)
-            }
-            None => shared.wait(Some(wait)).map(drop),
-        };
         shared.sleeping.store(false, Ordering::SeqCst);
-        if idle {
+        if quiet {
             shared.idle_sleep.store(false, Ordering::Relaxed);
         }
     }
+}
+
+/// The engine thread's sleep: on the link and its doorbell up to `wait`,
+/// or, while an application thread busy-polls, on the doorbell only.
+fn sleep(shared: &Shared, wait: Duration) {
+    let now_ns = shared.now().as_nanos();
+    let _ = match shared.busy_poll_left(now_ns) {
+        Some(left) => {
+            let wait = wait.min(left);
+            // The wake-up a poller's postponed ACK can count on.
+            shared.worker_wake_ns.store(
+                now_ns.saturating_add(wait.as_nanos() as u64),
+                Ordering::Relaxed,
+            );
+            shared.wait_doorbell(wait)
+        }
+        None => shared.wait(Some(wait)).map(drop),
+    };
 }
 
 #[cfg(test)]

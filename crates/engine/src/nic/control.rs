@@ -14,7 +14,7 @@ use super::Nic;
 use crate::cq::CompletionQueue;
 use crate::error::EngineError;
 use crate::mr::{Region, RegionBuf};
-use crossbeam_queue::ArrayQueue;
+use crossbeam_queue::{ArrayQueue, SegQueue};
 use ndverbs_proto::limits::LIMITS;
 use ndverbs_proto::mem::{Access, WindowBind};
 use ndverbs_proto::rc::{AttrMask, Counters, ModifyError, QpAttr, QpState, RcQp, RecvQueue};
@@ -268,8 +268,8 @@ impl Nic {
             uses_srq: init.srq.is_some(),
             ud: false,
             state: AtomicU8::new(state_to_u8(QpState::Reset)),
-            sq_in: ArrayQueue::new(caps.max_send_wr as usize),
-            rq_in: ArrayQueue::new(rq_wr as usize),
+            sq_in: SegQueue::new(),
+            rq_in: SegQueue::new(),
             sq_outstanding: AtomicU32::new(0),
             rq_outstanding: AtomicU32::new(0),
             queued: AtomicBool::new(false),

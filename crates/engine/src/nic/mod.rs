@@ -561,6 +561,15 @@ impl Nic {
         Stats::collect(self.counters(), &qp, &cm, self.is_removed())
     }
 
+    /// Runs `f` while this thread holds the engine: every post `f` makes
+    /// finds the engine busy and goes through the QP's post queues, as when
+    /// another thread runs a step. For tests of that path.
+    #[doc(hidden)]
+    pub fn with_engine_held<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _core = self.core_lock();
+        f()
+    }
+
     /// Publishes this NIC's counters for `ndv stat` until the NIC is dropped
     /// (see [`crate::stats`]).
     pub fn publish_stats(&self) {

@@ -51,10 +51,7 @@ impl Nic {
         }) else {
             return Ok(());
         };
-        if qp.sq_in.push(wr).is_err() {
-            qp.sq_outstanding.fetch_sub(1, Ordering::AcqRel);
-            return Err(PostError::QueueFull(qp.caps.max_send_wr).into());
-        }
+        qp.sq_in.push(wr);
         self.queue_qp(qp);
         Ok(())
     }
@@ -132,10 +129,7 @@ impl Nic {
         }) else {
             return Ok(());
         };
-        if qp.rq_in.push(wr).is_err() {
-            qp.rq_outstanding.fetch_sub(1, Ordering::AcqRel);
-            return Err(PostError::QueueFull(qp.max_recv_wr).into());
-        }
+        qp.rq_in.push(wr);
         self.queue_qp(qp);
         Ok(())
     }

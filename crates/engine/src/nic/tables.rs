@@ -15,7 +15,7 @@ use crate::error::EngineError;
 use crate::keys::KeyGen;
 use crate::mr::MemTable;
 use crate::pending::{pending, Completion, Pending};
-use crossbeam_queue::ArrayQueue;
+use crossbeam_queue::{ArrayQueue, SegQueue};
 use ndverbs_proto::limits::LIMITS;
 use ndverbs_proto::rc::{
     AttrMask, Counters, ModifyError, QpAttr, QpCaps, QpState, RcQp, RecvQueue, RecvWr, SendWr,
@@ -212,8 +212,13 @@ pub struct QpShared {
     /// An unreliable datagram QP (its engine half is a `UdEntry`).
     pub(super) ud: bool,
     pub(super) state: AtomicU8,
-    pub(super) sq_in: ArrayQueue<SendWr>,
-    pub(super) rq_in: ArrayQueue<RecvWr>,
+    /// Posts made while another thread runs the engine, for its step. They
+    /// grow by blocks as used, not to the QP's depth at creation: most
+    /// posts go straight into the protocol, and an idle QP would otherwise
+    /// hold tens of KiB it never touches. `sq_outstanding` and
+    /// `rq_outstanding` bound them.
+    pub(super) sq_in: SegQueue<SendWr>,
+    pub(super) rq_in: SegQueue<RecvWr>,
     /// Send WRs posted and not yet retired (completed or silently done).
     pub(super) sq_outstanding: AtomicU32,
     pub(super) rq_outstanding: AtomicU32,

@@ -37,7 +37,7 @@ use super::core::{Core, Shared};
 use super::tables::{state_to_u8, QpInit, QpShared, UdEntry};
 use super::Nic;
 use crate::error::EngineError;
-use crossbeam_queue::ArrayQueue;
+use crossbeam_queue::SegQueue;
 use ndverbs_proto::rc::{
     AttrMask, Counters, PostError, QpAttr, QpState, RecvQueue, RecvWr, WcQueue,
 };
@@ -109,8 +109,8 @@ impl Nic {
             ud: true,
             state: AtomicU8::new(state_to_u8(QpState::Reset)),
             // Posts take the core lock: the post queues stay empty.
-            sq_in: ArrayQueue::new(1),
-            rq_in: ArrayQueue::new(1),
+            sq_in: SegQueue::new(),
+            rq_in: SegQueue::new(),
             sq_outstanding: AtomicU32::new(0),
             rq_outstanding: AtomicU32::new(0),
             queued: AtomicBool::new(false),

@@ -37,7 +37,8 @@ impl RecvQueue {
     /// A queue holding at most `max_wr` receives of at most `max_sge` SGEs.
     pub fn new(max_wr: u32, max_sge: u32) -> Self {
         RecvQueue {
-            wrs: VecDeque::with_capacity(max_wr.min(4096) as usize),
+            // Grown as receives are posted: an idle QP holds none.
+            wrs: VecDeque::new(),
             max_wr,
             max_sge,
         }

@@ -9,19 +9,20 @@
 //! change caused (a flush, packets) happens before it returns. Cleanup
 //! calls (deregistering, destroying) work after removal too.
 
-use super::tables::{state_to_u8, QpEntry, QpInit, QpShared, SrqEntry, SrqShared};
+use super::core::Core;
+use super::tables::{QpEntry, QpInit, QpShared, SrqEntry, SrqShared};
 use super::Nic;
 use crate::cq::CompletionQueue;
 use crate::error::EngineError;
 use crate::mr::{Region, RegionBuf};
-use crossbeam_queue::{ArrayQueue, SegQueue};
+use crossbeam_queue::ArrayQueue;
 use ndverbs_proto::limits::LIMITS;
 use ndverbs_proto::mem::{Access, WindowBind};
 use ndverbs_proto::rc::{AttrMask, Counters, ModifyError, QpAttr, QpState, RcQp, RecvQueue};
 use ndverbs_wire::cma::addr_of_gid;
 use std::net::Ipv6Addr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, MutexGuard};
 
 impl Nic {
     /// Allocates a protection domain.
@@ -235,13 +236,16 @@ impl Nic {
         Ok(())
     }
 
-    /// Creates an RC queue pair in RESET with an unpredictable QPN.
-    pub fn create_qp(&self, init: QpInit) -> Result<Arc<QpShared>, EngineError> {
-        let _nic = self.shared.span.enter();
-        let caps = init.caps;
-        check_send_sizes(&init)?;
+    /// What creating a queue pair of either kind checks and takes: `init`'s
+    /// sizes, its PD, CQs and SRQ, room in the tables, and a fresh QPN.
+    /// Returns the core, still locked, for the caller to insert the QP.
+    pub(super) fn admit_qp(
+        &self,
+        init: &QpInit,
+    ) -> Result<(MutexGuard<'_, Core>, NewQp), EngineError> {
+        check_send_sizes(init)?;
         if init.srq.is_none() {
-            check_recv_sizes(&init)?;
+            check_recv_sizes(init)?;
         }
         let mut c = self.core()?;
         c.tables.check_pd(init.pd)?;
@@ -253,36 +257,36 @@ impl Nic {
         c.tables.check_qp_room()?;
         let slot = c.share.as_ref().map(|s| s.port.slot());
         let qpn = c.tables.fresh_qpn(slot);
+        let generation = c.tables.qp_generation();
+        let new = NewQp {
+            qpn,
+            generation,
+            send_cq,
+            recv_cq,
+        };
+        Ok((c, new))
+    }
+
+    /// Creates an RC queue pair in RESET with an unpredictable QPN.
+    pub fn create_qp(&self, init: QpInit) -> Result<Arc<QpShared>, EngineError> {
+        let _nic = self.shared.span.enter();
         let (rq_wr, rq_sge) = if init.srq.is_some() {
             (1, 1)
         } else {
             (init.max_recv_wr, init.max_recv_sge.max(1))
         };
-        let generation = c.tables.qp_generation();
-        let shared = Arc::new(QpShared {
-            qpn,
-            generation,
-            caps,
-            max_recv_wr: rq_wr,
-            max_recv_sge: rq_sge,
-            uses_srq: init.srq.is_some(),
-            ud: false,
-            state: AtomicU8::new(state_to_u8(QpState::Reset)),
-            sq_in: SegQueue::new(),
-            rq_in: SegQueue::new(),
-            sq_outstanding: AtomicU32::new(0),
-            rq_outstanding: AtomicU32::new(0),
-            queued: AtomicBool::new(false),
-        });
-        let mut qp = RcQp::new(qpn, init.pd, caps);
+        let (mut c, new) = self.admit_qp(&init)?;
+        let qpn = new.qpn;
+        let shared = Arc::new(QpShared::new(&new, &init, (rq_wr, rq_sge), false));
+        let mut qp = RcQp::new(qpn, init.pd, init.caps);
         qp.set_probe_floor(c.paths.probe_floor());
         let entry = QpEntry {
             qp,
             shared: shared.clone(),
             rq: RecvQueue::new(rq_wr, rq_sge),
             srq: init.srq,
-            send_cq,
-            recv_cq,
+            send_cq: new.send_cq,
+            recv_cq: new.recv_cq,
             peer: None,
             sq_in_proto: 0,
             rq_in_proto: 0,
@@ -429,4 +433,13 @@ pub(super) fn check_recv_sizes(init: &QpInit) -> Result<(), EngineError> {
         ));
     }
     Ok(())
+}
+
+/// A queue pair admitted by [`Nic::admit_qp`]: its number and identity, and
+/// the completion queues it names.
+pub(super) struct NewQp {
+    pub(super) qpn: u32,
+    pub(super) generation: u64,
+    pub(super) send_cq: Arc<CompletionQueue>,
+    pub(super) recv_cq: Arc<CompletionQueue>,
 }

@@ -9,6 +9,7 @@
 //! the protocol state machine and its receive queue, which only the engine
 //! touches.
 
+use super::control::NewQp;
 use crate::cq::{CompletionQueue, NotifyError};
 use crate::ep::QpIdent;
 use crate::error::EngineError;
@@ -227,6 +228,26 @@ pub struct QpShared {
 }
 
 impl QpShared {
+    /// The application's half of queue pair `new` created with `init`,
+    /// receiving `rq` (work requests, SGEs each), in RESET.
+    pub(super) fn new(new: &NewQp, init: &QpInit, rq: (u32, u32), ud: bool) -> QpShared {
+        QpShared {
+            qpn: new.qpn,
+            generation: new.generation,
+            caps: init.caps,
+            max_recv_wr: rq.0,
+            max_recv_sge: rq.1,
+            uses_srq: init.srq.is_some(),
+            ud,
+            state: AtomicU8::new(state_to_u8(QpState::Reset)),
+            sq_in: SegQueue::new(),
+            rq_in: SegQueue::new(),
+            sq_outstanding: AtomicU32::new(0),
+            rq_outstanding: AtomicU32::new(0),
+            queued: AtomicBool::new(false),
+        }
+    }
+
     /// The QP number.
     pub fn qpn(&self) -> u32 {
         self.qpn

@@ -32,19 +32,17 @@
 //! space finds a peer's QPN and Q_Key with SIDR (`endpoints.rs`,
 //! `ndverbs_proto::cm::sidr`) and leaves the QP as it is.
 
-use super::control::{check_recv_sizes, check_send_sizes};
 use super::core::{Core, Shared};
 use super::tables::{state_to_u8, QpInit, QpShared, UdEntry};
 use super::Nic;
 use crate::error::EngineError;
-use crossbeam_queue::SegQueue;
 use ndverbs_proto::rc::{
     AttrMask, Counters, PostError, QpAttr, QpState, RecvQueue, RecvWr, WcQueue,
 };
 use ndverbs_proto::ud::{UdQp, UdSendWr};
 use ndverbs_wire::cma::addr_of_gid;
 use std::net::Ipv6Addr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 impl Nic {
@@ -82,40 +80,13 @@ impl Nic {
     /// ```
     pub fn create_ud_qp(&self, init: QpInit) -> Result<Arc<QpShared>, EngineError> {
         let _nic = self.shared.span.enter();
-        let caps = init.caps;
-        check_send_sizes(&init)?;
-        if init.srq.is_none() {
-            check_recv_sizes(&init)?;
-        }
-        let mut c = self.core()?;
-        c.tables.check_pd(init.pd)?;
-        let send_cq = c.tables.cq(init.send_cq)?.clone();
-        let recv_cq = c.tables.cq(init.recv_cq)?.clone();
-        if let Some(s) = init.srq {
-            c.tables.check_srq(s)?;
-        }
-        c.tables.check_qp_room()?;
-        let slot = c.share.as_ref().map(|s| s.port.slot());
-        let qpn = c.tables.fresh_qpn(slot);
         let rq_sge = init.max_recv_sge.max(1);
-        let generation = c.tables.qp_generation();
-        let shared = Arc::new(QpShared {
-            qpn,
-            generation,
-            caps,
-            max_recv_wr: init.max_recv_wr,
-            max_recv_sge: rq_sge,
-            uses_srq: init.srq.is_some(),
-            ud: true,
-            state: AtomicU8::new(state_to_u8(QpState::Reset)),
-            // Posts take the core lock: the post queues stay empty.
-            sq_in: SegQueue::new(),
-            rq_in: SegQueue::new(),
-            sq_outstanding: AtomicU32::new(0),
-            rq_outstanding: AtomicU32::new(0),
-            queued: AtomicBool::new(false),
-        });
-        let qp = UdQp::new_reset(qpn, init.pd, c.active_mtu, caps.max_send_wr);
+        let (mut c, new) = self.admit_qp(&init)?;
+        let qpn = new.qpn;
+        // (Posts take the core lock: its post queues stay empty.)
+        let rq = (init.max_recv_wr, rq_sge);
+        let shared = Arc::new(QpShared::new(&new, &init, rq, true));
+        let qp = UdQp::new_reset(qpn, init.pd, c.active_mtu, init.caps.max_send_wr);
         c.tables.ud.insert(
             qpn,
             UdEntry {
@@ -124,8 +95,8 @@ impl Nic {
                 pd: init.pd,
                 rq: RecvQueue::new(init.max_recv_wr, rq_sge),
                 srq: init.srq,
-                send_cq,
-                recv_cq,
+                send_cq: new.send_cq,
+                recv_cq: new.recv_cq,
             },
         );
         tracing::debug!(qp = qpn, pd = init.pd, "UD QP created");

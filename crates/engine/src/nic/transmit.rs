@@ -108,6 +108,9 @@ impl Core {
         let ack_last = postpone || due;
         self.paths
             .before_drain(now, peer, qpn, &mut e.qp, &shared.counters);
+        // One per drain: it remembers the bytes the memory table lent whole
+        // (an SGE, a READ's range) for the packets after, which holds while
+        // the table cannot change — under the lock, until the drain ends.
         let mut lent = LentPayload::default();
         let io = &mut self.io;
         io.batch.reset(io.link.gso());

@@ -375,9 +375,11 @@ pub trait Memory {
     /// Lends `len` bytes of a local buffer to a zero-copy send: checks them
     /// as [`Memory::read_local`] does and returns the address of the first,
     /// or `None` when this memory does not lend (the caller copies instead,
-    /// the default). The bytes must stay readable at that address until the
-    /// memory is next used through `&mut self` — the engine hands them to the
-    /// kernel before it touches its memory table again.
+    /// the default). The bytes must stay readable at that address while the
+    /// memory's keys stay as they are (no registration change, bind or
+    /// invalidation): the engine hands them to the kernel within one batch
+    /// of sends under its lock, and a [`LentPayload`] lends later packets of
+    /// the same bytes from that address without asking again.
     fn lend_local(
         &mut self,
         _pd: u32,

@@ -163,6 +163,14 @@ pub const MAX_LENT_PIECES: usize = 8;
 /// A packet payload left in registered memory for a zero-copy send: the
 /// `(address, length)` pieces that follow the packet's headers on the wire.
 ///
+/// It also remembers the last SGE, and the last READ's bytes, that the
+/// memory checked and lent whole ([`lend`], [`lend_remote`]): later packets
+/// of the same message lend from there without asking the memory again
+/// (a key lookup and its checks per packet). So one `LentPayload` may serve
+/// only while the memory's keys stay as they are — no registration change,
+/// bind or invalidation in between —, as for one batch of sends: the
+/// engine makes one per drain of a queue pair, under its lock.
+///
 /// # Example
 ///
 /// ```
@@ -183,6 +191,36 @@ pub struct LentPayload {
     /// Bytes of headers at the start of the packet buffer; the pad and the
     /// ICRC placeholder follow them there, the payload goes in between.
     pub hdr_len: usize,
+    /// The last SGE checked and lent whole.
+    local: Option<Checked>,
+    /// The last READ's bytes checked and lent whole.
+    remote: Option<Checked>,
+}
+
+/// Bytes the memory checked and lent as a whole: `len` bytes from virtual
+/// address `va` under `key` in PD `pd`, the first of them at `addr`. Any
+/// part of them passes the same checks (key, PD, rights, bounds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Checked {
+    pd: u32,
+    key: u32,
+    va: u64,
+    len: u64,
+    addr: usize,
+}
+
+impl Checked {
+    /// Where `len` bytes at `va` under `key` in `pd` are, if inside.
+    fn find(&self, pd: u32, key: u32, va: u64, len: usize) -> Option<usize> {
+        let off = va.checked_sub(self.va)?;
+        let inside = self.pd == pd
+            && self.key == key
+            && off
+                .checked_add(len as u64)
+                .is_some_and(|end| end <= self.len);
+        // `off < self.len`, and the memory lent all of them at `addr`.
+        inside.then(|| self.addr + off as usize)
+    }
 }
 
 impl LentPayload {
@@ -225,7 +263,12 @@ pub fn lend(
         if !lent {
             return Ok(());
         }
-        match mem.lend_local(pd, sge, off, r.len())? {
+        let va = sge.addr.wrapping_add(u64::from(off));
+        let found = match out.local.and_then(|c| c.find(pd, sge.lkey, va, r.len())) {
+            Some(addr) => Some(addr),
+            None => lend_whole_sge(mem, pd, sge, off, r.len(), &mut out.local)?,
+        };
+        match found {
             Some(addr) if out.n < MAX_LENT_PIECES => {
                 out.pieces[out.n] = (addr, r.len());
                 out.n += 1;
@@ -240,20 +283,69 @@ pub fn lend(
     Ok(lent)
 }
 
+/// Lends bytes `off .. off + len` of `sge` (checked as
+/// [`Memory::read_local`] does): the whole SGE is checked and lent first,
+/// and remembered in `memo` for the packets after; if it does not pass as a
+/// whole, only the bytes asked for (their own error, if any).
+fn lend_whole_sge(
+    mem: &mut dyn Memory,
+    pd: u32,
+    sge: &Sge,
+    off: u32,
+    len: usize,
+    memo: &mut Option<Checked>,
+) -> Result<Option<usize>, AccessError> {
+    match mem.lend_local(pd, sge, 0, sge.len as usize) {
+        Ok(Some(addr)) => {
+            *memo = Some(Checked {
+                pd,
+                key: sge.lkey,
+                va: sge.addr,
+                len: u64::from(sge.len),
+                addr,
+            });
+            Ok(Some(addr + off as usize))
+        }
+        Ok(None) => Ok(None),
+        Err(_) => mem.lend_local(pd, sge, off, len),
+    }
+}
+
 /// Borrows `len` bytes at `va` under `rkey` (a READ response's payload)
 /// from `mem` into `out` instead of copying them, after the checks of
 /// [`Memory::read_remote`]; `Ok(false)` (with `out` cleared) when the memory
-/// does not lend.
+/// does not lend. `within` bytes from `va` (at least `len`: the READ's
+/// bytes not yet sent) are checked and lent as a whole the first time, and
+/// later calls for any part of them lend from `out` without asking `mem`
+/// (see [`LentPayload`]).
 pub fn lend_remote(
     mem: &mut dyn Memory,
     pd: u32,
     rkey: u32,
     va: u64,
     len: usize,
+    within: usize,
     out: &mut LentPayload,
 ) -> Result<bool, AccessError> {
     out.clear();
-    match mem.lend_remote(pd, rkey, va, len)? {
+    let found = match out.remote.and_then(|c| c.find(pd, rkey, va, len)) {
+        Some(addr) => Some(addr),
+        None => match mem.lend_remote(pd, rkey, va, within.max(len)) {
+            Ok(Some(addr)) => {
+                out.remote = Some(Checked {
+                    pd,
+                    key: rkey,
+                    va,
+                    len: within.max(len) as u64,
+                    addr,
+                });
+                Some(addr)
+            }
+            Ok(None) => None,
+            Err(_) => mem.lend_remote(pd, rkey, va, len)?,
+        },
+    };
+    match found {
         Some(addr) => {
             out.pieces[0] = (addr, len);
             out.n = 1;
@@ -309,6 +401,134 @@ mod tests {
         assert!(matches!(
             gather(&mut m, 2, &sgl, 0, &mut out),
             Err(AccessError::PdMismatch { .. })
+        ));
+    }
+
+    /// One region (key 7, PD 1, 4 KiB at 0x1000, local and remote reads)
+    /// that lends its bytes at a made-up address, counting its lookups.
+    struct Lending {
+        bytes: Vec<u8>,
+        lookups: usize,
+    }
+
+    const KEY: u32 = 7;
+    const VA: u64 = 0x1000;
+    const AT: usize = 0x7f00_0000;
+
+    struct LentBytes<'a>(&'a mut [u8]);
+
+    impl crate::mem::GrantBytes for LentBytes<'_> {
+        fn read(&self, off: u64, out: &mut [u8]) {
+            self.0.read(off, out)
+        }
+        fn write(&mut self, off: u64, data: &[u8]) {
+            self.0.write(off, data)
+        }
+        fn atomic(&mut self, off: u64, op: crate::mem::AtomicOp) -> u64 {
+            self.0.atomic(off, op)
+        }
+        fn lend(&self, off: u64) -> Option<usize> {
+            Some(AT + off as usize)
+        }
+    }
+
+    impl crate::mem::GrantTable for Lending {
+        type Bytes<'a> = LentBytes<'a>;
+        fn grant(&mut self, key: u32) -> Option<(crate::mem::Grant, LentBytes<'_>)> {
+            self.lookups += 1;
+            let g = crate::mem::Grant {
+                kind: crate::mem::GrantKind::Region {
+                    remote_invalidate: false,
+                },
+                pd: 1,
+                access: Access::REMOTE_READ,
+                va: VA,
+                len: self.bytes.len() as u64,
+            };
+            (key == KEY).then_some((g, LentBytes(&mut self.bytes[..])))
+        }
+        fn invalidate(&mut self, _key: u32) {}
+    }
+
+    fn lending() -> Lending {
+        Lending {
+            bytes: vec![0; 4096],
+            lookups: 0,
+        }
+    }
+
+    #[test]
+    fn later_packets_of_an_sge_lend_without_a_lookup() {
+        let mut m = lending();
+        let sgl = [Sge::new(VA + 1024, 3072, KEY)];
+        let mut lent = LentPayload::default();
+        for (i, off) in [0u64, 1024, 2048].into_iter().enumerate() {
+            assert!(lend(&mut m, 1, &sgl, off, 1024, &mut lent).unwrap());
+            assert_eq!(
+                lent.pieces(),
+                &[(AT + 1024 + off as usize, 1024)],
+                "packet {i}"
+            );
+        }
+        // The first packet checked the SGE whole; the others reused it.
+        assert_eq!(m.lookups, 1);
+        // Another PD is refused, as the memory would (and asked again).
+        assert!(matches!(
+            lend(&mut m, 2, &sgl, 0, 1024, &mut lent),
+            Err(AccessError::PdMismatch { .. })
+        ));
+        // A fresh payload (a new batch) asks the memory again.
+        let mut fresh = LentPayload::default();
+        assert!(lend(&mut m, 1, &sgl, 0, 8, &mut fresh).unwrap());
+        assert_eq!(fresh.pieces(), &[(AT + 1024, 8)]);
+    }
+
+    #[test]
+    fn an_sge_past_its_region_lends_its_good_bytes_and_fails_the_rest() {
+        let mut m = lending();
+        // 1 KiB inside the 4-KiB region, 1 KiB past its end.
+        let sgl = [Sge::new(VA + 3072, 2048, KEY)];
+        let mut lent = LentPayload::default();
+        assert!(lend(&mut m, 1, &sgl, 0, 1024, &mut lent).unwrap());
+        assert_eq!(lent.pieces(), &[(AT + 3072, 1024)]);
+        assert!(matches!(
+            lend(&mut m, 1, &sgl, 1024, 1024, &mut lent),
+            Err(AccessError::OutOfBounds { .. })
+        ));
+        // Nothing was remembered for it: each packet was checked on its own
+        // (after the failed check of the whole SGE).
+        assert_eq!(m.lookups, 4);
+    }
+
+    #[test]
+    fn a_read_checked_whole_lends_its_later_packets_without_a_lookup() {
+        let mut m = lending();
+        let mut lent = LentPayload::default();
+        // A 3-KiB READ from 0x1400, answered 1 KiB at a time.
+        for (i, off) in [0u64, 1024, 2048].into_iter().enumerate() {
+            let left = 3072 - off as usize;
+            assert!(lend_remote(&mut m, 1, KEY, VA + 1024 + off, 1024, left, &mut lent).unwrap());
+            assert_eq!(
+                lent.pieces(),
+                &[(AT + 1024 + off as usize, 1024)],
+                "packet {i}"
+            );
+        }
+        assert_eq!(m.lookups, 1);
+        // Outside what was checked, or another key: asked again.
+        assert!(lend_remote(&mut m, 1, KEY, VA, 1024, 1024, &mut lent).unwrap());
+        assert!(matches!(
+            lend_remote(&mut m, 1, KEY + 1, VA + 1024, 1024, 1024, &mut lent),
+            Err(AccessError::InvalidRkey(_))
+        ));
+        assert_eq!(m.lookups, 4);
+        // A READ reaching past the region: its good bytes lend, the rest
+        // fails as before.
+        let mut fresh = LentPayload::default();
+        assert!(lend_remote(&mut m, 1, KEY, VA + 3072, 1024, 2048, &mut fresh).unwrap());
+        assert!(matches!(
+            lend_remote(&mut m, 1, KEY, VA + 4096, 1024, 1024, &mut fresh),
+            Err(AccessError::OutOfBounds { .. })
         ));
     }
 }

@@ -132,7 +132,7 @@ impl Responder {
                 // `read_remote` would); otherwise it is copied in.
                 let lent = match lent {
                     Some(l) if n as usize >= LEND_MIN => {
-                        lend_remote(mem, p.pd, rkey, va, n as usize, &mut *l)
+                        lend_remote(mem, p.pd, rkey, va, n as usize, remaining as usize, &mut *l)
                             .map(|lends| lends.then_some(l))
                     }
                     _ => Ok(None),

@@ -263,8 +263,11 @@ pub fn lend(
         if !lent {
             return Ok(());
         }
-        let va = sge.addr.wrapping_add(u64::from(off));
-        let found = match out.local.and_then(|c| c.find(pd, sge.lkey, va, r.len())) {
+        // (An address past the top of the address space is the memory's to
+        // refuse: never found in what it lent.)
+        let va = sge.addr.checked_add(u64::from(off));
+        let memo = out.local.zip(va);
+        let found = match memo.and_then(|(c, va)| c.find(pd, sge.lkey, va, r.len())) {
             Some(addr) => Some(addr),
             None => lend_whole_sge(mem, pd, sge, off, r.len(), &mut out.local)?,
         };
@@ -498,6 +501,15 @@ mod tests {
         // Nothing was remembered for it: each packet was checked on its own
         // (after the failed check of the whole SGE).
         assert_eq!(m.lookups, 4);
+        // An SGE whose bytes wrap past the top of the address space onto
+        // what was lent before is refused as the memory refuses it.
+        let good = [Sge::new(VA, 4096, KEY)];
+        assert!(lend(&mut m, 1, &good, 0, 1024, &mut lent).unwrap());
+        let wraps = [Sge::new(u64::MAX - 1023, 8192, KEY)];
+        assert!(matches!(
+            lend(&mut m, 1, &wraps, 1024 + VA, 1024, &mut lent),
+            Err(AccessError::OutOfBounds { .. })
+        ));
     }
 
     #[test]

@@ -266,11 +266,14 @@ pub fn lend(
         // (An address past the top of the address space is the memory's to
         // refuse: never found in what it lent.)
         let va = sge.addr.checked_add(u64::from(off));
-        let memo = out.local.zip(va);
-        let found = match memo.and_then(|(c, va)| c.find(pd, sge.lkey, va, r.len())) {
-            Some(addr) => Some(addr),
-            None => lend_whole_sge(mem, pd, sge, off, r.len(), &mut out.local)?,
-        };
+        let whole = (sge.addr, u64::from(sge.len));
+        let found = lend_remembered(&mut out.local, pd, sge.lkey, va, r.len(), whole, |all| {
+            if all {
+                mem.lend_local(pd, sge, 0, sge.len as usize)
+            } else {
+                mem.lend_local(pd, sge, off, r.len())
+            }
+        })?;
         match found {
             Some(addr) if out.n < MAX_LENT_PIECES => {
                 out.pieces[out.n] = (addr, r.len());
@@ -286,31 +289,39 @@ pub fn lend(
     Ok(lent)
 }
 
-/// Lends bytes `off .. off + len` of `sge` (checked as
-/// [`Memory::read_local`] does): the whole SGE is checked and lent first,
-/// and remembered in `memo` for the packets after; if it does not pass as a
-/// whole, only the bytes asked for (their own error, if any).
-fn lend_whole_sge(
-    mem: &mut dyn Memory,
-    pd: u32,
-    sge: &Sge,
-    off: u32,
-    len: usize,
+/// Where the `len` bytes at `va` under `key` in PD `pd` are lent: from
+/// `memo` if it holds them; else `lend(true)` has the memory check and lend
+/// the `whole` range (`(va, len)`) that holds them and later packets, which
+/// `memo` then remembers; if that range does not pass as a whole,
+/// `lend(false)` has it check and lend only the bytes asked for (their own
+/// error, if any). `va` is `None` past the top of the address space.
+fn lend_remembered(
     memo: &mut Option<Checked>,
+    pd: u32,
+    key: u32,
+    va: Option<u64>,
+    len: usize,
+    whole: (u64, u64),
+    mut lend: impl FnMut(bool) -> Result<Option<usize>, AccessError>,
 ) -> Result<Option<usize>, AccessError> {
-    match mem.lend_local(pd, sge, 0, sge.len as usize) {
+    let find = |c: Checked| va.and_then(|va| c.find(pd, key, va, len));
+    if let Some(addr) = memo.and_then(find) {
+        return Ok(Some(addr));
+    }
+    match lend(true) {
         Ok(Some(addr)) => {
-            *memo = Some(Checked {
+            let c = Checked {
                 pd,
-                key: sge.lkey,
-                va: sge.addr,
-                len: u64::from(sge.len),
+                key,
+                va: whole.0,
+                len: whole.1,
                 addr,
-            });
-            Ok(Some(addr + off as usize))
+            };
+            *memo = Some(c);
+            Ok(find(c))
         }
         Ok(None) => Ok(None),
-        Err(_) => mem.lend_local(pd, sge, off, len),
+        Err(_) => lend(false),
     }
 }
 
@@ -331,23 +342,16 @@ pub fn lend_remote(
     out: &mut LentPayload,
 ) -> Result<bool, AccessError> {
     out.clear();
-    let found = match out.remote.and_then(|c| c.find(pd, rkey, va, len)) {
-        Some(addr) => Some(addr),
-        None => match mem.lend_remote(pd, rkey, va, within.max(len)) {
-            Ok(Some(addr)) => {
-                out.remote = Some(Checked {
-                    pd,
-                    key: rkey,
-                    va,
-                    len: within.max(len) as u64,
-                    addr,
-                });
-                Some(addr)
-            }
-            Ok(None) => None,
-            Err(_) => mem.lend_remote(pd, rkey, va, len)?,
-        },
-    };
+    let whole = within.max(len);
+    let found = lend_remembered(
+        &mut out.remote,
+        pd,
+        rkey,
+        Some(va),
+        len,
+        (va, whole as u64),
+        |all| mem.lend_remote(pd, rkey, va, if all { whole } else { len }),
+    )?;
     match found {
         Some(addr) => {
             out.pieces[0] = (addr, len);

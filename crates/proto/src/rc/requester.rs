@@ -37,9 +37,13 @@
 //! (one for `len == 0`): FIRST and MIDDLE carry exactly the path MTU, LAST the
 //! rest; a single packet is ONLY. RETH rides on the first WRITE packet,
 //! ImmDt/IETH on the last. A READ is one request packet that consumes
-//! `max(1, ceil(len / mtu))` PSNs (one per response packet). AckReq is set on the
-//! last packet of every message and on every [`MAX_PKT_PER_ACK`]th packet in
-//! between — Linux rxe acknowledges nothing else.
+//! `max(1, ceil(len / mtu))` PSNs (one per response packet). AckReq is set on
+//! every READ request, on every [`MAX_PKT_PER_ACK`]th packet (at most half a
+//! window apart), and on the last packet of a message unless the next message
+//! leaves right behind it (`next_follows`: a stream of messages asks once per
+//! [`MAX_PKT_PER_ACK`] packets instead of once per message, half the ACKs of
+//! 64-KiB WRITEs at path MTU 1024; the last message of a burst always asks) —
+//! Linux rxe acknowledges nothing else.
 //!
 //! **READ retries in chunks.** The first request of a READ asks for all of it
 //! (with a send budget: for what the budget allows, the rest then follows in
@@ -111,8 +115,10 @@ pub const WINDOW_STEP: i32 = 4;
 /// The PSN window's hard cap while a send budget (congestion control) decides
 /// what may be sent.
 pub const CC_MAX_UNACKED_PSNS: i32 = 1024;
-/// Packets between AckReq flags at most (rxe `RXE_MAX_PKT_PER_ACK`).
-pub const MAX_PKT_PER_ACK: u32 = 64;
+/// Packets between AckReq flags at most: twice rxe's `RXE_MAX_PKT_PER_ACK`
+/// (64), as the window at path MTU 1024 ([`max_window`]) is four times
+/// rxe's; never more than half the window.
+pub const MAX_PKT_PER_ACK: u32 = 128;
 /// Smallest payload lent to a zero-copy send instead of copied: below it, a
 /// copy costs less than the kernel walking extra pieces.
 pub const LEND_MIN: usize = 1024;
@@ -290,6 +296,32 @@ impl Requester {
         }
     }
 
+    /// Whether the message after WQE `idx`, whose last packet carries
+    /// `pkt_psn`, will be sent right after that packet: a SEND or WRITE not
+    /// yet started, not fenced, with room in the window, and that packet a
+    /// first transmission (a retry asks at every message's end, so a
+    /// mistaken guess costs one timeout, never a loop of them). READs and
+    /// atomics ask for their own ACKs and may wait for `max_rd_atomic`
+    /// slots; a draining QP (SQD) starts nothing new.
+    fn next_follows(
+        &self,
+        sq: &SendQueue,
+        idx: usize,
+        pkt_psn: u32,
+        comp_psn: u32,
+        window: i32,
+        draining: bool,
+    ) -> bool {
+        let fresh = psn::diff(pkt_psn, self.hw_psn) >= 0;
+        let room = psn::diff(psn::add(pkt_psn, 1), comp_psn) < window;
+        fresh
+            && room
+            && !draining
+            && sq.wqes.get(idx + 1).is_some_and(|n| {
+                !n.assigned && matches!(n.kind, Kind::Send | Kind::Write) && !n.wr.fence
+            })
+    }
+
     /// Called when the completer retires the front WQE.
     pub fn on_retire(&mut self, w: &Wqe, mtu: u32) {
         if w.holds_rd_atomic {
@@ -465,7 +497,10 @@ impl Requester {
         let every = MAX_PKT_PER_ACK.min((self.window() / 2).max(1) as u32);
         // A QP about to stop for lack of budget asks for an ACK too.
         let starved = left.is_some_and(|l| l < u64::from(mtu));
-        let ack_req = last || w.kind == Kind::Read || self.noack_pkts + 1 >= every || starved;
+        // The last packet of a message asks for an ACK unless the next
+        // message leaves right behind it (which then asks, or a later one).
+        let end_asks = last && !self.next_follows(sq, idx, pkt_psn, comp_psn, window, draining);
+        let ack_req = end_asks || w.kind == Kind::Read || self.noack_pkts + 1 >= every || starved;
         let mut bth = Bth::new(opcode, p.dest_qpn, pkt_psn);
         bth.ack_req = ack_req;
         bth.se = last && w.wr.solicited && matches!(w.kind, Kind::Send | Kind::Write);

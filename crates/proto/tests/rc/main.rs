@@ -1,5 +1,6 @@
 //! RC protocol tests: two QPs back to back on virtual time.
 
+mod ack_requests;
 mod basic;
 #[path = "../common/captures.rs"]
 mod capture_files;

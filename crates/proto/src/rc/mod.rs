@@ -74,7 +74,7 @@ pub use qp::{RcQp, MAX_HEADER_LEN};
 pub use recv_queue::RecvQueue;
 pub use requester::{
     max_window, CcSignals, CC_MAX_UNACKED_PSNS, MAX_PKT_PER_ACK, MAX_UNACKED_BYTES,
-    MAX_UNACKED_PSNS,
+    MAX_UNACKED_PSNS, RXE_MAX_PKT_PER_ACK,
 };
 pub use responder::reorder::{
     REORDER_MAX_BYTES, REORDER_MAX_PACKETS, REORDER_WAIT, REORDER_WAIT_MIN,

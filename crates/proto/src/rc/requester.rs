@@ -42,8 +42,9 @@
 //! window apart), and on the last packet of a message unless the next message
 //! leaves right behind it (`next_follows`: a stream of messages asks once per
 //! [`MAX_PKT_PER_ACK`] packets instead of once per message, half the ACKs of
-//! 64-KiB WRITEs at path MTU 1024; the last message of a burst always asks) —
-//! Linux rxe acknowledges nothing else.
+//! 64-KiB WRITEs at path MTU 1024; the last message of a burst always asks).
+//! Under a congestion controller, as rxe: every message's end and every
+//! [`RXE_MAX_PKT_PER_ACK`]th packet. Linux rxe acknowledges nothing else.
 //!
 //! **READ retries in chunks.** The first request of a READ asks for all of it
 //! (with a send budget: for what the budget allows, the rest then follows in
@@ -115,10 +116,13 @@ pub const WINDOW_STEP: i32 = 4;
 /// The PSN window's hard cap while a send budget (congestion control) decides
 /// what may be sent.
 pub const CC_MAX_UNACKED_PSNS: i32 = 1024;
-/// Packets between AckReq flags at most: twice rxe's `RXE_MAX_PKT_PER_ACK`
-/// (64), as the window at path MTU 1024 ([`max_window`]) is four times
-/// rxe's; never more than half the window.
+/// Packets between AckReq flags at most: twice [`RXE_MAX_PKT_PER_ACK`], as
+/// the window at path MTU 1024 ([`max_window`]) is four times rxe's; never
+/// more than half the window.
 pub const MAX_PKT_PER_ACK: u32 = 128;
+/// Linux rxe's packets between AckReq flags (`RXE_MAX_PKT_PER_ACK`), also
+/// ours under a congestion controller.
+pub const RXE_MAX_PKT_PER_ACK: u32 = 64;
 /// Smallest payload lent to a zero-copy send instead of copied: below it, a
 /// copy costs less than the kernel walking extra pieces.
 pub const LEND_MIN: usize = 1024;
@@ -494,12 +498,23 @@ impl Requester {
         }
         // Ask for an ACK at least twice per window, or a small window stalls
         // until the retransmission timer. Every READ request asks for one.
-        let every = MAX_PKT_PER_ACK.min((self.window() / 2).max(1) as u32);
+        // Under a congestion controller (a budget) a QP asks as rxe does, at
+        // every message's end and every RXE_MAX_PKT_PER_ACK packets: the
+        // controller's round-trip samples and its window ride on the ACKs
+        // (with half of them the kernel bed's DEEP queue grew 4x).
+        let cc = budget.is_some();
+        let most = if cc {
+            RXE_MAX_PKT_PER_ACK
+        } else {
+            MAX_PKT_PER_ACK
+        };
+        let every = most.min((self.window() / 2).max(1) as u32);
         // A QP about to stop for lack of budget asks for an ACK too.
         let starved = left.is_some_and(|l| l < u64::from(mtu));
         // The last packet of a message asks for an ACK unless the next
         // message leaves right behind it (which then asks, or a later one).
-        let end_asks = last && !self.next_follows(sq, idx, pkt_psn, comp_psn, window, draining);
+        let end_asks =
+            last && (cc || !self.next_follows(sq, idx, pkt_psn, comp_psn, window, draining));
         let ack_req = end_asks || w.kind == Kind::Read || self.noack_pkts + 1 >= every || starved;
         let mut bth = Bth::new(opcode, p.dest_qpn, pkt_psn);
         bth.ack_req = ack_req;

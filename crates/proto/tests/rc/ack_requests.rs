@@ -1,7 +1,8 @@
 //! Which request packets ask for an ACK (BTH AckReq): in a stream of
 //! messages, one packet in every `MAX_PKT_PER_ACK` (at most half a window
 //! apart) and the end of the burst's last message; the end of any message
-//! that nothing sendable follows at once; every message's end when resent.
+//! that nothing sendable follows at once; every message's end when resent,
+//! and under a congestion controller's budget (as rxe).
 
 use super::two::{pair, Two};
 use ndverbs_proto::mem::Access;
@@ -86,6 +87,20 @@ fn a_stream_asks_once_per_max_pkt_per_ack_and_at_its_end() {
     assert_eq!(asking(&sent), [127, 255, 5 * PKTS - 1]);
     t.b_replies(now);
     completed(&mut t, 5);
+}
+
+#[test]
+fn under_a_budget_every_message_end_asks_as_rxe() {
+    let mut t = pair(PKTS as u32 * MTU);
+    post_writes(&mut t, 2, 2, false);
+    t.a.set_send_budget(Some(u64::MAX));
+    let now = Instant::ZERO;
+    let sent = t.a_sends(now, |_| false);
+    assert_eq!(sent.len(), 3 * PKTS);
+    assert_eq!(RXE_MAX_PKT_PER_ACK as usize, PKTS);
+    assert_eq!(asking(&sent), [PKTS - 1, 2 * PKTS - 1, 3 * PKTS - 1]);
+    t.b_replies(now);
+    completed(&mut t, 3);
 }
 
 #[test]

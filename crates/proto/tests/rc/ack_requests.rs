@@ -54,6 +54,16 @@ fn asking(sent: &[(u32, bool)]) -> Vec<usize> {
         .collect()
 }
 
+/// Sends everything A has, delivered, lets B answer, checks that the `n`
+/// work requests completed; returns the packets that asked for an ACK.
+fn exchange(t: &mut Two, n: u64) -> Vec<usize> {
+    let now = Instant::ZERO;
+    let sent = t.a_sends(now, |_| false);
+    t.b_replies(now);
+    completed(t, n);
+    asking(&sent)
+}
+
 /// All work requests completed successfully, in order.
 fn completed(t: &mut Two, n: u64) {
     for id in 1..=n {
@@ -66,12 +76,7 @@ fn completed(t: &mut Two, n: u64) {
 #[test]
 fn a_lone_message_asks_at_its_end() {
     let mut t = pair(PKTS as u32 * MTU);
-    let now = Instant::ZERO;
-    let sent = t.a_sends(now, |_| false);
-    assert_eq!(sent.len(), PKTS);
-    assert_eq!(asking(&sent), [PKTS - 1]);
-    t.b_replies(now);
-    t.assert_write_landed();
+    assert_eq!(exchange(&mut t, 1), [PKTS - 1]);
 }
 
 #[test]
@@ -79,14 +84,9 @@ fn a_stream_asks_once_per_max_pkt_per_ack_and_at_its_end() {
     assert_eq!(MAX_PKT_PER_ACK, 128);
     let mut t = pair(PKTS as u32 * MTU);
     post_writes(&mut t, 2, 4, false);
-    let now = Instant::ZERO;
-    let sent = t.a_sends(now, |_| false);
-    assert_eq!(sent.len(), 5 * PKTS);
     // Messages end at 63, 127, 191, 255 and 319: the 128th packets ask,
     // and the last message's end.
-    assert_eq!(asking(&sent), [127, 255, 5 * PKTS - 1]);
-    t.b_replies(now);
-    completed(&mut t, 5);
+    assert_eq!(exchange(&mut t, 5), [127, 255, 5 * PKTS - 1]);
 }
 
 #[test]
@@ -94,13 +94,8 @@ fn under_a_budget_every_message_end_asks_as_rxe() {
     let mut t = pair(PKTS as u32 * MTU);
     post_writes(&mut t, 2, 2, false);
     t.a.set_send_budget(Some(u64::MAX));
-    let now = Instant::ZERO;
-    let sent = t.a_sends(now, |_| false);
-    assert_eq!(sent.len(), 3 * PKTS);
     assert_eq!(RXE_MAX_PKT_PER_ACK as usize, PKTS);
-    assert_eq!(asking(&sent), [PKTS - 1, 2 * PKTS - 1, 3 * PKTS - 1]);
-    t.b_replies(now);
-    completed(&mut t, 3);
+    assert_eq!(exchange(&mut t, 3), [PKTS - 1, 2 * PKTS - 1, 3 * PKTS - 1]);
 }
 
 #[test]
@@ -117,20 +112,12 @@ fn a_message_asks_when_a_read_or_a_fence_follows() {
     };
     t.a.post_send(SendWr::new(2, SendOp::Read(at), vec![dst.sge(0, 64)]))
         .unwrap();
-    let now = Instant::ZERO;
-    let sent = t.a_sends(now, |_| false);
-    assert_eq!(sent.len(), PKTS + 1);
-    assert_eq!(asking(&sent), [PKTS - 1, PKTS]);
-    t.b_replies(now);
-    completed(&mut t, 2);
+    assert_eq!(exchange(&mut t, 2), [PKTS - 1, PKTS]);
 
     // A fenced WRITE behind: the same.
     let mut t = pair(PKTS as u32 * MTU);
     post_writes(&mut t, 2, 1, true);
-    let sent = t.a_sends(now, |_| false);
-    assert_eq!(asking(&sent), [PKTS - 1, 2 * PKTS - 1]);
-    t.b_replies(now);
-    completed(&mut t, 2);
+    assert_eq!(exchange(&mut t, 2), [PKTS - 1, 2 * PKTS - 1]);
 }
 
 #[test]

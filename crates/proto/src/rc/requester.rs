@@ -317,13 +317,13 @@ impl Requester {
         draining: bool,
     ) -> bool {
         let fresh = psn::diff(pkt_psn, self.hw_psn) >= 0;
-        let room = psn::diff(psn::add(pkt_psn, 1), comp_psn) < window;
         fresh
-            && room
+            && in_window(psn::add(pkt_psn, 1), comp_psn, window)
             && !draining
-            && sq.wqes.get(idx + 1).is_some_and(|n| {
-                !n.assigned && matches!(n.kind, Kind::Send | Kind::Write) && !n.wr.fence
-            })
+            && sq
+                .wqes
+                .get(idx + 1)
+                .is_some_and(|n| !n.assigned && !n.is_read_or_atomic() && !n.wr.fence)
     }
 
     /// Called when the completer retires the front WQE.
@@ -388,7 +388,7 @@ impl Requester {
         } else {
             self.window()
         };
-        if psn::diff(pkt_psn, comp_psn) >= window {
+        if !in_window(pkt_psn, comp_psn, window) {
             return Ok(ReqOut::Idle);
         }
         if draining && !w.assigned {
@@ -500,8 +500,7 @@ impl Requester {
         // until the retransmission timer. Every READ request asks for one.
         // Under a congestion controller (a budget) a QP asks as rxe does, at
         // every message's end and every RXE_MAX_PKT_PER_ACK packets: the
-        // controller's round-trip samples and its window ride on the ACKs
-        // (with half of them the kernel bed's DEEP queue grew 4x).
+        // controller's round-trip samples and its window ride on the ACKs.
         let cc = budget.is_some();
         let most = if cc {
             RXE_MAX_PKT_PER_ACK
@@ -637,6 +636,12 @@ impl Requester {
         }
         Ok(ReqOut::Sent(n))
     }
+}
+
+/// Whether the packet with PSN `psn` fits in a send window of `window` PSNs
+/// beyond `comp_psn`, the oldest unacknowledged.
+fn in_window(psn: u32, comp_psn: u32, window: i32) -> bool {
+    psn::diff(psn, comp_psn) < window
 }
 
 /// The RC opcode of a packet of `op` at this position.

@@ -532,26 +532,35 @@ pub(crate) mod tests {
         assert_eq!(0x5AB7_2596u32.to_le_bytes(), [0x96, 0x25, 0xB7, 0x5A]);
     }
 
-    #[test]
-    fn small_packets_hash_as_the_masked_copy_does() {
-        // Every length the table path takes, against crc32fast over a copy
-        // with BTH byte 4 set to all ones, from varied starting values.
-        let mut x = 0x9e37_79b9u32;
-        let mut next = || {
+    /// A xorshift32 stream from `seed`.
+    fn xorshift(mut x: u32) -> impl FnMut() -> u32 {
+        move || {
             x ^= x << 13;
             x ^= x >> 17;
             x ^= x << 5;
             x
-        };
+        }
+    }
+
+    /// `len` bytes of `next` and a starting value, with what crc32fast
+    /// gives for them over a copy with BTH byte 4 set to all ones.
+    fn masked_case(next: &mut impl FnMut() -> u32, len: usize) -> (Vec<u8>, u32, u32) {
+        let data: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+        let init = next();
+        let mut masked = data.clone();
+        masked[4] = 0xff;
+        let mut h = crc32fast::Hasher::new_with_initial(init);
+        h.update(&masked);
+        (data, init, h.finalize())
+    }
+
+    #[test]
+    fn small_packets_hash_as_the_masked_copy_does() {
+        // Every length the table path takes, from varied starting values.
+        let mut next = xorshift(0x9e37_79b9);
         for len in BTH_LEN..=SMALL_PACKET {
             for _ in 0..16 {
-                let data: Vec<u8> = (0..len).map(|_| next() as u8).collect();
-                let init = next();
-                let mut masked = data.clone();
-                masked[4] = 0xff;
-                let mut h = crc32fast::Hasher::new_with_initial(init);
-                h.update(&masked);
-                let want = h.finalize();
+                let (data, init, want) = masked_case(&mut next, len);
                 assert_eq!(small_masked(init, &data), want, "length {len}");
                 assert_eq!(finish(init, &[&data]), Ok(want));
             }
@@ -561,21 +570,9 @@ pub(crate) mod tests {
     #[test]
     fn large_packets_in_pieces_hash_as_the_masked_copy_does() {
         // Lengths past the table path, whole and cut into pieces anywhere.
-        let mut x = 0x2545_f491u32;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x
-        };
+        let mut next = xorshift(0x2545_f491);
         for len in [SMALL_PACKET + 1, 77, 200, 1040, 1052, 4108] {
-            let data: Vec<u8> = (0..len).map(|_| next() as u8).collect();
-            let init = next();
-            let mut masked = data.clone();
-            masked[4] = 0xff;
-            let mut h = crc32fast::Hasher::new_with_initial(init);
-            h.update(&masked);
-            let want = h.finalize();
+            let (data, init, want) = masked_case(&mut next, len);
             assert_eq!(finish(init, &[&data]), Ok(want), "length {len}");
             let cut = BTH_LEN + next() as usize % (len - BTH_LEN);
             let (a, b) = data.split_at(cut);

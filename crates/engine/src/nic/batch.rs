@@ -97,14 +97,13 @@ impl RunBatch {
         lent: &LentPayload,
         dst: SocketAddr,
     ) {
-        let mut n = n;
-        let mut lent = lent;
-        let whole = LentPayload::default();
-        if !lent.is_empty() && lent.len() < COPY_LENT_BELOW {
-            n = copy_lent(&mut tx[self.tx_end..], n, lent);
-            lent = &whole;
-        }
-        let total = n + lent.len();
+        // A short lent payload joins its headers in the buffer (module docs).
+        let (n, lent_len) = match lent.len() {
+            0 => (n, 0),
+            len if len < COPY_LENT_BELOW => (copy_lent(&mut tx[self.tx_end..], n, lent), 0),
+            len => (n, len),
+        };
+        let total = n + lent_len;
         let fits = self.count > 0
             && total <= self.seg
             && self.len + total <= Run::MAX_BYTES
@@ -116,7 +115,7 @@ impl RunBatch {
         let id = self.count as u16;
         let start = self.tx_end;
         let pkt = &mut tx[start..start + n];
-        if lent.is_empty() {
+        if lent_len == 0 {
             let crc = icrc.sign(dst, id, &[&pkt[..n - ICRC_LEN]]);
             pkt[n - ICRC_LEN..].copy_from_slice(&crc.unwrap_or(0).to_le_bytes());
             self.piece(IoPiece::of(pkt));
@@ -124,11 +123,8 @@ impl RunBatch {
             let h = lent.hdr_len;
             let mut parts: [&[u8]; MAX_LENT_PIECES + 2] = [&[]; MAX_LENT_PIECES + 2];
             parts[0] = &pkt[..h];
-            for (i, &(base, len)) in lent.pieces().iter().enumerate() {
-                // SAFETY: the memory table lent these bytes for this step
-                // (`Memory::lend_local`): they stay mapped until it changes,
-                // which needs the engine lock held throughout the send.
-                parts[1 + i] = unsafe { std::slice::from_raw_parts(base as *const u8, len) };
+            for (part, bytes) in parts[1..].iter_mut().zip(lent_bytes(lent)) {
+                *part = bytes;
             }
             let k = lent.pieces().len();
             parts[1 + k] = &pkt[h..n - ICRC_LEN];
@@ -242,16 +238,23 @@ fn copy_lent(pkt: &mut [u8], n: usize, lent: &LentPayload) -> usize {
     let (h, len) = (lent.hdr_len, lent.len());
     pkt.copy_within(h..n, h + len);
     let mut at = h;
-    for &(base, len) in lent.pieces() {
-        // SAFETY: the memory table lent these bytes for this step
-        // (`Memory::lend_local`): they stay mapped until it changes, which
-        // needs the engine lock, held throughout the drain; they are
-        // registered memory, never the transmit buffer.
-        let src = unsafe { std::slice::from_raw_parts(base as *const u8, len) };
-        pkt[at..at + len].copy_from_slice(src);
-        at += len;
+    for src in lent_bytes(lent) {
+        pkt[at..at + src.len()].copy_from_slice(src);
+        at += src.len();
     }
     n + len
+}
+
+/// The bytes of `lent`'s pieces, in order.
+fn lent_bytes(lent: &LentPayload) -> impl Iterator<Item = &[u8]> {
+    lent.pieces().iter().map(|&(base, len)| {
+        // SAFETY: the memory table lent these bytes for this step
+        // (`Memory::lend_local`, `Memory::lend_remote`): they stay mapped
+        // until it changes, which needs the engine lock, held throughout the
+        // drain and its send; they are registered memory, never the transmit
+        // buffer.
+        unsafe { std::slice::from_raw_parts(base as *const u8, len) }
+    })
 }
 
 /// Counts `packets` the link refused with `e` (`failure`) — all dropped,

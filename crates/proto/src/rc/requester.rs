@@ -123,8 +123,10 @@ pub const MAX_PKT_PER_ACK: u32 = 128;
 /// Linux rxe's packets between AckReq flags (`RXE_MAX_PKT_PER_ACK`), also
 /// ours under a congestion controller.
 pub const RXE_MAX_PKT_PER_ACK: u32 = 64;
-/// Smallest payload lent to a zero-copy send instead of copied: below it, a
-/// copy costs less than the kernel walking extra pieces.
+/// Smallest payload offered to the caller as lent (`LentPayload`) instead of
+/// copied into the packet: a lent payload is checked once per SGE, not once
+/// per packet. Whether the kernel then gets it as a piece of its own or the
+/// engine copies it next to the headers is the engine's choice.
 pub const LEND_MIN: usize = 1024;
 
 /// Requester state.
